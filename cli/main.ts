@@ -1,0 +1,42 @@
+import { Command, CommanderError } from 'commander';
+import { ConfigError } from '../config/errors';
+import { createLogger, redactText } from '../config/logging';
+import { upCommand } from './up';
+import { workerCommand } from './worker';
+import { demoCommand } from './demo';
+
+export const EXIT_OK = 0;
+export const EXIT_FAILED = 1;
+export const EXIT_USAGE = 2;
+
+export function buildProgram(): Command {
+  const program = new Command('roundhouse')
+    .description('Durable LLM post-training campaigns on Temporal')
+    .showHelpAfterError()
+    .exitOverride();
+  program.addCommand(upCommand());
+  program.addCommand(workerCommand());
+  program.addCommand(demoCommand());
+  return program;
+}
+
+/** Runs the command line; resolves to the process exit code (0 ok, 1 failed, 2 usage or input error). */
+export async function main(argv: string[]): Promise<number> {
+  try {
+    await buildProgram().parseAsync(argv);
+    return EXIT_OK;
+  } catch (err) {
+    if (err instanceof CommanderError) {
+      return err.exitCode === 0 ? EXIT_OK : EXIT_USAGE;
+    }
+    if (err instanceof ConfigError) {
+      process.stderr.write(`roundhouse: ${redactText(err.message)}\n`);
+      return EXIT_USAGE;
+    }
+    createLogger({ name: 'roundhouse', destination: process.stderr.isTTY ? undefined : process.stderr }).error(
+      { err },
+      'command failed',
+    );
+    return EXIT_FAILED;
+  }
+}

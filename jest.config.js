@@ -1,0 +1,13 @@
+/** One Temporal dev server for the whole run (test/global-setup.ts); test files run in parallel. */
+module.exports = {
+  testEnvironment: 'node',
+  roots: ['<rootDir>/test'],
+  testMatch: ['**/*.test.ts'],
+  transform: { '^.+\\.ts$': 'ts-jest' },
+  globalSetup: '<rootDir>/test/global-setup.ts',
+  globalTeardown: '<rootDir>/test/global-teardown.ts',
+  setupFiles: ['<rootDir>/test/setup-runtime.ts'],
+  testTimeout: 120000,
+  maxWorkers: 2,
+  reporters: ['default', '<rootDir>/test/reporters/counts-reporter.js'],
+};

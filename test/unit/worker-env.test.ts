@@ -1,0 +1,83 @@
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { ConfigError } from '../../config/errors';
+import { loadWorkerSettings } from '../../config/worker-env';
+
+function expectConfigError(env: NodeJS.ProcessEnv, variable: string, problem: RegExp): void {
+  let caught: unknown;
+  try {
+    loadWorkerSettings(env);
+  } catch (err) {
+    caught = err;
+  }
+  expect(caught).toBeInstanceOf(ConfigError);
+  expect((caught as ConfigError).where).toBe(variable);
+  expect((caught as ConfigError).message).toMatch(new RegExp(`^${variable}: `));
+  expect((caught as ConfigError).message).toMatch(problem);
+}
+
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'rh-env-'));
+const certFile = path.join(tmp, 'client.pem');
+const keyFile = path.join(tmp, 'client.key');
+fs.writeFileSync(certFile, 'CERT');
+fs.writeFileSync(keyFile, 'KEY');
+
+describe('worker settings from the environment', () => {
+  test('defaults: no address (a dev server is started), namespace default, task queue roundhouse, level info', () => {
+    const s = loadWorkerSettings({});
+    expect(s).toMatchObject({ address: undefined, namespace: 'default', taskQueue: 'roundhouse', logLevel: 'info' });
+    expect(s.stateDir).toBe(path.resolve('.roundhouse'));
+    expect(s.tls).toBeUndefined();
+  });
+
+  test('a malformed TEMPORAL_ADDRESS is named with the value and the expected form', () => {
+    expectConfigError({ TEMPORAL_ADDRESS: 'localhost' }, 'TEMPORAL_ADDRESS', /host:port.*got 'localhost'/);
+    expectConfigError({ TEMPORAL_ADDRESS: 'http://x:7233' }, 'TEMPORAL_ADDRESS', /host:port/);
+    expectConfigError({ TEMPORAL_ADDRESS: '127.0.0.1:99999' }, 'TEMPORAL_ADDRESS', /between 1 and 65535/);
+  });
+
+  test('a TLS certificate path that does not exist is named', () => {
+    expectConfigError(
+      { TEMPORAL_ADDRESS: 'ns.tmprl.cloud:7233', TEMPORAL_TLS_CERT_PATH: '/nope/cert.pem', TEMPORAL_TLS_KEY_PATH: keyFile },
+      'TEMPORAL_TLS_CERT_PATH',
+      /no such file/,
+    );
+  });
+
+  test('mTLS needs both halves of the pair', () => {
+    expectConfigError({ TEMPORAL_ADDRESS: 'a:1', TEMPORAL_TLS_CERT_PATH: certFile }, 'TEMPORAL_TLS_KEY_PATH', /both/);
+  });
+
+  test('an unknown log level and an invalid namespace are rejected by name', () => {
+    expectConfigError({ ROUNDHOUSE_LOG_LEVEL: 'loud' }, 'ROUNDHOUSE_LOG_LEVEL', /one of trace/);
+    expectConfigError({ TEMPORAL_NAMESPACE: 'has space' }, 'TEMPORAL_NAMESPACE', /namespace/);
+  });
+
+  test('an API key switches TLS on, needs an address, and is never echoed in an error', () => {
+    const s = loadWorkerSettings({ TEMPORAL_ADDRESS: 'ns.acct.tmprl.cloud:7233', TEMPORAL_API_KEY: 'sk-very-secret' });
+    expect(s.apiKey).toBe('sk-very-secret');
+    expect(s.tls).toEqual({});
+    expectConfigError({ TEMPORAL_API_KEY: 'sk-very-secret' }, 'TEMPORAL_ADDRESS', /required/);
+    try {
+      loadWorkerSettings({ TEMPORAL_API_KEY: '   ' });
+    } catch (err) {
+      expect(String(err)).not.toContain('sk-');
+    }
+  });
+
+  test('an API key file is read and trimmed; mTLS files are loaded', () => {
+    const keyPath = path.join(tmp, 'api.key');
+    fs.writeFileSync(keyPath, 'from-file-key\n');
+    const s = loadWorkerSettings({
+      TEMPORAL_ADDRESS: 'a.b:7233',
+      TEMPORAL_API_KEY_FILE: keyPath,
+      TEMPORAL_TLS_CERT_PATH: certFile,
+      TEMPORAL_TLS_KEY_PATH: keyFile,
+      TEMPORAL_TLS_SERVER_NAME: 'a.b',
+    });
+    expect(s.apiKey).toBe('from-file-key');
+    expect(s.tls?.serverName).toBe('a.b');
+    expect(s.tls?.clientCertPair?.crt.toString()).toBe('CERT');
+  });
+});

@@ -1,0 +1,36 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { NativeConnection, Worker, type WorkerOptions } from '@temporalio/worker';
+import * as activities from '../activities';
+import { packageRoot } from './temporal-server';
+
+/** A prebuilt bundle (written by `npm run build`) spares the worker webpack at start-up. */
+export function prebuiltBundlePath(): string {
+  return path.join(packageRoot(), 'dist', 'workflow-bundle.js');
+}
+
+export function workflowSource(): Pick<WorkerOptions, 'workflowBundle' | 'workflowsPath'> {
+  const bundle = prebuiltBundlePath();
+  if (process.env.ROUNDHOUSE_PREBUILT_BUNDLE !== 'false' && fs.existsSync(bundle)) return { workflowBundle: { codePath: bundle } };
+  return { workflowsPath: require.resolve('../workflows') };
+}
+
+export interface RoundhouseWorkerOptions {
+  connection: NativeConnection;
+  namespace: string;
+  taskQueue: string;
+  /** Tests pass a bundle built once per file; otherwise the prebuilt bundle or the workflow sources. */
+  workflowBundle?: WorkerOptions['workflowBundle'];
+  shutdownGraceTime?: WorkerOptions['shutdownGraceTime'];
+}
+
+export async function createRoundhouseWorker(options: RoundhouseWorkerOptions): Promise<Worker> {
+  return Worker.create({
+    connection: options.connection,
+    namespace: options.namespace,
+    taskQueue: options.taskQueue,
+    activities,
+    ...(options.workflowBundle ? { workflowBundle: options.workflowBundle } : workflowSource()),
+    shutdownGraceTime: options.shutdownGraceTime ?? '20 seconds',
+  });
+}

@@ -1,0 +1,2 @@
+// The one module the worker bundles: every workflow type is a named export here.
+export { preflightWorkflow } from './preflight';
