@@ -4,6 +4,7 @@ import { createLogger, redactText } from '../config/logging';
 import { upCommand } from './up';
 import { workerCommand } from './worker';
 import { demoCommand } from './demo';
+import { emulatorCommand } from './emulator';
 
 export const EXIT_OK = 0;
 export const EXIT_FAILED = 1;
@@ -17,6 +18,7 @@ export function buildProgram(): Command {
   program.addCommand(upCommand());
   program.addCommand(workerCommand());
   program.addCommand(demoCommand());
+  program.addCommand(emulatorCommand());
   return program;
 }
 

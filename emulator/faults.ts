@@ -1,0 +1,90 @@
+import { z } from 'zod';
+import { seededRandom } from './random';
+
+/**
+ * Fault injection. Each rule fires with probability `rate` on matching requests (or operations), at most `max`
+ * times, from a PRNG seeded by `seed`, so a run replays identically.
+ * - `http-429`, `http-500`, `http-503`: answered before the request is handled (nothing applied).
+ * - `reset`: the connection is destroyed before the request is handled (nothing applied).
+ * - `lose-response`: the request is handled (work applied), then the connection is destroyed instead of answering.
+ * - `fail-operation`: a submitted operation completes as FAILED with `errorCode` (its work is not applied).
+ * - `resource-error`: the resource of a matching operation dies (ERROR) instead of running it; billing stops.
+ */
+export const FAULT_KINDS = ['http-429', 'http-500', 'http-503', 'reset', 'lose-response', 'fail-operation', 'resource-error'] as const;
+export type FaultKind = (typeof FAULT_KINDS)[number];
+
+export const FaultRuleSchema = z.object({
+  kind: z.enum(FAULT_KINDS),
+  rate: z.number().min(0).max(1).default(1),
+  max: z.number().int().min(0).max(100_000).default(1),
+  /** Skip this many matching events before the rule may fire. */
+  after: z.number().int().min(0).default(0),
+  method: z.string().optional(),
+  /** A regular expression tested against the request path. */
+  path: z.string().optional(),
+  /** Operation kind (dialect-neutral: forward-backward, optim-step, sample, ...) for operation-level faults. */
+  operation: z.string().optional(),
+  errorCode: z.string().optional(),
+  retryAfterMs: z.number().int().min(0).max(60_000).default(200),
+});
+
+export const FaultConfigSchema = z.object({
+  seed: z.number().int().default(1),
+  /** Added to every request before it is handled. */
+  latencyMs: z.number().int().min(0).max(60_000).default(0),
+  rules: z.array(FaultRuleSchema).max(100).default([]),
+});
+
+export type FaultRule = z.infer<typeof FaultRuleSchema>;
+export type FaultConfig = z.infer<typeof FaultConfigSchema>;
+
+export interface FaultEvent {
+  method?: string;
+  path?: string;
+  operation?: string;
+}
+
+interface RuleState {
+  rule: FaultRule;
+  seen: number;
+  fired: number;
+}
+
+export class FaultInjector {
+  private config: FaultConfig = FaultConfigSchema.parse({});
+  private states: RuleState[] = [];
+  private random = seededRandom(1);
+
+  configure(input: unknown): FaultConfig {
+    this.config = FaultConfigSchema.parse(input ?? {});
+    this.states = this.config.rules.map((rule) => ({ rule, seen: 0, fired: 0 }));
+    this.random = seededRandom(this.config.seed);
+    return this.config;
+  }
+
+  get latencyMs(): number {
+    return this.config.latencyMs;
+  }
+
+  /** The first rule among `kinds` that fires for this event, counting it; undefined when none does. */
+  draw(kinds: readonly FaultKind[], event: FaultEvent): FaultRule | undefined {
+    for (const state of this.states) {
+      const { rule } = state;
+      if (!kinds.includes(rule.kind)) continue;
+      if (rule.method && rule.method.toUpperCase() !== event.method?.toUpperCase()) continue;
+      if (rule.path && !(event.path && new RegExp(rule.path).test(event.path))) continue;
+      if (rule.operation && rule.operation !== event.operation) continue;
+      if (state.fired >= rule.max) continue;
+      state.seen += 1;
+      if (state.seen <= rule.after) continue;
+      if (this.random() >= rule.rate) continue;
+      state.fired += 1;
+      return rule;
+    }
+    return undefined;
+  }
+
+  report(): { config: FaultConfig; fired: { kind: FaultKind; fired: number; seen: number }[] } {
+    return { config: this.config, fired: this.states.map((s) => ({ kind: s.rule.kind, fired: s.fired, seen: s.seen })) };
+  }
+}

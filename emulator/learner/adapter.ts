@@ -1,0 +1,54 @@
+import { BASE_DIMS, FEATURE_WIDTH } from './base-model';
+import { gaussianVector, hashKey } from './prng';
+
+/**
+ * The trainable LoRA adapter, in the `x · A · B` layout: A (in × rank) is seeded random, B (rank × out) starts
+ * at zero, so a fresh adapter is a no-op. `unembedB` has one row per active-vocabulary token (|S| × rank), used
+ * transposed; rows of tokens seen later are appended as zeros.
+ */
+export type AdapterParameter = 'hiddenA' | 'hiddenB' | 'outputA' | 'outputB' | 'unembedA' | 'unembedB';
+
+export interface AdapterLayout {
+  rank: number;
+  trainUnembed: boolean;
+}
+
+/** Parameters, gradients or Adam moments: one flat row-major Float32Array per adapter parameter. */
+export type ParameterSet = Map<AdapterParameter, Float32Array>;
+
+/** Each parameter's [rows, columns], in a fixed order (the order of gradients and of exported state). */
+export function adapterShapes(layout: AdapterLayout, vocabularyRows: number): Array<[AdapterParameter, [number, number]]> {
+  const { rank } = layout;
+  const { hidden, embedding } = BASE_DIMS;
+  const shapes: Array<[AdapterParameter, [number, number]]> = [
+    ['hiddenA', [FEATURE_WIDTH, rank]],
+    ['hiddenB', [rank, hidden]],
+    ['outputA', [hidden, rank]],
+    ['outputB', [rank, embedding]],
+  ];
+  if (layout.trainUnembed) shapes.push(['unembedA', [embedding, rank]], ['unembedB', [vocabularyRows, rank]]);
+  return shapes;
+}
+
+/** A fresh adapter: A matrices ~N(0, 1/in) from the LoRA seed, B matrices zero. */
+export function initialAdapter(layout: AdapterLayout, loraSeed: number, vocabularyRows: number): ParameterSet {
+  const set: ParameterSet = new Map();
+  for (const [name, [rows, columns]] of adapterShapes(layout, vocabularyRows)) {
+    const random = name.endsWith('A');
+    set.set(name, random ? gaussianVector(hashKey(loraSeed, name), rows * columns, 1 / Math.sqrt(rows)) : new Float32Array(rows * columns));
+  }
+  return set;
+}
+
+export function zerosLike(set: ParameterSet): ParameterSet {
+  return new Map([...set].map(([name, values]) => [name, new Float32Array(values.length)]));
+}
+
+/** Appends zero rows to the per-token parameter after the active vocabulary grew to `vocabularyRows`. */
+export function growVocabularyRows(set: ParameterSet, layout: AdapterLayout, vocabularyRows: number): void {
+  const current = set.get('unembedB');
+  if (!current) return;
+  const grown = new Float32Array(vocabularyRows * layout.rank);
+  grown.set(current);
+  set.set('unembedB', grown);
+}

@@ -1,0 +1,35 @@
+import { hashString } from './random';
+
+/** A base model the emulator can host. Real models' names and vocabulary sizes; a seeded stand-in behind each. */
+export interface EmulatedModel {
+  name: string;
+  vocabSize: number;
+  maxSeqLen: number;
+  maxLoraRank: number;
+  maxBatchSize: number;
+  gpuType: 'H100-80GB' | 'B200-SXM';
+  /** GPUs a resource of this model holds (billing is per GPU). */
+  gpuCount: number;
+  pricePerGpuHour: number;
+  contextLength: number;
+  /** Hugging Face tokenizer repository the real model uses (clients tokenise with it). */
+  tokenizer: string;
+  /** Seed of the frozen stand-in base model. */
+  seed: number;
+}
+
+function model(m: Omit<EmulatedModel, 'seed'>): EmulatedModel {
+  return { ...m, seed: hashString(m.name) };
+}
+
+export const EMULATED_MODELS: readonly EmulatedModel[] = [
+  model({ name: 'roundhouse/tiny-chat', vocabSize: 4096, maxSeqLen: 2048, maxLoraRank: 64, maxBatchSize: 256, gpuType: 'H100-80GB', gpuCount: 1, pricePerGpuHour: 2.5, contextLength: 2048, tokenizer: 'roundhouse/tiny-chat' }),
+  model({ name: 'Qwen/Qwen3-8B', vocabSize: 151_936, maxSeqLen: 32_768, maxLoraRank: 64, maxBatchSize: 512, gpuType: 'H100-80GB', gpuCount: 8, pricePerGpuHour: 2.99, contextLength: 40_960, tokenizer: 'Qwen/Qwen3-8B' }),
+  model({ name: 'Qwen/Qwen3-4B-Instruct-2507', vocabSize: 151_936, maxSeqLen: 32_768, maxLoraRank: 64, maxBatchSize: 512, gpuType: 'H100-80GB', gpuCount: 4, pricePerGpuHour: 2.99, contextLength: 32_768, tokenizer: 'Qwen/Qwen3-4B-Instruct-2507' }),
+  model({ name: 'meta-llama/Llama-3.1-8B-Instruct', vocabSize: 128_256, maxSeqLen: 32_768, maxLoraRank: 64, maxBatchSize: 512, gpuType: 'H100-80GB', gpuCount: 8, pricePerGpuHour: 2.99, contextLength: 131_072, tokenizer: 'meta-llama/Llama-3.1-8B-Instruct' }),
+  model({ name: 'openai/gpt-oss-20b', vocabSize: 201_088, maxSeqLen: 32_768, maxLoraRank: 32, maxBatchSize: 256, gpuType: 'B200-SXM', gpuCount: 8, pricePerGpuHour: 5.5, contextLength: 131_072, tokenizer: 'openai/gpt-oss-20b' }),
+];
+
+export function findModel(name: string): EmulatedModel | undefined {
+  return EMULATED_MODELS.find((m) => m.name === name);
+}

@@ -1,0 +1,135 @@
+import type { AddressInfo, Socket } from 'node:net';
+import { Engine, ownerOf, type EngineOptions } from './engine';
+import { EmulatorHttpError } from './errors';
+import { FaultConfigSchema } from './faults';
+import { Router, errorReply, http, parseJsonBody, readBody, sendJson, type EmulatorRequest, type JsonReply } from './http';
+import { addTogetherRoutes } from './together/routes';
+import { EmulatorStore } from './store';
+
+export interface EmulatorOptions extends EngineOptions {
+  /** 0 picks a free port. */
+  port?: number;
+  /** Loopback only: 127.0.0.1 unless told otherwise (::1 or localhost also allowed). */
+  host?: string;
+  /** Fault configuration applied from the start (same shape as POST /_emulator/faults). */
+  faults?: unknown;
+  /** Persist resources, sessions and checkpoints here, so a restart keeps them. */
+  stateDir?: string;
+}
+
+export interface RunningEmulator {
+  url: string;
+  port: number;
+  engine: Engine;
+  close(): Promise<void>;
+}
+
+const LOOPBACK = new Set(['127.0.0.1', '::1', 'localhost']);
+
+function bearerOwner(req: EmulatorRequest): string {
+  const header = req.headers.authorization;
+  const match = typeof header === 'string' ? /^Bearer\s+(\S+)$/i.exec(header.trim()) : null;
+  if (!match) throw new EmulatorHttpError(401, 'UNAUTHENTICATED', 'missing or malformed Authorization header; expected "Bearer <api key>"');
+  return ownerOf(match[1]!);
+}
+
+/** Starts the emulator: every dialect's routes over one engine, plus `/_emulator/*` for the ledger and faults. */
+export async function startEmulator(options: EmulatorOptions = {}): Promise<RunningEmulator> {
+  const host = options.host ?? '127.0.0.1';
+  if (!LOOPBACK.has(host)) throw new Error(`the emulator listens on loopback only; '${host}' is not a loopback address`);
+  const engine = new Engine(options);
+  const store = options.stateDir ? new EmulatorStore(options.stateDir, engine) : undefined;
+  if (store) await store.load();
+  if (options.faults !== undefined) engine.faults.configure(options.faults);
+
+  const router = new Router();
+  addTogetherRoutes(router, engine, bearerOwner);
+
+  const control = new Router()
+    .add('GET', '/_emulator/health', () => ({ body: { ok: true } }))
+    .add('GET', '/_emulator/ledger', () => ({ body: engine.ledger() }))
+    .add('GET', '/_emulator/faults', () => ({ body: engine.faults.report() }))
+    .add('POST', '/_emulator/faults', (req) => {
+      const parsed = FaultConfigSchema.safeParse(req.body ?? {});
+      if (!parsed.success) {
+        const issue = parsed.error.issues[0]!;
+        throw new EmulatorHttpError(400, 'INVALID_ARGUMENT', `invalid fault configuration: ${issue.path.join('.') || '(body)'}: ${issue.message}`);
+      }
+      return { body: engine.faults.configure(parsed.data) };
+    })
+    .add('DELETE', '/_emulator/faults', () => ({ body: engine.faults.configure({}) }));
+
+  const sockets = new Set<Socket>();
+  const server = http.createServer((req, res) => {
+    void (async () => {
+      const url = new URL(req.url ?? '/', 'http://emulator');
+      const method = (req.method ?? 'GET').toUpperCase();
+      const isControl = url.pathname.startsWith('/_emulator/');
+      let reply: JsonReply;
+      let loseResponse = false;
+      try {
+        const rawBody = await readBody(req);
+        if (!isControl) {
+          const event = { method, path: url.pathname };
+          if (engine.faults.latencyMs > 0) await new Promise((r) => setTimeout(r, engine.faults.latencyMs));
+          const early = engine.faults.draw(['http-429', 'http-500', 'http-503', 'reset'], event);
+          if (early?.kind === 'reset') {
+            req.socket.destroy();
+            return;
+          }
+          if (early) {
+            const status = Number(early.kind.slice(5));
+            throw new EmulatorHttpError(status, status === 429 ? 'RESOURCE_EXHAUSTED' : 'UNAVAILABLE', `injected fault: HTTP ${status}`, {
+              'retry-after-ms': String(early.retryAfterMs),
+            });
+          }
+          loseResponse = engine.faults.draw(['lose-response'], event) !== undefined;
+        }
+        const matched = (isControl ? control : router).match(method, url.pathname);
+        if (matched === undefined) throw new EmulatorHttpError(404, 'NOT_FOUND', `no route for ${method} ${url.pathname}`);
+        if (matched === 'method-not-allowed') throw new EmulatorHttpError(405, 'METHOD_NOT_ALLOWED', `${method} is not allowed on ${url.pathname}`);
+        const request: EmulatorRequest = {
+          method,
+          path: url.pathname,
+          params: matched.params,
+          query: url.searchParams,
+          headers: req.headers,
+          rawBody,
+          body: parseJsonBody(rawBody),
+        };
+        reply = await matched.handler(request);
+      } catch (err) {
+        reply = errorReply(err);
+      }
+      if (loseResponse) {
+        req.socket.destroy(); // the work was applied; the caller never hears about it
+        return;
+      }
+      sendJson(res, reply);
+    })();
+  });
+  server.keepAliveTimeout = 30_000;
+  server.on('connection', (socket) => {
+    sockets.add(socket);
+    socket.on('close', () => sockets.delete(socket));
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(options.port ?? 0, host, () => resolve());
+  });
+  const { port } = server.address() as AddressInfo;
+  const shownHost = host.includes(':') ? `[${host}]` : host;
+  return {
+    url: `http://${shownHost}:${port}`,
+    port,
+    engine,
+    async close() {
+      await new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        for (const s of sockets) s.destroy();
+      });
+      await engine.close();
+      await store?.save();
+    },
+  };
+}

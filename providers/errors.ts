@@ -1,0 +1,64 @@
+/**
+ * One error taxonomy for every provider call:
+ * - `retryable`: nothing was applied, or resending is safe (same idempotency key); try again after a delay.
+ * - `non-retryable`: the request itself is wrong (bad input, auth, not found, non-finite loss); retrying cannot help.
+ * - `needs-reconcile`: the outcome is unknown (a create whose response was lost, a session that is gone);
+ *   look at the provider's state (list, get) before doing anything else. Never blindly retry.
+ * Activities map these onto Temporal failures in one place.
+ */
+export type ProviderErrorClass = 'retryable' | 'non-retryable' | 'needs-reconcile';
+
+export interface ProviderErrorDetails {
+  status?: number;
+  /** The provider's own code (an operation error code, an HTTP error body code). */
+  providerCode?: string;
+  retryAfterMs?: number;
+  operationId?: string;
+  method?: string;
+  path?: string;
+  cause?: unknown;
+}
+
+export class ProviderError extends Error {
+  readonly status?: number;
+  readonly providerCode?: string;
+  readonly retryAfterMs?: number;
+  readonly operationId?: string;
+  readonly method?: string;
+  readonly path?: string;
+
+  constructor(
+    readonly code: string,
+    readonly errorClass: ProviderErrorClass,
+    message: string,
+    details: ProviderErrorDetails = {},
+  ) {
+    super(message, details.cause !== undefined ? { cause: details.cause } : undefined);
+    this.name = 'ProviderError';
+    this.status = details.status;
+    this.providerCode = details.providerCode;
+    this.retryAfterMs = details.retryAfterMs;
+    this.operationId = details.operationId;
+    this.method = details.method;
+    this.path = details.path;
+  }
+}
+
+export function isProviderError(err: unknown): err is ProviderError {
+  return err instanceof ProviderError;
+}
+
+/** Operation-level failure codes (dialect-neutral) and what they mean for the caller. */
+export function classifyOperationError(code: string): ProviderErrorClass {
+  switch (code) {
+    case 'RESOURCE_EXHAUSTED':
+    case 'TIMEOUT':
+    case 'INTERNAL_ERROR':
+    case 'UNSPECIFIED':
+      return 'retryable'; // not applied; resubmit under a new key derived from the failed operation
+    case 'SESSION_NOT_ACTIVE':
+      return 'needs-reconcile'; // the session (or its resource) is gone: reopen from a checkpoint
+    default:
+      return 'non-retryable'; // INVALID_INPUT, NON_FINITE_LOSS, ...
+  }
+}

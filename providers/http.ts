@@ -1,0 +1,228 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import { Agent, request, type Dispatcher } from 'undici';
+import type { z } from 'zod';
+import { ProviderError } from './errors';
+
+/**
+ * The one HTTP helper every dialect uses: undici with keep-alive, retries with backoff on connection errors and
+ * 408/409/429/5xx (honouring `retry-after-ms`, `retry-after` and `x-should-retry`), response validation with zod,
+ * and the error taxonomy. A request that is not safe to replay (a create without an idempotency key) is never
+ * resent after an ambiguous failure: it fails as `needs-reconcile`.
+ */
+
+export interface HttpClientOptions {
+  baseUrl: string;
+  /** Sent as `Authorization: Bearer …`; never logged or put in an error. */
+  apiKey?: string;
+  userAgent?: string;
+  maxRetries?: number;
+  initialRetryDelayMs?: number;
+  maxRetryDelayMs?: number;
+  /** A server-suggested delay longer than this is not honoured (the backoff applies). */
+  maxRetryAfterMs?: number;
+  requestTimeoutMs?: number;
+  connections?: number;
+  /** Seeded jitter in tests; Math.random by default. */
+  random?: () => number;
+}
+
+export type QueryValue = string | number | boolean | undefined | readonly string[];
+
+export interface RequestSpec<T> {
+  method: 'GET' | 'POST' | 'PATCH' | 'PUT' | 'DELETE';
+  path: string;
+  query?: Record<string, QueryValue>;
+  body?: unknown;
+  idempotencyKey?: string;
+  /** Whether resending after an ambiguous failure is safe. Default: GET, or any request with an idempotency key. */
+  replaySafe?: boolean;
+  schema: z.ZodType<T>;
+  signal?: AbortSignal;
+  /** Absolute URL (presigned links), sent without Authorization. */
+  absoluteUrl?: string;
+}
+
+/** Connection failures where the request never reached the server: always safe to retry. */
+const NOT_SENT = new Set(['ECONNREFUSED', 'UND_ERR_CONNECT_TIMEOUT', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH']);
+const RETRY_STATUSES = new Set([408, 409, 429, 500, 502, 503, 504]);
+
+export class HttpClient {
+  private readonly agent: Agent;
+  private readonly options: Required<Omit<HttpClientOptions, 'apiKey' | 'userAgent'>> & Pick<HttpClientOptions, 'apiKey' | 'userAgent'>;
+
+  constructor(options: HttpClientOptions) {
+    this.options = {
+      maxRetries: 5,
+      initialRetryDelayMs: 250,
+      maxRetryDelayMs: 10_000,
+      maxRetryAfterMs: 60_000,
+      requestTimeoutMs: 300_000,
+      connections: 64,
+      random: Math.random,
+      ...options,
+      baseUrl: options.baseUrl.replace(/\/+$/, ''),
+    };
+    this.agent = new Agent({ keepAliveTimeout: 10_000, connections: this.options.connections });
+  }
+
+  get baseUrl(): string {
+    return this.options.baseUrl;
+  }
+
+  async request<T>(spec: RequestSpec<T>): Promise<T> {
+    const replaySafe = spec.replaySafe ?? (spec.method === 'GET' || spec.idempotencyKey !== undefined);
+    const url = spec.absoluteUrl ?? this.url(spec.path, spec.query);
+    const where = `${spec.method} ${spec.path}`;
+    for (let attempt = 0; ; attempt++) {
+      let response: Dispatcher.ResponseData;
+      try {
+        response = await request(url, {
+          dispatcher: this.agent,
+          method: spec.method,
+          headers: this.headers(spec),
+          body: spec.body === undefined ? undefined : JSON.stringify(spec.body),
+          signal: spec.signal,
+          headersTimeout: this.options.requestTimeoutMs,
+          bodyTimeout: this.options.requestTimeoutMs,
+        });
+      } catch (err) {
+        if (spec.signal?.aborted) throw err;
+        const code = (err as { code?: string }).code ?? 'NETWORK';
+        const notSent = NOT_SENT.has(code);
+        if (!notSent && !replaySafe) {
+          throw new ProviderError(
+            'RESPONSE_LOST',
+            'needs-reconcile',
+            `${where}: the connection failed (${code}) after the request was sent; its outcome is unknown`,
+            { method: spec.method, path: spec.path, cause: err },
+          );
+        }
+        if (attempt < this.options.maxRetries) {
+          await sleep(this.backoff(attempt), undefined, { signal: spec.signal });
+          continue;
+        }
+        throw new ProviderError('NETWORK', 'retryable', `${where}: connection failed (${code}) after ${attempt + 1} attempts`, {
+          method: spec.method,
+          path: spec.path,
+          cause: err,
+        });
+      }
+
+      const text = await response.body.text();
+      const status = response.statusCode;
+      if (status >= 200 && status < 300) return this.parse(spec, text, where);
+
+      const retryAfterMs = this.retryAfter(response.headers);
+      const shouldRetryHeader = headerText(response.headers['x-should-retry']);
+      const transient = shouldRetryHeader !== undefined ? shouldRetryHeader === 'true' : RETRY_STATUSES.has(status);
+      // 429 and 503 are refusals before any work; other transient statuses may hide an applied request.
+      const resendable = replaySafe || status === 429 || status === 503;
+      const { message, code } = errorBody(text);
+      if (transient && resendable && attempt < this.options.maxRetries) {
+        await sleep(retryAfterMs ?? this.backoff(attempt), undefined, { signal: spec.signal });
+        continue;
+      }
+      const details = { status, providerCode: code, retryAfterMs, method: spec.method, path: spec.path };
+      const summary = `${where}: HTTP ${status}${message ? `: ${message}` : ''}`;
+      if (transient && !resendable) throw new ProviderError(`HTTP_${status}`, 'needs-reconcile', `${summary} (outcome unknown)`, details);
+      if (transient) throw new ProviderError(`HTTP_${status}`, 'retryable', `${summary} (after ${attempt + 1} attempts)`, details);
+      throw new ProviderError(status === 404 ? 'NOT_FOUND' : status === 401 || status === 403 ? 'UNAUTHORIZED' : `HTTP_${status}`, 'non-retryable', summary, details);
+    }
+  }
+
+  private parse<T>(spec: RequestSpec<T>, text: string, where: string): T {
+    let json: unknown;
+    try {
+      json = text.trim() === '' ? {} : JSON.parse(text);
+    } catch {
+      throw new ProviderError('BAD_RESPONSE', 'retryable', `${where}: response is not JSON: ${text.slice(0, 200)}`, { method: spec.method, path: spec.path });
+    }
+    const parsed = spec.schema.safeParse(json);
+    if (!parsed.success) {
+      const issue = parsed.error.issues[0]!;
+      throw new ProviderError(
+        'BAD_RESPONSE',
+        'non-retryable',
+        `${where}: unexpected response shape at ${issue.path.join('.') || '(root)'}: ${issue.message}`,
+        { method: spec.method, path: spec.path },
+      );
+    }
+    return parsed.data;
+  }
+
+  private url(path: string, query?: Record<string, QueryValue>): string {
+    const params = new URLSearchParams();
+    for (const [k, v] of Object.entries(query ?? {})) {
+      if (v === undefined) continue;
+      params.set(k, Array.isArray(v) ? v.join(',') : String(v)); // arrays go comma-joined, as the providers expect
+    }
+    const qs = params.toString();
+    return `${this.options.baseUrl}${path}${qs ? `?${qs}` : ''}`;
+  }
+
+  private headers(spec: RequestSpec<unknown>): Record<string, string> {
+    const headers: Record<string, string> = { accept: 'application/json', 'user-agent': this.options.userAgent ?? 'roundhouse' };
+    if (spec.body !== undefined) headers['content-type'] = 'application/json';
+    if (this.options.apiKey && !spec.absoluteUrl) headers.authorization = `Bearer ${this.options.apiKey}`;
+    if (spec.idempotencyKey !== undefined) headers['idempotency-key'] = spec.idempotencyKey;
+    return headers;
+  }
+
+  private backoff(attempt: number): number {
+    const base = Math.min(this.options.initialRetryDelayMs * 2 ** attempt, this.options.maxRetryDelayMs);
+    return base * (1 - 0.25 * this.options.random());
+  }
+
+  private retryAfter(headers: Record<string, string | string[] | undefined>): number | undefined {
+    const ms = Number(headerText(headers['retry-after-ms']));
+    let delay: number | undefined = Number.isFinite(ms) && ms > 0 ? ms : undefined;
+    const after = headerText(headers['retry-after']);
+    if (delay === undefined && after !== undefined) {
+      const seconds = Number(after);
+      delay = Number.isFinite(seconds) ? seconds * 1000 : Date.parse(after) - Date.now();
+    }
+    return delay !== undefined && delay > 0 && delay <= this.options.maxRetryAfterMs ? delay : undefined;
+  }
+
+  async close(): Promise<void> {
+    await this.agent.close();
+  }
+}
+
+function headerText(h: string | string[] | undefined): string | undefined {
+  return Array.isArray(h) ? h[0] : h;
+}
+
+/** Reads `error.message` / `message` (and a code) from either error-body shape providers use. */
+function errorBody(text: string): { message?: string; code?: string } {
+  try {
+    const json = JSON.parse(text) as { error?: { message?: unknown; code?: unknown } | string; message?: unknown; code?: unknown };
+    const inner = typeof json.error === 'object' && json.error ? json.error : undefined;
+    const message = inner?.message ?? (typeof json.error === 'string' ? json.error : json.message);
+    const code = inner?.code ?? json.code;
+    return { message: message === undefined ? undefined : String(message), code: code === undefined ? undefined : String(code) };
+  } catch {
+    return { message: text.slice(0, 300) || undefined };
+  }
+}
+
+export interface PollOptions {
+  initialIntervalMs?: number;
+  maxIntervalMs?: number;
+  timeoutMs?: number;
+  signal?: AbortSignal;
+}
+
+/** Polls `check` until it returns a value, backing off from the initial interval to the maximum. */
+export async function poll<T>(check: () => Promise<T | undefined>, what: string, options: PollOptions = {}): Promise<T> {
+  const { initialIntervalMs = 100, maxIntervalMs = 2_000, timeoutMs = 300_000, signal } = options;
+  const deadline = Date.now() + timeoutMs;
+  let interval = initialIntervalMs;
+  for (;;) {
+    const value = await check();
+    if (value !== undefined) return value;
+    if (Date.now() >= deadline) throw new ProviderError('POLL_TIMEOUT', 'retryable', `${what}: not done after ${timeoutMs} ms`);
+    await sleep(Math.min(interval, Math.max(0, deadline - Date.now())), undefined, { signal });
+    interval = Math.min(interval * 2, maxIntervalMs);
+  }
+}

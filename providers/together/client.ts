@@ -1,0 +1,413 @@
+import { z } from 'zod';
+import { ProviderError, classifyOperationError } from '../errors';
+import { HttpClient, poll, type HttpClientOptions } from '../http';
+import type {
+  AdamParams,
+  AwaitOptions,
+  CheckpointResult,
+  Datum,
+  ForwardBackwardOptions,
+  ForwardResult,
+  ModelInfo,
+  OpenSessionRequest,
+  OperationHandle,
+  OperationKind,
+  OptimStepResult,
+  ProvisionRequest,
+  ResourceState,
+  SampleResult,
+  SamplingParams,
+  SessionState,
+  TrainerResource,
+  TrainingProvider,
+  TrainingSessionInfo,
+} from '../types';
+import {
+  CheckpointOutput,
+  EstimateCostWire,
+  ForwardBackwardOutput,
+  ModelResourcesListWire,
+  ModelResourcesWire,
+  OperationWire,
+  OptimStepOutput,
+  SampleOutput,
+  SessionWire,
+  SupportedModelsWire,
+  WeightsSyncOutput,
+} from './wire';
+
+export const TOGETHER_DEFAULT_BASE_URL = 'https://api.together.ai';
+
+export interface TogetherProviderOptions extends Omit<HttpClientOptions, 'baseUrl'> {
+  /** `https://api.together.ai` (a trailing `/v1` is accepted too), or the emulator's URL. */
+  baseUrl?: string;
+  apiKey: string;
+  /** Operation polling: first interval and ceiling. */
+  pollIntervalMs?: number;
+  maxPollIntervalMs?: number;
+}
+
+const RESOURCE_STATES: Record<string, ResourceState> = {
+  MODEL_RESOURCES_STATUS_PENDING: 'provisioning',
+  MODEL_RESOURCES_STATUS_CREATING: 'provisioning',
+  MODEL_RESOURCES_STATUS_READY: 'ready',
+  MODEL_RESOURCES_STATUS_STOPPING: 'stopping',
+  MODEL_RESOURCES_STATUS_STOPPED: 'stopped',
+  MODEL_RESOURCES_STATUS_ERROR: 'failed',
+};
+
+const SESSION_STATES: Record<string, SessionState> = {
+  TRAINING_SESSION_STATUS_CREATING: 'starting',
+  TRAINING_SESSION_STATUS_RUNNING: 'running',
+  TRAINING_SESSION_STATUS_STOPPING: 'stopping',
+  TRAINING_SESSION_STATUS_STOPPED: 'stopped',
+  TRAINING_SESSION_STATUS_ERROR: 'failed',
+  TRAINING_SESSION_STATUS_EXPIRED: 'expired',
+};
+
+/** Neutral operation kinds → Together's operation routes. */
+const WIRE_KIND: Record<OperationKind, string> = {
+  'forward-backward': 'forward-backward',
+  'optim-step': 'optim-step',
+  'training-checkpoint': 'training-checkpoint',
+  'sampler-weights': 'inference-checkpoint',
+  sample: 'sample',
+};
+
+const P = '/v1/rl';
+const anyJson = z.unknown();
+
+function toResource(w: ModelResourcesWire): TrainerResource {
+  return {
+    id: w.id,
+    model: w.base_model,
+    state: RESOURCE_STATES[w.status] ?? 'provisioning',
+    providerStatus: w.status,
+    createdAt: w.created_at,
+    createdBy: w.created_by,
+    error: w.error?.message,
+  };
+}
+
+function toSession(w: z.infer<typeof SessionWire>): TrainingSessionInfo {
+  return {
+    id: w.id,
+    resourceId: w.model_resources_id,
+    state: SESSION_STATES[w.status] ?? 'starting',
+    step: w.step,
+    trainingCheckpointIds: (w.training_checkpoints ?? []).map((c) => c.id),
+  };
+}
+
+function sampleBody(d: Datum, index: number): Record<string, unknown> {
+  if (d.modelInput.length === 0) throw new ProviderError('INVALID_INPUT', 'non-retryable', `datum ${index} has an empty model input`);
+  if (d.targetTokens.length !== d.modelInput.length || d.weights.length !== d.modelInput.length) {
+    throw new ProviderError(
+      'INVALID_INPUT',
+      'non-retryable',
+      `datum ${index}: modelInput (${d.modelInput.length}), targetTokens (${d.targetTokens.length}) and weights (${d.weights.length}) must have the same length`,
+    );
+  }
+  return {
+    model_input: { chunks: [{ encoded_text: { tokens: d.modelInput } }] },
+    loss_fn_inputs: {
+      target_tokens: { data: d.targetTokens, dtype: 'int64' },
+      weights: { data: d.weights, dtype: 'float32' },
+    },
+  };
+}
+
+export class TogetherProvider implements TrainingProvider {
+  readonly kind = 'together' as const;
+  private readonly http: HttpClient;
+  private readonly pollIntervalMs: number;
+  private readonly maxPollIntervalMs: number;
+
+  constructor(options: TogetherProviderOptions) {
+    const baseUrl = (options.baseUrl ?? TOGETHER_DEFAULT_BASE_URL).replace(/\/+$/, '').replace(/\/v1$/, '');
+    this.http = new HttpClient({ ...options, baseUrl, userAgent: options.userAgent ?? 'roundhouse-together' });
+    this.pollIntervalMs = options.pollIntervalMs ?? 100;
+    this.maxPollIntervalMs = options.maxPollIntervalMs ?? 2_000;
+  }
+
+  async supportedModels(): Promise<ModelInfo[]> {
+    const res = await this.http.request({ method: 'GET', path: `${P}/supported-models`, schema: SupportedModelsWire });
+    return res.data.map((m) => {
+      const lora = m.compute_configs?.find((c) => c.trainer_config?.lora)?.trainer_config?.lora;
+      return {
+        name: m.base_model,
+        maxLoraRank: lora?.max_rank ?? 64,
+        maxSeqLen: lora?.max_seq_length ?? 8192,
+        maxBatchSize: lora?.max_batch_size ?? 256,
+        vocabSize: m.vocab_size,
+        tokenizer: m.tokenizer ?? m.base_model,
+      };
+    });
+  }
+
+  async estimateCost(model: string, generatorReplicas = 1): Promise<{ currency: string; pricePerHour: number }> {
+    const res = await this.http.request({
+      method: 'POST',
+      path: `${P}/model-resources/estimate-cost`,
+      body: { base_model: model, compute_config: { num_generator_replicas: generatorReplicas }, lora_enabled: true },
+      replaySafe: true, // a quote changes nothing
+      schema: EstimateCostWire,
+    });
+    return { currency: res.currency, pricePerHour: res.price_per_hour };
+  }
+
+  /** Together's resources carry no name or metadata: the owner tag cannot travel with them (see reconcile). */
+  async provision(request: ProvisionRequest): Promise<TrainerResource> {
+    const body: Record<string, unknown> = {
+      base_model: request.model,
+      compute_config: { num_generator_replicas: request.generatorReplicas ?? 1 },
+      lora_enabled: true,
+    };
+    if (request.inactiveTimeoutSeconds !== undefined) body.inactive_timeout = request.inactiveTimeoutSeconds;
+    const res = await this.http.request({ method: 'POST', path: `${P}/model-resources`, body, schema: ModelResourcesWire });
+    return toResource(res);
+  }
+
+  async getResource(resourceId: string): Promise<TrainerResource> {
+    return toResource(await this.http.request({ method: 'GET', path: `${P}/model-resources/${encodeURIComponent(resourceId)}`, schema: ModelResourcesWire }));
+  }
+
+  async waitReady(resourceId: string, options: AwaitOptions & { pollIntervalMs?: number } = {}): Promise<TrainerResource> {
+    return poll(
+      async () => {
+        const r = await this.getResource(resourceId);
+        if (r.state === 'ready') return r;
+        if (r.state !== 'provisioning') {
+          throw new ProviderError('RESOURCE_NOT_READY', 'non-retryable', `model resource ${resourceId} is ${r.providerStatus} while waiting for READY${r.error ? `: ${r.error}` : ''}`);
+        }
+        return undefined;
+      },
+      `model resource ${resourceId} ready`,
+      { initialIntervalMs: options.pollIntervalMs ?? 250, maxIntervalMs: 5_000, timeoutMs: options.timeoutMs ?? 3_600_000, signal: options.signal },
+    );
+  }
+
+  async listOwnedResources(options: { activeOnly?: boolean } = {}): Promise<TrainerResource[]> {
+    const out: TrainerResource[] = [];
+    let after: string | undefined;
+    for (let pageNo = 0; pageNo < 1000; pageNo++) {
+      const res = await this.http.request({
+        method: 'GET',
+        path: `${P}/model-resources`,
+        query: {
+          created_by: 'me',
+          limit: 100,
+          after,
+          status: options.activeOnly ? ['MODEL_RESOURCES_STATUS_PENDING', 'MODEL_RESOURCES_STATUS_CREATING', 'MODEL_RESOURCES_STATUS_READY'] : undefined,
+        },
+        schema: ModelResourcesListWire,
+      });
+      out.push(...res.data.map(toResource));
+      if (!res.meta?.has_more || !res.meta.next_cursor) break;
+      after = res.meta.next_cursor;
+    }
+    return out;
+  }
+
+  async deactivate(resourceId: string): Promise<TrainerResource> {
+    try {
+      const res = await this.http.request({
+        method: 'POST',
+        path: `${P}/model-resources/${encodeURIComponent(resourceId)}/stop`,
+        query: { force: true },
+        replaySafe: true, // stopping twice is harmless
+        schema: ModelResourcesWire,
+      });
+      return toResource(res);
+    } catch (err) {
+      if (err instanceof ProviderError && err.status === 404) {
+        return { id: resourceId, model: '', state: 'stopped', providerStatus: 'NOT_FOUND', createdAt: '' };
+      }
+      if (err instanceof ProviderError && err.status === 400) {
+        // The service refuses to stop what already stopped or failed: check, and accept those.
+        const current = await this.getResource(resourceId);
+        if (current.state === 'stopped' || current.state === 'stopping' || current.state === 'failed') return current;
+      }
+      throw err;
+    }
+  }
+
+  async openSession(request: OpenSessionRequest): Promise<TrainingSessionInfo> {
+    const body: Record<string, unknown> = {
+      model_resources_id: request.resourceId,
+      lora_config: {
+        rank: request.loraRank,
+        ...(request.loraAlpha !== undefined ? { alpha: request.loraAlpha } : {}),
+        ...(request.seed !== undefined ? { seed: request.seed } : {}),
+      },
+    };
+    if (request.fromCheckpoint) {
+      body.resume_from_checkpoint_id = request.fromCheckpoint.id;
+      body.load_optimizer = request.fromCheckpoint.loadOptimizer;
+    }
+    if (request.displayName) body.display_name = request.displayName;
+    if (request.metadata) body.metadata = request.metadata;
+    const created = toSession(await this.http.request({ method: 'POST', path: `${P}/training-sessions`, body, schema: SessionWire }));
+    if (created.state === 'running') return created;
+    return poll(
+      async () => {
+        const s = await this.getSession(created.id);
+        if (s.state === 'running') return s;
+        if (s.state !== 'starting') throw new ProviderError('SESSION_NOT_RUNNING', 'non-retryable', `training session ${s.id} is ${s.state} while starting`);
+        return undefined;
+      },
+      `training session ${created.id} running`,
+      { initialIntervalMs: 250, maxIntervalMs: 5_000, timeoutMs: 3_600_000 },
+    );
+  }
+
+  async getSession(sessionId: string): Promise<TrainingSessionInfo> {
+    return toSession(await this.http.request({ method: 'GET', path: `${P}/training-sessions/${encodeURIComponent(sessionId)}`, schema: SessionWire }));
+  }
+
+  async closeSession(sessionId: string): Promise<void> {
+    try {
+      await this.http.request({ method: 'POST', path: `${P}/training-sessions/${encodeURIComponent(sessionId)}/stop`, replaySafe: true, schema: anyJson });
+    } catch (err) {
+      if (err instanceof ProviderError && (err.status === 404 || err.status === 400)) return; // gone already
+      throw err;
+    }
+  }
+
+  private async submit<T>(kind: OperationKind, sessionId: string, key: string, body: unknown, wireKind = WIRE_KIND[kind]): Promise<OperationHandle<T>> {
+    const op = await this.http.request({
+      method: 'POST',
+      path: `${P}/training-sessions/${encodeURIComponent(sessionId)}/operations/${wireKind}`,
+      idempotencyKey: key,
+      body,
+      schema: OperationWire,
+    });
+    return { kind, sessionId, operationId: op.id, idempotencyKey: key };
+  }
+
+  submitForwardBackward(sessionId: string, key: string, data: Datum[], options: ForwardBackwardOptions = {}): Promise<OperationHandle<ForwardResult>> {
+    return this.submit('forward-backward', sessionId, key, {
+      loss: { type: 'LOSS_TYPE_CROSS_ENTROPY' },
+      samples: data.map(sampleBody),
+      ...(options.forwardOnly ? { forward_only: true } : {}),
+      ...(options.returnLogprobs ? { return_loss_fn_outputs: true } : {}),
+    });
+  }
+
+  submitOptimStep(sessionId: string, key: string, adam: AdamParams): Promise<OperationHandle<OptimStepResult>> {
+    const adamParams: Record<string, number> = { learning_rate: adam.learningRate };
+    if (adam.beta1 !== undefined) adamParams.beta1 = adam.beta1;
+    if (adam.beta2 !== undefined) adamParams.beta2 = adam.beta2;
+    if (adam.eps !== undefined) adamParams.eps = adam.eps;
+    if (adam.weightDecay !== undefined) adamParams.weight_decay = adam.weightDecay;
+    if (adam.gradClipNorm !== undefined) adamParams.grad_clip_norm = adam.gradClipNorm;
+    return this.submit('optim-step', sessionId, key, { adam_params: adamParams });
+  }
+
+  submitTrainingCheckpoint(sessionId: string, key: string): Promise<OperationHandle<CheckpointResult>> {
+    return this.submit('training-checkpoint', sessionId, key, undefined);
+  }
+
+  /** weights-sync (the generators serve the trained weights) then an inference checkpoint (the deployable artifact). */
+  async submitSamplerWeights(sessionId: string, key: string): Promise<OperationHandle<CheckpointResult>> {
+    const sync = await this.submit<unknown>('sampler-weights', sessionId, `${key}/weights-sync`, { weight_sync_type: 'WEIGHT_SYNC_TYPE_SYNCHRONOUS' }, 'weights-sync');
+    const handle = await this.submit<CheckpointResult>('sampler-weights', sessionId, key, undefined);
+    return { ...handle, prerequisites: [{ wireKind: 'weights-sync', operationId: sync.operationId }] };
+  }
+
+  submitSample(
+    sessionId: string,
+    key: string,
+    prompts: number[][],
+    params: SamplingParams,
+    options: { numSamples?: number; promptLogprobs?: boolean } = {},
+  ): Promise<OperationHandle<SampleResult[]>> {
+    const sampling: Record<string, unknown> = { max_tokens: params.maxTokens, temperature: params.temperature };
+    if (params.topP !== undefined) sampling.top_p = params.topP;
+    if (params.topK !== undefined) sampling.top_k = params.topK;
+    if (params.seed !== undefined) sampling.seed = params.seed;
+    if (params.stop?.length) sampling.stop = params.stop;
+    return this.submit('sample', sessionId, key, {
+      model_inputs: prompts.map((tokens) => ({ chunks: [{ encoded_text: { tokens } }] })),
+      num_samples: options.numSamples ?? 1,
+      sampling_params: sampling,
+      ...(options.promptLogprobs ? { prompt_logprobs: true } : {}),
+    });
+  }
+
+  private async settle(sessionId: string, wireKind: string, operationId: string, options: AwaitOptions): Promise<unknown> {
+    const path = `${P}/training-sessions/${encodeURIComponent(sessionId)}/operations/${wireKind}/${encodeURIComponent(operationId)}`;
+    const op = await poll(
+      async () => {
+        const o = await this.http.request({ method: 'GET', path, schema: OperationWire, signal: options.signal });
+        return o.status === 'TRAINING_OPERATION_STATUS_COMPLETED' || o.status === 'TRAINING_OPERATION_STATUS_FAILED' ? o : undefined;
+      },
+      `${wireKind} operation ${operationId}`,
+      { initialIntervalMs: this.pollIntervalMs, maxIntervalMs: this.maxPollIntervalMs, timeoutMs: options.timeoutMs ?? 300_000, signal: options.signal },
+    );
+    if (op.status === 'TRAINING_OPERATION_STATUS_FAILED') {
+      const code = (op.error?.code ?? 'TRAINING_OPERATION_ERROR_CODE_UNSPECIFIED').replace('TRAINING_OPERATION_ERROR_CODE_', '');
+      throw new ProviderError(`OPERATION_FAILED_${code}`, classifyOperationError(code), `${wireKind} operation ${operationId} failed: ${code}: ${op.error?.message ?? ''}`, {
+        providerCode: code,
+        operationId,
+      });
+    }
+    if (op.output === undefined || op.output === null) {
+      throw new ProviderError('BAD_RESPONSE', 'retryable', `${wireKind} operation ${operationId} completed without an output`, { operationId });
+    }
+    return op.output;
+  }
+
+  async awaitOperation<T>(handle: OperationHandle<T>, options: AwaitOptions = {}): Promise<T> {
+    for (const pre of handle.prerequisites ?? []) await this.settle(handle.sessionId, pre.wireKind, pre.operationId, options);
+    const output = await this.settle(handle.sessionId, WIRE_KIND[handle.kind], handle.operationId, options);
+    return this.decode(handle, output) as T;
+  }
+
+  private decode(handle: OperationHandle<unknown>, output: unknown): unknown {
+    const where = `${handle.kind} operation ${handle.operationId}`;
+    const parse = <S extends z.ZodTypeAny>(schema: S): z.infer<S> => {
+      const parsed = schema.safeParse(output);
+      if (!parsed.success) throw new ProviderError('BAD_RESPONSE', 'non-retryable', `${where}: unexpected output: ${parsed.error.issues[0]?.message}`);
+      return parsed.data;
+    };
+    switch (handle.kind) {
+      case 'forward-backward': {
+        const o = parse(ForwardBackwardOutput);
+        const result: ForwardResult = { loss: o.loss };
+        if (o.loss_fn_outputs) result.logprobs = o.loss_fn_outputs.map((l) => l.tensors.logprobs.data);
+        return result;
+      }
+      case 'optim-step':
+        return { step: parse(OptimStepOutput).step } satisfies OptimStepResult;
+      case 'training-checkpoint':
+      case 'sampler-weights': {
+        const o = parse(CheckpointOutput);
+        return { checkpointId: o.checkpoint.id, step: o.checkpoint.step } satisfies CheckpointResult;
+      }
+      case 'sample':
+        return parse(SampleOutput).results.map(
+          (r): SampleResult => ({
+            sequences: r.sequences.map((s) => ({
+              tokens: s.tokens,
+              logprobs: s.logprobs ?? undefined,
+              stopReason: s.stop_reason === 'STOP_REASON_STOP' ? 'stop' : 'length',
+            })),
+            promptLogprobs: r.prompt_logprobs?.map((v) => v ?? 0),
+            policyVersion: r.policy_segments?.[0]?.version,
+          }),
+        );
+    }
+  }
+
+  /** Publishes weights to the generators without a checkpoint (the policy version sampling then sees). */
+  async syncWeights(sessionId: string, key: string, options: AwaitOptions = {}): Promise<number> {
+    const handle = await this.submit<unknown>('sampler-weights', sessionId, key, { weight_sync_type: 'WEIGHT_SYNC_TYPE_SYNCHRONOUS' }, 'weights-sync');
+    const output = await this.settle(sessionId, 'weights-sync', handle.operationId, options);
+    return WeightsSyncOutput.parse(output).weights_version;
+  }
+
+  close(): Promise<void> {
+    return this.http.close();
+  }
+}

@@ -1,0 +1,188 @@
+/**
+ * The provider-neutral training interface. Activities call this; each wire dialect (together/, baseten/)
+ * implements it. Every mutating trainer call takes the caller's idempotency key, derived from the business
+ * identity (campaign, round, step, op), so a retried call returns the original operation.
+ */
+
+export type ProviderKind = 'together' | 'baseten';
+
+export interface ModelInfo {
+  name: string;
+  maxLoraRank: number;
+  maxSeqLen: number;
+  maxBatchSize: number;
+  /** Present when the provider says (the emulator does); otherwise from the tokenizer. */
+  vocabSize?: number;
+  tokenizer?: string;
+  pricePerHour?: number;
+}
+
+/** Where a trainer resource is in its life, across dialects. */
+export type ResourceState = 'provisioning' | 'ready' | 'stopping' | 'stopped' | 'failed';
+
+export interface TrainerResource {
+  id: string;
+  model: string;
+  state: ResourceState;
+  /** The provider's own status string, for reports. */
+  providerStatus: string;
+  createdAt: string;
+  createdBy?: string;
+  /** The tag the owner gave it at provisioning (where the dialect can carry one). */
+  ownerTag?: string;
+  error?: string;
+}
+
+export interface ProvisionRequest {
+  model: string;
+  /** Identifies the owning workflow; carried in the resource's name/metadata where the dialect allows. */
+  ownerTag: string;
+  /** Generator (sampler) replicas; 0 = trainer only. */
+  generatorReplicas?: number;
+  /** Provider-side auto-stop after this much inactivity (a safety net beyond the reaper). */
+  inactiveTimeoutSeconds?: number;
+}
+
+export type SessionState = 'starting' | 'running' | 'stopping' | 'stopped' | 'failed' | 'expired';
+
+export interface TrainingSessionInfo {
+  id: string;
+  resourceId: string;
+  state: SessionState;
+  /** The trainer's optimizer step counter (continues across a resume with optimizer state). */
+  step: number;
+  trainingCheckpointIds: string[];
+}
+
+export interface OpenSessionRequest {
+  resourceId: string;
+  loraRank: number;
+  loraAlpha?: number;
+  seed?: number;
+  /** Resume from a training checkpoint: with its optimizer state and step, or weights only. */
+  fromCheckpoint?: { id: string; loadOptimizer: boolean };
+  displayName?: string;
+  metadata?: Record<string, string>;
+}
+
+/**
+ * One training example, aligned the Together/Tinker way: `modelInput` is (prompt + completion) minus its last
+ * token, `targetTokens[i]` is the token that follows position i, and `weights[i]` (0 or more) says how much
+ * position i counts in the loss (0 = prompt).
+ */
+export interface Datum {
+  modelInput: number[];
+  targetTokens: number[];
+  weights: number[];
+}
+
+export interface AdamParams {
+  learningRate: number;
+  beta1?: number;
+  beta2?: number;
+  eps?: number;
+  weightDecay?: number;
+  /** Unset: the provider default (1.0); 0 disables clipping. */
+  gradClipNorm?: number;
+}
+
+export interface SamplingParams {
+  maxTokens: number;
+  temperature: number;
+  topP?: number;
+  topK?: number;
+  seed?: number;
+  stop?: string[];
+}
+
+export interface ForwardBackwardOptions {
+  /** Forward only: loss and logprobs, no gradient. */
+  forwardOnly?: boolean;
+  /** Per-token target logprobs in the result. */
+  returnLogprobs?: boolean;
+}
+
+export interface ForwardResult {
+  /** Sum over weighted target tokens of −logprob (as the providers report cross-entropy). */
+  loss: number;
+  logprobs?: number[][];
+}
+
+export interface OptimStepResult {
+  step: number;
+}
+
+export interface CheckpointResult {
+  checkpointId: string;
+  step: number;
+}
+
+export interface SampledSequence {
+  tokens: number[];
+  logprobs?: number[];
+  stopReason: 'stop' | 'length';
+}
+
+export interface SampleResult {
+  sequences: SampledSequence[];
+  promptLogprobs?: number[];
+  policyVersion?: number;
+}
+
+export type OperationKind = 'forward-backward' | 'optim-step' | 'training-checkpoint' | 'sampler-weights' | 'sample';
+
+/**
+ * A submitted operation: small and serialisable, so it can sit in a heartbeat's details and be awaited by
+ * a later attempt. `T` is the result type `awaitOperation` resolves to.
+ */
+export interface OperationHandle<T> {
+  kind: OperationKind;
+  sessionId: string;
+  operationId: string;
+  idempotencyKey: string;
+  /** Operations submitted with this one (same session, earlier in order) whose success it depends on. */
+  prerequisites?: { wireKind: string; operationId: string }[];
+  /** Phantom marker for the result type. */
+  readonly __result?: T;
+}
+
+export interface AwaitOptions {
+  signal?: AbortSignal;
+  timeoutMs?: number;
+}
+
+export interface TrainingProvider {
+  readonly kind: ProviderKind;
+  supportedModels(): Promise<ModelInfo[]>;
+
+  /** Creates a trainer resource. Not idempotent on every dialect: after a lost response, reconcile by listing. */
+  provision(request: ProvisionRequest): Promise<TrainerResource>;
+  getResource(resourceId: string): Promise<TrainerResource>;
+  /** Polls until ready; fails (non-retryable) if the resource fails or stops on the way. */
+  waitReady(resourceId: string, options?: AwaitOptions & { pollIntervalMs?: number }): Promise<TrainerResource>;
+  /** Resources this account created, newest first (`activeOnly`: still holding GPUs). */
+  listOwnedResources(options?: { activeOnly?: boolean }): Promise<TrainerResource[]>;
+  /** Releases the GPUs. Idempotent: a resource already stopped, stopping or failed is fine. Stops its sessions. */
+  deactivate(resourceId: string): Promise<TrainerResource>;
+
+  openSession(request: OpenSessionRequest): Promise<TrainingSessionInfo>;
+  getSession(sessionId: string): Promise<TrainingSessionInfo>;
+  closeSession(sessionId: string): Promise<void>;
+
+  submitForwardBackward(sessionId: string, key: string, data: Datum[], options?: ForwardBackwardOptions): Promise<OperationHandle<ForwardResult>>;
+  submitOptimStep(sessionId: string, key: string, adam: AdamParams): Promise<OperationHandle<OptimStepResult>>;
+  /** Weights + optimizer + step: what a later session resumes from. */
+  submitTrainingCheckpoint(sessionId: string, key: string): Promise<OperationHandle<CheckpointResult>>;
+  /** Publishes the current weights to the sampler and saves them as a deployable artifact. */
+  submitSamplerWeights(sessionId: string, key: string): Promise<OperationHandle<CheckpointResult>>;
+  submitSample(
+    sessionId: string,
+    key: string,
+    prompts: number[][],
+    params: SamplingParams,
+    options?: { numSamples?: number; promptLogprobs?: boolean },
+  ): Promise<OperationHandle<SampleResult[]>>;
+  awaitOperation<T>(handle: OperationHandle<T>, options?: AwaitOptions): Promise<T>;
+
+  close(): Promise<void>;
+}

@@ -1,0 +1,55 @@
+import { randomUUID } from 'node:crypto';
+import { request } from 'undici';
+import { startEmulator, type EmulatorOptions, type RunningEmulator } from '../../emulator/server';
+import type { Ledger } from '../../emulator/engine';
+import { TogetherProvider } from '../../providers/together/client';
+
+export type { RunningEmulator } from '../../emulator/server';
+
+/** An in-process emulator on a free loopback port. */
+export function startTestEmulator(options: EmulatorOptions = {}): Promise<RunningEmulator> {
+  return startEmulator({ port: 0, host: '127.0.0.1', ...options });
+}
+
+/** A fresh API key: the emulator derives the owner from it, so each test sees only its own resources. */
+export function testApiKey(): string {
+  return `test-key-${randomUUID()}`;
+}
+
+export function togetherProvider(emulator: RunningEmulator, apiKey = testApiKey()): TogetherProvider {
+  return new TogetherProvider({ baseUrl: emulator.url, apiKey, pollIntervalMs: 5, maxPollIntervalMs: 50, initialRetryDelayMs: 5, maxRetryDelayMs: 50 });
+}
+
+export async function ledger(emulator: RunningEmulator): Promise<Ledger> {
+  const res = await request(`${emulator.url}/_emulator/ledger`);
+  return (await res.body.json()) as Ledger;
+}
+
+export async function setFaults(emulator: RunningEmulator, config: unknown): Promise<void> {
+  const res = await request(`${emulator.url}/_emulator/faults`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(config),
+  });
+  const text = await res.body.text();
+  if (res.statusCode !== 200) throw new Error(`fault configuration refused: ${res.statusCode} ${text}`);
+}
+
+/** Raw HTTP against the emulator, for wire-level assertions. */
+export async function raw(
+  emulator: RunningEmulator,
+  method: 'GET' | 'POST' | 'PATCH',
+  path: string,
+  options: { apiKey?: string | null; body?: string | object; idempotencyKey?: string } = {},
+): Promise<{ status: number; json: any }> {
+  const headers: Record<string, string> = { 'content-type': 'application/json' };
+  if (options.apiKey !== null) headers.authorization = `Bearer ${options.apiKey ?? 'raw-key'}`;
+  if (options.idempotencyKey) headers['idempotency-key'] = options.idempotencyKey;
+  const res = await request(`${emulator.url}${path}`, {
+    method,
+    headers,
+    body: options.body === undefined ? undefined : typeof options.body === 'string' ? options.body : JSON.stringify(options.body),
+  });
+  const text = await res.body.text();
+  return { status: res.statusCode, json: text ? JSON.parse(text) : undefined };
+}
