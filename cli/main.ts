@@ -19,6 +19,8 @@ export function buildProgram(): Command {
   program.addCommand(workerCommand());
   program.addCommand(demoCommand());
   program.addCommand(emulatorCommand());
+  // Subcommands do not inherit these: usage errors must reach main() as exceptions (exit code 2), not process.exit.
+  for (const command of program.commands) command.exitOverride().showHelpAfterError();
   return program;
 }
 

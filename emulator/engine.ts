@@ -139,7 +139,15 @@ export type OperationInput =
   | { kind: 'inference-checkpoint'; name?: string };
 
 export type OperationOutput =
-  | { kind: 'forward-backward'; loss: number; logprobs: number[][]; tokens: number; returnOutputs: boolean }
+  | {
+      kind: 'forward-backward';
+      loss: number;
+      logprobs: number[][];
+      /** Which positions the loss counted (weight ≠ 0); dialects report the others as 0 or null. */
+      counted: boolean[][];
+      tokens: number;
+      returnOutputs: boolean;
+    }
   | { kind: 'custom-forward-backward'; loss: number; logprobs: number[][] }
   | { kind: 'optim-step'; step: number; gradNorm: number }
   | { kind: 'weights-sync'; weightsVersion: number }
@@ -695,7 +703,8 @@ export class Engine {
         const loss = input.loss.type === 'cross_entropy' ? crossEntropyLoss(input.loss.weights) : linearLogprobLoss(input.loss.gradients);
         const result = input.forwardOnly ? rt.learner.forward(input.sequences, loss) : rt.learner.forwardBackward(input.sequences, loss);
         const tokens = input.loss.type === 'cross_entropy' ? input.loss.weights.flat().filter((w) => w !== 0).length : 0;
-        return { kind: 'forward-backward', loss: result.loss, logprobs: result.logprobs, tokens, returnOutputs: input.returnOutputs };
+        const counted = input.loss.type === 'cross_entropy' ? input.loss.weights.map((w) => w.map((v) => v !== 0)) : result.logprobs.map((l) => l.map(() => true));
+        return { kind: 'forward-backward', loss: result.loss, logprobs: result.logprobs, counted, tokens, returnOutputs: input.returnOutputs };
       }
       case 'custom-forward-backward': {
         const result = rt.learner.forwardBackward(input.sequences, linearLogprobLoss(input.gradients));

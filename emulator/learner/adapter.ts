@@ -3,8 +3,8 @@ import { gaussianVector, hashKey } from './prng';
 
 /**
  * The trainable LoRA adapter, in the `x · A · B` layout: A (in × rank) is seeded random, B (rank × out) starts
- * at zero, so a fresh adapter is a no-op. `unembedB` has one row per active-vocabulary token (|S| × rank), used
- * transposed; rows of tokens seen later are appended as zeros.
+ * at zero, so a fresh adapter is a no-op. `unembedB` has one column per active-vocabulary token (rank × |S|);
+ * columns of tokens seen later start at zero.
  */
 export type AdapterParameter = 'hiddenA' | 'hiddenB' | 'outputA' | 'outputB' | 'unembedA' | 'unembedB';
 
@@ -26,7 +26,7 @@ export function adapterShapes(layout: AdapterLayout, vocabularyRows: number): Ar
     ['outputA', [hidden, rank]],
     ['outputB', [rank, embedding]],
   ];
-  if (layout.trainUnembed) shapes.push(['unembedA', [embedding, rank]], ['unembedB', [vocabularyRows, rank]]);
+  if (layout.trainUnembed) shapes.push(['unembedA', [embedding, rank]], ['unembedB', [rank, vocabularyRows]]);
   return shapes;
 }
 
@@ -44,11 +44,12 @@ export function zerosLike(set: ParameterSet): ParameterSet {
   return new Map([...set].map(([name, values]) => [name, new Float32Array(values.length)]));
 }
 
-/** Appends zero rows to the per-token parameter after the active vocabulary grew to `vocabularyRows`. */
-export function growVocabularyRows(set: ParameterSet, layout: AdapterLayout, vocabularyRows: number): void {
+/** Widens the per-token parameter with zero columns after the active vocabulary grew to `vocabularyRows`. */
+export function growVocabularyColumns(set: ParameterSet, layout: AdapterLayout, vocabularyRows: number): void {
   const current = set.get('unembedB');
   if (!current) return;
-  const grown = new Float32Array(vocabularyRows * layout.rank);
-  grown.set(current);
+  const before = current.length / layout.rank;
+  const grown = new Float32Array(layout.rank * vocabularyRows);
+  for (let r = 0; r < layout.rank; r++) grown.set(current.subarray(r * before, (r + 1) * before), r * vocabularyRows);
   set.set('unembedB', grown);
 }

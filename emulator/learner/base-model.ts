@@ -1,4 +1,5 @@
 import * as tf from '@tensorflow/tfjs-core';
+import type { FrozenMatrix } from './network';
 import { gaussianVector, hashKey } from './prng';
 
 /** Sizes of the frozen stand-in model. Small, so a step of 8×128 tokens stays well under 100 ms on two cores. */
@@ -7,6 +8,11 @@ export const BASE_DIMS = {
   embedding: 64,
   /** Width of the MLP's hidden layer. */
   hidden: 256,
+  /**
+   * Root-mean-square of the output state z (‖z‖ = 2√d = 16): base logits u·z have standard deviation 2 and a
+   * frozen unembedding can still reach logit gaps of ~16, enough for confident predictions over 150K ids.
+   */
+  outputRms: 2,
 } as const;
 
 /** Decay rates of the exponentially weighted bags of earlier tokens (short, medium and long memory). */
@@ -24,14 +30,15 @@ export const FEATURE_WIDTH = BASE_DIMS.embedding * (3 + DECAY_RATES.length);
 export class BaseModel {
   readonly hiddenWeights: tf.Tensor2D; // FEATURE_WIDTH × hidden
   readonly hiddenBias: tf.Tensor1D; // hidden
-  readonly outputWeights: tf.Tensor2D; // hidden × embedding
+  readonly outputWeights: FrozenMatrix; // hidden × embedding
   private readonly embeddings = new Map<number, Float32Array>();
 
   constructor(readonly seed: number) {
     const { hidden, embedding } = BASE_DIMS;
     this.hiddenWeights = tf.tensor2d(gaussianVector(hashKey(seed, 'hidden-weights'), FEATURE_WIDTH * hidden, 1 / Math.sqrt(FEATURE_WIDTH)), [FEATURE_WIDTH, hidden]);
     this.hiddenBias = tf.tensor1d(gaussianVector(hashKey(seed, 'hidden-bias'), hidden, 0.5));
-    this.outputWeights = tf.tensor2d(gaussianVector(hashKey(seed, 'output-weights'), hidden * embedding, Math.sqrt(2 / hidden)), [hidden, embedding]);
+    const output = tf.tensor2d(gaussianVector(hashKey(seed, 'output-weights'), hidden * embedding, Math.sqrt(2 / hidden)), [hidden, embedding]);
+    this.outputWeights = { value: output, transposed: tf.transpose(output) };
   }
 
   /** The input embedding of a token (cached: every token the learner reads, sampled ones included). */
@@ -50,7 +57,7 @@ export class BaseModel {
   }
 
   dispose(): void {
-    tf.dispose([this.hiddenWeights, this.hiddenBias, this.outputWeights]);
+    tf.dispose([this.hiddenWeights, this.hiddenBias, this.outputWeights.value, this.outputWeights.transposed]);
     this.embeddings.clear();
   }
 }

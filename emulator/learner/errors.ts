@@ -1,4 +1,4 @@
-/** The caller's input cannot be trained on or sampled from; nothing in the learner changed. */
+/** The caller's input is invalid; no weights or pending gradients changed. */
 export class LearnerInputError extends Error {
   readonly code = 'INVALID_INPUT';
 
@@ -8,12 +8,12 @@ export class LearnerInputError extends Error {
   }
 }
 
-/** The loss came out NaN or infinite; the gradients of that call were discarded. */
+/** The loss or its gradient came out NaN or infinite; that call accumulated no gradients. */
 export class NonFiniteLossError extends Error {
   readonly code = 'NON_FINITE_LOSS';
 
-  constructor(readonly loss: number) {
-    super(`loss is not finite (${loss}); the gradients of this call were discarded`);
+  constructor(detail: string) {
+    super(`${detail}; no gradients were accumulated`);
     this.name = 'NonFiniteLossError';
   }
 }

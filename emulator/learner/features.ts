@@ -9,17 +9,18 @@ export class CausalContext {
   private current: Float32Array | undefined;
   private previous: Float32Array | undefined;
   private readonly decaySums = DECAY_RATES.map(() => new Float64Array(BASE_DIMS.embedding));
-  private readonly decayWeights = DECAY_RATES.map(() => 0);
+  private readonly decayWeights = new Float64Array(DECAY_RATES.length); // Σ weight² per bag
   private readonly uniformSum = new Float64Array(BASE_DIMS.embedding);
   private count = 0;
 
   /** Reads the next token's embedding. */
   push(embedding: Float32Array): void {
-    if (this.current) {
+    const latest = this.current;
+    if (latest) {
       // The token that was latest now joins the decayed bags of earlier tokens.
       DECAY_RATES.forEach((rate, k) => {
         const sum = this.decaySums[k];
-        for (let i = 0; i < sum.length; i++) sum[i] = rate * sum[i] + this.current[i];
+        for (let i = 0; i < sum.length; i++) sum[i] = rate * sum[i] + latest[i];
         this.decayWeights[k] = rate * rate * this.decayWeights[k] + 1;
       });
     }
@@ -52,7 +53,7 @@ export class CausalContext {
     copy.current = this.current;
     copy.previous = this.previous;
     this.decaySums.forEach((sum, k) => copy.decaySums[k].set(sum));
-    copy.decayWeights.splice(0, this.decayWeights.length, ...this.decayWeights);
+    copy.decayWeights.set(this.decayWeights);
     copy.uniformSum.set(this.uniformSum);
     copy.count = this.count;
     return copy;

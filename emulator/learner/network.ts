@@ -1,12 +1,20 @@
 import * as tf from '@tensorflow/tfjs-core';
-import { BASE_DIMS, type BaseModel } from './base-model';
+import { BASE_DIMS } from './base-model';
 import type { AdapterParameter } from './adapter';
+
+/** A frozen matrix with its transpose kept beside it, so gradients through it need no transposing matMul. */
+export interface FrozenMatrix {
+  value: tf.Tensor2D;
+  transposed: tf.Tensor2D;
+}
 
 /** Everything one forward pass reads. */
 export interface NetworkWeights {
-  base: BaseModel;
-  /** Frozen unembedding rows of the active vocabulary (|S| × d). */
-  unembedding: tf.Tensor2D;
+  hiddenWeights: tf.Tensor2D;
+  hiddenBias: tf.Tensor1D;
+  outputWeights: FrozenMatrix;
+  /** Frozen unembedding of the active vocabulary, one column per token (d × |S|). */
+  unembedding: FrozenMatrix;
   /** Adapter tensors by name; the unembedding pair is absent when it does not train. */
   adapter: ReadonlyMap<AdapterParameter, tf.Tensor2D>;
   /** LoRA scale alpha / rank. */
@@ -22,9 +30,72 @@ export interface OutputLogits {
   remainder: tf.Tensor1D;
 }
 
+// TF.js's WASM matMul runs 10–40× slower with a transpose flag, and its matMul gradient uses those flags; the
+// gradients below transpose explicitly instead.
+
+/** a·b, differentiable in both. */
+const matMul = tf.customGrad((a, b, save) => {
+  const [x, y] = [a as tf.Tensor2D, b as tf.Tensor2D];
+  (save as tf.GradSaveFunc)([x, y]);
+  return {
+    value: tf.matMul(x, y),
+    gradFunc: (dy: tf.Tensor2D, [xs, ys]: tf.Tensor[]) => [tf.matMul(dy, tf.transpose(ys)), tf.matMul(tf.transpose(xs), dy)],
+  };
+}) as (a: tf.Tensor2D, b: tf.Tensor2D) => tf.Tensor2D;
+
+/** x·W for a frozen W: the gradient flows to x only. */
+function frozenMatMul(x: tf.Tensor2D, w: FrozenMatrix): tf.Tensor2D {
+  const op = tf.customGrad<tf.Tensor2D>((input) => ({
+    value: tf.matMul(input as tf.Tensor2D, w.value),
+    gradFunc: (dy) => tf.matMul(dy, w.transposed),
+  }));
+  return op(x);
+}
+
+/**
+ * log Z per row, Z = Σ_j exp(seen_j) + exp(extra), with the softmax as its gradient. Built on WASM's softmax
+ * kernel, which runs ~7× faster than its exp: the row's largest probability is exp(0)/Σ, so Σ comes for free.
+ */
+const logPartition = tf.customGrad((seenInput, extraInput, save) => {
+  const [seen, extra] = [seenInput as tf.Tensor2D, extraInput as tf.Tensor1D];
+  const probabilities = tf.softmax(seen);
+  const seenLogZ = tf.sub(tf.max(seen, 1), tf.log(tf.max(probabilities, 1)));
+  const shift = tf.maximum(seenLogZ, extra);
+  const value = tf.add(shift, tf.log(tf.add(tf.exp(tf.sub(seenLogZ, shift)), tf.exp(tf.sub(extra, shift))))) as tf.Tensor1D;
+  (save as tf.GradSaveFunc)([probabilities, seenLogZ, extra, value]);
+  return {
+    value,
+    gradFunc: (dy: tf.Tensor1D, [p, sLogZ, e, logZ]: tf.Tensor[]) => [
+      tf.mul(p, tf.expandDims(tf.mul(dy, tf.exp(tf.sub(sLogZ, logZ))), 1)),
+      tf.mul(dy, tf.exp(tf.sub(e, logZ))),
+    ],
+  };
+}) as (seen: tf.Tensor2D, extra: tf.Tensor1D) => tf.Tensor1D;
+
+/** seen[i, column[i]] per row, given flat indices i·|S| + column[i]; the gradient scatters back (no one-hot). */
+function pickColumns(seen: tf.Tensor2D, flatIndices: tf.Tensor1D): tf.Tensor1D {
+  const op = tf.customGrad<tf.Tensor1D>((input, save) => {
+    // Saved, not just captured: gradients() disposes every forward tensor it was not asked to keep.
+    (save as tf.GradSaveFunc)([flatIndices]);
+    return {
+      value: tf.gather(tf.reshape(input as tf.Tensor2D, [-1]), flatIndices),
+      gradFunc: (dy, [indices]) => tf.reshape(tf.scatterND(tf.expandDims(indices, 1), dy, [seen.size]), seen.shape),
+    };
+  });
+  return op(seen);
+}
+
 /** x·W + scale·(x·A)·B: a frozen linear map with its low-rank adapter. */
-function adapted(x: tf.Tensor2D, frozen: tf.Tensor2D, a: tf.Tensor2D, b: tf.Tensor2D, scale: number): tf.Tensor2D {
-  return tf.add(tf.matMul(x, frozen), tf.mul(tf.matMul(tf.matMul(x, a), b), scale));
+function adapted(frozenPart: tf.Tensor2D, x: tf.Tensor2D, a: tf.Tensor2D, b: tf.Tensor2D, scale: number): tf.Tensor2D {
+  return tf.add(frozenPart, tf.mul(matMul(matMul(x, a), b), scale));
+}
+
+/**
+ * Rows rescaled to a fixed root-mean-square. Without it the hidden adapters can grow ‖z‖, and with it every logit,
+ * within a few Adam steps; with it, training stays stable up to learning rates of ~0.02.
+ */
+function rmsNormalize(x: tf.Tensor2D, rms: number): tf.Tensor2D {
+  return tf.mul(x, tf.mul(tf.rsqrt(tf.add(tf.mean(tf.square(x), 1, true), 1e-6)), rms));
 }
 
 /** GELU in its sigmoid form, x·σ(1.702x). */
@@ -34,37 +105,39 @@ function gelu(x: tf.Tensor2D): tf.Tensor2D {
 
 /**
  * Features (N × FEATURE_WIDTH) → logits. The remainder logit is log E_u[exp(u·z)] = ‖z‖²/(2d) for an unembedding
- * row u ~ N(0, I/d), so the shared logit is what an average unseen token would score and the distribution over
- * the whole vocabulary stays consistent as tokens move from unseen to seen.
+ * row u ~ N(0, I/d): what an average unseen token would score, so the distribution over the whole vocabulary
+ * stays consistent as tokens move from unseen to seen. (With z RMS-normalised it is the constant outputRms²/2.)
  */
 export function outputLogits(features: tf.Tensor2D, w: NetworkWeights): OutputLogits {
   const lora = (name: AdapterParameter) => w.adapter.get(name)!;
-  const preActivation = tf.add(adapted(features, w.base.hiddenWeights, lora('hiddenA'), lora('hiddenB'), w.scale), w.base.hiddenBias);
-  const z = adapted(gelu(preActivation), w.base.outputWeights, lora('outputA'), lora('outputB'), w.scale);
-  const frozenLogits = tf.matMul(z, w.unembedding, false, true);
-  const seen = w.adapter.has('unembedB')
-    ? tf.add(frozenLogits, tf.mul(tf.matMul(tf.matMul(z, lora('unembedA')), lora('unembedB'), false, true), w.scale))
-    : frozenLogits;
-  const remainder = tf.div(tf.sum(tf.square(z), 1), 2 * BASE_DIMS.embedding);
-  return { seen, remainder: remainder as tf.Tensor1D };
+  const frozenHidden = tf.add<tf.Tensor2D>(tf.matMul(features, w.hiddenWeights), w.hiddenBias); // constant: no gradient
+  const hidden = gelu(adapted(frozenHidden, features, lora('hiddenA'), lora('hiddenB'), w.scale));
+  const state = adapted(frozenMatMul(hidden, w.outputWeights), hidden, lora('outputA'), lora('outputB'), w.scale);
+  const z = rmsNormalize(state, BASE_DIMS.outputRms);
+  const frozenLogits = frozenMatMul(z, w.unembedding);
+  const seen = w.adapter.has('unembedB') ? adapted(frozenLogits, z, lora('unembedA'), lora('unembedB'), w.scale) : frozenLogits;
+  const remainder = tf.div<tf.Tensor1D>(tf.sum(tf.square(z), 1), 2 * BASE_DIMS.embedding);
+  return { seen, remainder };
 }
 
 /** log Z per row, Z = Σ_{s∈S} exp(seen_s) + unseenCount·exp(remainder). */
 export function logNormalizer(logits: OutputLogits, unseenCount: number): tf.Tensor1D {
-  if (unseenCount === 0) return tf.logSumExp(logits.seen, 1);
-  const remainderMass = tf.add(logits.remainder, Math.log(unseenCount)).expandDims(1);
-  return tf.logSumExp(tf.concat([logits.seen, remainderMass], 1), 1);
+  const remainderMass =
+    unseenCount > 0 ? tf.add<tf.Tensor1D>(logits.remainder, Math.log(unseenCount)) : tf.fill([logits.remainder.shape[0]], -Infinity);
+  return logPartition(logits.seen, remainderMass as tf.Tensor1D);
 }
 
-/** log p of each row's target (targets given one-hot over the active vocabulary, N × |S|). */
-export function targetLogprobs(features: tf.Tensor2D, targetsOneHot: tf.Tensor2D, w: NetworkWeights): tf.Tensor1D {
+/** log p of each row's target, given as its active-vocabulary row. */
+export function targetLogprobs(features: tf.Tensor2D, targetRows: Int32Array, w: NetworkWeights): tf.Tensor1D {
   const logits = outputLogits(features, w);
-  return tf.sub(tf.sum(tf.mul(logits.seen, targetsOneHot), 1), logNormalizer(logits, w.unseenCount));
+  const columns = logits.seen.shape[1];
+  const flatIndices = tf.tensor1d(Int32Array.from(targetRows, (row, i) => i * columns + row), 'int32');
+  return tf.sub(pickColumns(logits.seen, flatIndices), logNormalizer(logits, w.unseenCount));
 }
 
 /** log p of every active-vocabulary token (N × |S|) and of each single unseen token (N). */
 export function nextTokenLogprobs(features: tf.Tensor2D, w: NetworkWeights): { seen: tf.Tensor2D; unseen: tf.Tensor1D } {
   const logits = outputLogits(features, w);
   const logZ = logNormalizer(logits, w.unseenCount);
-  return { seen: tf.sub(logits.seen, logZ.expandDims(1)), unseen: tf.sub(logits.remainder, logZ) };
+  return { seen: tf.sub(logits.seen, tf.expandDims(logZ, 1)), unseen: tf.sub(logits.remainder, logZ) };
 }

@@ -57,29 +57,43 @@ export function validateSampleParams(params: SampleParams, isTokenId: (value: un
 /**
  * Picks the next token: greedy at temperature 0, otherwise temperature, then top-k, then top-p over the whole
  * vocabulary (the remainder class counts as `unseenCount` tied tokens, so top-k and top-p may keep part of it),
- * then one draw. Ties go to the smaller token id.
+ * then one draw. Ties go to the smaller token id; the remainder class loses ties.
  */
 export function chooseToken(dist: TokenDistribution, params: SampleParams, random: RandomStream): TokenChoice {
-  const candidates: Candidate[] = Array.from(dist.seen, (logprob, row) => ({
+  if (params.temperature === 0) return greedyChoice(dist);
+  let candidates: Candidate[] = Array.from(dist.seen, (logprob, row) => ({
     choice: { kind: 'seen', row } as TokenChoice,
-    score: logprob,
+    score: logprob / params.temperature,
     count: 1,
     tokenId: dist.tokenIds[row],
   }));
-  if (dist.unseenCount > 0) candidates.push({ choice: { kind: 'unseen' }, score: dist.unseen, count: dist.unseenCount, tokenId: Infinity });
-  candidates.sort((a, b) => b.score - a.score || a.tokenId - b.tokenId);
-  if (params.temperature === 0) return candidates[0].choice;
-
-  const ranked = candidates.map((c) => ({ ...c, score: c.score / params.temperature }));
-  const kept = keepTopP(keepTopK(ranked, params.topK ?? 0), params.topP ?? 1);
-  const top = kept[0].score;
-  const masses = kept.map((c) => c.count * Math.exp(c.score - top));
-  let u = random.next() * masses.reduce((a, b) => a + b, 0);
-  for (let i = 0; i < kept.length; i++) {
-    u -= masses[i];
-    if (u < 0) return kept[i].choice;
+  if (dist.unseenCount > 0) {
+    candidates.push({ choice: { kind: 'unseen' }, score: dist.unseen / params.temperature, count: dist.unseenCount, tokenId: Infinity });
   }
-  return kept[kept.length - 1].choice; // rounding left u a hair above 0
+  const topK = params.topK ?? 0;
+  const topP = params.topP ?? 1;
+  if (topK > 0 || topP < 1) {
+    candidates.sort((a, b) => b.score - a.score || a.tokenId - b.tokenId);
+    candidates = keepTopP(keepTopK(candidates, topK), topP);
+  }
+  const top = candidates.reduce((m, c) => Math.max(m, c.score), -Infinity);
+  const masses = candidates.map((c) => c.count * Math.exp(c.score - top));
+  let u = random.next() * masses.reduce((a, b) => a + b, 0);
+  for (let i = 0; i < candidates.length; i++) {
+    u -= masses[i];
+    if (u < 0) return candidates[i].choice;
+  }
+  return candidates[candidates.length - 1].choice; // rounding left u a hair above 0
+}
+
+function greedyChoice(dist: TokenDistribution): TokenChoice {
+  let best = -1;
+  for (let row = 0; row < dist.seen.length; row++) {
+    const better = best < 0 || dist.seen[row] > dist.seen[best] || (dist.seen[row] === dist.seen[best] && dist.tokenIds[row] < dist.tokenIds[best]);
+    if (better) best = row;
+  }
+  if (dist.unseenCount > 0 && (best < 0 || dist.unseen > dist.seen[best])) return { kind: 'unseen' };
+  return { kind: 'seen', row: best };
 }
 
 /** The k highest-scoring individual tokens (candidates sorted by score). */

@@ -1,5 +1,7 @@
 import * as tf from '@tensorflow/tfjs-core';
 import { BASE_DIMS, type BaseModel } from './base-model';
+import type { FrozenMatrix } from './network';
+import type { RandomStream } from './prng';
 
 /**
  * The tokens the learner has seen, in the order it first saw them: row i of the output layer is token ids[i].
@@ -9,7 +11,7 @@ export class ActiveVocabulary {
   private readonly ids: number[] = [];
   private readonly rowOf = new Map<number, number>();
   private unembeddingRows = new Float32Array(0);
-  private cachedTensor: tf.Tensor2D | undefined;
+  private cachedTensors: FrozenMatrix | undefined;
 
   constructor(
     private readonly base: BaseModel,
@@ -54,16 +56,37 @@ export class ActiveVocabulary {
     grown.set(this.unembeddingRows);
     added.forEach((id, i) => grown.set(this.base.unembeddingOf(id), (this.ids.length - added.length + i) * d));
     this.unembeddingRows = grown;
-    this.cachedTensor?.dispose();
-    this.cachedTensor = undefined;
+    this.dropCachedTensors();
     return added.length;
   }
 
-  /** The frozen unembedding rows of the active vocabulary (|S| × d), kept on the backend until the vocabulary grows. */
-  unembeddingTensor(): tf.Tensor2D {
-    // keep: the cache must outlive the tf.tidy scope that first asks for it
-    this.cachedTensor ??= tf.keep(tf.tensor2d(this.unembeddingRows, [this.ids.length, BASE_DIMS.embedding]));
-    return this.cachedTensor;
+  /** The frozen unembedding, d × |S| (one column per token), kept on the backend until the vocabulary grows. */
+  unembedding(): FrozenMatrix {
+    if (!this.cachedTensors) {
+      // tf.keep: the cache outlives the tf.tidy scope that first asks for it.
+      const rows = tf.keep(tf.tensor2d(this.unembeddingRows, [this.ids.length, BASE_DIMS.embedding]));
+      this.cachedTensors = { value: tf.keep(tf.transpose(rows)), transposed: rows };
+    }
+    return this.cachedTensors;
+  }
+
+  /** A uniformly drawn id outside the active vocabulary. */
+  randomUnseen(random: RandomStream): number {
+    const unseen = this.unseenCount;
+    if (unseen === 0) throw new Error('every vocabulary id is in the active vocabulary');
+    if (unseen * 64 >= this.vocabSize) {
+      // Rejection: at least 1 in 64 draws lands outside the active vocabulary.
+      for (;;) {
+        const id = random.below(this.vocabSize);
+        if (!this.rowOf.has(id)) return id;
+      }
+    }
+    let skip = random.below(unseen);
+    for (let id = 0; id < this.vocabSize; id++) {
+      if (this.rowOf.has(id)) continue;
+      if (skip-- === 0) return id;
+    }
+    throw new Error('unreachable: unseen ids were counted');
   }
 
   /** The smallest id not in the active vocabulary (greedy decoding's pick when the remainder class wins). */
@@ -73,7 +96,11 @@ export class ActiveVocabulary {
   }
 
   dispose(): void {
-    this.cachedTensor?.dispose();
-    this.cachedTensor = undefined;
+    this.dropCachedTensors();
+  }
+
+  private dropCachedTensors(): void {
+    if (this.cachedTensors) tf.dispose([this.cachedTensors.value, this.cachedTensors.transposed]);
+    this.cachedTensors = undefined;
   }
 }

@@ -127,7 +127,9 @@ function operationJson(engine: Engine, op: OperationRecord): Record<string, unkn
       out.output = {
         loss: o.loss,
         metrics: { 'loss:sum': o.loss, 'num_tokens:sum': o.tokens },
-        ...(o.returnOutputs ? { loss_fn_outputs: o.logprobs.map((lp) => ({ tensors: { logprobs: tensor(lp) } })) } : {}),
+        ...(o.returnOutputs
+          ? { loss_fn_outputs: o.logprobs.map((lp, i) => ({ tensors: { logprobs: tensor(lp.map((v, j) => (o.counted[i]![j] ? v : 0))) } })) }
+          : {}),
       };
       break;
     case 'custom-forward-backward':

@@ -38,14 +38,14 @@ test('the official together SDK runs the minimal loop and a batch loop with samp
   expect(summary.models).toContain('roundhouse/tiny-chat');
   expect(summary.minimal_step).toBe(3);
   expect(summary.minimal_losses[2]).toBeLessThan(summary.minimal_losses[0]);
-  expect(summary.weights_version).toBe(6);
-  expect(summary.policy_version).toBe(6);
+  expect(summary.weights_version).toBe(15);
+  expect(summary.policy_version).toBe(15);
   expect(summary.greedy_correct).toBe(3); // the generator serves the trained policy after weights_sync
   expect(summary.prompt_logprobs_len).toBe(5);
-  expect(summary.training_checkpoint_step).toBe(6);
+  expect(summary.training_checkpoint_step).toBe(15);
   expect(summary.listed_checkpoints).toHaveLength(1);
-  expect(summary.resumed_step).toBe(6);
-  expect(summary.resumed_next_step).toBe(7);
+  expect(summary.resumed_step).toBe(15);
+  expect(summary.resumed_next_step).toBe(16);
 
   // The SDK's context managers stopped everything; the ledger agrees.
   const l = await ledger(emulator);
@@ -53,6 +53,6 @@ test('the official together SDK runs the minimal loop and a batch loop with samp
   expect(['STOPPING', 'STOPPED']).toContain(mine.status);
   expect(l.active).not.toContain(summary.resource_id);
   const sessions = l.sessions.filter((s) => s.resourceId === summary.resource_id);
-  expect(sessions.map((s) => s.optimizerSteps)).toEqual(expect.arrayContaining([3, 6, 1]));
+  expect(sessions.map((s) => s.optimizerSteps)).toEqual(expect.arrayContaining([3, 15, 1]));
   expect(sessions.every((s) => s.status === 'STOPPED')).toBe(true);
 }, 300_000);

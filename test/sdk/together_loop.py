@@ -16,6 +16,7 @@ from together.post_training import ModelResourcesClient
 BASE_URL = os.environ["TOGETHER_BASE_URL"]
 API_KEY = os.environ["TOGETHER_API_KEY"]
 MODEL = os.environ.get("TOGETHER_BASE_MODEL", "roundhouse/tiny-chat")
+STEPS = 15
 
 
 def model_input(tokens):
@@ -67,7 +68,7 @@ def main():
         with resources.create_session(display_name="batch-loop", lora_config={"rank": 8}, interval=0.2) as session:
             trainer, generator = session.trainer, session.generator
             rewards = []
-            for step in range(6):
+            for step in range(STEPS):
                 results = generator.sample_batch(
                     [model_input(p) for p in prompts], num_samples=2,
                     sampling_params={"max_tokens": 2, "temperature": 1.0, "seed": step},
@@ -83,7 +84,7 @@ def main():
                     batch.append(sft_sample(prompt, targets[i]))
                 rewards.append(step_reward)
                 trainer.forward_backward(samples=batch, loss={"type": "LOSS_TYPE_CROSS_ENTROPY"})
-                trainer.optim_step(adam_params={"learning_rate": 0.05, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "grad_clip_norm": 1.0})
+                trainer.optim_step(adam_params={"learning_rate": 0.02, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "grad_clip_norm": 1.0})
                 ws = trainer.weights_sync()
             summary["weights_version"] = int(ws.weights_version)
             final = generator.sample_batch([model_input(p) for p in prompts], num_samples=1,

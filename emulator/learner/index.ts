@@ -1,0 +1,436 @@
+/**
+ * The emulator's learner: a frozen, seeded stand-in base model plus a trainable LoRA adapter over token ids.
+ *
+ * Per position t, features [e(x_t), e(x_t−1), bags of e(x_<t) decayed at 0.5 / 0.85 / 0.97, the uniform bag of
+ * e(x_≤t)] (6·64 = 384) → frozen MLP 384 → 256 (GELU) → 64 with LoRA on both maps → RMS-normalised z → logits over the tokens seen
+ * so far (the active vocabulary) through frozen unembedding rows plus a LoRA, and one shared remainder logit for
+ * every other id, so losses and logprobs are a proper distribution over the whole vocabulary. Frozen parameters
+ * are pure functions of (seed, tokenId); only the adapter trains (AdamW).
+ */
+import * as tf from '@tensorflow/tfjs-core';
+import { adamWStep, validateAdamSettings, type AdamMoments, type AdamSettings } from './adam';
+import { adapterShapes, growVocabularyColumns, initialAdapter, zerosLike, type AdapterLayout, type AdapterParameter, type ParameterSet } from './adapter';
+import { ensureWasmBackend } from './backend';
+import { BaseModel, FEATURE_WIDTH } from './base-model';
+import { LearnerInputError } from './errors';
+import { CausalContext, sequenceFeatures } from './features';
+import { ActiveVocabulary } from './vocabulary';
+import { evaluateTokenLoss, type Segment, type TokenLoss } from './losses';
+import { nextTokenLogprobs, targetLogprobs, type NetworkWeights } from './network';
+import { RandomStream, hashKey } from './prng';
+import { chooseToken, validateSampleParams, type SampleParams, type TokenDistribution } from './sampling';
+import { decodeState, encodeState, type LearnerState } from './state';
+
+export type { AdamSettings } from './adam';
+export { ensureWasmBackend } from './backend';
+export { LearnerInputError, NonFiniteLossError } from './errors';
+export { crossEntropyLoss, linearLogprobLoss, type Segment, type TokenLoss } from './losses';
+export type { SampleParams } from './sampling';
+export type { LearnerState } from './state';
+
+export interface LearnerOptions {
+  /** Ids accepted: integers in [0, vocabSize). */
+  vocabSize: number;
+  /** Seed of the frozen base model. */
+  seed: number;
+  /** 1..128. */
+  loraRank: number;
+  /** Default 2·loraRank, i.e. scale alpha/rank = 2 at every rank. */
+  loraAlpha?: number;
+  /** Seed of the adapter's random A matrices; default derived from `seed`. */
+  loraSeed?: number;
+  /** Whether the unembedding (output layer) gets a LoRA too; default true. */
+  trainUnembed?: boolean;
+}
+
+/** target[i] is the token that follows input[i]. */
+export interface TokenSequence {
+  inputTokens: number[];
+  targetTokens: number[];
+}
+
+export interface ForwardResult {
+  loss: number;
+  /** Per sequence, per position: log p(targetTokens[i] | inputTokens[≤i]). */
+  logprobs: number[][];
+}
+
+export interface SampledSequence {
+  tokens: number[];
+  /** The model's log p of each sampled token (temperature 1, before top-k/top-p), as promptLogprobs reports it. */
+  logprobs: number[];
+  stopReason: 'length' | 'stop';
+}
+
+/** The whole next-token distribution after a context: every active-vocabulary token, plus the shared remainder. */
+export interface NextTokenDistribution {
+  seen: Array<{ tokenId: number; logprob: number }>;
+  /** log p of each single unseen id. */
+  unseenLogprob: number;
+  unseenCount: number;
+}
+
+export const MAX_LORA_RANK = 128;
+
+interface ResolvedOptions extends AdapterLayout {
+  vocabSize: number;
+  seed: number;
+  alpha: number;
+  loraSeed: number;
+}
+
+interface PreparedBatch {
+  features: Float32Array;
+  targetRows: Int32Array;
+  segments: Segment[];
+}
+
+/**
+ * A frozen seeded base model plus a trainable LoRA adapter over token ids, trained with AdamW.
+ * Not safe for concurrent use: calls are synchronous, so one caller at a time by construction.
+ */
+export class Learner {
+  private pendingGradients: ParameterSet | undefined;
+  private readonly samplingStream: RandomStream;
+  private disposed = false;
+
+  private constructor(
+    private readonly options: ResolvedOptions,
+    private readonly base: BaseModel,
+    private readonly vocabulary: ActiveVocabulary,
+    private readonly adapter: ParameterSet,
+    private readonly moments: AdamMoments,
+    private stepCount: number,
+  ) {
+    this.samplingStream = new RandomStream(hashKey(options.seed, 'sampling'));
+  }
+
+  static async create(options: LearnerOptions): Promise<Learner> {
+    await ensureWasmBackend();
+    const resolved = resolveOptions(options);
+    const base = new BaseModel(resolved.seed);
+    const adapter = initialAdapter(resolved, resolved.loraSeed, 0);
+    return new Learner(resolved, base, new ActiveVocabulary(base, resolved.vocabSize), adapter, freshMoments(adapter), 0);
+  }
+
+  /** Restores a learner; with `optimizer: false` the Adam moments start fresh and the step count at 0. */
+  static async fromState(options: LearnerOptions, state: LearnerState, restore: { optimizer: boolean }): Promise<Learner> {
+    await ensureWasmBackend();
+    const resolved = resolveOptions(options);
+    const decoded = decodeState(state, resolved);
+    if (restore.optimizer && !decoded.moments) {
+      throw new LearnerInputError('the state has no optimizer moments to restore (it was exported without them)');
+    }
+    const base = new BaseModel(resolved.seed);
+    const vocabulary = new ActiveVocabulary(base, resolved.vocabSize);
+    vocabulary.register(decoded.vocabulary);
+    return restore.optimizer
+      ? new Learner(resolved, base, vocabulary, decoded.adapter, decoded.moments!, decoded.step)
+      : new Learner(resolved, base, vocabulary, decoded.adapter, freshMoments(decoded.adapter), 0);
+  }
+
+  /** Optimizer steps applied. */
+  get step(): number {
+    return this.stepCount;
+  }
+
+  /** Loss and target logprobs, without gradients. */
+  forward(batch: TokenSequence[], loss: TokenLoss): ForwardResult {
+    return this.evaluate(batch, loss, false);
+  }
+
+  /** Loss and target logprobs; the loss's gradients are added to those pending for the next optimStep. */
+  forwardBackward(batch: TokenSequence[], loss: TokenLoss): ForwardResult {
+    return this.evaluate(batch, loss, true);
+  }
+
+  /** Applies the pending gradients (zero if none) with AdamW and clears them. */
+  optimStep(adam: AdamSettings): { step: number; gradNorm: number } {
+    this.assertLive();
+    validateAdamSettings(adam);
+    const gradients = this.pendingGradients ?? zerosLike(this.adapter);
+    const gradNorm = adamWStep(this.adapter, gradients, this.moments, adam, this.stepCount + 1);
+    this.pendingGradients = undefined;
+    this.stepCount += 1;
+    return { step: this.stepCount, gradNorm };
+  }
+
+  /**
+   * `numSamples` continuations of `prompt`. Sample i draws from its own stream, keyed by (params.seed or the
+   * learner's per-call stream, i), so it does not depend on numSamples. Stop sequences and EOS ids are kept at
+   * the end of `tokens`. Sampled tokens are not added to the active vocabulary (prompt tokens are).
+   */
+  sample(prompt: number[], params: SampleParams, numSamples: number): SampledSequence[] {
+    this.assertLive();
+    this.requireTokens(prompt, 'prompt');
+    validateSampleParams(params, (value) => this.isTokenId(value));
+    if (!Number.isInteger(numSamples) || numSamples < 1) throw new LearnerInputError(`numSamples must be an integer ≥ 1, got ${numSamples}`);
+    this.registerTokens(prompt);
+
+    const callKey = params.seed !== undefined ? hashKey(params.seed, 'sample') : hashKey(this.samplingStream.below(0x100000000), 'sample');
+    const promptContext = new CausalContext();
+    for (const token of prompt) promptContext.push(this.base.embeddingOf(token));
+    const active = Array.from({ length: numSamples }, (_, i) => ({
+      context: promptContext.clone(),
+      random: new RandomStream(hashKey(callKey, i)),
+      result: { tokens: [], logprobs: [], stopReason: 'length' } as SampledSequence,
+    }));
+    const eos = new Set(params.eosTokenIds ?? []);
+    const stops = params.stopTokenSequences ?? [];
+    const results = active.map((a) => a.result);
+
+    for (let position = 0; position < params.maxTokens && active.length > 0; position++) {
+      const features = new Float32Array(active.length * FEATURE_WIDTH);
+      active.forEach((a, i) => a.context.writeRow(features, i * FEATURE_WIDTH));
+      const distributions = this.nextTokenDistributions(features, active.length);
+      for (let i = active.length - 1; i >= 0; i--) {
+        const a = active[i];
+        const dist = distributions[i];
+        const choice = chooseToken(dist, params, a.random);
+        const token = choice.kind === 'seen' ? dist.tokenIds[choice.row] : this.unseenToken(params.temperature === 0, a.random);
+        a.result.tokens.push(token);
+        a.result.logprobs.push(choice.kind === 'seen' ? dist.seen[choice.row] : dist.unseen);
+        a.context.push(this.base.embeddingOf(token));
+        if (eos.has(token) || stops.some((stop) => endsWith(a.result.tokens, stop))) {
+          a.result.stopReason = 'stop';
+          active.splice(i, 1);
+        }
+      }
+    }
+    return results;
+  }
+
+  /** [0] = 0 (nothing precedes the first token); [i] = log p(tokens[i] | tokens[<i]). */
+  promptLogprobs(tokens: number[]): number[] {
+    this.assertLive();
+    this.requireTokens(tokens, 'tokens');
+    if (tokens.length === 1) {
+      this.registerTokens(tokens);
+      return [0];
+    }
+    const { logprobs } = this.evaluate([{ inputTokens: tokens.slice(0, -1), targetTokens: tokens.slice(1) }], undefined, false);
+    return [0, ...logprobs[0]];
+  }
+
+  /** The full next-token distribution after `context` (its tokens join the active vocabulary first). */
+  nextTokenDistribution(context: number[]): NextTokenDistribution {
+    this.assertLive();
+    this.requireTokens(context, 'context');
+    this.registerTokens(context);
+    const all = sequenceFeatures([context], (id) => this.base.embeddingOf(id));
+    const [dist] = this.nextTokenDistributions(all.subarray((context.length - 1) * FEATURE_WIDTH), 1);
+    return {
+      seen: Array.from(dist.seen, (logprob, row) => ({ tokenId: dist.tokenIds[row], logprob })),
+      unseenLogprob: dist.unseen,
+      unseenCount: dist.unseenCount,
+    };
+  }
+
+  /** Adapter weights, active vocabulary and step; Adam moments too when asked. Pending gradients are not saved. */
+  exportState(options: { withOptimizer: boolean }): LearnerState {
+    this.assertLive();
+    return encodeState(this.options, {
+      step: this.stepCount,
+      vocabulary: [...this.vocabulary.tokenIds],
+      adapter: this.adapter,
+      moments: options.withOptimizer ? this.moments : undefined,
+    });
+  }
+
+  dispose(): void {
+    if (this.disposed) return;
+    this.disposed = true;
+    this.vocabulary.dispose();
+    this.base.dispose();
+  }
+
+  /**
+   * Logprobs of every position (forward pass in chunks, no tape), the loss and its per-token gradient, then —
+   * with gradients — backpropagation chunk by chunk with that gradient. Chunks bound the N × |S| tensors, whose
+   * WASM memory would otherwise grow with the batch and never be returned.
+   */
+  private evaluate(batch: TokenSequence[], loss: TokenLoss | undefined, withGradients: boolean): ForwardResult {
+    this.assertLive();
+    const prepared = this.prepareBatch(batch);
+    const chunks = positionChunks(prepared.targetRows.length, this.vocabulary.size);
+    const names = this.adapterNames();
+    const logprobs = new Float32Array(prepared.targetRows.length);
+    for (const chunk of chunks) {
+      tf.tidy(() => {
+        const logp = this.chunkLogprobs(prepared, chunk, names, this.adapterTensors(names));
+        logprobs.set(logp.dataSync(), chunk.start);
+      });
+    }
+    const { value, gradient } = loss ? evaluateTokenLoss(loss, logprobs, prepared.segments, withGradients) : { value: 0, gradient: undefined };
+    if (gradient) {
+      for (const chunk of chunks) {
+        // Results leave the tidy through this variable: returning typed arrays from tf.tidy makes it walk every element.
+        let grads: Float32Array[] = [];
+        tf.tidy(() => {
+          const upstream = tf.tensor1d(gradient.subarray(chunk.start, chunk.start + chunk.length));
+          const differentiate = tf.grads((...values: tf.Tensor[]) => this.chunkLogprobs(prepared, chunk, names, values as tf.Tensor2D[]));
+          grads = differentiate(this.adapterTensors(names), upstream).map((g) => g.dataSync() as Float32Array);
+        });
+        this.accumulate(names, grads);
+      }
+    }
+    return {
+      loss: value,
+      logprobs: prepared.segments.map(({ start, length }) => Array.from(logprobs.subarray(start, start + length))),
+    };
+  }
+
+  private chunkLogprobs(prepared: PreparedBatch, chunk: Segment, names: AdapterParameter[], adapter: tf.Tensor2D[]): tf.Tensor1D {
+    const end = chunk.start + chunk.length;
+    const features = tf.tensor2d(prepared.features.subarray(chunk.start * FEATURE_WIDTH, end * FEATURE_WIDTH), [chunk.length, FEATURE_WIDTH]);
+    return targetLogprobs(features, prepared.targetRows.subarray(chunk.start, end), this.weights(names, adapter));
+  }
+
+  private accumulate(names: AdapterParameter[], gradients: Float32Array[]): void {
+    this.pendingGradients ??= zerosLike(this.adapter);
+    names.forEach((name, k) => {
+      const sum = this.pendingGradients!.get(name)!;
+      const add = gradients[k];
+      for (let i = 0; i < add.length; i++) sum[i] += add[i];
+    });
+  }
+
+  /** Validates a batch, adds its tokens to the active vocabulary and computes features and target rows. */
+  private prepareBatch(batch: TokenSequence[]): PreparedBatch {
+    if (!Array.isArray(batch) || batch.length === 0) throw new LearnerInputError('batch must contain at least one sequence');
+    batch.forEach((sequence, s) => {
+      this.requireTokens(sequence?.inputTokens, `batch[${s}].inputTokens`);
+      this.requireTokens(sequence.targetTokens, `batch[${s}].targetTokens`);
+      if (sequence.inputTokens.length !== sequence.targetTokens.length) {
+        throw new LearnerInputError(
+          `batch[${s}] has ${sequence.inputTokens.length} input tokens but ${sequence.targetTokens.length} target tokens; they must pair up`,
+        );
+      }
+    });
+    for (const sequence of batch) this.registerTokens([...sequence.inputTokens, ...sequence.targetTokens]);
+    const segments: Segment[] = [];
+    let start = 0;
+    for (const sequence of batch) {
+      segments.push({ start, length: sequence.inputTokens.length });
+      start += sequence.inputTokens.length;
+    }
+    const targetRows = Int32Array.from(batch.flatMap((s) => s.targetTokens), (id) => this.vocabulary.row(id));
+    const features = sequenceFeatures(
+      batch.map((s) => s.inputTokens),
+      (id) => this.base.embeddingOf(id),
+    );
+    return { features, targetRows, segments };
+  }
+
+  /** The next-token distribution of each feature row. */
+  private nextTokenDistributions(features: Float32Array, rows: number): TokenDistribution[] {
+    let seen: Float32Array = new Float32Array(0);
+    let unseen: Float32Array = new Float32Array(0);
+    tf.tidy(() => {
+      const names = this.adapterNames();
+      const out = nextTokenLogprobs(tf.tensor2d(features, [rows, FEATURE_WIDTH]), this.weights(names, this.adapterTensors(names)));
+      seen = out.seen.dataSync() as Float32Array;
+      unseen = out.unseen.dataSync() as Float32Array;
+    });
+    const size = this.vocabulary.size;
+    return Array.from({ length: rows }, (_, i) => ({
+      seen: seen.subarray(i * size, (i + 1) * size),
+      tokenIds: this.vocabulary.tokenIds,
+      unseen: unseen[i],
+      unseenCount: this.vocabulary.unseenCount,
+    }));
+  }
+
+  /** The id the remainder class stands for when it is chosen: uniform over unseen ids (greedy: the smallest). */
+  private unseenToken(greedy: boolean, random: RandomStream): number {
+    return greedy ? this.vocabulary.smallestUnseen() : this.vocabulary.randomUnseen(random);
+  }
+
+  private registerTokens(tokens: number[]): void {
+    if (this.vocabulary.register(tokens) === 0) return;
+    const rows = this.vocabulary.size;
+    for (const set of [this.adapter, this.moments.first, this.moments.second, this.pendingGradients]) {
+      if (set) growVocabularyColumns(set, this.options, rows);
+    }
+  }
+
+  private adapterNames(): AdapterParameter[] {
+    return adapterShapes(this.options, this.vocabulary.size).map(([name]) => name);
+  }
+
+  private adapterTensors(names: AdapterParameter[]): tf.Tensor2D[] {
+    const shapes = new Map(adapterShapes(this.options, this.vocabulary.size));
+    return names.map((name) => tf.tensor2d(this.adapter.get(name)!, shapes.get(name)!));
+  }
+
+  private weights(names: AdapterParameter[], values: tf.Tensor2D[]): NetworkWeights {
+    return {
+      hiddenWeights: this.base.hiddenWeights,
+      hiddenBias: this.base.hiddenBias,
+      outputWeights: this.base.outputWeights,
+      unembedding: this.vocabulary.unembedding(),
+      adapter: new Map(names.map((name, k) => [name, values[k]])),
+      scale: this.options.alpha / this.options.rank,
+      unseenCount: this.vocabulary.unseenCount,
+    };
+  }
+
+  private isTokenId(value: unknown): boolean {
+    return Number.isInteger(value) && (value as number) >= 0 && (value as number) < this.options.vocabSize;
+  }
+
+  private requireTokens(tokens: unknown, what: string): asserts tokens is number[] {
+    if (!Array.isArray(tokens) || tokens.length === 0) throw new LearnerInputError(`${what} must be a non-empty array of token ids`);
+    const bad = tokens.findIndex((t) => !this.isTokenId(t));
+    if (bad >= 0) {
+      throw new LearnerInputError(
+        `${what}[${bad}] = ${String(tokens[bad])} is not a token id of this model (integers 0..${this.options.vocabSize - 1})`,
+      );
+    }
+  }
+
+  private assertLive(): void {
+    if (this.disposed) throw new Error('this learner was disposed');
+  }
+}
+
+/** Elements of one N × |S| tensor per chunk (4 MiB of float32): peak WASM memory stays near 100 MB. */
+const CHUNK_ELEMENTS = 1 << 20;
+
+/** Consecutive position ranges covering `positions`, each small enough that its logits fit CHUNK_ELEMENTS. */
+function positionChunks(positions: number, vocabularyRows: number): Segment[] {
+  const size = Math.max(1, Math.floor(CHUNK_ELEMENTS / vocabularyRows));
+  return Array.from({ length: Math.ceil(positions / size) }, (_, k) => ({ start: k * size, length: Math.min(size, positions - k * size) }));
+}
+
+function endsWith(tokens: number[], suffix: number[]): boolean {
+  if (suffix.length > tokens.length) return false;
+  const offset = tokens.length - suffix.length;
+  return suffix.every((t, i) => tokens[offset + i] === t);
+}
+
+function freshMoments(adapter: ParameterSet): AdamMoments {
+  return { first: zerosLike(adapter), second: zerosLike(adapter) };
+}
+
+function resolveOptions(options: LearnerOptions): ResolvedOptions {
+  const fail = (message: string): never => {
+    throw new LearnerInputError(`learner options: ${message}`);
+  };
+  if (!Number.isSafeInteger(options.vocabSize) || options.vocabSize < 1) fail(`vocabSize must be a positive integer, got ${options.vocabSize}`);
+  if (!Number.isSafeInteger(options.seed)) fail(`seed must be an integer, got ${options.seed}`);
+  if (!Number.isInteger(options.loraRank) || options.loraRank < 1 || options.loraRank > MAX_LORA_RANK) {
+    fail(`loraRank must be an integer from 1 to ${MAX_LORA_RANK}, got ${options.loraRank}`);
+  }
+  const alpha = options.loraAlpha ?? 2 * options.loraRank;
+  if (!Number.isFinite(alpha) || alpha <= 0) fail(`loraAlpha must be a positive number, got ${alpha}`);
+  if (options.loraSeed !== undefined && !Number.isSafeInteger(options.loraSeed)) fail(`loraSeed must be an integer, got ${options.loraSeed}`);
+  return {
+    vocabSize: options.vocabSize,
+    seed: options.seed,
+    rank: options.loraRank,
+    alpha,
+    loraSeed: options.loraSeed ?? hashKey(options.seed, 'lora'),
+    trainUnembed: options.trainUnembed ?? true,
+  };
+}
