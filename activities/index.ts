@@ -1,2 +1,12 @@
-// Every activity the worker registers, as named exports.
+// Every activity the worker registers. Activities that call providers get them from the worker's registry.
+import { createRoundActivities, type ActivityDeps } from './round';
+import { describeWorker } from './worker-info';
+
 export { describeWorker } from './worker-info';
+export type { ActivityDeps } from './round';
+
+export function createActivities(deps: ActivityDeps) {
+  return { describeWorker, ...createRoundActivities(deps) };
+}
+
+export type Activities = ReturnType<typeof createActivities>;

@@ -14,7 +14,8 @@ export interface ModelInfo {
   /** Present when the provider says (the emulator does); otherwise from the tokenizer. */
   vocabSize?: number;
   tokenizer?: string;
-  pricePerHour?: number;
+  /** GPUs a resource of this model holds, when the provider says. */
+  gpuCount?: number;
 }
 
 /** Where a trainer resource is in its life, across dialects. */

@@ -1,7 +1,8 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { NativeConnection, Worker, type WorkerOptions } from '@temporalio/worker';
-import * as activities from '../activities';
+import { createActivities } from '../activities';
+import { ProviderRegistry } from './providers';
 import { packageRoot } from './temporal-server';
 
 /** A prebuilt bundle (written by `npm run build`) spares the worker webpack at start-up. */
@@ -11,6 +12,8 @@ export function prebuiltBundlePath(): string {
 
 export function workflowSource(): Pick<WorkerOptions, 'workflowBundle' | 'workflowsPath'> {
   const bundle = prebuiltBundlePath();
+  const explicit = process.env.ROUNDHOUSE_WORKFLOW_BUNDLE;
+  if (explicit) return { workflowBundle: { codePath: explicit } };
   if (process.env.ROUNDHOUSE_PREBUILT_BUNDLE !== 'false' && fs.existsSync(bundle)) return { workflowBundle: { codePath: bundle } };
   return { workflowsPath: require.resolve('../workflows') };
 }
@@ -22,6 +25,9 @@ export interface RoundhouseWorkerOptions {
   /** Tests pass a bundle built once per file; otherwise the prebuilt bundle or the workflow sources. */
   workflowBundle?: WorkerOptions['workflowBundle'];
   shutdownGraceTime?: WorkerOptions['shutdownGraceTime'];
+  /** Providers for the activities; defaults to one built from the environment (state in stateDir). */
+  providers?: ProviderRegistry;
+  stateDir?: string;
 }
 
 export async function createRoundhouseWorker(options: RoundhouseWorkerOptions): Promise<Worker> {
@@ -29,7 +35,7 @@ export async function createRoundhouseWorker(options: RoundhouseWorkerOptions): 
     connection: options.connection,
     namespace: options.namespace,
     taskQueue: options.taskQueue,
-    activities,
+    activities: createActivities(options.providers ?? new ProviderRegistry({ stateDir: options.stateDir ?? '.roundhouse' })),
     ...(options.workflowBundle ? { workflowBundle: options.workflowBundle } : workflowSource()),
     shutdownGraceTime: options.shutdownGraceTime ?? '20 seconds',
   });

@@ -1,2 +1,3 @@
 // The one module the worker bundles: every workflow type is a named export here.
 export { preflightWorkflow } from './preflight';
+export { roundWorkflow } from './round';

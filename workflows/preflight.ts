@@ -1,7 +1,7 @@
 import { proxyActivities, workflowInfo } from '@temporalio/workflow';
-import type * as activities from '../activities';
+import type { Activities } from '../activities';
 
-const { describeWorker } = proxyActivities<typeof activities>({
+const { describeWorker } = proxyActivities<Activities>({
   startToCloseTimeout: '30 seconds',
   retry: { maximumAttempts: 3 },
 });

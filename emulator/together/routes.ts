@@ -231,6 +231,7 @@ export function addTogetherRoutes(router: Router, engine: Engine, ownerOf: Owner
         // Not in Together's schema (extra fields are kept by the SDK): lets clients pick the right tokenizer.
         vocab_size: m.vocabSize,
         tokenizer: m.tokenizer,
+        gpu_count: m.gpuCount,
       })),
     },
   }));

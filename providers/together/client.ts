@@ -141,6 +141,7 @@ export class TogetherProvider implements TrainingProvider {
         maxBatchSize: lora?.max_batch_size ?? 256,
         vocabSize: m.vocab_size,
         tokenizer: m.tokenizer ?? m.base_model,
+        gpuCount: m.gpu_count,
       };
     });
   }

@@ -87,6 +87,7 @@ export const SupportedModelsWire = z
         .object({
           base_model: z.string(),
           vocab_size: z.number().optional(),
+          gpu_count: z.number().optional(),
           tokenizer: z.string().optional(),
           compute_configs: z
             .array(

@@ -1,0 +1,181 @@
+import { createHash } from 'node:crypto';
+import fs from 'node:fs';
+import { z } from 'zod';
+import type { TextTokenizer } from '../config/tokenizer';
+import type { Datum } from '../providers/types';
+
+/**
+ * Training and eval data: JSONL files with `{"prompt", "answer"}` rows (the Baseten guide's format) or chat-style
+ * `{"messages": [{role, content}, …]}` rows whose last message is the assistant's answer. Every problem names the
+ * file, the line and the field, and all of them are found before anything is provisioned.
+ */
+
+const PromptAnswerRow = z.object({ prompt: z.string(), answer: z.string() }).passthrough();
+const ChatRow = z
+  .object({ messages: z.array(z.object({ role: z.enum(['system', 'user', 'assistant', 'tool']), content: z.string() }).passthrough()).min(2) })
+  .passthrough();
+
+export interface DataRow {
+  /** 1-based line in the file. */
+  line: number;
+  /** What the model is asked (the prompt text, or the chat before the last message). */
+  prompt: string;
+  /** The expected answer. */
+  answer: string;
+  messages?: { role: string; content: string }[];
+}
+
+export interface Dataset {
+  path: string;
+  sha256: string;
+  rows: DataRow[];
+}
+
+export class DataValidationError extends Error {
+  readonly code = 'INVALID_DATA';
+  constructor(readonly problems: string[]) {
+    super(problems.length === 1 ? problems[0]! : `${problems.length} problems in the data:\n  ${problems.slice(0, 20).join('\n  ')}${problems.length > 20 ? `\n  … and ${problems.length - 20} more` : ''}`);
+    this.name = 'DataValidationError';
+  }
+}
+
+export function sha256File(file: string): string {
+  return createHash('sha256').update(fs.readFileSync(file)).digest('hex');
+}
+
+/** Reads a JSONL dataset; collects every malformed row as `file:line field: problem`. */
+export function readDataset(file: string, problems: string[]): Dataset {
+  let bytes: Buffer;
+  try {
+    bytes = fs.readFileSync(file);
+  } catch (err) {
+    problems.push(`${file}: ${(err as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such file' : (err as Error).message}`);
+    return { path: file, sha256: '', rows: [] };
+  }
+  const rows: DataRow[] = [];
+  const lines = bytes.toString('utf8').split('\n');
+  lines.forEach((text, index) => {
+    const line = index + 1;
+    if (text.trim() === '') return;
+    let json: unknown;
+    try {
+      json = JSON.parse(text);
+    } catch (err) {
+      problems.push(`${file}:${line}: not valid JSON (${(err as Error).message})`);
+      return;
+    }
+    if (json && typeof json === 'object' && 'messages' in json) {
+      const chat = ChatRow.safeParse(json);
+      if (!chat.success) {
+        const issue = chat.error.issues[0]!;
+        problems.push(`${file}:${line} ${['messages', ...issue.path.slice(1)].join('.')}: ${issue.message}`);
+        return;
+      }
+      const messages = chat.data.messages.map((m) => ({ role: m.role, content: m.content }));
+      const last = messages[messages.length - 1]!;
+      if (last.role !== 'assistant') {
+        problems.push(`${file}:${line} messages.${messages.length - 1}.role: the last message must be the assistant's answer`);
+        return;
+      }
+      const prompt = messages.slice(0, -1).map((m) => m.content).join('\n');
+      if (last.content.trim() === '') problems.push(`${file}:${line} messages.${messages.length - 1}.content: the answer must not be empty`);
+      if (prompt.trim() === '') problems.push(`${file}:${line} messages: the prompt messages must not be empty`);
+      rows.push({ line, prompt, answer: last.content, messages });
+      return;
+    }
+    const pa = PromptAnswerRow.safeParse(json);
+    if (!pa.success) {
+      const issue = pa.error.issues[0]!;
+      const field = issue.path.join('.') || '(row)';
+      problems.push(`${file}:${line} ${field}: ${issue.code === 'invalid_type' && /undefined/.test(issue.message) ? 'is required (rows need prompt and answer, or messages)' : issue.message}`);
+      return;
+    }
+    if (pa.data.prompt.trim() === '') problems.push(`${file}:${line} prompt: must not be empty`);
+    if (pa.data.answer.trim() === '') problems.push(`${file}:${line} answer: must not be empty`);
+    rows.push({ line, prompt: pa.data.prompt, answer: pa.data.answer });
+  });
+  if (rows.length === 0 && !problems.some((p) => p.startsWith(file))) problems.push(`${file}: has no rows`);
+  return { path: file, sha256: createHash('sha256').update(bytes).digest('hex'), rows };
+}
+
+export interface TokenizedRow extends DataRow {
+  promptTokens: number[];
+  completionTokens: number[];
+}
+
+/**
+ * Tokenises a row the way it is trained and sampled: with the model's chat template when it has one (the
+ * answer is the assistant turn, ended by the template's end-of-turn), else prompt text then answer + EOS.
+ * Only the completion tokens are trained on.
+ */
+export function tokenizeRow(row: DataRow, tokenizer: TextTokenizer): TokenizedRow {
+  const eos = tokenizer.eosTokenIds;
+  if (tokenizer.hasChatTemplate) {
+    const messages = row.messages ?? [
+      { role: 'user', content: row.prompt },
+      { role: 'assistant', content: row.answer },
+    ];
+    const promptText = tokenizer.renderChat(messages.slice(0, -1), true);
+    const fullText = tokenizer.renderChat(messages, false);
+    const promptTokens = tokenizer.encode(promptText);
+    let full = tokenizer.encode(fullText);
+    if (fullText.startsWith(promptText)) full = [...promptTokens, ...tokenizer.encode(fullText.slice(promptText.length))];
+    // Trailing whitespace after the end-of-turn marker is not part of the answer.
+    const completion = full.slice(promptTokens.length);
+    const endOfTurn = completion.findIndex((t) => eos.includes(t));
+    return { ...row, promptTokens, completionTokens: endOfTurn >= 0 ? completion.slice(0, endOfTurn + 1) : completion };
+  }
+  const promptTokens = tokenizer.encode(row.prompt);
+  return { ...row, promptTokens, completionTokens: [...tokenizer.encode(row.answer), ...eos.slice(0, 1)] };
+}
+
+/** The Together/Tinker alignment: input = all but the last token, targets shifted by one, weight on the answer. */
+export function toDatum(row: Pick<TokenizedRow, 'promptTokens' | 'completionTokens'>): Datum {
+  const full = [...row.promptTokens, ...row.completionTokens];
+  const prompt = row.promptTokens.length;
+  return {
+    modelInput: full.slice(0, -1),
+    targetTokens: full.slice(1),
+    weights: full.slice(1).map((_t, i) => (i + 1 >= prompt ? 1 : 0)),
+  };
+}
+
+export interface ValidationLimits {
+  maxSeqLen: number;
+  /** The model's own limit, when the provider tells it. */
+  modelMaxSeqLen?: number;
+}
+
+/**
+ * Loads and checks train and eval data: every row well-formed, prompt and answer non-empty, no prompt in both
+ * sets, every row within the token limit. Throws DataValidationError listing every problem.
+ */
+export function loadRoundData(
+  trainFile: string,
+  evalFile: string,
+  tokenizer: TextTokenizer,
+  limits: ValidationLimits,
+): { train: Dataset & { rows: TokenizedRow[] }; eval: Dataset & { rows: TokenizedRow[] } } {
+  const problems: string[] = [];
+  const train = readDataset(trainFile, problems);
+  const evalSet = readDataset(evalFile, problems);
+  const trainPrompts = new Map(train.rows.map((r) => [r.prompt.trim(), r.line]));
+  for (const r of evalSet.rows) {
+    const other = trainPrompts.get(r.prompt.trim());
+    if (other !== undefined) problems.push(`${evalFile}:${r.line} prompt: also in the training data (${trainFile}:${other}); eval rows must be held out`);
+  }
+  const limit = Math.min(limits.maxSeqLen, limits.modelMaxSeqLen ?? Infinity);
+  const tokenize = (d: Dataset) =>
+    d.rows.map((row) => {
+      const t = tokenizeRow(row, tokenizer);
+      const length = t.promptTokens.length + t.completionTokens.length;
+      if (length > limit) {
+        problems.push(`${d.path}:${row.line} prompt: ${length} tokens with the answer, over the limit of ${limit} (training.maxSeqLen${limits.modelMaxSeqLen !== undefined && limits.modelMaxSeqLen < limits.maxSeqLen ? ' / the model' : ''})`);
+      }
+      return t;
+    });
+  const trainRows = tokenize(train);
+  const evalRows = tokenize(evalSet);
+  if (problems.length > 0) throw new DataValidationError(problems);
+  return { train: { ...train, rows: trainRows }, eval: { ...evalSet, rows: evalRows } };
+}

@@ -1,0 +1,216 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { LineCounter, parseDocument, isNode } from 'yaml';
+import { z } from 'zod';
+import { ConfigError } from './errors';
+
+/**
+ * The campaign spec: one YAML or JSON file (JSON is YAML). Paths inside it are relative to the file.
+ * Every field is documented in the README's spec reference; defaults are here.
+ */
+
+const positiveInt = z.number().int().min(1);
+
+export const LrScheduleSchema = z
+  .object({
+    kind: z.enum(['constant', 'linear', 'cosine']).default('constant'),
+    /** Steps of linear warm-up from 0 to the learning rate. */
+    warmupSteps: z.number().int().min(0).default(0),
+    /** Where linear and cosine decay end, as a fraction of the learning rate. */
+    minRatio: z.number().min(0).max(1).default(0),
+  })
+  .strict();
+
+export const AdamSchema = z
+  .object({
+    beta1: z.number().min(0).lt(1).default(0.9),
+    beta2: z.number().min(0).lt(1).default(0.95),
+    eps: z.number().positive().default(1e-8),
+    weightDecay: z.number().min(0).default(0),
+    /** 0 disables clipping. */
+    gradClipNorm: z.number().min(0).default(1),
+  })
+  .strict();
+
+export const ProviderSpecSchema = z
+  .object({
+    kind: z.enum(['local', 'together', 'baseten']),
+    /** Omitted for `local`: the worker's own emulator. */
+    baseUrl: z.url({ protocol: /^https?$/ }).optional(),
+    model: z.string().min(1),
+    /** A folder or tokenizer.json to tokenise with, when the model's tokenizer is not bundled or cached. */
+    tokenizer: z.string().min(1).optional(),
+    /** Sampler replicas to provision (sampling needs at least 1). */
+    generatorReplicas: z.number().int().min(1).max(16).default(1),
+    /** Provider-side auto-stop after this much idleness: a safety net behind the reaper. */
+    inactiveTimeoutSeconds: z.number().int().min(300).max(86_400).default(1800),
+  })
+  .strict();
+
+export const TrainingSpecSchema = z
+  .object({
+    epochs: positiveInt.max(1000),
+    batchSize: positiveInt.max(4096),
+    learningRate: z.number().positive().max(10),
+    lrSchedule: LrScheduleSchema.default({ kind: 'constant', warmupSteps: 0, minRatio: 0 }),
+    loraRank: positiveInt.max(128),
+    loraAlpha: z.number().positive().optional(),
+    maxSeqLen: positiveInt.max(1_000_000),
+    adam: AdamSchema.default({ beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0, gradClipNorm: 1 }),
+    /** Seeds the per-epoch shuffle (and the LoRA init where the provider takes one). */
+    seed: z.number().int().min(0).default(0),
+    /** A training segment (one heartbeating activity) ends after this many steps… */
+    segmentSteps: positiveInt.max(100_000).default(100),
+    /** …or this many seconds, whichever comes first. */
+    segmentSeconds: positiveInt.max(3600).default(120),
+    /** Steps submitted ahead of the one being awaited (forward_backward + optim_step each). */
+    pipelineDepth: positiveInt.max(8).default(2),
+  })
+  .strict();
+
+export const SamplingSpecSchema = z
+  .object({
+    maxTokens: positiveInt.max(32_768),
+    temperature: z.number().min(0).max(10).default(0),
+    topP: z.number().gt(0).max(1).optional(),
+    topK: z.number().int().min(0).optional(),
+    stop: z.array(z.string().min(1)).max(16).optional(),
+  })
+  .strict();
+
+export const EvaluationSpecSchema = z
+  .object({
+    scorer: z.enum(['exact', 'contains', 'regex']),
+    /** For `regex`: the pattern a completion must match; `{answer}` is replaced by the escaped expected answer. */
+    pattern: z.string().optional(),
+    caseSensitive: z.boolean().default(false),
+    /** Trim and collapse whitespace before comparing. */
+    normalizeWhitespace: z.boolean().default(true),
+  })
+  .strict()
+  .superRefine((e, ctx) => {
+    if (e.scorer === 'regex') {
+      if (!e.pattern) {
+        ctx.addIssue({ code: 'custom', path: ['pattern'], message: 'is required when scorer is regex' });
+        return;
+      }
+      try {
+        new RegExp(e.pattern.replace('{answer}', 'x'));
+      } catch (err) {
+        ctx.addIssue({ code: 'custom', path: ['pattern'], message: `is not a valid regular expression: ${(err as Error).message}` });
+      }
+    }
+  });
+
+export const RoundsSpecSchema = z
+  .object({
+    max: positiveInt.max(1000).default(1),
+    target: z.object({ metric: z.enum(['accuracy']), atLeast: z.number().min(0).max(1) }).strict().optional(),
+    nextData: z
+      .object({
+        policy: z.enum(['mistakes', 'all', 'static']).default('mistakes'),
+        /** Share of the next training set drawn from rows the last round got right. */
+        replayShare: z.number().min(0).max(1).default(0.3),
+      })
+      .strict()
+      .default({ policy: 'mistakes', replayShare: 0.3 }),
+    /** Round N+1 starts from round N's training checkpoint with optimizer state, or fresh from the base model. */
+    continueFrom: z.enum(['checkpoint', 'base']).default('checkpoint'),
+  })
+  .strict();
+
+export const BudgetSpecSchema = z
+  .object({
+    maxGpuMinutes: z.number().positive().optional(),
+    maxWallMinutes: z.number().positive().optional(),
+  })
+  .strict();
+
+export const AdvancedSpecSchema = z
+  .object({
+    /** A worker that dies is noticed after this long (the training heartbeat timeout). */
+    heartbeatTimeoutSeconds: z.number().int().min(1).max(600).default(30),
+    /** Give up waiting for a resource to become ready after this long. */
+    provisionTimeoutMinutes: z.number().positive().max(24 * 60).default(60),
+  })
+  .strict();
+
+export const CampaignSpecSchema = z
+  .object({
+    name: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$/, 'letters, digits, dot, dash and underscore; at most 100 characters'),
+    provider: ProviderSpecSchema,
+    data: z.object({ train: z.string().min(1), eval: z.string().min(1) }).strict(),
+    training: TrainingSpecSchema,
+    sampling: SamplingSpecSchema,
+    evaluation: EvaluationSpecSchema,
+    rounds: RoundsSpecSchema.default({ max: 1, nextData: { policy: 'mistakes', replayShare: 0.3 }, continueFrom: 'checkpoint' }),
+    budget: BudgetSpecSchema.default({}),
+    advanced: AdvancedSpecSchema.default({ heartbeatTimeoutSeconds: 30, provisionTimeoutMinutes: 60 }),
+  })
+  .strict();
+
+export type CampaignSpec = z.infer<typeof CampaignSpecSchema>;
+export type TrainingSpec = z.infer<typeof TrainingSpecSchema>;
+export type SamplingSpec = z.infer<typeof SamplingSpecSchema>;
+export type EvaluationSpec = z.infer<typeof EvaluationSpecSchema>;
+export type ProviderSpec = z.infer<typeof ProviderSpecSchema>;
+export type LrSchedule = z.infer<typeof LrScheduleSchema>;
+
+/** A spec error names the file, the line, and the field: `campaign.yaml:12 training.epochs: …`. */
+export class SpecError extends ConfigError {
+  constructor(
+    readonly file: string,
+    readonly line: number | undefined,
+    readonly field: string,
+    problem: string,
+  ) {
+    super(`${file}${line ? `:${line}` : ''}${field ? ` ${field}` : ''}`, problem);
+    this.name = 'SpecError';
+  }
+}
+
+/** Parses spec text; `file` is used in errors and to resolve the data paths. */
+export function parseCampaignSpec(text: string, file: string): CampaignSpec {
+  const lineCounter = new LineCounter();
+  const doc = parseDocument(text, { lineCounter, prettyErrors: false });
+  if (doc.errors.length > 0) {
+    const e = doc.errors[0]!;
+    throw new SpecError(file, e.linePos?.[0]?.line, '', `not valid YAML or JSON: ${e.message.split('\n')[0]}`);
+  }
+  const lineOf = (p: readonly PropertyKey[]): number | undefined => {
+    for (let depth = p.length; depth >= 0; depth--) {
+      const node = doc.getIn(p.slice(0, depth) as (string | number)[], true);
+      if (isNode(node) && node.range) return lineCounter.linePos(node.range[0]).line;
+    }
+    return undefined;
+  };
+  const parsed = CampaignSpecSchema.safeParse(doc.toJS());
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0]!;
+    let fieldPath = issue.path;
+    let message = issue.message;
+    if (issue.code === 'unrecognized_keys') {
+      fieldPath = [...issue.path, issue.keys[0]!];
+      message = 'is not a known field';
+    } else if (issue.code === 'invalid_type' && /received undefined/.test(issue.message)) {
+      message = 'is required';
+    }
+    throw new SpecError(file, lineOf(fieldPath), fieldPath.join('.') || '(spec)', message);
+  }
+  const spec = parsed.data;
+  const dir = path.dirname(path.resolve(file));
+  spec.data.train = path.resolve(dir, spec.data.train);
+  spec.data.eval = path.resolve(dir, spec.data.eval);
+  if (spec.provider.tokenizer) spec.provider.tokenizer = path.resolve(dir, spec.provider.tokenizer);
+  return spec;
+}
+
+export function loadCampaignSpec(file: string): CampaignSpec {
+  let text: string;
+  try {
+    text = fs.readFileSync(file, 'utf8');
+  } catch (err) {
+    throw new SpecError(file, undefined, '', (err as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such file' : (err as Error).message);
+  }
+  return parseCampaignSpec(text, file);
+}

@@ -1,0 +1,78 @@
+/**
+ * Generates the support-ticket classifier data (the Baseten guide's example, enlarged): short tickets, each
+ * labelled with one of five categories; a held-out eval set with no prompt shared with training.
+ * Deterministic: `npx tsx examples/support-tickets/generate.ts [trainRows] [evalRows] [outDir]`.
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+
+const CATEGORIES: Record<string, { subjects: string[]; problems: string[] }> = {
+  billing: {
+    subjects: ['my invoice', 'the last bill', 'my credit card', 'the subscription charge', 'my payment', 'the monthly fee'],
+    problems: ['was charged twice', 'shows the wrong amount', 'has an unexpected fee', 'was billed after I cancelled', 'does not match my plan', 'includes tax I should not pay'],
+  },
+  outage: {
+    subjects: ['the dashboard', 'the API', 'your website', 'the mobile app', 'the sync service', 'the upload page'],
+    problems: ['is down for everyone', 'returns server errors', 'has been unavailable since morning', 'times out on every request', 'shows a blank page', 'stopped responding'],
+  },
+  login: {
+    subjects: ['my account', 'the sign-in page', 'my password', 'two-factor authentication', 'the login link', 'my username'],
+    problems: ['will not let me sign in', 'says my password is wrong', 'keeps asking for a code', 'locked me out', 'rejects my reset email', 'logs me out immediately'],
+  },
+  shipping: {
+    subjects: ['my order', 'the package', 'the delivery', 'my parcel', 'the tracking number', 'the shipment'],
+    problems: ['has not arrived yet', 'went to the wrong address', 'is stuck in transit', 'arrived damaged', 'shows no tracking updates', 'is two weeks late'],
+  },
+  refund: {
+    subjects: ['my return', 'the refund request', 'the cancelled order', 'the returned item', 'my money back', 'the store credit'],
+    problems: ['was approved but never paid', 'is still pending after a month', 'was refused without reason', 'came back as the wrong amount', 'has no status update', 'went to an old card'],
+  },
+};
+
+const OPENERS = ['Hello,', 'Hi team,', 'Urgent:', 'Please help:', 'Good morning,', 'Hey,', 'Question:', 'Support,'];
+const CLOSERS = ['Thanks.', 'Please advise.', 'What should I do?', 'Can you fix this?', 'This is frustrating.', 'Any update?', 'Regards.', ''];
+
+function mulberry32(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+export function generateTickets(count: number, seed: number, exclude = new Set<string>()): { prompt: string; answer: string }[] {
+  const random = mulberry32(seed);
+  const pick = <T>(xs: T[]) => xs[Math.floor(random() * xs.length)]!;
+  const labels = Object.keys(CATEGORIES);
+  const rows: { prompt: string; answer: string }[] = [];
+  const seen = new Set(exclude);
+  for (let attempts = 0; rows.length < count && attempts < count * 50; attempts++) {
+    const label = labels[rows.length % labels.length]!;
+    const c = CATEGORIES[label]!;
+    const ticket = [pick(OPENERS), `${pick(c.subjects)} ${pick(c.problems)}.`, pick(CLOSERS)].filter(Boolean).join(' ');
+    const prompt = `Classify this support ticket as billing, outage, login, shipping or refund.\nTicket: ${ticket}\nCategory:`;
+    if (seen.has(prompt)) continue;
+    seen.add(prompt);
+    rows.push({ prompt, answer: label });
+  }
+  return rows;
+}
+
+export function writeTicketData(outDir: string, trainRows: number, evalRows: number): { train: string; eval: string } {
+  const evalSet = generateTickets(evalRows, 7);
+  const train = generateTickets(trainRows, 1, new Set(evalSet.map((r) => r.prompt)));
+  fs.mkdirSync(outDir, { recursive: true });
+  const files = { train: path.join(outDir, 'train.jsonl'), eval: path.join(outDir, 'eval.jsonl') };
+  fs.writeFileSync(files.train, train.map((r) => JSON.stringify(r)).join('\n') + '\n');
+  fs.writeFileSync(files.eval, evalSet.map((r) => JSON.stringify(r)).join('\n') + '\n');
+  return files;
+}
+
+if (require.main === module) {
+  const [train = '300', evalRows = '60', out = __dirname] = process.argv.slice(2);
+  const files = writeTicketData(out, Number(train), Number(evalRows));
+  process.stdout.write(`wrote ${files.train} and ${files.eval}\n`);
+}

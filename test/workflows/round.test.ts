@@ -1,0 +1,164 @@
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { WorkflowFailedError } from '@temporalio/client';
+import { Worker, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
+import { ProviderRegistry } from '../../workers/providers';
+import { createRoundhouseWorker } from '../../workers/worker';
+import { roundProgressQuery, type RoundResult } from '../../workflows/round-contract';
+import { ledger, setFaults, startTestEmulator, type RunningEmulator } from '../helpers/emulator';
+import { ticketRoundInput } from '../helpers/round';
+import { bundleWorkflows, connectTestTemporal, uniqueTaskQueue, type TestTemporal } from '../helpers/temporal';
+
+let temporal: TestTemporal;
+let bundle: WorkflowBundleWithSourceMap;
+let emulator: RunningEmulator;
+let providers: ProviderRegistry;
+const completedHistories: { workflowId: string; history: unknown }[] = [];
+
+beforeAll(async () => {
+  temporal = await connectTestTemporal();
+  bundle = await bundleWorkflows();
+  emulator = await startTestEmulator({ provisioningDelayMs: 200 });
+  providers = new ProviderRegistry({ stateDir: fs.mkdtempSync(path.join(os.tmpdir(), 'rh-providers-')) });
+});
+
+afterAll(async () => {
+  await providers?.close();
+  await emulator?.close();
+  await temporal?.close();
+});
+
+async function withWorker<T>(taskQueue: string, body: () => Promise<T>): Promise<T> {
+  const worker = await createRoundhouseWorker({
+    connection: temporal.nativeConnection,
+    namespace: temporal.settings.namespace,
+    taskQueue,
+    workflowBundle: bundle,
+    providers,
+  });
+  return worker.runUntil(body());
+}
+
+function readReport(result: { reportPath: string }): Record<string, any> {
+  return JSON.parse(fs.readFileSync(result.reportPath, 'utf8'));
+}
+
+test('a round on the support-ticket example trains (trained < baseline), scores, releases the GPU and reports', async () => {
+  const taskQueue = uniqueTaskQueue('round');
+  const input = ticketRoundInput({ baseUrl: emulator.url, campaignId: `tickets-${taskQueue}`, trainRows: 48, evalRows: 10 });
+  const workflowId = `round-${taskQueue}`;
+  const result: RoundResult = await withWorker(taskQueue, async () => {
+    const handle = await temporal.client.workflow.start('roundWorkflow', { taskQueue, workflowId, args: [input] });
+    return handle.result();
+  });
+
+  expect(result.status).toBe('completed');
+  expect(result.totalSteps).toBe(12); // 48 rows / batch 8 × 2 epochs
+  expect(result.stepsApplied).toBe(12);
+  expect(result.trainedLoss!).toBeLessThan(result.baselineLoss!);
+  expect(result.accuracy).toBeGreaterThanOrEqual(0);
+
+  const report = readReport(result);
+  expect(report).toMatchObject({
+    status: 'completed',
+    error_type: null,
+    cleanup_status: 'deactivated',
+    steps_applied: 12,
+    steps_planned: 12,
+    train_sha256: expect.stringMatching(/^[0-9a-f]{64}$/),
+    eval_sha256: expect.stringMatching(/^[0-9a-f]{64}$/),
+    training_checkpoint_id: expect.any(String),
+    sampler_checkpoint_id: expect.any(String),
+  });
+  expect(report.deactivated_ids).toEqual([report.resource_id]);
+  expect(report.evaluations).toHaveLength(10);
+  expect(report.evaluations[0]).toEqual({ line: 1, prompt: expect.any(String), expected: expect.any(String), completion: expect.any(String), match: expect.any(Boolean) });
+  expect(report.steps.map((s: { step: number }) => s.step)).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]);
+
+  const l = await ledger(emulator);
+  const session = l.sessions.find((s) => s.resourceId === report.resource_id)!;
+  expect(session.optimizerSteps).toBe(12);
+  expect(l.active).not.toContain(report.resource_id);
+
+  // History grows with segments, not steps.
+  const history = await temporal.client.workflow.getHandle(workflowId).fetchHistory();
+  completedHistories.push({ workflowId, history });
+  const events = history.events!.length;
+  process.stderr.write(`[round] ${events} history events for 12 steps in 3 segments\n`);
+  expect(events).toBeLessThan(120);
+});
+
+test('a cancelled round releases its trainer within 10 s and reports cancelled', async () => {
+  const taskQueue = uniqueTaskQueue('round-cancel');
+  const input = ticketRoundInput({ baseUrl: emulator.url, campaignId: `cancel-${taskQueue}`, trainRows: 400, evalRows: 4 });
+  const workflowId = `round-${taskQueue}`;
+  await withWorker(taskQueue, async () => {
+    const handle = await temporal.client.workflow.start('roundWorkflow', { taskQueue, workflowId, args: [input] });
+    for (let i = 0; i < 600; i++) {
+      const p = await handle.query(roundProgressQuery);
+      if (p.phase === 'training' && p.step >= 4) break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    const { resourceId } = await handle.query(roundProgressQuery);
+    const cancelledAt = Date.now();
+    await handle.cancel();
+    await expect(handle.result()).rejects.toBeInstanceOf(WorkflowFailedError);
+    let released = false;
+    while (Date.now() - cancelledAt < 10_000) {
+      if (!(await ledger(emulator)).active.includes(resourceId!)) {
+        released = true;
+        break;
+      }
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    expect(released).toBe(true);
+    process.stderr.write(`[round] cancel → deactivated in ${Date.now() - cancelledAt} ms\n`);
+  });
+  const report = JSON.parse(fs.readFileSync(path.join(input.reportDir, 'round-1.json'), 'utf8'));
+  expect(report).toMatchObject({ status: 'cancelled', error_type: 'Cancelled', cleanup_status: 'deactivated' });
+});
+
+test('a round whose loss goes non-finite fails with that error type, releases the trainer and still reports', async () => {
+  const taskQueue = uniqueTaskQueue('round-fail');
+  const input = ticketRoundInput({ baseUrl: emulator.url, campaignId: `fail-${taskQueue}`, trainRows: 16, evalRows: 4 });
+  await setFaults(emulator, { rules: [{ kind: 'fail-operation', operation: 'optim-step', errorCode: 'NON_FINITE_LOSS', max: 1 }] });
+  try {
+    const err = await withWorker(taskQueue, async () => {
+      const handle = await temporal.client.workflow.start('roundWorkflow', { taskQueue, workflowId: `round-${taskQueue}`, args: [input] });
+      return handle.result().catch((e: unknown) => e);
+    });
+    expect(err).toBeInstanceOf(WorkflowFailedError);
+    expect((err as WorkflowFailedError).cause).toMatchObject({ type: 'NON_FINITE_LOSS' });
+  } finally {
+    await setFaults(emulator, {});
+  }
+  const report = JSON.parse(fs.readFileSync(path.join(input.reportDir, 'round-1.json'), 'utf8'));
+  expect(report).toMatchObject({ status: 'failed', error_type: 'NON_FINITE_LOSS', cleanup_status: 'deactivated' });
+  expect((await ledger(emulator)).active).not.toContain(report.resource_id);
+});
+
+test('bad data fails before anything is provisioned, naming file, line and field', async () => {
+  const taskQueue = uniqueTaskQueue('round-bad');
+  const input = ticketRoundInput({ baseUrl: emulator.url, campaignId: `bad-${taskQueue}`, trainRows: 16, evalRows: 4 });
+  fs.appendFileSync(input.data.train, '{"prompt": "", "answer": "billing"}\n');
+  const before = (await ledger(emulator)).resources.length;
+  const err = await withWorker(taskQueue, async () => {
+    const handle = await temporal.client.workflow.start('roundWorkflow', { taskQueue, workflowId: `round-${taskQueue}`, args: [input] });
+    return handle.result().catch((e: unknown) => e);
+  });
+  expect((err as WorkflowFailedError).cause).toMatchObject({ type: 'InvalidInput' });
+  const report = JSON.parse(fs.readFileSync(path.join(input.reportDir, 'round-1.json'), 'utf8'));
+  expect(report.error_type).toBe('InvalidInput');
+  expect(report.cleanup_status).toBe('nothing-to-release');
+  expect((await ledger(emulator)).resources.length).toBe(before);
+  expect(((err as WorkflowFailedError).cause as Error).message).toContain(`${input.data.train}:17 prompt: must not be empty`);
+  expect(report.error_message).toContain(`${input.data.train}:17 prompt: must not be empty`);
+});
+
+test('histories of completed rounds replay without nondeterminism against the current code', async () => {
+  expect(completedHistories.length).toBeGreaterThan(0);
+  for (const { workflowId, history } of completedHistories) {
+    await Worker.runReplayHistory({ workflowBundle: bundle }, history as never, workflowId);
+  }
+});

@@ -1,0 +1,67 @@
+import path from 'node:path';
+import { ApplicationFailure } from '@temporalio/activity';
+import type { ProviderSpec } from '../config/spec';
+import { startEmulator, type RunningEmulator } from '../emulator/server';
+import { TogetherProvider } from '../providers/together/client';
+import type { TrainingProvider } from '../providers/types';
+
+/** The key the worker uses against its own emulator (the emulator derives the account from it). */
+export const LOCAL_EMULATOR_KEY = 'roundhouse-local';
+
+export interface ProviderRegistryOptions {
+  env?: NodeJS.ProcessEnv;
+  /** Where `kind: local` goes when the spec gives no baseUrl: ROUNDHOUSE_EMULATOR_URL, else an embedded emulator. */
+  stateDir: string;
+}
+
+/**
+ * Builds providers for specs, once per (kind, base URL). API keys come from the worker's environment only
+ * (TOGETHER_API_KEY, BASETEN_API_KEY), never from workflow inputs.
+ */
+export class ProviderRegistry {
+  private readonly providers = new Map<string, TrainingProvider>();
+  private embedded: Promise<RunningEmulator> | undefined;
+  private readonly env: NodeJS.ProcessEnv;
+
+  constructor(private readonly options: ProviderRegistryOptions) {
+    this.env = options.env ?? process.env;
+  }
+
+  /** The local emulator's URL, starting the embedded one (state in <stateDir>/emulator) on first use. */
+  async localEmulatorUrl(): Promise<string> {
+    if (this.env.ROUNDHOUSE_EMULATOR_URL) return this.env.ROUNDHOUSE_EMULATOR_URL;
+    this.embedded ??= startEmulator({ port: 0, stateDir: path.join(this.options.stateDir, 'emulator'), provisioningDelayMs: 500 });
+    return (await this.embedded).url;
+  }
+
+  async providerFor(spec: ProviderSpec): Promise<TrainingProvider> {
+    const baseUrl = spec.kind === 'local' ? (spec.baseUrl ?? (await this.localEmulatorUrl())) : spec.baseUrl;
+    const id = `${spec.kind}|${baseUrl ?? 'default'}`;
+    let provider = this.providers.get(id);
+    if (!provider) {
+      provider = this.create(spec.kind, baseUrl);
+      this.providers.set(id, provider);
+    }
+    return provider;
+  }
+
+  private create(kind: ProviderSpec['kind'], baseUrl: string | undefined): TrainingProvider {
+    switch (kind) {
+      case 'local':
+        return new TogetherProvider({ baseUrl, apiKey: LOCAL_EMULATOR_KEY });
+      case 'together': {
+        const apiKey = this.env.TOGETHER_API_KEY;
+        if (!apiKey) throw ApplicationFailure.nonRetryable('TOGETHER_API_KEY is not set in the worker environment', 'InvalidInput');
+        return new TogetherProvider({ baseUrl, apiKey });
+      }
+      case 'baseten':
+        throw ApplicationFailure.nonRetryable('provider.kind baseten is not available in this version yet', 'InvalidInput');
+    }
+  }
+
+  async close(): Promise<void> {
+    for (const p of this.providers.values()) await p.close();
+    this.providers.clear();
+    if (this.embedded) await (await this.embedded).close();
+  }
+}
