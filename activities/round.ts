@@ -173,7 +173,10 @@ export function createRoundActivities(deps: ActivityDeps) {
               } catch (err) {
                 if (!(err instanceof ProviderError && err.errorClass === 'needs-reconcile')) throw err;
                 resourceId = await adoptNewResource(provider, before, input.spec.provider.model);
-                if (!resourceId) throw err; // the create did not happen after all: Temporal retries it
+                if (!resourceId) {
+                  // The create did not happen after all: let Temporal retry it (the next attempt looks again first).
+                  throw ApplicationFailure.retryable(`resource create outcome unknown and no new resource found; retrying`, 'ProvisionUnconfirmed');
+                }
               }
             }
             heartbeat({ before, resourceId });
@@ -203,18 +206,31 @@ export function createRoundActivities(deps: ActivityDeps) {
       const provider = await deps.providerFor(input.spec.provider);
       const previous = Context.current().info.heartbeatDetails as { sessionId?: string } | undefined;
       return atBoundary(async () => {
+        heartbeat({ sessionId: previous?.sessionId, attempt: true });
         if (previous?.sessionId) {
           const existing = await provider.getSession(previous.sessionId).catch(() => undefined);
           if (existing?.state === 'running') return { sessionId: existing.id, stepOffset: existing.step };
         }
-        const session = await provider.openSession({
-          resourceId: input.resourceId,
-          loraRank: input.spec.training.loraRank,
-          loraAlpha: input.spec.training.loraAlpha,
-          seed: input.spec.training.seed,
-          fromCheckpoint: input.startFrom && { id: input.startFrom.checkpointId, loadOptimizer: input.startFrom.loadOptimizer },
-          displayName: input.ownerTag.slice(0, 200),
-        });
+        const displayName = input.ownerTag.slice(0, 200);
+        // An unanswered create may have opened a session: adopt it rather than opening a second.
+        const adopt = async () => (await provider.listSessions(input.resourceId)).find((s) => s.displayName === displayName && s.state === 'running');
+        let session = previous ? await adopt() : undefined;
+        if (!session) {
+          try {
+            session = await provider.openSession({
+              resourceId: input.resourceId,
+              loraRank: input.spec.training.loraRank,
+              loraAlpha: input.spec.training.loraAlpha,
+              seed: input.spec.training.seed,
+              fromCheckpoint: input.startFrom && { id: input.startFrom.checkpointId, loadOptimizer: input.startFrom.loadOptimizer },
+              displayName,
+            });
+          } catch (err) {
+            if (!(err instanceof ProviderError && err.errorClass === 'needs-reconcile')) throw err;
+            session = await adopt();
+            if (!session) throw ApplicationFailure.retryable(`session create outcome unknown and none found on ${input.resourceId}; retrying`, 'SessionUnconfirmed');
+          }
+        }
         heartbeat({ sessionId: session.id });
         return { sessionId: session.id, stepOffset: session.step };
       });

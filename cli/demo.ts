@@ -19,6 +19,8 @@ export function demoCommand(): Command {
           connection: workerConnection,
           namespace: settings.namespace,
           taskQueue: settings.taskQueue,
+          stateDir: settings.stateDir,
+          tuning: settings.tuning,
         });
         const client = new Client({ connection: clientConnection, namespace: settings.namespace });
         const workflowId = `preflight-${Date.now()}`;

@@ -14,7 +14,7 @@ export function upCommand(): Command {
       logger.info({ address: server.address, ui: server.uiUrl, db: server.dbFile, source: server.source }, 'Temporal server ready');
       const connection = await connectWorker(settings, server.address);
       try {
-        const worker = await createRoundhouseWorker({ connection, namespace: settings.namespace, taskQueue: settings.taskQueue });
+        const worker = await createRoundhouseWorker({ connection, namespace: settings.namespace, taskQueue: settings.taskQueue, stateDir: settings.stateDir, tuning: settings.tuning });
         logger.info({ taskQueue: settings.taskQueue }, 'worker started; Ctrl-C stops the stack (state is kept)');
         await worker.run();
       } finally {

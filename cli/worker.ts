@@ -13,7 +13,7 @@ export function workerCommand(): Command {
       if (!settings.address) throw new ConfigError('TEMPORAL_ADDRESS', 'is required for `roundhouse worker` (use `roundhouse up` for a local server)');
       const connection = await connectWorker(settings);
       try {
-        const worker = await createRoundhouseWorker({ connection, namespace: settings.namespace, taskQueue: settings.taskQueue });
+        const worker = await createRoundhouseWorker({ connection, namespace: settings.namespace, taskQueue: settings.taskQueue, stateDir: settings.stateDir, tuning: settings.tuning });
         logger.info({ address: settings.address, namespace: settings.namespace, taskQueue: settings.taskQueue }, 'worker started');
         await worker.run(); // returns after SIGINT/SIGTERM and a graceful drain
       } finally {

@@ -172,7 +172,7 @@ export class SpecError extends ConfigError {
 /** Parses spec text; `file` is used in errors and to resolve the data paths. */
 export function parseCampaignSpec(text: string, file: string): CampaignSpec {
   const lineCounter = new LineCounter();
-  const doc = parseDocument(text, { lineCounter, prettyErrors: false });
+  const doc = parseDocument(text, { lineCounter });
   if (doc.errors.length > 0) {
     const e = doc.errors[0]!;
     throw new SpecError(file, e.linePos?.[0]?.line, '', `not valid YAML or JSON: ${e.message.split('\n')[0]}`);
@@ -186,7 +186,8 @@ export function parseCampaignSpec(text: string, file: string): CampaignSpec {
   };
   const parsed = CampaignSpecSchema.safeParse(doc.toJS());
   if (!parsed.success) {
-    const issue = parsed.error.issues[0]!;
+    // A misspelt key explains the "missing" field it was meant to be: report it first.
+    const issue = parsed.error.issues.find((i) => i.code === 'unrecognized_keys') ?? parsed.error.issues[0]!;
     let fieldPath = issue.path;
     let message = issue.message;
     if (issue.code === 'unrecognized_keys') {

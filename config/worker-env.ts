@@ -39,6 +39,11 @@ export const WorkerEnvSchema = z.object({
   TEMPORAL_TLS_SERVER_NAME: z.string().trim().min(1).optional(),
   ROUNDHOUSE_LOG_LEVEL: z.enum(LOG_LEVELS, { message: `expected one of ${LOG_LEVELS.join(', ')}` }).default('info'),
   ROUNDHOUSE_STATE_DIR: z.string().trim().min(1).default('.roundhouse'),
+  ROUNDHOUSE_EMULATOR_URL: z.url({ protocol: /^https?$/ }).optional(),
+  ROUNDHOUSE_MAX_CONCURRENT_ACTIVITIES: z.coerce.number().int().min(1).max(10_000).optional(),
+  ROUNDHOUSE_MAX_CACHED_WORKFLOWS: z.coerce.number().int().min(0).max(100_000).optional(),
+  ROUNDHOUSE_STICKY_QUEUE_TIMEOUT_MS: z.coerce.number().int().min(100).max(600_000).optional(),
+  ROUNDHOUSE_SHUTDOWN_GRACE_MS: z.coerce.number().int().min(0).max(3_600_000).default(20_000),
 });
 
 export type WorkerEnv = z.infer<typeof WorkerEnvSchema>;
@@ -59,6 +64,13 @@ export interface WorkerSettings {
   tls?: TemporalTls;
   logLevel: (typeof LOG_LEVELS)[number];
   stateDir: string;
+  emulatorUrl?: string;
+  tuning: {
+    maxConcurrentActivities?: number;
+    maxCachedWorkflows?: number;
+    stickyQueueTimeoutMs?: number;
+    shutdownGraceMs: number;
+  };
 }
 
 /** Reads and validates the worker environment; throws a ConfigError naming the first bad variable. */
@@ -111,5 +123,12 @@ export function loadWorkerSettings(env: NodeJS.ProcessEnv = process.env): Worker
     tls,
     logLevel: e.ROUNDHOUSE_LOG_LEVEL,
     stateDir: path.resolve(e.ROUNDHOUSE_STATE_DIR),
+    emulatorUrl: e.ROUNDHOUSE_EMULATOR_URL,
+    tuning: {
+      maxConcurrentActivities: e.ROUNDHOUSE_MAX_CONCURRENT_ACTIVITIES,
+      maxCachedWorkflows: e.ROUNDHOUSE_MAX_CACHED_WORKFLOWS,
+      stickyQueueTimeoutMs: e.ROUNDHOUSE_STICKY_QUEUE_TIMEOUT_MS,
+      shutdownGraceMs: e.ROUNDHOUSE_SHUTDOWN_GRACE_MS,
+    },
   };
 }

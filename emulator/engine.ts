@@ -725,8 +725,10 @@ export class Engine {
         return { kind: 'weights-sync', weightsVersion: s.weightsVersion };
       }
       case 'sample': {
+        const eosTokenIds = this.resources.get(s.resourceId)!.model.eosTokenIds;
+        const params = eosTokenIds && !input.params.eosTokenIds ? { ...input.params, eosTokenIds } : input.params;
         const results = input.prompts.map((prompt) => ({
-          sequences: rt.generator.sample(prompt, input.params, input.numSamples),
+          sequences: rt.generator.sample(prompt, params, input.numSamples),
           promptLogprobs: input.promptLogprobs ? rt.generator.promptLogprobs(prompt) : undefined,
           policyVersion: s.weightsVersion,
         }));

@@ -9,8 +9,9 @@ import { seededRandom } from './random';
  * - `lose-response`: the request is handled (work applied), then the connection is destroyed instead of answering.
  * - `fail-operation`: a submitted operation completes as FAILED with `errorCode` (its work is not applied).
  * - `resource-error`: the resource of a matching operation dies (ERROR) instead of running it; billing stops.
+ * - `delay`: a matching request waits `delayMs` before it is handled (a slow phase, for chaos tests).
  */
-export const FAULT_KINDS = ['http-429', 'http-500', 'http-503', 'reset', 'lose-response', 'fail-operation', 'resource-error'] as const;
+export const FAULT_KINDS = ['http-429', 'http-500', 'http-503', 'reset', 'lose-response', 'fail-operation', 'resource-error', 'delay'] as const;
 export type FaultKind = (typeof FAULT_KINDS)[number];
 
 export const FaultRuleSchema = z.object({
@@ -26,6 +27,7 @@ export const FaultRuleSchema = z.object({
   operation: z.string().optional(),
   errorCode: z.string().optional(),
   retryAfterMs: z.number().int().min(0).max(60_000).default(200),
+  delayMs: z.number().int().min(0).max(600_000).default(1000),
 });
 
 export const FaultConfigSchema = z.object({

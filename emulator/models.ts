@@ -16,6 +16,8 @@ export interface EmulatedModel {
   tokenizer: string;
   /** Seed of the frozen stand-in base model. */
   seed: number;
+  /** Tokens that end generation (the emulator's own models, whose tokenizer ships with it). */
+  eosTokenIds?: number[];
 }
 
 function model(m: Omit<EmulatedModel, 'seed'>): EmulatedModel {
@@ -23,7 +25,7 @@ function model(m: Omit<EmulatedModel, 'seed'>): EmulatedModel {
 }
 
 export const EMULATED_MODELS: readonly EmulatedModel[] = [
-  model({ name: 'roundhouse/tiny-chat', vocabSize: 4096, maxSeqLen: 2048, maxLoraRank: 64, maxBatchSize: 256, gpuType: 'H100-80GB', gpuCount: 1, pricePerGpuHour: 2.5, contextLength: 2048, tokenizer: 'roundhouse/tiny-chat' }),
+  model({ name: 'roundhouse/tiny-chat', vocabSize: 4096, maxSeqLen: 2048, maxLoraRank: 64, maxBatchSize: 256, gpuType: 'H100-80GB', gpuCount: 1, pricePerGpuHour: 2.5, contextLength: 2048, tokenizer: 'roundhouse/tiny-chat', eosTokenIds: [0, 2] }),
   model({ name: 'Qwen/Qwen3-8B', vocabSize: 151_936, maxSeqLen: 32_768, maxLoraRank: 64, maxBatchSize: 512, gpuType: 'H100-80GB', gpuCount: 8, pricePerGpuHour: 2.99, contextLength: 40_960, tokenizer: 'Qwen/Qwen3-8B' }),
   model({ name: 'Qwen/Qwen3-4B-Instruct-2507', vocabSize: 151_936, maxSeqLen: 32_768, maxLoraRank: 64, maxBatchSize: 512, gpuType: 'H100-80GB', gpuCount: 4, pricePerGpuHour: 2.99, contextLength: 32_768, tokenizer: 'Qwen/Qwen3-4B-Instruct-2507' }),
   model({ name: 'meta-llama/Llama-3.1-8B-Instruct', vocabSize: 128_256, maxSeqLen: 32_768, maxLoraRank: 64, maxBatchSize: 512, gpuType: 'H100-80GB', gpuCount: 8, pricePerGpuHour: 2.99, contextLength: 131_072, tokenizer: 'meta-llama/Llama-3.1-8B-Instruct' }),

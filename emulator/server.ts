@@ -72,6 +72,8 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Runn
         if (!isControl) {
           const event = { method, path: url.pathname };
           if (engine.faults.latencyMs > 0) await new Promise((r) => setTimeout(r, engine.faults.latencyMs));
+          const slow = engine.faults.draw(['delay'], event);
+          if (slow) await new Promise((r) => setTimeout(r, slow.delayMs));
           const early = engine.faults.draw(['http-429', 'http-500', 'http-503', 'reset'], event);
           if (early?.kind === 'reset') {
             req.socket.destroy();

@@ -53,6 +53,7 @@ export interface TrainingSessionInfo {
   /** The trainer's optimizer step counter (continues across a resume with optimizer state). */
   step: number;
   trainingCheckpointIds: string[];
+  displayName?: string;
 }
 
 export interface OpenSessionRequest {
@@ -168,6 +169,8 @@ export interface TrainingProvider {
 
   openSession(request: OpenSessionRequest): Promise<TrainingSessionInfo>;
   getSession(sessionId: string): Promise<TrainingSessionInfo>;
+  /** Sessions on a resource (newest first): how an unanswered session create is reconciled, by display name. */
+  listSessions(resourceId: string): Promise<TrainingSessionInfo[]>;
   closeSession(sessionId: string): Promise<void>;
 
   submitForwardBackward(sessionId: string, key: string, data: Datum[], options?: ForwardBackwardOptions): Promise<OperationHandle<ForwardResult>>;

@@ -3,6 +3,7 @@ import path from 'node:path';
 import { NativeConnection, Worker, type WorkerOptions } from '@temporalio/worker';
 import { createActivities } from '../activities';
 import { ProviderRegistry } from './providers';
+import type { WorkerSettings } from '../config/worker-env';
 import { packageRoot } from './temporal-server';
 
 /** A prebuilt bundle (written by `npm run build`) spares the worker webpack at start-up. */
@@ -28,6 +29,7 @@ export interface RoundhouseWorkerOptions {
   /** Providers for the activities; defaults to one built from the environment (state in stateDir). */
   providers?: ProviderRegistry;
   stateDir?: string;
+  tuning?: WorkerSettings['tuning'];
 }
 
 export async function createRoundhouseWorker(options: RoundhouseWorkerOptions): Promise<Worker> {
@@ -37,6 +39,9 @@ export async function createRoundhouseWorker(options: RoundhouseWorkerOptions): 
     taskQueue: options.taskQueue,
     activities: createActivities(options.providers ?? new ProviderRegistry({ stateDir: options.stateDir ?? '.roundhouse' })),
     ...(options.workflowBundle ? { workflowBundle: options.workflowBundle } : workflowSource()),
-    shutdownGraceTime: options.shutdownGraceTime ?? '20 seconds',
+    shutdownGraceTime: options.shutdownGraceTime ?? options.tuning?.shutdownGraceMs ?? '20 seconds',
+    ...(options.tuning?.maxConcurrentActivities !== undefined ? { maxConcurrentActivityTaskExecutions: options.tuning.maxConcurrentActivities } : {}),
+    ...(options.tuning?.maxCachedWorkflows !== undefined ? { maxCachedWorkflows: options.tuning.maxCachedWorkflows } : {}),
+    ...(options.tuning?.stickyQueueTimeoutMs !== undefined ? { stickyQueueScheduleToStartTimeout: options.tuning.stickyQueueTimeoutMs } : {}),
   });
 }

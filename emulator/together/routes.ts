@@ -1,6 +1,7 @@
 import type { Engine, CheckpointRecord, OperationKind, OperationRecord, ResourceRecord, ResourceStatus, SessionRecord, SessionStatus } from '../engine';
 import { EmulatorHttpError, badRequest } from '../errors';
 import type { EmulatorRequest, Router } from '../http';
+import { bundledTokenizerDir, tokenizerFor } from '../../config/tokenizer';
 import { EMULATED_MODELS, findModel } from '../models';
 import {
   ExtendExpiryBody,
@@ -340,7 +341,7 @@ export function addTogetherRoutes(router: Router, engine: Engine, ownerOf: Owner
           if (engine.resources.get(session.resourceId)!.numGeneratorReplicas === 0) {
             throw badRequest('this model resource has no generator replicas (num_generator_replicas is 0)', 'FAILED_PRECONDITION');
           }
-          return parseSample(req.body, model.vocabSize, undefined);
+          return parseSample(req.body, model.vocabSize, stopEncoder(model.name));
         case 'training-checkpoint':
           return { kind: 'training-checkpoint' };
         case 'inference-checkpoint':
@@ -373,6 +374,14 @@ export function addTogetherRoutes(router: Router, engine: Engine, ownerOf: Owner
   });
 
   router.add('GET', `${P}/checkpoints/:id`, (req) => ({ body: checkpointJson(engine.getCheckpoint(req.params.id!, ownerOf(req))) }));
+}
+
+/** Stop strings become token sequences with the model's own tokenizer, where the emulator ships one. */
+function stopEncoder(model: string): ((text: string) => number[]) | undefined {
+  const dir = bundledTokenizerDir(model);
+  if (!dir) return undefined;
+  const tokenizer = tokenizerFor(model, undefined, dir);
+  return (text) => tokenizer.encode(text);
 }
 
 function headerValue(h: string | string[] | undefined): string | undefined {

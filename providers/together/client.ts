@@ -31,6 +31,7 @@ import {
   OperationWire,
   OptimStepOutput,
   SampleOutput,
+  SessionListWire,
   SessionWire,
   SupportedModelsWire,
   WeightsSyncOutput,
@@ -96,6 +97,7 @@ function toSession(w: z.infer<typeof SessionWire>): TrainingSessionInfo {
     state: SESSION_STATES[w.status] ?? 'starting',
     step: w.step,
     trainingCheckpointIds: (w.training_checkpoints ?? []).map((c) => c.id),
+    displayName: w.display_name ?? undefined,
   };
 }
 
@@ -264,6 +266,23 @@ export class TogetherProvider implements TrainingProvider {
 
   async getSession(sessionId: string): Promise<TrainingSessionInfo> {
     return toSession(await this.http.request({ method: 'GET', path: `${P}/training-sessions/${encodeURIComponent(sessionId)}`, schema: SessionWire }));
+  }
+
+  async listSessions(resourceId: string): Promise<TrainingSessionInfo[]> {
+    const out: TrainingSessionInfo[] = [];
+    let after: string | undefined;
+    for (let pageNo = 0; pageNo < 100; pageNo++) {
+      const res = await this.http.request({
+        method: 'GET',
+        path: `${P}/training-sessions`,
+        query: { model_resources_id: resourceId, created_by: 'me', limit: 100, after },
+        schema: SessionListWire,
+      });
+      out.push(...(res.data ?? []).map(toSession));
+      if (!res.meta?.has_more || !res.meta.next_cursor) break;
+      after = res.meta.next_cursor;
+    }
+    return out;
   }
 
   async closeSession(sessionId: string): Promise<void> {

@@ -29,10 +29,18 @@ export const SessionWire = z
     model_resources_id: z.string().default(''),
     status: z.string(),
     step: int64.default(0),
+    display_name: z.string().optional().nullable(),
     training_checkpoints: z.array(z.object({ id: z.string() }).passthrough()).nullable().default([]),
   })
   .passthrough();
 export type SessionWire = z.infer<typeof SessionWire>;
+
+export const SessionListWire = z
+  .object({
+    data: z.array(SessionWire).nullable().default([]),
+    meta: z.object({ has_more: z.boolean().optional(), next_cursor: z.string().optional().nullable() }).passthrough().optional().nullable(),
+  })
+  .passthrough();
 
 export const OperationWire = z
   .object({

@@ -156,6 +156,26 @@ test('bad data fails before anything is provisioned, naming file, line and field
   expect(report.error_message).toContain(`${input.data.train}:17 prompt: must not be empty`);
 });
 
+test('history grows with segments, not steps: twice the steps in the same number of segments adds no events', async () => {
+  const eventsFor = async (trainRows: number, segmentSteps: number) => {
+    const taskQueue = uniqueTaskQueue('round-events');
+    const input = ticketRoundInput({ baseUrl: emulator.url, campaignId: `events-${taskQueue}`, trainRows, evalRows: 4 });
+    input.spec.training.segmentSteps = segmentSteps;
+    const workflowId = `round-${taskQueue}`;
+    const result: RoundResult = await withWorker(taskQueue, async () =>
+      (await temporal.client.workflow.start('roundWorkflow', { taskQueue, workflowId, args: [input] })).result(),
+    );
+    const history = await temporal.client.workflow.getHandle(workflowId).fetchHistory();
+    completedHistories.push({ workflowId, history });
+    return { steps: result.stepsApplied, events: history.events!.length };
+  };
+  const short = await eventsFor(48, 4); // 12 steps, 3 segments
+  const long = await eventsFor(96, 8); // 24 steps, 3 segments
+  process.stderr.write(`[round] ${short.events} events for ${short.steps} steps; ${long.events} events for ${long.steps} steps (3 segments each)\n`);
+  expect(long.steps).toBe(2 * short.steps);
+  expect(Math.abs(long.events - short.events)).toBeLessThanOrEqual(2);
+});
+
 test('histories of completed rounds replay without nondeterminism against the current code', async () => {
   expect(completedHistories.length).toBeGreaterThan(0);
   for (const { workflowId, history } of completedHistories) {

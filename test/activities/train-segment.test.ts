@@ -1,0 +1,81 @@
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { MockActivityEnvironment } from '@temporalio/testing';
+import { createRoundActivities, type SegmentInput } from '../../activities/round';
+import { ProviderRegistry } from '../../workers/providers';
+import { ledger, startTestEmulator, type RunningEmulator } from '../helpers/emulator';
+import { ticketRoundInput } from '../helpers/round';
+
+let emulator: RunningEmulator;
+
+/** MockActivityEnvironment.run, typed by the activity it runs. */
+function run<A extends unknown[], R>(env: MockActivityEnvironment, fn: (...args: A) => Promise<R>, ...args: A): Promise<R> {
+  return env.run<A, R, (...a: A) => Promise<R>>(fn, ...args);
+}
+let providers: ProviderRegistry;
+
+beforeAll(async () => {
+  emulator = await startTestEmulator();
+  providers = new ProviderRegistry({ stateDir: fs.mkdtempSync(path.join(os.tmpdir(), 'rh-seg-')) });
+});
+
+afterAll(async () => {
+  await providers.close();
+  await emulator.close();
+});
+
+/** A provisioned trainer with an open session and a segment input for the ticket data (16 rows, batch 8, 2 epochs = 4 steps). */
+async function setup(campaignId: string) {
+  const input = ticketRoundInput({ baseUrl: emulator.url, campaignId, trainRows: 16, evalRows: 4 });
+  const activities = createRoundActivities(providers);
+  const env = new MockActivityEnvironment();
+  const plan = await run(env, activities.prepareRound, { spec: input.spec, data: input.data });
+  const trainer = await run(env, activities.provisionTrainer, { spec: input.spec, ownerTag: campaignId });
+  const session = await run(env, activities.openTrainingSession, { spec: input.spec, resourceId: trainer.resourceId, ownerTag: campaignId });
+  const segment: SegmentInput = {
+    campaignId,
+    round: 1,
+    spec: { ...input.spec, training: { ...input.spec.training, segmentSteps: 2 } },
+    data: { ...input.data, trainSha256: plan.trainSha256, evalSha256: plan.evalSha256 },
+    sessionId: session.sessionId,
+    stepOffset: session.stepOffset,
+    cursor: { step: 0 },
+    totalSteps: plan.totalSteps,
+    stepsDir: path.join(input.reportDir, 'steps'),
+  };
+  return { activities, segment, trainer, session };
+}
+
+test('a segment trains from its cursor to its bound, heartbeating the cursor after every step', async () => {
+  const { activities, segment, session } = await setup('seg-basic');
+  const env = new MockActivityEnvironment();
+  const beats: { step: number }[] = [];
+  env.on('heartbeat', (d: { step: number }) => d && typeof d.step === 'number' && beats.push(d));
+  const result = await run(env, activities.trainSegment, segment);
+  expect(result).toMatchObject({ cursor: { step: 2 }, stepsApplied: 2 });
+  expect(beats.map((b) => b.step)).toContain(2);
+  expect((await ledger(emulator)).sessions.find((s) => s.id === session.sessionId)!.optimizerSteps).toBe(2);
+});
+
+test('a retried attempt resumes from its last heartbeat; steps applied after it are resubmitted under the same keys, not applied twice', async () => {
+  const { activities, segment, session } = await setup('seg-resume');
+  // The first attempt applied steps 1 and 2, but the last heartbeat the server kept said step 1 (throttled).
+  await run(new MockActivityEnvironment(), activities.trainSegment, segment);
+  const second = new MockActivityEnvironment({ heartbeatDetails: { step: 1, inFlight: [] }, attempt: 2 });
+  const result = await run(second, activities.trainSegment, segment);
+  expect(result.cursor.step).toBe(2);
+  const entry = (await ledger(emulator)).sessions.find((s) => s.id === session.sessionId)!;
+  expect(entry.optimizerSteps).toBe(2);
+  expect(entry.duplicatesAbsorbed).toBe(2); // step 2's forward_backward and optim_step
+});
+
+test('a provider step counter outside the segment fails loudly instead of training over it', async () => {
+  const { activities, segment, session } = await setup('seg-mismatch');
+  const provider = await providers.providerFor(segment.spec.provider);
+  // Someone else applies three steps to this session.
+  for (let i = 0; i < 3; i++) await provider.awaitOperation(await provider.submitOptimStep(session.sessionId, `intruder/${i}`, { learningRate: 0.001 }));
+  const env = new MockActivityEnvironment();
+  await expect(run(env, activities.trainSegment, segment)).rejects.toMatchObject({ type: 'StepCounterMismatch', nonRetryable: true });
+  expect((await ledger(emulator)).sessions.find((s) => s.id === session.sessionId)!.optimizerSteps).toBe(3);
+});

@@ -1,0 +1,164 @@
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import type { WorkflowHandle } from '@temporalio/client';
+import { ProviderRegistry } from '../../workers/providers';
+import { createRoundhouseWorker } from '../../workers/worker';
+import { roundProgressQuery, type RoundProgress, type RoundResult } from '../../workflows/round-contract';
+import { ledger, setFaults, startTestEmulator, type RunningEmulator } from '../helpers/emulator';
+import { ticketRoundInput } from '../helpers/round';
+import { connectTestTemporal, uniqueTaskQueue, type TestTemporal } from '../helpers/temporal';
+import { bundleToFile, startWorkerProcess, type WorkerProcess } from '../helpers/worker-process';
+
+let temporal: TestTemporal;
+let bundleFile: string;
+
+beforeAll(async () => {
+  temporal = await connectTestTemporal();
+  bundleFile = await bundleToFile();
+});
+
+afterAll(async () => {
+  await temporal?.close();
+});
+
+/** Seeded, so a failing run can be replayed. */
+function seeded(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = Math.imul(a ^ (a >>> 15), a | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+async function progressOf(handle: WorkflowHandle): Promise<RoundProgress | undefined> {
+  try {
+    return await handle.query(roundProgressQuery);
+  } catch {
+    return undefined; // no worker right now
+  }
+}
+
+test('SIGKILL of the worker at every phase boundary and inside training: a fresh worker finishes with exactly the planned steps and nothing left active', async () => {
+  const emulator: RunningEmulator = await startTestEmulator({ provisioningDelayMs: 1500, operationLatencyMs: 60 });
+  // Each late phase is slow enough (its first request waits) to be caught and killed in.
+  await setFaults(emulator, {
+    rules: ['forward-backward', 'training-checkpoint', 'weights-sync', 'sample'].map((op) => ({
+      kind: 'delay',
+      method: 'POST',
+      path: `/operations/${op}$`,
+      delayMs: 1500,
+      max: op === 'forward-backward' ? 0 : 3,
+    })),
+  });
+  const taskQueue = uniqueTaskQueue('crash');
+  const input = ticketRoundInput({
+    baseUrl: emulator.url,
+    campaignId: `crash-${taskQueue}`,
+    trainRows: 64,
+    evalRows: 8,
+    heartbeatTimeoutSeconds: 2,
+    overrides: '',
+  });
+  input.spec.training.epochs = 3; // 64 / 8 × 3 = 24 steps in segments of 4
+  const env = {
+    TEMPORAL_ADDRESS: process.env.TEMPORAL_ADDRESS!,
+    ROUNDHOUSE_TASK_QUEUE: taskQueue,
+    ROUNDHOUSE_WORKFLOW_BUNDLE: bundleFile,
+    ROUNDHOUSE_STATE_DIR: fs.mkdtempSync(path.join(os.tmpdir(), 'rh-crash-state-')),
+    ROUNDHOUSE_STICKY_QUEUE_TIMEOUT_MS: '500',
+  };
+  const random = seeded(20261129);
+  const killPoints: { name: string; when: (p: RoundProgress) => boolean }[] = [
+    { name: 'provisioning', when: (p) => p.phase === 'provisioning' },
+    { name: 'baseline', when: (p) => p.phase === 'baseline' },
+    ...[1, 5, 9, 13, 17].map((s) => ({ name: `training ≥ step ${s}`, when: (p: RoundProgress) => p.phase === 'training' && p.step >= s })),
+    { name: 'checkpointing', when: (p) => p.phase === 'checkpointing' },
+    { name: 'checkpointing again', when: (p) => p.phase === 'checkpointing' },
+    { name: 'sampling', when: (p) => p.phase === 'sampling' },
+    { name: 'sampling again', when: (p) => p.phase === 'sampling' },
+  ];
+
+  let worker: WorkerProcess = startWorkerProcess(env);
+  const kills: string[] = [];
+  try {
+    await worker.ready;
+    const handle = await temporal.client.workflow.start('roundWorkflow', { taskQueue, workflowId: `round-${taskQueue}`, args: [input] });
+    for (const point of killPoints) {
+      const deadline = Date.now() + 90_000;
+      let hit: RoundProgress | undefined;
+      while (!hit && Date.now() < deadline) {
+        const p = await progressOf(handle);
+        if (p && point.when(p)) hit = p;
+        else if (p && ['completed', 'failed', 'cancelled', 'cleanup'].includes(p.phase)) break;
+        else await new Promise((r) => setTimeout(r, 25));
+      }
+      if (!hit) continue; // the round moved past this point while the previous worker restarted
+      if (hit.phase === 'training') await new Promise((r) => setTimeout(r, Math.floor(random() * 300))); // land inside the segment
+      await worker.kill();
+      kills.push(`${point.name} (phase ${hit.phase}, step ${hit.step})`);
+      worker = startWorkerProcess(env);
+      await worker.ready;
+    }
+    const result: RoundResult = await handle.result();
+    process.stderr.write(`[crash] ${kills.length} kills: ${kills.join('; ')}\n`);
+    expect(kills.length).toBeGreaterThanOrEqual(10);
+    expect(result).toMatchObject({ status: 'completed', stepsApplied: 24, totalSteps: 24 });
+
+    const l = await ledger(emulator);
+    expect(l.resources).toHaveLength(1); // provisioned once, whatever was killed
+    expect(l.totals.optimizerSteps).toBe(24); // none lost, none doubled
+    expect(l.active).toEqual([]);
+    process.stderr.write(`[crash] duplicates absorbed by idempotency keys: ${l.totals.duplicatesAbsorbed}\n`);
+    const report = JSON.parse(fs.readFileSync(result.reportPath, 'utf8'));
+    expect(report.steps.map((s: { step: number }) => s.step)).toEqual(Array.from({ length: 24 }, (_v, i) => i + 1));
+  } finally {
+    await worker.stop();
+    await emulator.close();
+  }
+}, 300_000);
+
+test('with 429/5xx/resets/lost responses injected at 10% the round completes with the exact step count', async () => {
+  const emulator = await startTestEmulator({ provisioningDelayMs: 100 });
+  const providers = new ProviderRegistry({ stateDir: fs.mkdtempSync(path.join(os.tmpdir(), 'rh-faults-')) });
+  try {
+    await setFaults(emulator, {
+      seed: 11,
+      rules: [
+        { kind: 'http-429', rate: 0.1, max: 1000, retryAfterMs: 5 },
+        { kind: 'http-500', rate: 0.1, max: 1000 },
+        { kind: 'http-503', rate: 0.1, max: 1000, retryAfterMs: 5 },
+        { kind: 'reset', rate: 0.1, max: 1000 },
+        { kind: 'lose-response', rate: 0.1, max: 1000 },
+      ],
+    });
+    const taskQueue = uniqueTaskQueue('faults');
+    const input = ticketRoundInput({ baseUrl: emulator.url, campaignId: `faults-${taskQueue}`, trainRows: 48, evalRows: 8 });
+    const worker = await createRoundhouseWorker({
+      connection: temporal.nativeConnection,
+      namespace: temporal.settings.namespace,
+      taskQueue,
+      workflowBundle: { codePath: bundleFile },
+      providers,
+    });
+    const result: RoundResult = await worker.runUntil(
+      temporal.client.workflow.execute('roundWorkflow', { taskQueue, workflowId: `round-${taskQueue}`, args: [input] }),
+    );
+    expect(result).toMatchObject({ status: 'completed', stepsApplied: 12 });
+    const faults = await (await fetch(`${emulator.url}/_emulator/faults`)).json();
+    const fired = (faults as { fired: { kind: string; fired: number }[] }).fired;
+    process.stderr.write(`[faults] injected: ${fired.map((f) => `${f.kind}=${f.fired}`).join(' ')}\n`);
+    expect(fired.reduce((a, f) => a + f.fired, 0)).toBeGreaterThan(10);
+    await setFaults(emulator, {});
+    const l = await ledger(emulator);
+    expect(l.totals.optimizerSteps).toBe(12);
+    expect(l.active).toEqual([]);
+    expect(l.resources).toHaveLength(1);
+  } finally {
+    await providers.close();
+    await emulator.close();
+  }
+}, 300_000);
+

@@ -1,0 +1,59 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { bundleWorkflowCode } from '@temporalio/worker';
+
+const bin = path.resolve(__dirname, '../../bin/roundhouse.js');
+
+/** Bundles the workflows once into a file that worker processes load (no webpack at each start). */
+export async function bundleToFile(): Promise<string> {
+  const quiet = { log() {}, trace() {}, debug() {}, info() {}, warn() {}, error() {} };
+  const { code } = await bundleWorkflowCode({ workflowsPath: require.resolve('../../workflows'), logger: quiet });
+  const file = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'rh-bundle-')), 'workflow-bundle.js');
+  fs.writeFileSync(file, code);
+  return file;
+}
+
+export interface WorkerProcess {
+  child: ChildProcess;
+  /** Resolves once the worker polls its task queue. */
+  ready: Promise<void>;
+  output(): string;
+  /** SIGKILL: no graceful shutdown, no heartbeat, nothing flushed. */
+  kill(): Promise<void>;
+  stop(): Promise<void>;
+}
+
+/** A real `roundhouse worker` process on its own task queue. */
+export function startWorkerProcess(env: Record<string, string>): WorkerProcess {
+  const child = spawn(process.execPath, [bin, 'worker'], {
+    env: { ...process.env, ROUNDHOUSE_LOG_LEVEL: 'info', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  const ready = new Promise<void>((resolve, reject) => {
+    const onData = (d: Buffer) => {
+      out += d.toString();
+      if (out.includes('worker started')) resolve();
+    };
+    child.stdout!.on('data', onData);
+    child.stderr!.on('data', (d: Buffer) => (out += d.toString()));
+    child.once('exit', (code) => reject(new Error(`worker exited (${code}) before it was ready:\n${out.slice(-3000)}`)));
+  });
+  ready.catch(() => undefined);
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  return {
+    child,
+    ready,
+    output: () => out,
+    async kill() {
+      child.kill('SIGKILL');
+      await exited;
+    },
+    async stop() {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
+      await exited;
+    },
+  };
+}

@@ -1,0 +1,101 @@
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { loadCampaignSpec, parseCampaignSpec, SpecError } from '../../config/spec';
+import { learningRateAt, batchRows, planSteps } from '../../config/schedule';
+
+const valid = `name: tickets
+provider:
+  kind: local
+  model: roundhouse/tiny-chat
+data:
+  train: data/train.jsonl
+  eval: data/eval.jsonl
+training:
+  epochs: 2
+  batchSize: 8
+  learningRate: 0.01
+  loraRank: 8
+  maxSeqLen: 256
+sampling:
+  maxTokens: 4
+evaluation:
+  scorer: exact
+`;
+
+function specError(text: string, file = 'campaign.yaml'): SpecError {
+  try {
+    parseCampaignSpec(text, file);
+  } catch (err) {
+    if (err instanceof SpecError) return err;
+    throw err;
+  }
+  throw new Error('expected a SpecError');
+}
+
+describe('campaign spec', () => {
+  test('a valid spec gets its defaults and paths resolved against the spec file', () => {
+    const spec = parseCampaignSpec(valid, '/work/x/campaign.yaml');
+    expect(spec.data.train).toBe('/work/x/data/train.jsonl');
+    expect(spec.training).toMatchObject({ lrSchedule: { kind: 'constant' }, segmentSteps: 100, pipelineDepth: 2, adam: { beta1: 0.9 } });
+    expect(spec.rounds).toMatchObject({ max: 1, continueFrom: 'checkpoint', nextData: { policy: 'mistakes' } });
+    expect(spec.advanced.heartbeatTimeoutSeconds).toBe(30);
+  });
+
+  test('JSON specs are accepted too', () => {
+    const json = JSON.stringify({ name: 'j', provider: { kind: 'together', model: 'Qwen/Qwen3-8B' }, data: { train: 'a', eval: 'b' }, training: { epochs: 1, batchSize: 1, learningRate: 1e-4, loraRank: 8, maxSeqLen: 512 }, sampling: { maxTokens: 8 }, evaluation: { scorer: 'contains' } });
+    expect(parseCampaignSpec(json, 'c.json').provider.kind).toBe('together');
+  });
+
+  test.each([
+    ['epochs below 1', valid.replace('epochs: 2', 'epochs: 0'), 9, 'training.epochs', /expected number to be >=1|Too small/i],
+    ['a misspelt field', valid.replace('batchSize: 8', 'batchsize: 8'), 10, 'training.batchsize', /not a known field/],
+    ['a missing section', valid.replace(/evaluation:\n {2}scorer: exact\n/, ''), undefined, 'evaluation', /required/],
+    ['an unknown provider kind', valid.replace('kind: local', 'kind: openai'), 3, 'provider.kind', /local|together|baseten/],
+    ['a regex scorer without a pattern', valid.replace('scorer: exact', 'scorer: regex'), 17, 'evaluation.pattern', /required when scorer is regex/],
+    ['a string where a number belongs', valid.replace('learningRate: 0.01', 'learningRate: fast'), 11, 'training.learningRate', /number/],
+  ])('%s is named with file, line and field', (_what, text, line, field, problem) => {
+    const err = specError(text);
+    expect(err.field).toBe(field);
+    if (line !== undefined) expect(err.line).toBe(line);
+    expect(err.message).toMatch(new RegExp(`^campaign\\.yaml${line !== undefined ? `:${line}` : '(:\\d+)?'} ${field.replace('.', '\\.')}: `));
+    expect(err.message).toMatch(problem);
+  });
+
+  test('broken YAML names the line', () => {
+    const err = specError('name: x\nprovider: [unclosed\n');
+    expect(err.message).toMatch(/^campaign\.yaml:\d+: not valid YAML or JSON/);
+  });
+
+  test('a missing spec file says so', () => {
+    expect(() => loadCampaignSpec(path.join(os.tmpdir(), 'nope', 'campaign.yaml'))).toThrow(/campaign\.yaml: no such file/);
+  });
+
+  test('a spec file on disk loads', () => {
+    const file = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'rh-spec-')), 'c.yaml');
+    fs.writeFileSync(file, valid);
+    expect(loadCampaignSpec(file).name).toBe('tickets');
+  });
+});
+
+describe('schedules and batches are pure functions of the step', () => {
+  const schedule = { kind: 'cosine' as const, warmupSteps: 2, minRatio: 0.1 };
+  test('warm-up rises linearly, cosine ends at the floor, and the same step always gives the same rate', () => {
+    expect(learningRateAt(0, 10, 1, schedule)).toBeCloseTo(0.5);
+    expect(learningRateAt(1, 10, 1, schedule)).toBeCloseTo(1);
+    expect(learningRateAt(2, 10, 1, schedule)).toBeCloseTo(1);
+    expect(learningRateAt(10, 10, 1, schedule)).toBeCloseTo(0.1);
+    expect(learningRateAt(6, 10, 1, schedule)).toBe(learningRateAt(6, 10, 1, schedule));
+    expect(learningRateAt(5, 10, 1, { kind: 'linear', warmupSteps: 0, minRatio: 0 })).toBeCloseTo(0.5);
+    expect(learningRateAt(5, 10, 0.3, { kind: 'constant', warmupSteps: 0, minRatio: 0 })).toBe(0.3);
+  });
+
+  test('each epoch is a seeded permutation covering every row once', () => {
+    expect(planSteps(20, 8, 2)).toEqual({ stepsPerEpoch: 3, totalSteps: 6 });
+    const epoch0 = [0, 1, 2].flatMap((s) => batchRows(s, 20, 8, 7).rows);
+    expect([...epoch0].sort((a, b) => a - b)).toEqual(Array.from({ length: 20 }, (_v, i) => i));
+    expect(batchRows(3, 20, 8, 7).epoch).toBe(1);
+    expect(batchRows(3, 20, 8, 7).rows).not.toEqual(batchRows(0, 20, 8, 7).rows);
+    expect(batchRows(4, 20, 8, 7)).toEqual(batchRows(4, 20, 8, 7));
+  });
+});
