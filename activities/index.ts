@@ -1,4 +1,5 @@
 // Every activity the worker registers. Activities that call providers get them from the worker's registry.
+import { createCampaignActivities } from './campaign';
 import { createRoundActivities, type ActivityDeps } from './round';
 import { describeWorker } from './worker-info';
 
@@ -6,7 +7,7 @@ export { describeWorker } from './worker-info';
 export type { ActivityDeps } from './round';
 
 export function createActivities(deps: ActivityDeps) {
-  return { describeWorker, ...createRoundActivities(deps) };
+  return { describeWorker, ...createRoundActivities(deps), ...createCampaignActivities() };
 }
 
 export type Activities = ReturnType<typeof createActivities>;

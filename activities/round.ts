@@ -7,7 +7,7 @@ import { tokenizerFor, type TextTokenizer } from '../config/tokenizer';
 import { ProviderError } from '../providers/errors';
 import type { Datum, ModelInfo, OperationHandle, OptimStepResult, ForwardResult, TrainingProvider } from '../providers/types';
 import type { RoundInput, RoundSpec } from '../workflows/round-contract';
-import { loadRoundData, sha256File, toDatum, type TokenizedRow } from './data';
+import { DataValidationError, loadRoundData, readDataset, sha256File, toDatum, tokenizeRow, type TokenizedRow } from './data';
 import { atBoundary } from './failures';
 import { scoreCompletion } from './scoring';
 import { writeJsonAtomic } from './files';
@@ -25,6 +25,8 @@ export interface RoundPlan {
   stepsPerEpoch: number;
   totalSteps: number;
   gpuCount: number;
+  /** The provider's quoted price of the trainer resource per hour (USD), when it quotes one. */
+  pricePerHour?: number;
 }
 
 export interface ProvisionedTrainer {
@@ -132,7 +134,10 @@ export function createRoundActivities(deps: ActivityDeps) {
       return atBoundary(async () => {
         const p = await prepared(input.spec, input.data);
         const plan = planSteps(p.train.length, input.spec.training.batchSize, input.spec.training.epochs);
+        const provider = await deps.providerFor(input.spec.provider);
+        const quote = await provider.estimateCost?.(input.spec.provider.model, input.spec.provider.generatorReplicas).catch(() => undefined);
         return {
+          pricePerHour: quote?.currency === 'USD' ? quote.pricePerHour : undefined,
           trainSha256: p.trainSha256,
           evalSha256: p.evalSha256,
           trainRows: p.train.length,
@@ -373,18 +378,23 @@ export function createRoundActivities(deps: ActivityDeps) {
       data: SegmentInput['data'];
       sessionId: string;
       outputPath: string;
+      /** Distinguishes the idempotency keys of different sample passes in one round. */
+      label: string;
+      /** Score this JSONL file's rows instead of the eval set (e.g. the campaign's training pool). */
+      dataset?: string;
     }): Promise<{ correct: number; total: number; accuracy: number }> {
       const provider = await deps.providerFor(input.spec.provider);
       return atBoundary(async () => {
         const p = await prepared(input.spec, input.data);
+        const rowsToScore = input.dataset ? tokenizedFile(input.dataset, p.tokenizer) : p.eval;
         const s = input.spec.sampling;
         const batch = 16;
         const evaluations: { line: number; prompt: string; expected: string; completion: string; match: boolean }[] = [];
-        for (let i = 0; i * batch < p.eval.length; i++) {
-          const rows = p.eval.slice(i * batch, (i + 1) * batch);
+        for (let i = 0; i * batch < rowsToScore.length; i++) {
+          const rows = rowsToScore.slice(i * batch, (i + 1) * batch);
           const handle = await provider.submitSample(
             input.sessionId,
-            roundKey(input.campaignId, input.round, 'sample', `b${i}`),
+            roundKey(input.campaignId, input.round, input.label, `b${i}`),
             rows.map((r) => r.promptTokens),
             { maxTokens: s.maxTokens, temperature: s.temperature, topP: s.topP, topK: s.topK, stop: s.stop, seed: input.spec.training.seed + i },
           );
@@ -422,6 +432,14 @@ export function createRoundActivities(deps: ActivityDeps) {
       return input.path;
     },
   };
+}
+
+/** Rows of a JSONL file, tokenised (for scoring files other than the round's train and eval sets). */
+function tokenizedFile(file: string, tokenizer: TextTokenizer): TokenizedRow[] {
+  const problems: string[] = [];
+  const dataset = readDataset(file, problems);
+  if (problems.length) throw new DataValidationError(problems);
+  return dataset.rows.map((r) => tokenizeRow(r, tokenizer));
 }
 
 /** A resource of this model that appeared since `before` was listed: the one an unanswered create made. */

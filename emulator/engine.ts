@@ -1,6 +1,7 @@
 import { createHash, randomUUID } from 'node:crypto';
 import {
   Learner,
+  LearnerInputError,
   crossEntropyLoss,
   linearLogprobLoss,
   type AdamSettings,
@@ -32,6 +33,8 @@ export type OperationKind =
   | 'sample'
   | 'training-checkpoint'
   | 'inference-checkpoint';
+/** Every kind the engine runs: the shared ones plus in-place trainer resets and loads (Baseten's trainer). */
+export type EngineOperationKind = OperationKind | 'trainer-reset' | 'load-checkpoint';
 
 export type OperationErrorCode =
   | 'RESOURCE_EXHAUSTED'
@@ -119,6 +122,9 @@ export interface CheckpointRecord {
   name?: string;
 }
 
+/** A checkpoint named by id, or by the name it was saved under on a resource (latest first). */
+export type CheckpointRef = { id: string } | { resourceId: string; name: string; type: 'training' | 'inference' };
+
 export type LossSpec =
   | { type: 'cross_entropy'; weights: number[][] }
   | { type: 'linear'; gradients: number[][] };
@@ -134,9 +140,16 @@ export type OperationInput =
       numSamples: number;
       params: SampleParams;
       promptLogprobs: boolean;
+      /** Sample from this checkpoint's weights instead of the weights the generators serve. */
+      fromCheckpoint?: CheckpointRef;
     }
   | { kind: 'training-checkpoint'; name?: string }
-  | { kind: 'inference-checkpoint'; name?: string };
+  /** `publish`: the generators also start serving these weights (a weights sync in the same operation). */
+  | { kind: 'inference-checkpoint'; name?: string; publish?: boolean }
+  /** The trainer starts over from a fresh adapter (the generators keep serving what they served). */
+  | { kind: 'trainer-reset'; lora: LoraSettings }
+  /** The trainer loads a checkpoint in place: weights, and with `optimizer` the Adam moments and step. */
+  | { kind: 'load-checkpoint'; checkpoint: CheckpointRef; optimizer: boolean };
 
 export type OperationOutput =
   | {
@@ -153,12 +166,14 @@ export type OperationOutput =
   | { kind: 'weights-sync'; weightsVersion: number }
   | { kind: 'sample'; results: { sequences: SampledSequence[]; promptLogprobs?: number[]; policyVersion: number }[] }
   | { kind: 'training-checkpoint'; checkpointId: string }
-  | { kind: 'inference-checkpoint'; checkpointId: string };
+  | { kind: 'inference-checkpoint'; checkpointId: string }
+  | { kind: 'trainer-reset'; step: number; loraRank: number }
+  | { kind: 'load-checkpoint'; step: number; checkpointId: string };
 
 export interface OperationRecord {
   id: string;
   sessionId: string;
-  kind: OperationKind;
+  kind: EngineOperationKind;
   key: string;
   bodyHash: string;
   status: OperationStatus;
@@ -203,6 +218,8 @@ interface SessionRuntime {
   generator: Learner;
   queue: OperationRecord[];
   pumping: boolean;
+  /** A learner holding a checkpoint's weights, kept for repeated sampling from it. */
+  pinned?: { checkpointId: string; learner: Learner };
 }
 
 export class Engine {
@@ -242,6 +259,8 @@ export class Engine {
   // ── resources ────────────────────────────────────────────────────────────────────────────────────
 
   createResource(input: {
+    /** A dialect-shaped id; generated when absent. */
+    id?: string;
     dialect: string;
     owner: string;
     baseModel: string;
@@ -255,7 +274,7 @@ export class Engine {
     if (!model) throw badRequest(`base_model '${input.baseModel}' is not supported; see the supported models list`);
     const now = this.now();
     const resource: ResourceRecord = {
-      id: shortId('mr'),
+      id: input.id ?? shortId('mr'),
       dialect: input.dialect,
       owner: input.owner,
       ownerTag: input.ownerTag,
@@ -374,6 +393,16 @@ export class Engine {
     return r.status === 'READY' ? r.lastActivityAt + r.inactiveTimeoutMs : undefined;
   }
 
+  /** A request that keeps a resource warm without an operation (a health probe, a heartbeat). */
+  noteActivity(resourceId: string): void {
+    const r = this.resources.get(resourceId);
+    if (!r || r.status !== 'READY') return;
+    const now = this.now();
+    r.lastActivityAt = now;
+    for (const s of this.sessions.values()) if (s.resourceId === resourceId && s.status === 'RUNNING') s.lastActivityAt = now;
+    this.changed();
+  }
+
   private beginStop(r: ResourceRecord, at: number, sessionEnd: SessionStatus = 'STOPPED'): void {
     if (r.status === 'READY' || r.status === 'PENDING' || r.status === 'CREATING') {
       r.leftReadyAt = r.status === 'READY' ? at : undefined;
@@ -414,6 +443,8 @@ export class Engine {
   // ── sessions ─────────────────────────────────────────────────────────────────────────────────────
 
   async createSession(input: {
+    /** A dialect-shaped id; generated when absent. */
+    id?: string;
     resourceId: string;
     owner: string;
     lora?: Partial<LoraSettings>;
@@ -457,7 +488,7 @@ export class Engine {
 
     const now = this.now();
     const session: SessionRecord = {
-      id: shortId('sess'),
+      id: input.id ?? shortId('sess'),
       resourceId: r.id,
       owner: input.owner,
       status: 'RUNNING',
@@ -553,15 +584,25 @@ export class Engine {
     this.runtimes.delete(sessionId);
     rt.learner.dispose();
     rt.generator.dispose();
+    rt.pinned?.learner.dispose();
   }
 
   // ── operations ───────────────────────────────────────────────────────────────────────────────────
 
   /**
    * Submits an operation. The same idempotency key returns the original operation (counted as a duplicate
-   * absorbed); the same key with a different body is refused.
+   * absorbed); the same key with a different body is refused. With `invalidAs: 'failed-operation'` a body that
+   * fails validation is recorded as an operation FAILED with INVALID_INPUT (for dialects whose clients resend
+   * a refused submit), instead of a 400.
    */
-  submitOperation(sessionId: string, owner: string, key: string | undefined, bodyText: string, parse: () => OperationInput): OperationRecord {
+  submitOperation(
+    sessionId: string,
+    owner: string,
+    key: string | undefined,
+    bodyText: string,
+    parse: () => OperationInput,
+    options: { invalidAs?: 'http-error' | 'failed-operation'; kind?: EngineOperationKind } = {},
+  ): OperationRecord {
     const s = this.getSession(sessionId, owner);
     if (!key || key.trim() === '') throw badRequest('the Idempotency-Key header is required on operation requests', 'MISSING_IDEMPOTENCY_KEY');
     if (key.length > 255) throw badRequest('Idempotency-Key must be at most 255 characters', 'INVALID_IDEMPOTENCY_KEY');
@@ -579,11 +620,18 @@ export class Engine {
       this.changed();
       return existing;
     }
-    const input = parse(); // validation errors surface as 400 before anything is recorded
+    let input: OperationInput | undefined;
+    let invalid: string | undefined;
+    try {
+      input = parse(); // validation errors surface as 400 before anything is recorded
+    } catch (err) {
+      if (options.invalidAs !== 'failed-operation' || !options.kind || !(err instanceof EmulatorHttpError && err.status === 400)) throw err;
+      invalid = err.message;
+    }
     const op: OperationRecord = {
       id: randomUUID(),
       sessionId: s.id,
-      kind: input.kind,
+      kind: input?.kind ?? options.kind!,
       key,
       bodyHash,
       status: 'PENDING',
@@ -597,13 +645,23 @@ export class Engine {
     const r = this.resources.get(s.resourceId);
     if (r) r.lastActivityAt = op.submittedAt;
     const rt = this.runtimes.get(s.id);
-    if (s.status !== 'RUNNING' || !rt) {
+    if (invalid !== undefined) {
+      this.failOperation(op, 'INVALID_INPUT', invalid);
+    } else if (s.status !== 'RUNNING' || !rt) {
       this.failOperation(op, 'SESSION_NOT_ACTIVE', `session ${s.id} is ${s.status.toLowerCase()}`);
     } else {
       rt.queue.push(op);
       void this.pump(s, rt);
     }
     this.changed();
+    return op;
+  }
+
+  /** The operation a session recorded under an idempotency key (dialects whose operation ids are the keys). */
+  operationByKey(sessionId: string, owner: string, key: string): OperationRecord {
+    this.getSession(sessionId, owner);
+    const op = this.operationsByKey.get(`${sessionId}\u0000${key}`);
+    if (!op) throw notFound('operation', key);
     return op;
   }
 
@@ -727,12 +785,33 @@ export class Engine {
       case 'sample': {
         const eosTokenIds = this.resources.get(s.resourceId)!.model.eosTokenIds;
         const params = eosTokenIds && !input.params.eosTokenIds ? { ...input.params, eosTokenIds } : input.params;
+        const pinned = input.fromCheckpoint ? await this.pinnedLearner(s, rt, input.fromCheckpoint) : undefined;
+        const generator = pinned?.learner ?? rt.generator;
         const results = input.prompts.map((prompt) => ({
-          sequences: rt.generator.sample(prompt, params, input.numSamples),
-          promptLogprobs: input.promptLogprobs ? rt.generator.promptLogprobs(prompt) : undefined,
-          policyVersion: s.weightsVersion,
+          sequences: generator.sample(prompt, params, input.numSamples),
+          promptLogprobs: input.promptLogprobs ? generator.promptLogprobs(prompt) : undefined,
+          policyVersion: pinned ? pinned.step : s.weightsVersion,
         }));
         return { kind: 'sample', results };
+      }
+      case 'trainer-reset': {
+        const learner = await Learner.create(this.learnerOptions(this.resources.get(s.resourceId)!.model, input.lora));
+        rt.learner.dispose();
+        rt.learner = learner;
+        s.lora = input.lora;
+        return { kind: 'trainer-reset', step: learner.step, loraRank: input.lora.rank };
+      }
+      case 'load-checkpoint': {
+        const checkpoint = this.checkpointFor(s, input.checkpoint);
+        if (input.optimizer && !checkpoint.withOptimizer) {
+          throw new LearnerInputError(`checkpoint ${checkpoint.name ?? checkpoint.id} holds no optimizer state; load its weights only`);
+        }
+        const lora: LoraSettings = { ...s.lora, rank: checkpoint.loraRank };
+        const learner = await Learner.fromState(this.learnerOptions(this.resources.get(s.resourceId)!.model, lora), checkpoint.state, { optimizer: input.optimizer });
+        rt.learner.dispose();
+        rt.learner = learner;
+        s.lora = lora;
+        return { kind: 'load-checkpoint', step: learner.step, checkpointId: checkpoint.id };
       }
       case 'training-checkpoint':
       case 'inference-checkpoint': {
@@ -753,6 +832,7 @@ export class Engine {
         };
         this.checkpoints.set(checkpoint.id, checkpoint);
         s.checkpointIds.push(checkpoint.id);
+        if (input.kind === 'inference-checkpoint' && input.publish) await this.run(s, rt, { kind: 'weights-sync' });
         return { kind: input.kind, checkpointId: checkpoint.id };
       }
     }
@@ -765,6 +845,35 @@ export class Engine {
       .filter((c) => filter.type === undefined || c.type === filter.type)
       .filter((c) => filter.baseModel === undefined || c.baseModel === filter.baseModel)
       .sort((a, b) => b.createdAt - a.createdAt || (a.id < b.id ? 1 : -1));
+  }
+
+  /** A checkpoint by id, or the latest saved under a name on a resource; undefined when there is none. */
+  findCheckpoint(ref: CheckpointRef, owner?: string): CheckpointRecord | undefined {
+    if ('id' in ref) {
+      const c = this.checkpoints.get(ref.id);
+      return c && (owner === undefined || c.owner === owner) ? c : undefined;
+    }
+    return this.listCheckpoints({ owner, type: ref.type }).find((c) => c.resourceId === ref.resourceId && c.name === ref.name);
+  }
+
+  /** The checkpoint an operation names, resolved when it runs (it may have been saved by the operation before). */
+  private checkpointFor(s: SessionRecord, ref: CheckpointRef): CheckpointRecord {
+    const checkpoint = this.findCheckpoint(ref, s.owner);
+    const model = this.resources.get(s.resourceId)!.model.name;
+    if (!checkpoint) throw new LearnerInputError(`no checkpoint ${'id' in ref ? ref.id : `'${ref.name}' (${ref.type}) on ${ref.resourceId}`}`);
+    if (checkpoint.baseModel !== model) throw new LearnerInputError(`checkpoint ${checkpoint.name ?? checkpoint.id} was trained on ${checkpoint.baseModel}, not ${model}`);
+    return checkpoint;
+  }
+
+  private async pinnedLearner(s: SessionRecord, rt: SessionRuntime, ref: CheckpointRef): Promise<{ learner: Learner; step: number }> {
+    const checkpoint = this.checkpointFor(s, ref);
+    if (rt.pinned?.checkpointId !== checkpoint.id) {
+      const options = this.learnerOptions(this.resources.get(s.resourceId)!.model, { ...s.lora, rank: checkpoint.loraRank });
+      const learner = await Learner.fromState(options, checkpoint.state, { optimizer: false });
+      rt.pinned?.learner.dispose();
+      rt.pinned = { checkpointId: checkpoint.id, learner };
+    }
+    return { learner: rt.pinned.learner, step: checkpoint.step };
   }
 
   getCheckpoint(id: string, owner?: string): CheckpointRecord {

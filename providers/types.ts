@@ -156,6 +156,8 @@ export interface AwaitOptions {
 export interface TrainingProvider {
   readonly kind: ProviderKind;
   supportedModels(): Promise<ModelInfo[]>;
+  /** The provider's on-demand price of one trainer resource of this model, when it quotes one. */
+  estimateCost?(model: string, generatorReplicas?: number): Promise<{ currency: string; pricePerHour: number }>;
 
   /** Creates a trainer resource. Not idempotent on every dialect: after a lost response, reconcile by listing. */
   provision(request: ProvisionRequest): Promise<TrainerResource>;

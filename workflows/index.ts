@@ -1,3 +1,4 @@
 // The one module the worker bundles: every workflow type is a named export here.
 export { preflightWorkflow } from './preflight';
 export { roundWorkflow } from './round';
+export { campaignWorkflow } from './campaign';

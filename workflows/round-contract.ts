@@ -1,4 +1,4 @@
-import { defineQuery } from '@temporalio/workflow';
+import { defineQuery, defineSignal } from '@temporalio/workflow';
 import type { CampaignSpec } from '../config/spec';
 
 /** What a round needs from the campaign spec (no secrets: API keys stay in the worker's environment). */
@@ -16,6 +16,17 @@ export interface RoundInput {
   startFrom?: { checkpointId: string; loadOptimizer: boolean };
   /** Folder the round's report and evaluations are written to. */
   reportDir: string;
+  /** Limits checked before every training segment; reaching one stops training early (status `stopped`). */
+  budget?: RoundBudget;
+  /** Also sample and score these rows after training (the campaign picks the next round's data from the mistakes). */
+  pool?: string;
+}
+
+export interface RoundBudget {
+  /** Wall-clock deadline (ms since epoch). */
+  deadlineMs?: number;
+  /** GPU-minutes this round may still use. */
+  maxGpuMinutes?: number;
 }
 
 export type RoundPhase =
@@ -26,10 +37,12 @@ export type RoundPhase =
   | 'checkpointing'
   | 'sampling'
   | 'evaluating'
+  | 'paused'
   | 'cleanup'
   | 'completed'
   | 'failed'
-  | 'cancelled';
+  | 'cancelled'
+  | 'stopped';
 
 export interface RoundProgress {
   campaignId: string;
@@ -42,11 +55,14 @@ export interface RoundProgress {
   baselineLoss?: number;
   /** GPU-minutes held so far (wall time since the trainer became ready × its GPUs). */
   gpuMinutes: number;
+  /** Estimated provider cost so far, when the provider quotes a price. */
+  costUsd?: number;
   resourceId?: string;
   sessionId?: string;
+  paused?: boolean;
 }
 
-export type RoundStatus = 'completed' | 'failed' | 'cancelled';
+export type RoundStatus = 'completed' | 'failed' | 'cancelled' | 'stopped';
 
 export interface RoundResult {
   campaignId: string;
@@ -62,7 +78,19 @@ export interface RoundResult {
   stepsApplied: number;
   totalSteps: number;
   gpuMinutes: number;
+  costUsd?: number;
   errorType?: string;
+  /** Why a `stopped` round ended early. */
+  stopReason?: string;
+  poolEvaluationsPath?: string;
+  poolAccuracy?: number;
 }
 
 export const roundProgressQuery = defineQuery<RoundProgress>('roundProgress');
+/** Finish the current segment, save a training checkpoint, release the GPU, and wait. */
+export const pauseRoundSignal = defineSignal('pauseRound');
+/** Re-provision, reopen from the pause checkpoint (with optimizer), continue at the same step. */
+export const resumeRoundSignal = defineSignal('resumeRound');
+export const setRoundBudgetSignal = defineSignal<[RoundBudget]>('setRoundBudget');
+/** Sent by a round to its parent campaign at phase changes and segment ends. */
+export const roundProgressSignal = defineSignal<[RoundProgress]>('roundProgress');

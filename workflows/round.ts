@@ -2,6 +2,8 @@ import {
   ActivityFailure,
   ApplicationFailure,
   CancellationScope,
+  condition,
+  getExternalWorkflowHandle,
   isCancellation,
   log,
   proxyActivities,
@@ -9,7 +11,18 @@ import {
   workflowInfo,
 } from '@temporalio/workflow';
 import type { RoundActivities } from '../activities/round';
-import { roundProgressQuery, type RoundInput, type RoundProgress, type RoundResult, type RoundStatus } from './round-contract';
+import {
+  pauseRoundSignal,
+  resumeRoundSignal,
+  roundProgressQuery,
+  roundProgressSignal,
+  setRoundBudgetSignal,
+  type RoundBudget,
+  type RoundInput,
+  type RoundProgress,
+  type RoundResult,
+  type RoundStatus,
+} from './round-contract';
 
 /**
  * One round, as durable steps:
@@ -37,11 +50,31 @@ export async function roundWorkflow(input: RoundInput): Promise<RoundResult> {
 
   const key = (...parts: (string | number)[]) => [campaignId, `r${round}`, ...parts].join('/');
   const ownerTag = workflowInfo().workflowId;
+  const parent = workflowInfo().parent;
   const progress: RoundProgress = { campaignId, round, phase: 'validating', step: 0, totalSteps: 0, gpuMinutes: 0 };
+
+  // GPU time: the finished holds plus the current one (from ready until now).
+  let heldMs = 0;
   let readyAtMs: number | undefined;
   let gpuCount = 1;
-  const gpuMinutes = () => (readyAtMs === undefined ? 0 : (Math.max(0, Date.now() - readyAtMs) / 60_000) * gpuCount);
-  setHandler(roundProgressQuery, () => ({ ...progress, gpuMinutes: gpuMinutes() }));
+  let pricePerHour: number | undefined;
+  const heldNowMs = () => heldMs + (readyAtMs === undefined ? 0 : Math.max(0, Date.now() - readyAtMs));
+  const gpuMinutes = () => (heldNowMs() / 60_000) * gpuCount;
+  const costUsd = () => (pricePerHour === undefined ? undefined : (heldNowMs() / 3_600_000) * pricePerHour);
+  const snapshot = (): RoundProgress => ({ ...progress, gpuMinutes: gpuMinutes(), costUsd: costUsd() });
+  setHandler(roundProgressQuery, snapshot);
+
+  // Control: pause/resume and budget changes, from the campaign or an operator.
+  let pauseRequested = false;
+  let budget: RoundBudget = { ...input.budget };
+  setHandler(pauseRoundSignal, () => void (pauseRequested = true));
+  setHandler(resumeRoundSignal, () => void (pauseRequested = false));
+  setHandler(setRoundBudgetSignal, (b) => void (budget = { ...budget, ...b }));
+
+  const tellParent = async (phase: RoundProgress['phase']) => {
+    progress.phase = phase;
+    if (parent) await getExternalWorkflowHandle(parent.workflowId, parent.runId).signal(roundProgressSignal, snapshot()).catch(() => undefined);
+  };
 
   const result: RoundResult = {
     campaignId,
@@ -53,19 +86,17 @@ export async function roundWorkflow(input: RoundInput): Promise<RoundResult> {
     gpuMinutes: 0,
   };
   const evaluationsPath = `${input.reportDir}/round-${round}.evaluations.json`;
+  const poolEvaluationsPath = `${input.reportDir}/round-${round}.pool-evaluations.json`;
   const stepsDir = `${input.reportDir}/round-${round}.steps`;
   // The lease: what cleanup must release. Set before provisioning, filled in as soon as the id is known.
   const lease: { resourceId?: string; sessionId?: string } = {};
+  const released: string[] = [];
   let failure: unknown;
   let data: RoundInput['data'] & { trainSha256: string; evalSha256: string } = { ...input.data, trainSha256: '', evalSha256: '' };
 
-  try {
-    const plan = await quick.prepareRound({ spec, data: input.data });
-    data = { ...input.data, trainSha256: plan.trainSha256, evalSha256: plan.evalSha256 };
-    gpuCount = plan.gpuCount;
-    progress.totalSteps = result.totalSteps = plan.totalSteps;
-
-    progress.phase = 'provisioning';
+  /** Provision (lease first) and open a session, fresh or from a checkpoint. */
+  const acquireTrainer = async (startFrom: RoundInput['startFrom']) => {
+    await tellParent('provisioning');
     try {
       const trainer = await long.provisionTrainer({ spec, ownerTag });
       lease.resourceId = trainer.resourceId;
@@ -75,47 +106,90 @@ export async function roundWorkflow(input: RoundInput): Promise<RoundResult> {
       throw err;
     }
     progress.resourceId = lease.resourceId;
-    const session = await long.openTrainingSession({ spec, resourceId: lease.resourceId, ownerTag, startFrom: input.startFrom });
+    const session = await long.openTrainingSession({ spec, resourceId: lease.resourceId, ownerTag, startFrom });
     lease.sessionId = progress.sessionId = session.sessionId;
+    return session;
+  };
 
-    progress.phase = 'baseline';
+  /** Releases the trainer now (pause, budget): its GPU time stops counting. */
+  const releaseNow = async () => {
+    if (!lease.resourceId) return;
+    await cleanup.releaseTrainer({ spec, resourceId: lease.resourceId, sessionId: lease.sessionId });
+    released.push(lease.resourceId);
+    heldMs = heldNowMs();
+    readyAtMs = undefined;
+    lease.resourceId = lease.sessionId = undefined;
+  };
+
+  const overBudget = (): string | undefined => {
+    if (budget.deadlineMs !== undefined && Date.now() >= budget.deadlineMs) return 'wall-time budget reached';
+    if (budget.maxGpuMinutes !== undefined && gpuMinutes() >= budget.maxGpuMinutes) return 'GPU-minute budget reached';
+    return undefined;
+  };
+
+  try {
+    const plan = await quick.prepareRound({ spec, data: input.data });
+    data = { ...input.data, trainSha256: plan.trainSha256, evalSha256: plan.evalSha256 };
+    gpuCount = plan.gpuCount;
+    pricePerHour = plan.pricePerHour;
+    progress.totalSteps = result.totalSteps = plan.totalSteps;
+
+    let session = await acquireTrainer(input.startFrom);
+    // Round-local step = provider step − offset (the offset is non-zero when resuming from a checkpoint).
+    let stepOffset = session.stepOffset;
+
+    await tellParent('baseline');
     const baseline = await long.measureLoss({ campaignId, round, label: 'baseline', spec, data, sessionId: session.sessionId, which: 'eval' });
     progress.baselineLoss = result.baselineLoss = baseline.perToken;
 
-    progress.phase = 'training';
+    await tellParent('training');
     let cursor = { step: 0 };
     while (cursor.step < plan.totalSteps) {
-      const segment = await long.trainSegment({
-        campaignId,
-        round,
-        spec,
-        data,
-        sessionId: session.sessionId,
-        stepOffset: session.stepOffset,
-        cursor,
-        totalSteps: plan.totalSteps,
-        stepsDir,
-      });
+      result.stopReason = overBudget();
+      if (result.stopReason) break;
+      if (pauseRequested) {
+        // Finish cleanly: checkpoint at this step, give the GPU back, wait, then come back to the same step.
+        const checkpoint = await long.saveTrainingCheckpoint({ spec, sessionId: session.sessionId, key: key('pause', `s${cursor.step}`) });
+        await releaseNow();
+        await tellParent('paused');
+        progress.paused = true;
+        await condition(() => !pauseRequested);
+        progress.paused = false;
+        session = await acquireTrainer({ checkpointId: checkpoint.checkpointId, loadOptimizer: true });
+        stepOffset = session.stepOffset - cursor.step;
+        await tellParent('training');
+      }
+      const segment = await long.trainSegment({ campaignId, round, spec, data, sessionId: session.sessionId, stepOffset, cursor, totalSteps: plan.totalSteps, stepsDir });
       cursor = segment.cursor;
       progress.step = result.stepsApplied = cursor.step;
       if (segment.latestLoss !== undefined) progress.latestLoss = segment.latestLoss;
+      await tellParent('training');
     }
 
-    progress.phase = 'checkpointing';
-    const checkpoint = await long.saveTrainingCheckpoint({ spec, sessionId: session.sessionId, key: key('training-checkpoint') });
+    await tellParent('checkpointing');
+    const checkpoint = await long.saveTrainingCheckpoint({ spec, sessionId: session.sessionId, key: key('training-checkpoint', `s${cursor.step}`) });
     result.trainingCheckpointId = checkpoint.checkpointId;
-    const sampler = await long.saveSamplerWeights({ spec, sessionId: session.sessionId, key: key('sampler-weights') });
-    result.samplerCheckpointId = sampler.checkpointId;
+    if (result.stopReason) {
+      result.status = 'stopped'; // over budget: keep the checkpoint, skip sampling, release the GPU now
+    } else {
+      const sampler = await long.saveSamplerWeights({ spec, sessionId: session.sessionId, key: key('sampler-weights') });
+      result.samplerCheckpointId = sampler.checkpointId;
 
-    progress.phase = 'sampling';
-    const scored = await long.sampleAndScore({ campaignId, round, spec, data, sessionId: session.sessionId, outputPath: evaluationsPath });
-    result.accuracy = scored.accuracy;
-    result.evaluationsPath = evaluationsPath;
+      await tellParent('sampling');
+      const scored = await long.sampleAndScore({ campaignId, round, spec, data, sessionId: session.sessionId, outputPath: evaluationsPath, label: 'sample' });
+      result.accuracy = scored.accuracy;
+      result.evaluationsPath = evaluationsPath;
+      if (input.pool) {
+        const pool = await long.sampleAndScore({ campaignId, round, spec, data, sessionId: session.sessionId, outputPath: poolEvaluationsPath, label: 'pool', dataset: input.pool });
+        result.poolEvaluationsPath = poolEvaluationsPath;
+        result.poolAccuracy = pool.accuracy;
+      }
 
-    progress.phase = 'evaluating';
-    const trained = await long.measureLoss({ campaignId, round, label: 'trained', spec, data, sessionId: session.sessionId, which: 'eval' });
-    result.trainedLoss = trained.perToken;
-    result.status = 'completed';
+      await tellParent('evaluating');
+      const trained = await long.measureLoss({ campaignId, round, label: 'trained', spec, data, sessionId: session.sessionId, which: 'eval' });
+      result.trainedLoss = trained.perToken;
+      result.status = 'completed';
+    }
   } catch (err) {
     failure = err;
     result.status = isCancellation(err) ? 'cancelled' : 'failed';
@@ -125,23 +199,28 @@ export async function roundWorkflow(input: RoundInput): Promise<RoundResult> {
     progress.phase = 'cleanup';
     // Runs even when the workflow is cancelled: a cleanup started in a cancelled scope would be cancelled too.
     await CancellationScope.nonCancellable(async () => {
-      let cleanupStatus = 'nothing-to-release';
+      let cleanupStatus = released.length ? 'deactivated' : 'nothing-to-release';
       if (lease.resourceId) {
         try {
-          cleanupStatus = (await cleanup.releaseTrainer({ spec, resourceId: lease.resourceId, sessionId: lease.sessionId })).status;
+          const resourceId = lease.resourceId;
+          cleanupStatus = (await cleanup.releaseTrainer({ spec, resourceId, sessionId: lease.sessionId })).status;
+          released.push(resourceId);
         } catch (err) {
           cleanupStatus = `failed: ${errorTypeOf(err)}`; // the reaper will find it
         }
       }
+      heldMs = heldNowMs();
+      readyAtMs = undefined;
       result.gpuMinutes = gpuMinutes();
+      result.costUsd = costUsd();
       await cleanup.writeRoundReport({
         path: result.reportPath,
         evaluationsPath: result.evaluationsPath,
         stepsDir,
-        report: reportOf(input, result, data, lease, cleanupStatus, workflowInfo().workflowId, workflowInfo().runId, failure === undefined ? undefined : messageOf(failure)),
+        report: reportOf(input, result, data, progress, released, cleanupStatus, failure === undefined ? undefined : messageOf(failure)),
       });
+      await tellParent(result.status as RoundStatus);
     });
-    progress.phase = result.status as RoundStatus;
   }
   if (failure !== undefined) {
     if (isCancellation(failure)) throw failure;
@@ -183,22 +262,22 @@ function reportOf(
   input: RoundInput,
   result: RoundResult,
   data: { train: string; eval: string; trainSha256: string; evalSha256: string },
-  lease: { resourceId?: string; sessionId?: string },
+  progress: RoundProgress,
+  released: string[],
   cleanupStatus: string,
-  workflowId: string,
-  runId: string,
   failureMessage: string | undefined,
 ): Record<string, unknown> {
+  const info = workflowInfo();
   return {
     campaign_id: input.campaignId,
     round: input.round,
     name: input.spec.name,
-    workflow_id: workflowId,
-    run_id: runId,
+    workflow_id: info.workflowId,
+    run_id: info.runId,
     provider: input.spec.provider.kind,
     base_model: input.spec.provider.model,
-    resource_id: lease.resourceId ?? null,
-    session_id: lease.sessionId ?? null,
+    resource_id: progress.resourceId ?? null,
+    session_id: progress.sessionId ?? null,
     train_path: data.train,
     eval_path: data.eval,
     train_sha256: data.trainSha256,
@@ -208,15 +287,18 @@ function reportOf(
     trained_loss: result.trainedLoss ?? null,
     loss_unit: 'mean cross-entropy per trained (answer) token of the eval set, in nats',
     accuracy: result.accuracy ?? null,
+    pool_accuracy: result.poolAccuracy ?? null,
     training_checkpoint_id: result.trainingCheckpointId ?? null,
     sampler_checkpoint_id: result.samplerCheckpointId ?? null,
     steps_applied: result.stepsApplied,
     steps_planned: result.totalSteps,
     gpu_minutes: result.gpuMinutes,
+    estimated_cost_usd: result.costUsd ?? null,
     status: result.status,
+    stop_reason: result.stopReason ?? null,
     error_type: result.errorType ?? null,
     error_message: failureMessage ?? null,
     cleanup_status: cleanupStatus,
-    deactivated_ids: cleanupStatus === 'deactivated' || cleanupStatus === 'already-failed' ? [lease.resourceId] : [],
+    deactivated_ids: released,
   };
 }

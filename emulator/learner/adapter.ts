@@ -1,4 +1,4 @@
-import { BASE_DIMS, FEATURE_WIDTH } from './base-model';
+import { BASE_DIMS, FEATURE_WIDTH, MLP_INPUT_WIDTH, QUERY_WIDTH } from './base-model';
 import { gaussianVector, hashKey } from './prng';
 
 /**
@@ -6,7 +6,7 @@ import { gaussianVector, hashKey } from './prng';
  * at zero, so a fresh adapter is a no-op. `unembedB` has one column per active-vocabulary token (rank × |S|);
  * columns of tokens seen later start at zero.
  */
-export type AdapterParameter = 'hiddenA' | 'hiddenB' | 'outputA' | 'outputB' | 'unembedA' | 'unembedB';
+export type AdapterParameter = 'queryA' | 'queryB' | 'hiddenA' | 'hiddenB' | 'outputA' | 'outputB' | 'unembedA' | 'unembedB';
 
 export interface AdapterLayout {
   rank: number;
@@ -21,7 +21,9 @@ export function adapterShapes(layout: AdapterLayout, vocabularyRows: number): Ar
   const { rank } = layout;
   const { hidden, embedding } = BASE_DIMS;
   const shapes: Array<[AdapterParameter, [number, number]]> = [
-    ['hiddenA', [FEATURE_WIDTH, rank]],
+    ['queryA', [FEATURE_WIDTH, rank]],
+    ['queryB', [rank, QUERY_WIDTH]],
+    ['hiddenA', [MLP_INPUT_WIDTH, rank]],
     ['hiddenB', [rank, hidden]],
     ['outputA', [hidden, rank]],
     ['outputB', [rank, embedding]],

@@ -22,20 +22,55 @@ export const DECAY_RATES: readonly number[] = [0.5, 0.85, 0.97];
 export const FEATURE_WIDTH = BASE_DIMS.embedding * (3 + DECAY_RATES.length);
 
 /**
+ * Causal attention pooling over the tokens at or before each position: per head, a query from the position's
+ * features (frozen projection plus a LoRA, so training decides what is attended to), frozen per-token keys and
+ * values that are pure functions of (seed, tokenId), and a softmax over positions.
+ */
+export const ATTENTION = {
+  heads: Number(process.env.ATT_H ?? 2),
+  /** Width of each head's query and key. */
+  keyWidth: Number(process.env.ATT_K ?? 32),
+  /** Width of each head's value; the heads' attended values are appended to the MLP's input. */
+  valueWidth: Number(process.env.ATT_V ?? 32),
+  /** Standard deviation of the frozen query·key scores: small, so an untrained head attends almost uniformly. */
+  scoreScale: Number(process.env.ATT_S ?? 0.5),
+  norm: process.env.ATT_N ?? 'rms',
+} as const;
+
+/** Query (and key) width over all heads. */
+export const QUERY_WIDTH = ATTENTION.heads * ATTENTION.keyWidth;
+/** Attended-value width over all heads. */
+export const ATTENDED_WIDTH = ATTENTION.heads * ATTENTION.valueWidth;
+/** The MLP's input: the features, then the attended values. */
+export const MLP_INPUT_WIDTH = FEATURE_WIDTH + ATTENDED_WIDTH;
+
+/**
  * The frozen base: a seeded MLP from context features to an output state z, and per-token embedding and
  * unembedding rows that are pure functions of (seed, tokenId), so no vocabulary-sized table exists.
  * Scales: embeddings ~N(0, 1) per component; unembedding rows ~N(0, 1/d), which makes the log-mean-exp of an
  * unseen token's logit exactly ‖z‖²/(2d) (see `remainderLogit` in network.ts).
  */
 export class BaseModel {
-  readonly hiddenWeights: tf.Tensor2D; // FEATURE_WIDTH × hidden
+  readonly queryWeights: tf.Tensor2D; // FEATURE_WIDTH × QUERY_WIDTH
+  readonly hiddenWeights: tf.Tensor2D; // FEATURE_WIDTH × hidden: the first layer's rows for the features
+  readonly attendedWeights: FrozenMatrix; // ATTENDED_WIDTH × hidden: its rows for the attended values
   readonly hiddenBias: tf.Tensor1D; // hidden
   readonly outputWeights: FrozenMatrix; // hidden × embedding
   private readonly embeddings = new Map<number, Float32Array>();
+  private readonly keyValues = new Map<number, { key: Float32Array; value: Float32Array }>();
 
   constructor(readonly seed: number) {
     const { hidden, embedding } = BASE_DIMS;
-    this.hiddenWeights = tf.tensor2d(gaussianVector(hashKey(seed, 'hidden-weights'), FEATURE_WIDTH * hidden, 1 / Math.sqrt(FEATURE_WIDTH)), [FEATURE_WIDTH, hidden]);
+    // Features have unit-scale components, so query components ~N(0, scoreScale²); keys ~N(0, 1/keyWidth) make the
+    // scores q·k ~N(0, scoreScale²) with the usual 1/√keyWidth folded into the keys.
+    this.queryWeights = tf.tensor2d(
+      gaussianVector(hashKey(seed, 'query-weights'), FEATURE_WIDTH * QUERY_WIDTH, ATTENTION.scoreScale / Math.sqrt(FEATURE_WIDTH)),
+      [FEATURE_WIDTH, QUERY_WIDTH],
+    );
+    const firstLayer = gaussianVector(hashKey(seed, 'hidden-weights'), MLP_INPUT_WIDTH * hidden, 1 / Math.sqrt(MLP_INPUT_WIDTH));
+    this.hiddenWeights = tf.tensor2d(firstLayer.subarray(0, FEATURE_WIDTH * hidden), [FEATURE_WIDTH, hidden]);
+    const attended = tf.tensor2d(firstLayer.subarray(FEATURE_WIDTH * hidden), [ATTENDED_WIDTH, hidden]);
+    this.attendedWeights = { value: attended, transposed: tf.transpose(attended) };
     this.hiddenBias = tf.tensor1d(gaussianVector(hashKey(seed, 'hidden-bias'), hidden, 0.5));
     const output = tf.tensor2d(gaussianVector(hashKey(seed, 'output-weights'), hidden * embedding, Math.sqrt(2 / hidden)), [hidden, embedding]);
     this.outputWeights = { value: output, transposed: tf.transpose(output) };
@@ -51,13 +86,30 @@ export class BaseModel {
     return row;
   }
 
+  /**
+   * A token's attention key (QUERY_WIDTH: head after head, already scaled by 1/√keyWidth) and value
+   * (ATTENDED_WIDTH, ~N(0, 1) per component), cached like embeddings.
+   */
+  keyValueOf(tokenId: number): { key: Float32Array; value: Float32Array } {
+    let row = this.keyValues.get(tokenId);
+    if (!row) {
+      row = {
+        key: gaussianVector(hashKey(this.seed, 'attention-key', tokenId), QUERY_WIDTH, 1 / Math.sqrt(ATTENTION.keyWidth)),
+        value: gaussianVector(hashKey(this.seed, 'attention-value', tokenId), ATTENDED_WIDTH),
+      };
+      this.keyValues.set(tokenId, row);
+    }
+    return row;
+  }
+
   /** The output (unembedding) row of a token; only tokens in the active vocabulary ever need one. */
   unembeddingOf(tokenId: number): Float32Array {
     return gaussianVector(hashKey(this.seed, 'unembedding', tokenId), BASE_DIMS.embedding, 1 / Math.sqrt(BASE_DIMS.embedding));
   }
 
   dispose(): void {
-    tf.dispose([this.hiddenWeights, this.hiddenBias, this.outputWeights.value, this.outputWeights.transposed]);
+    tf.dispose([this.queryWeights, this.hiddenWeights, this.attendedWeights.value, this.attendedWeights.transposed, this.hiddenBias, this.outputWeights.value, this.outputWeights.transposed]);
     this.embeddings.clear();
+    this.keyValues.clear();
   }
 }

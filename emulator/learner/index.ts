@@ -10,6 +10,7 @@
 import * as tf from '@tensorflow/tfjs-core';
 import { adamWStep, validateAdamSettings, type AdamMoments, type AdamSettings } from './adam';
 import { adapterShapes, growVocabularyColumns, initialAdapter, zerosLike, type AdapterLayout, type AdapterParameter, type ParameterSet } from './adapter';
+import { attentionInputs, paddedScoreSize, type AttentionBlock } from './attention';
 import { ensureWasmBackend } from './backend';
 import { BaseModel, FEATURE_WIDTH } from './base-model';
 import { LearnerInputError } from './errors';
@@ -80,9 +81,15 @@ interface ResolvedOptions extends AdapterLayout {
 }
 
 interface PreparedBatch {
+  inputs: number[][];
   features: Float32Array;
   targetRows: Int32Array;
   segments: Segment[];
+}
+
+/** Consecutive positions of a batch, evaluated together: their attention blocks cover exactly these positions. */
+interface Chunk extends Segment {
+  blocks: AttentionBlock[];
 }
 
 /**
@@ -172,6 +179,7 @@ export class Learner {
     for (const token of prompt) promptContext.push(this.base.embeddingOf(token));
     const active = Array.from({ length: numSamples }, (_, i) => ({
       context: promptContext.clone(),
+      tokens: [...prompt],
       random: new RandomStream(hashKey(callKey, i)),
       result: { tokens: [], logprobs: [], stopReason: 'length' } as SampledSequence,
     }));
@@ -182,7 +190,8 @@ export class Learner {
     for (let position = 0; position < params.maxTokens && active.length > 0; position++) {
       const features = new Float32Array(active.length * FEATURE_WIDTH);
       active.forEach((a, i) => a.context.writeRow(features, i * FEATURE_WIDTH));
-      const distributions = this.nextTokenDistributions(features, active.length);
+      const blocks = active.map((a) => ({ tokens: a.tokens, start: a.tokens.length - 1, end: a.tokens.length }));
+      const distributions = this.nextTokenDistributions(features, blocks);
       for (let i = active.length - 1; i >= 0; i--) {
         const a = active[i];
         const dist = distributions[i];
@@ -191,6 +200,7 @@ export class Learner {
         a.result.tokens.push(token);
         a.result.logprobs.push(choice.kind === 'seen' ? dist.seen[choice.row] : dist.unseen);
         a.context.push(this.base.embeddingOf(token));
+        a.tokens.push(token);
         if (eos.has(token) || stops.some((stop) => endsWith(a.result.tokens, stop))) {
           a.result.stopReason = 'stop';
           active.splice(i, 1);
@@ -218,7 +228,8 @@ export class Learner {
     this.requireTokens(context, 'context');
     this.registerTokens(context);
     const all = sequenceFeatures([context], (id) => this.base.embeddingOf(id));
-    const [dist] = this.nextTokenDistributions(all.subarray((context.length - 1) * FEATURE_WIDTH), 1);
+    const last = { tokens: context, start: context.length - 1, end: context.length };
+    const [dist] = this.nextTokenDistributions(all.subarray(last.start * FEATURE_WIDTH), [last]);
     return {
       seen: Array.from(dist.seen, (logprob, row) => ({ tokenId: dist.tokenIds[row], logprob })),
       unseenLogprob: dist.unseen,
@@ -252,12 +263,12 @@ export class Learner {
   private evaluate(batch: TokenSequence[], loss: TokenLoss | undefined, withGradients: boolean): ForwardResult {
     this.assertLive();
     const prepared = this.prepareBatch(batch);
-    const chunks = positionChunks(prepared.targetRows.length, this.vocabulary.size);
+    const chunks = batchChunks(prepared.inputs, this.vocabulary.size);
     const names = this.adapterNames();
     const logprobs = new Float32Array(prepared.targetRows.length);
     for (const chunk of chunks) {
       tf.tidy(() => {
-        const logp = this.chunkLogprobs(prepared, chunk, names, this.adapterTensors(names));
+        const logp = this.chunkLogprobs(prepared, chunk)(this.adapterTensors(names));
         logprobs.set(logp.dataSync(), chunk.start);
       });
     }
@@ -268,7 +279,9 @@ export class Learner {
         let grads: Float32Array[] = [];
         tf.tidy(() => {
           const upstream = tf.tensor1d(gradient.subarray(chunk.start, chunk.start + chunk.length));
-          const differentiate = tf.grads((...values: tf.Tensor[]) => this.chunkLogprobs(prepared, chunk, names, values as tf.Tensor2D[]));
+          // The chunk's constant tensors are made outside the differentiated function, which disposes its own.
+          const logprobsOf = this.chunkLogprobs(prepared, chunk);
+          const differentiate = tf.grads((...values: tf.Tensor[]) => logprobsOf(values as tf.Tensor2D[]));
           grads = differentiate(this.adapterTensors(names), upstream).map((g) => g.dataSync() as Float32Array);
         });
         this.accumulate(names, grads);
@@ -280,10 +293,14 @@ export class Learner {
     };
   }
 
-  private chunkLogprobs(prepared: PreparedBatch, chunk: Segment, names: AdapterParameter[], adapter: tf.Tensor2D[]): tf.Tensor1D {
+  /** The chunk's target logprobs as a function of the adapter tensors (in `adapterNames` order). */
+  private chunkLogprobs(prepared: PreparedBatch, chunk: Chunk): (adapter: tf.Tensor2D[]) => tf.Tensor1D {
     const end = chunk.start + chunk.length;
     const features = tf.tensor2d(prepared.features.subarray(chunk.start * FEATURE_WIDTH, end * FEATURE_WIDTH), [chunk.length, FEATURE_WIDTH]);
-    return targetLogprobs(features, prepared.targetRows.subarray(chunk.start, end), this.weights(names, adapter));
+    const attention = attentionInputs(chunk.blocks, (id) => this.base.keyValueOf(id));
+    const targetRows = prepared.targetRows.subarray(chunk.start, end);
+    const names = this.adapterNames();
+    return (adapter) => targetLogprobs(features, attention, targetRows, this.weights(names, adapter));
   }
 
   private accumulate(names: AdapterParameter[], gradients: Float32Array[]): void {
@@ -315,20 +332,20 @@ export class Learner {
       start += sequence.inputTokens.length;
     }
     const targetRows = Int32Array.from(batch.flatMap((s) => s.targetTokens), (id) => this.vocabulary.row(id));
-    const features = sequenceFeatures(
-      batch.map((s) => s.inputTokens),
-      (id) => this.base.embeddingOf(id),
-    );
-    return { features, targetRows, segments };
+    const inputs = batch.map((s) => s.inputTokens);
+    const features = sequenceFeatures(inputs, (id) => this.base.embeddingOf(id));
+    return { inputs, features, targetRows, segments };
   }
 
-  /** The next-token distribution of each feature row. */
-  private nextTokenDistributions(features: Float32Array, rows: number): TokenDistribution[] {
+  /** The next-token distribution after the last position of each block (one position each), given its feature row. */
+  private nextTokenDistributions(features: Float32Array, blocks: AttentionBlock[]): TokenDistribution[] {
+    const rows = blocks.length;
     let seen: Float32Array = new Float32Array(0);
     let unseen: Float32Array = new Float32Array(0);
     tf.tidy(() => {
       const names = this.adapterNames();
-      const out = nextTokenLogprobs(tf.tensor2d(features, [rows, FEATURE_WIDTH]), this.weights(names, this.adapterTensors(names)));
+      const attention = attentionInputs(blocks, (id) => this.base.keyValueOf(id));
+      const out = nextTokenLogprobs(tf.tensor2d(features.subarray(0, rows * FEATURE_WIDTH), [rows, FEATURE_WIDTH]), attention, this.weights(names, this.adapterTensors(names)));
       seen = out.seen.dataSync() as Float32Array;
       unseen = out.unseen.dataSync() as Float32Array;
     });
@@ -365,7 +382,9 @@ export class Learner {
 
   private weights(names: AdapterParameter[], values: tf.Tensor2D[]): NetworkWeights {
     return {
+      queryWeights: this.base.queryWeights,
       hiddenWeights: this.base.hiddenWeights,
+      attendedWeights: this.base.attendedWeights,
       hiddenBias: this.base.hiddenBias,
       outputWeights: this.base.outputWeights,
       unembedding: this.vocabulary.unembedding(),
@@ -394,13 +413,51 @@ export class Learner {
   }
 }
 
-/** Elements of one N × |S| tensor per chunk (4 MiB of float32): peak WASM memory stays near 100 MB. */
+/**
+ * Elements of one N × |S| tensor, and of one head's padded attention scores, per chunk (4 MiB of float32): peak
+ * WASM memory stays near 100 MB.
+ */
 const CHUNK_ELEMENTS = 1 << 20;
 
-/** Consecutive position ranges covering `positions`, each small enough that its logits fit CHUNK_ELEMENTS. */
-function positionChunks(positions: number, vocabularyRows: number): Segment[] {
-  const size = Math.max(1, Math.floor(CHUNK_ELEMENTS / vocabularyRows));
-  return Array.from({ length: Math.ceil(positions / size) }, (_, k) => ({ start: k * size, length: Math.min(size, positions - k * size) }));
+/**
+ * Consecutive position ranges covering the batch, each small enough that its logits and its padded attention
+ * scores fit CHUNK_ELEMENTS; a chunk holds whole sequences where it can, and splits a long one into query runs.
+ */
+function batchChunks(sequences: number[][], vocabularyRows: number): Chunk[] {
+  const maxRows = Math.max(1, Math.floor(CHUNK_ELEMENTS / vocabularyRows));
+  const chunks: Chunk[] = [];
+  let chunk: Chunk = { start: 0, length: 0, blocks: [] };
+  let [queryLength, keyLength, position] = [0, 0, 0];
+  for (const tokens of sequences) {
+    let start = 0;
+    while (start < tokens.length) {
+      const fits = (end: number) =>
+        chunk.length + end - start <= maxRows &&
+        paddedScoreSize(chunk.blocks.length + 1, Math.max(queryLength, end - start), Math.max(keyLength, end)) <= CHUNK_ELEMENTS;
+      // The largest end that fits (both sizes grow with it).
+      let [low, high] = [start, tokens.length];
+      while (low < high) {
+        const middle = Math.ceil((low + high) / 2);
+        if (fits(middle)) low = middle;
+        else high = middle - 1;
+      }
+      if (low === start && chunk.length > 0) {
+        chunks.push(chunk);
+        chunk = { start: position, length: 0, blocks: [] };
+        [queryLength, keyLength] = [0, 0];
+        continue;
+      }
+      const end = Math.max(low, start + 1);
+      chunk.blocks.push({ tokens, start, end });
+      chunk.length += end - start;
+      queryLength = Math.max(queryLength, end - start);
+      keyLength = Math.max(keyLength, end);
+      position += end - start;
+      start = end;
+    }
+  }
+  if (chunk.length > 0) chunks.push(chunk);
+  return chunks;
 }
 
 function endsWith(tokens: number[], suffix: number[]): boolean {

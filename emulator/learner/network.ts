@@ -1,6 +1,7 @@
 import * as tf from '@tensorflow/tfjs-core';
-import { BASE_DIMS } from './base-model';
+import { ATTENTION, BASE_DIMS } from './base-model';
 import type { AdapterParameter } from './adapter';
+import { attend, type AttentionInputs } from './attention';
 
 /** A frozen matrix with its transpose kept beside it, so gradients through it need no transposing matMul. */
 export interface FrozenMatrix {
@@ -10,7 +11,11 @@ export interface FrozenMatrix {
 
 /** Everything one forward pass reads. */
 export interface NetworkWeights {
+  /** Frozen query projection of the features (FEATURE_WIDTH × QUERY_WIDTH). */
+  queryWeights: tf.Tensor2D;
+  /** Frozen first layer: rows for the features, then (with a gradient) rows for the attended values. */
   hiddenWeights: tf.Tensor2D;
+  attendedWeights: FrozenMatrix;
   hiddenBias: tf.Tensor1D;
   outputWeights: FrozenMatrix;
   /** Frozen unembedding of the active vocabulary, one column per token (d × |S|). */
@@ -103,15 +108,24 @@ function gelu(x: tf.Tensor2D): tf.Tensor2D {
   return tf.mul(x, tf.sigmoid(tf.mul(x, 1.702)));
 }
 
+/** Each head's slice of x (N × heads·width) rescaled to RMS 1: attended values keep one scale however (un)peaked. */
+function headRmsNormalize(x: tf.Tensor2D, width: number): tf.Tensor2D {
+  const rows = x.shape[0];
+  return tf.reshape(rmsNormalize(tf.reshape(x, [rows * ATTENTION.heads, width]), 1), [rows, ATTENTION.heads * width]);
+}
+
 /**
- * Features (N × FEATURE_WIDTH) → logits. The remainder logit is log E_u[exp(u·z)] = ‖z‖²/(2d) for an unembedding
+ * Features (N × FEATURE_WIDTH) and the attention inputs of the same rows → logits. The remainder logit is log E_u[exp(u·z)] = ‖z‖²/(2d) for an unembedding
  * row u ~ N(0, I/d): what an average unseen token would score, so the distribution over the whole vocabulary
  * stays consistent as tokens move from unseen to seen. (With z RMS-normalised it is the constant outputRms²/2.)
  */
-export function outputLogits(features: tf.Tensor2D, w: NetworkWeights): OutputLogits {
+export function outputLogits(features: tf.Tensor2D, attention: AttentionInputs, w: NetworkWeights): OutputLogits {
   const lora = (name: AdapterParameter) => w.adapter.get(name)!;
-  const frozenHidden = tf.add<tf.Tensor2D>(tf.matMul(features, w.hiddenWeights), w.hiddenBias); // constant: no gradient
-  const hidden = gelu(adapted(frozenHidden, features, lora('hiddenA'), lora('hiddenB'), w.scale));
+  const query = adapted(tf.matMul(features, w.queryWeights), features, lora('queryA'), lora('queryB'), w.scale);
+  const attended = ATTENTION.norm === 'rms' ? headRmsNormalize(attend(query, attention), ATTENTION.valueWidth) : ATTENTION.norm === 'none' ? attend(query, attention) : tf.mul(attend(query, attention), Number(ATTENTION.norm)) as tf.Tensor2D;
+  const frozenFeatures = tf.add<tf.Tensor2D>(tf.matMul(features, w.hiddenWeights), w.hiddenBias); // constant: no gradient
+  const frozenHidden = tf.add<tf.Tensor2D>(frozenFeatures, frozenMatMul(attended, w.attendedWeights));
+  const hidden = gelu(adapted(frozenHidden, tf.concat([features, attended], 1), lora('hiddenA'), lora('hiddenB'), w.scale));
   const state = adapted(frozenMatMul(hidden, w.outputWeights), hidden, lora('outputA'), lora('outputB'), w.scale);
   const z = rmsNormalize(state, BASE_DIMS.outputRms);
   const frozenLogits = frozenMatMul(z, w.unembedding);
@@ -128,16 +142,16 @@ export function logNormalizer(logits: OutputLogits, unseenCount: number): tf.Ten
 }
 
 /** log p of each row's target, given as its active-vocabulary row. */
-export function targetLogprobs(features: tf.Tensor2D, targetRows: Int32Array, w: NetworkWeights): tf.Tensor1D {
-  const logits = outputLogits(features, w);
+export function targetLogprobs(features: tf.Tensor2D, attention: AttentionInputs, targetRows: Int32Array, w: NetworkWeights): tf.Tensor1D {
+  const logits = outputLogits(features, attention, w);
   const columns = logits.seen.shape[1];
   const flatIndices = tf.tensor1d(Int32Array.from(targetRows, (row, i) => i * columns + row), 'int32');
   return tf.sub(pickColumns(logits.seen, flatIndices), logNormalizer(logits, w.unseenCount));
 }
 
 /** log p of every active-vocabulary token (N × |S|) and of each single unseen token (N). */
-export function nextTokenLogprobs(features: tf.Tensor2D, w: NetworkWeights): { seen: tf.Tensor2D; unseen: tf.Tensor1D } {
-  const logits = outputLogits(features, w);
+export function nextTokenLogprobs(features: tf.Tensor2D, attention: AttentionInputs, w: NetworkWeights): { seen: tf.Tensor2D; unseen: tf.Tensor1D } {
+  const logits = outputLogits(features, attention, w);
   const logZ = logNormalizer(logits, w.unseenCount);
   return { seen: tf.sub(logits.seen, tf.expandDims(logZ, 1)), unseen: tf.sub(logits.remainder, logZ) };
 }

@@ -1,6 +1,6 @@
 import type { AdamMoments } from './adam';
 import { adapterShapes, type AdapterLayout, type AdapterParameter, type ParameterSet } from './adapter';
-import { BASE_DIMS, DECAY_RATES } from './base-model';
+import { ATTENTION, BASE_DIMS, DECAY_RATES } from './base-model';
 import { LearnerInputError } from './errors';
 
 export const STATE_FORMAT = 'roundhouse-learner/1';
@@ -31,7 +31,9 @@ export interface DecodedState {
 }
 
 /** Changes whenever the base model's shape changes, so old adapters are refused rather than misread. */
-const ARCHITECTURE = `mlp-d${BASE_DIMS.embedding}-h${BASE_DIMS.hidden}-rms${BASE_DIMS.outputRms}-decays${DECAY_RATES.join(',')}`;
+const ARCHITECTURE =
+  `mlp-d${BASE_DIMS.embedding}-h${BASE_DIMS.hidden}-rms${BASE_DIMS.outputRms}-decays${DECAY_RATES.join(',')}` +
+  `-attn${ATTENTION.heads}x${ATTENTION.keyWidth}k${ATTENTION.valueWidth}v-q${ATTENTION.scoreScale}`;
 
 export function encodeState(options: StateOptions, state: DecodedState): LearnerState {
   return {

@@ -1,0 +1,24 @@
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { parseCampaignSpec, type CampaignSpec } from '../../config/spec';
+import { writeTicketData } from '../../examples/support-tickets/generate';
+
+/** A campaign spec over generated ticket data, against an emulator URL. */
+export function ticketCampaignSpec(options: { baseUrl: string; trainRows?: number; evalRows?: number; yaml?: string }): { spec: CampaignSpec; dir: string } {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rh-campaign-'));
+  writeTicketData(dir, options.trainRows ?? 60, options.evalRows ?? 15);
+  const text = `
+name: tickets-campaign
+provider: { kind: local, baseUrl: "${options.baseUrl}", model: roundhouse/tiny-chat }
+data: { train: train.jsonl, eval: eval.jsonl }
+training: { epochs: 2, batchSize: 10, learningRate: 0.01, loraRank: 8, maxSeqLen: 256, segmentSteps: 4 }
+sampling: { maxTokens: 4, temperature: 0 }
+evaluation: { scorer: exact }
+advanced: { heartbeatTimeoutSeconds: 5 }
+${options.yaml ?? 'rounds: { max: 3 }'}
+`;
+  const file = path.join(dir, 'campaign.yaml');
+  fs.writeFileSync(file, text);
+  return { spec: parseCampaignSpec(text, file), dir };
+}

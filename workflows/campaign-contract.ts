@@ -1,0 +1,76 @@
+import { defineQuery, defineUpdate } from '@temporalio/workflow';
+import type { CampaignSpec } from '../config/spec';
+import type { RoundProgress, RoundStatus } from './round-contract';
+
+export interface CampaignLimits {
+  maxRounds: number;
+  maxGpuMinutes?: number;
+  maxWallMinutes?: number;
+  /** Stop once a round's eval accuracy reaches this. */
+  targetAccuracy?: number;
+}
+
+export interface RoundSummary {
+  round: number;
+  workflowId: string;
+  status: RoundStatus;
+  accuracy?: number;
+  baselineLoss?: number;
+  trainedLoss?: number;
+  stepsApplied: number;
+  totalSteps: number;
+  gpuMinutes: number;
+  costUsd?: number;
+  reportPath: string;
+  trainingCheckpointId?: string;
+  train: { path: string; sha256?: string; rows?: number };
+  errorType?: string;
+}
+
+/** Everything a campaign carries across continue-as-new: summaries, not data. */
+export interface CampaignState {
+  startedAtMs: number;
+  limits: CampaignLimits;
+  rounds: RoundSummary[];
+  nextTrain: { path: string; sha256?: string; rows?: number };
+  lastCheckpointId?: string;
+  paused: boolean;
+  stop?: 'after-round' | 'now';
+}
+
+export interface CampaignInput {
+  /** Defaults to the workflow id (scheduled runs get a distinct one each). */
+  campaignId?: string;
+  spec: CampaignSpec;
+  /** Reports go to `<reportRoot>/<campaignId>/`. */
+  reportRoot: string;
+  state?: CampaignState;
+}
+
+export type CampaignStatus = 'running' | 'paused' | 'completed' | 'stopped' | 'failed';
+
+export interface CampaignProgress {
+  campaignId: string;
+  status: CampaignStatus;
+  rounds: RoundSummary[];
+  currentRound?: RoundProgress;
+  limits: CampaignLimits;
+  gpuMinutes: number;
+  costUsd?: number;
+  wallMinutes: number;
+  stopReason?: string;
+  summaryPath: string;
+}
+
+export interface CampaignResult extends CampaignProgress {
+  bestAccuracy?: number;
+}
+
+export const campaignProgressQuery = defineQuery<CampaignProgress>('campaignProgress');
+/** Pause: the running round finishes its segment, checkpoints and releases the GPU; no new round starts. */
+export const pauseCampaignUpdate = defineUpdate<CampaignProgress>('pauseCampaign');
+/** Resume: the paused round re-provisions and continues from its checkpoint at the same step. */
+export const resumeCampaignUpdate = defineUpdate<CampaignProgress>('resumeCampaign');
+/** Stop after the current round, or now (the running round is cancelled and cleans up). */
+export const stopCampaignUpdate = defineUpdate<CampaignProgress, [{ mode: 'after-round' | 'now' }]>('stopCampaign');
+export const setCampaignLimitsUpdate = defineUpdate<CampaignProgress, [Partial<CampaignLimits>]>('setCampaignLimits');
