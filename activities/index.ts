@@ -1,5 +1,6 @@
 // Every activity the worker registers. Activities that call providers get them from the worker's registry.
 import { createCampaignActivities } from './campaign';
+import { createReaperActivities } from './reaper';
 import { createRoundActivities, type ActivityDeps } from './round';
 import { describeWorker } from './worker-info';
 
@@ -7,7 +8,7 @@ export { describeWorker } from './worker-info';
 export type { ActivityDeps } from './round';
 
 export function createActivities(deps: ActivityDeps) {
-  return { describeWorker, ...createRoundActivities(deps), ...createCampaignActivities() };
+  return { describeWorker, ...createRoundActivities(deps), ...createCampaignActivities(), ...createReaperActivities(deps) };
 }
 
 export type Activities = ReturnType<typeof createActivities>;

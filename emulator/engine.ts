@@ -256,6 +256,11 @@ export class Engine {
     for (const l of this.listeners) l();
   }
 
+  /** Dialects that change their own fields (a resource's `extra`) say so, so the change is persisted. */
+  noteChange(): void {
+    this.changed();
+  }
+
   // ── resources ────────────────────────────────────────────────────────────────────────────────────
 
   createResource(input: {

@@ -2,3 +2,4 @@
 export { preflightWorkflow } from './preflight';
 export { roundWorkflow } from './round';
 export { campaignWorkflow } from './campaign';
+export { reaperWorkflow } from './reaper';

@@ -1,0 +1,78 @@
+import { Context, log } from '@temporalio/activity';
+import type { ProviderSpec } from '../config/spec';
+import type { TrainerResource } from '../providers/types';
+import type { ActivityDeps } from './round';
+import { atBoundary } from './failures';
+
+export interface ReaperInput {
+  providers: Pick<ProviderSpec, 'kind' | 'baseUrl' | 'model'>[];
+  /** A resource younger than this is left alone, so one being provisioned is never reaped. */
+  graceSeconds: number;
+  /** Report what would be reaped without deactivating anything. */
+  dryRun?: boolean;
+}
+
+export interface ReapedResource {
+  provider: string;
+  resourceId: string;
+  owner?: string;
+  ownerStatus: string;
+  action: 'deactivated' | 'would-deactivate' | 'kept';
+}
+
+export interface ReaperResult {
+  checked: number;
+  reaped: ReapedResource[];
+  kept: ReapedResource[];
+}
+
+/**
+ * Lists every active resource at each provider, finds its owning workflow from its tag (the resource's own tag, or
+ * the display name of its sessions), and deactivates it when the owner is closed or unknown and the resource is
+ * older than the grace period. Termination and timeouts run no workflow code; this is what cleans up after them.
+ */
+export function createReaperActivities(deps: ActivityDeps) {
+  return {
+    async reapOrphans(input: ReaperInput): Promise<ReaperResult> {
+      return atBoundary(async () => {
+        const client = Context.current().client;
+        const result: ReaperResult = { checked: 0, reaped: [], kept: [] };
+        for (const spec of input.providers) {
+          const provider = await deps.providerFor({ generatorReplicas: 1, inactiveTimeoutSeconds: 1800, ...spec } as ProviderSpec);
+          const label = `${spec.kind}${spec.baseUrl ? `@${spec.baseUrl}` : ''}`;
+          for (const resource of await provider.listOwnedResources({ activeOnly: true })) {
+            result.checked += 1;
+            Context.current().heartbeat(result.checked);
+            const owner = resource.ownerTag ?? (await provider.listSessions(resource.id)).map((s) => s.displayName).find((n) => n !== undefined);
+            const ownerStatus = owner ? await workflowStatus(client, owner) : 'UNKNOWN';
+            const entry: ReapedResource = { provider: label, resourceId: resource.id, owner, ownerStatus, action: 'kept' };
+            if (ownerStatus === 'RUNNING' || ageSeconds(resource) < input.graceSeconds) {
+              result.kept.push(entry);
+              continue;
+            }
+            if (!input.dryRun) await provider.deactivate(resource.id);
+            entry.action = input.dryRun ? 'would-deactivate' : 'deactivated';
+            result.reaped.push(entry);
+            log.warn('reaped an orphaned trainer', { ...entry });
+          }
+        }
+        return result;
+      });
+    },
+  };
+}
+
+function ageSeconds(resource: TrainerResource): number {
+  const created = Date.parse(resource.createdAt);
+  return Number.isFinite(created) ? (Date.now() - created) / 1000 : Infinity;
+}
+
+async function workflowStatus(client: ReturnType<typeof Context.current>['client'], workflowId: string): Promise<string> {
+  try {
+    return (await client.workflow.getHandle(workflowId).describe()).status.name;
+  } catch {
+    return 'NOT_FOUND';
+  }
+}
+
+export type ReaperActivities = ReturnType<typeof createReaperActivities>;
