@@ -3,6 +3,7 @@ import { Engine, ownerOf, type EngineOptions } from './engine';
 import { EmulatorHttpError } from './errors';
 import { FaultConfigSchema } from './faults';
 import { Router, errorReply, http, parseJsonBody, readBody, sendJson, type EmulatorRequest, type JsonReply } from './http';
+import { addBasetenRoutes } from './baseten/routes';
 import { addTogetherRoutes } from './together/routes';
 import { EmulatorStore } from './store';
 
@@ -15,6 +16,8 @@ export interface EmulatorOptions extends EngineOptions {
   faults?: unknown;
   /** Persist resources, sessions and checkpoints here, so a restart keeps them. */
   stateDir?: string;
+  /** Baseten trainers hold `GET /operations/{id}` this long before answering 408 (default 25 s). */
+  basetenPollHoldMs?: number;
 }
 
 export interface RunningEmulator {
@@ -44,6 +47,7 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Runn
 
   const router = new Router();
   addTogetherRoutes(router, engine, bearerOwner);
+  const baseten = addBasetenRoutes(router, engine, { pollHoldMs: options.basetenPollHoldMs });
 
   const control = new Router()
     .add('GET', '/_emulator/health', () => ({ body: { ok: true } }))
@@ -126,6 +130,7 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Runn
     port,
     engine,
     async close() {
+      baseten.close();
       await new Promise<void>((resolve) => {
         server.close(() => resolve());
         for (const s of sockets) s.destroy();

@@ -40,6 +40,8 @@ export interface RequestSpec<T> {
   signal?: AbortSignal;
   /** Absolute URL (presigned links), sent without Authorization. */
   absoluteUrl?: string;
+  /** Extra headers a dialect needs (e.g. Baseten's `X-Run-Id`). */
+  headers?: Record<string, string>;
 }
 
 /** Connection failures where the request never reached the server: always safe to retry. */
@@ -165,7 +167,7 @@ export class HttpClient {
     if (spec.body !== undefined) headers['content-type'] = 'application/json';
     if (this.options.apiKey && !spec.absoluteUrl) headers.authorization = `Bearer ${this.options.apiKey}`;
     if (spec.idempotencyKey !== undefined) headers['idempotency-key'] = spec.idempotencyKey;
-    return headers;
+    return { ...headers, ...spec.headers };
   }
 
   private backoff(attempt: number): number {

@@ -36,6 +36,7 @@ export interface AttentionInputs {
 }
 
 const MASKED = -1e9;
+const SCORE_CAP = Number(process.env.ATT_CAP ?? 2);
 
 /** The number of score elements per head ([blocks, Tq, Tk]) the blocks pad to. */
 export function paddedScoreSize(blocks: number, queryLength: number, keyLength: number): number {
@@ -100,8 +101,9 @@ export function attend(query: tf.Tensor2D, inputs: AttentionInputs): tf.Tensor2D
     const attended: tf.Tensor2D[] = [];
     for (let h = 0; h < heads; h++) {
       const q = tf.reshape(tf.slice(padded, [0, h * keyWidth], [-1, keyWidth]), [blocks, tq, keyWidth]) as tf.Tensor3D;
-      const p = tf.softmax(tf.add(tf.matMul(q, inputs.keysT[h]), inputs.mask)) as tf.Tensor3D;
-      probabilities.push(p);
+      const capped = tf.tanh(tf.mul(tf.matMul(q, inputs.keysT[h]), 1 / SCORE_CAP)) as tf.Tensor3D;
+      const p = tf.softmax(tf.add(tf.mul(capped, SCORE_CAP), inputs.mask)) as tf.Tensor3D;
+      probabilities.push(p, capped);
       attended.push(tf.reshape(tf.matMul(p, inputs.values[h]), [blocks * tq, valueWidth]));
     }
     (save as tf.GradSaveFunc)(probabilities);
@@ -112,10 +114,11 @@ export function attend(query: tf.Tensor2D, inputs: AttentionInputs): tf.Tensor2D
         const dPadded = tf.gather(dy, inputs.toPadded);
         const dQuery: tf.Tensor2D[] = [];
         for (let h = 0; h < heads; h++) {
-          const p = saved[h] as tf.Tensor3D;
+          const [p, capped] = [saved[2 * h] as tf.Tensor3D, saved[2 * h + 1] as tf.Tensor3D];
           const dOut = tf.reshape(tf.slice(dPadded, [0, h * valueWidth], [-1, valueWidth]), [blocks, tq, valueWidth]) as tf.Tensor3D;
           const dP = tf.matMul(dOut, inputs.valuesT[h]);
-          const dScores = tf.mul(p, tf.sub(dP, tf.sum(tf.mul(dP, p), -1, true))) as tf.Tensor3D;
+          const dCapped = tf.mul(p, tf.sub(dP, tf.sum(tf.mul(dP, p), -1, true)));
+          const dScores = tf.mul(dCapped, tf.sub(1, tf.square(capped))) as tf.Tensor3D;
           dQuery.push(tf.reshape(tf.matMul(dScores, inputs.keys[h]), [blocks * tq, keyWidth]));
         }
         return tf.gather(tf.concat(dQuery, 1), inputs.fromPadded);
