@@ -140,6 +140,17 @@ export function toDatum(row: Pick<TokenizedRow, 'promptTokens' | 'completionToke
   };
 }
 
+/** Eval rows must be held out: a prompt that is also in the training data is a problem, named by both lines. */
+export function heldOutProblems(train: Dataset, evalSet: Dataset): string[] {
+  const trainPrompts = new Map(train.rows.map((r) => [r.prompt.trim(), r.line]));
+  const problems: string[] = [];
+  for (const r of evalSet.rows) {
+    const other = trainPrompts.get(r.prompt.trim());
+    if (other !== undefined) problems.push(`${evalSet.path}:${r.line} prompt: also in the training data (${train.path}:${other}); eval rows must be held out`);
+  }
+  return problems;
+}
+
 export interface ValidationLimits {
   maxSeqLen: number;
   /** The model's own limit, when the provider tells it. */
@@ -159,11 +170,7 @@ export function loadRoundData(
   const problems: string[] = [];
   const train = readDataset(trainFile, problems);
   const evalSet = readDataset(evalFile, problems);
-  const trainPrompts = new Map(train.rows.map((r) => [r.prompt.trim(), r.line]));
-  for (const r of evalSet.rows) {
-    const other = trainPrompts.get(r.prompt.trim());
-    if (other !== undefined) problems.push(`${evalFile}:${r.line} prompt: also in the training data (${trainFile}:${other}); eval rows must be held out`);
-  }
+  problems.push(...heldOutProblems(train, evalSet));
   const limit = Math.min(limits.maxSeqLen, limits.modelMaxSeqLen ?? Infinity);
   const tokenize = (d: Dataset) =>
     d.rows.map((row) => {

@@ -1,4 +1,5 @@
 import { Context, log } from '@temporalio/activity';
+import type { Client } from '@temporalio/client';
 import type { ProviderSpec } from '../config/spec';
 import type { TrainerResource } from '../providers/types';
 import type { ActivityDeps } from './round';
@@ -31,31 +32,40 @@ export interface ReaperResult {
  * the display name of its sessions), and deactivates it when the owner is closed or unknown and the resource is
  * older than the grace period. Termination and timeouts run no workflow code; this is what cleans up after them.
  */
+/**
+ * Lists every active resource at each provider, finds its owning workflow from its tag (the resource's own tag, or
+ * the display name of its sessions), and deactivates it when the owner is closed or unknown and the resource is
+ * older than the grace period. Termination and timeouts run no workflow code; this is what cleans up after them.
+ */
+export async function reapOrphans(deps: ActivityDeps, client: Client, input: ReaperInput, onResource: () => void = () => {}): Promise<ReaperResult> {
+  const result: ReaperResult = { checked: 0, reaped: [], kept: [] };
+  for (const spec of input.providers) {
+    const provider = await deps.providerFor({ generatorReplicas: 1, inactiveTimeoutSeconds: 1800, ...spec } as ProviderSpec);
+    const label = `${spec.kind}${spec.baseUrl ? `@${spec.baseUrl}` : ''}`;
+    for (const resource of await provider.listOwnedResources({ activeOnly: true })) {
+      result.checked += 1;
+      onResource();
+      const owner = resource.ownerTag ?? (await provider.listSessions(resource.id)).map((s) => s.displayName).find((n) => n !== undefined);
+      const ownerStatus = owner ? await workflowStatus(client, owner) : 'UNKNOWN';
+      const entry: ReapedResource = { provider: label, resourceId: resource.id, owner, ownerStatus, action: 'kept' };
+      if (ownerStatus === 'RUNNING' || ageSeconds(resource) < input.graceSeconds) {
+        result.kept.push(entry);
+        continue;
+      }
+      if (!input.dryRun) await provider.deactivate(resource.id);
+      entry.action = input.dryRun ? 'would-deactivate' : 'deactivated';
+      result.reaped.push(entry);
+    }
+  }
+  return result;
+}
+
 export function createReaperActivities(deps: ActivityDeps) {
   return {
     async reapOrphans(input: ReaperInput): Promise<ReaperResult> {
       return atBoundary(async () => {
-        const client = Context.current().client;
-        const result: ReaperResult = { checked: 0, reaped: [], kept: [] };
-        for (const spec of input.providers) {
-          const provider = await deps.providerFor({ generatorReplicas: 1, inactiveTimeoutSeconds: 1800, ...spec } as ProviderSpec);
-          const label = `${spec.kind}${spec.baseUrl ? `@${spec.baseUrl}` : ''}`;
-          for (const resource of await provider.listOwnedResources({ activeOnly: true })) {
-            result.checked += 1;
-            Context.current().heartbeat(result.checked);
-            const owner = resource.ownerTag ?? (await provider.listSessions(resource.id)).map((s) => s.displayName).find((n) => n !== undefined);
-            const ownerStatus = owner ? await workflowStatus(client, owner) : 'UNKNOWN';
-            const entry: ReapedResource = { provider: label, resourceId: resource.id, owner, ownerStatus, action: 'kept' };
-            if (ownerStatus === 'RUNNING' || ageSeconds(resource) < input.graceSeconds) {
-              result.kept.push(entry);
-              continue;
-            }
-            if (!input.dryRun) await provider.deactivate(resource.id);
-            entry.action = input.dryRun ? 'would-deactivate' : 'deactivated';
-            result.reaped.push(entry);
-            log.warn('reaped an orphaned trainer', { ...entry });
-          }
-        }
+        const result = await reapOrphans(deps, Context.current().client, input, () => Context.current().heartbeat());
+        for (const entry of result.reaped) log.warn('reaped an orphaned trainer', { ...entry });
         return result;
       });
     },
@@ -67,7 +77,7 @@ function ageSeconds(resource: TrainerResource): number {
   return Number.isFinite(created) ? (Date.now() - created) / 1000 : Infinity;
 }
 
-async function workflowStatus(client: ReturnType<typeof Context.current>['client'], workflowId: string): Promise<string> {
+async function workflowStatus(client: Client, workflowId: string): Promise<string> {
   try {
     return (await client.workflow.getHandle(workflowId).describe()).status.name;
   } catch {

@@ -1,3 +1,6 @@
+import path from 'node:path';
+import { Client, Connection, WorkflowNotFoundError } from '@temporalio/client';
+import { ConfigError } from '../config/errors';
 import { loadWorkerSettings, type WorkerSettings } from '../config/worker-env';
 import { createLogger, registerSecret, type Logger } from '../config/logging';
 import { installRuntimeLogger } from '../workers/runtime';
@@ -19,4 +22,42 @@ export function cliContext(): CliContext {
     installed = true;
   }
   return { settings, logger };
+}
+
+export const DEFAULT_LOCAL_ADDRESS = '127.0.0.1:7233';
+
+export interface CliClient {
+  client: Client;
+  address: string;
+  close(): Promise<void>;
+}
+
+/** A client for the running stack: TEMPORAL_ADDRESS, else the address `roundhouse up` listens on. */
+export async function cliClient(settings: WorkerSettings): Promise<CliClient> {
+  const address = settings.address ?? DEFAULT_LOCAL_ADDRESS;
+  let connection: Connection;
+  try {
+    connection = await Connection.connect({ address, tls: settings.tls, apiKey: settings.apiKey, connectTimeout: 5_000 });
+  } catch (err) {
+    throw new CliFailure(`cannot reach Temporal at ${address} (${(err as Error).message.split('\n')[0]}): run \`roundhouse up\` or set TEMPORAL_ADDRESS`);
+  }
+  return { client: new Client({ connection, namespace: settings.namespace }), address, close: () => connection.close() };
+}
+
+/** Where campaign reports go: <state dir>/campaigns/<campaign id>. */
+export function reportRoot(settings: WorkerSettings): string {
+  return path.join(settings.stateDir, 'campaigns');
+}
+
+/** A command failed for a reason that is not the user's input (exit code 1, one line, no stack). */
+export class CliFailure extends Error {
+  readonly code = 'CLI_FAILURE';
+}
+
+/** Turns "workflow not found" into the usage error it is: the id names nothing. */
+export function unknownId(err: unknown, id: string): never {
+  if (err instanceof WorkflowNotFoundError || /not found/i.test((err as Error)?.message ?? '')) {
+    throw new ConfigError(id, 'no campaign with this id (see `roundhouse status --help`)');
+  }
+  throw err;
 }

@@ -1,10 +1,15 @@
 import { Command, CommanderError } from 'commander';
 import { ConfigError } from '../config/errors';
 import { createLogger, redactText } from '../config/logging';
+import { CliFailure } from './context';
 import { upCommand } from './up';
 import { workerCommand } from './worker';
 import { demoCommand } from './demo';
 import { emulatorCommand } from './emulator';
+import { pauseCommand, resumeCommand, runCommand, statusCommand, stopCommand, watchCommand } from './campaign';
+import { scheduleCommand } from './schedule';
+import { reapCommand } from './reap';
+import { DataValidationError } from '../activities/data';
 
 export const EXIT_OK = 0;
 export const EXIT_FAILED = 1;
@@ -19,8 +24,12 @@ export function buildProgram(): Command {
   program.addCommand(workerCommand());
   program.addCommand(demoCommand());
   program.addCommand(emulatorCommand());
+  for (const command of [runCommand(), statusCommand(), watchCommand(), pauseCommand(), resumeCommand(), stopCommand(), scheduleCommand(), reapCommand()]) {
+    program.addCommand(command);
+  }
   // Subcommands do not inherit these: usage errors must reach main() as exceptions (exit code 2), not process.exit.
-  for (const command of program.commands) command.exitOverride().showHelpAfterError();
+  const all = (c: Command): Command[] => [c, ...c.commands.flatMap(all)];
+  for (const command of all(program)) command.exitOverride().showHelpAfterError();
   return program;
 }
 
@@ -33,9 +42,17 @@ export async function main(argv: string[]): Promise<number> {
     if (err instanceof CommanderError) {
       return err.exitCode === 0 ? EXIT_OK : EXIT_USAGE;
     }
+    if (err instanceof DataValidationError) {
+      process.stderr.write(`roundhouse: ${redactText(err.message)}\n`);
+      return EXIT_USAGE;
+    }
     if (err instanceof ConfigError) {
       process.stderr.write(`roundhouse: ${redactText(err.message)}\n`);
       return EXIT_USAGE;
+    }
+    if (err instanceof CliFailure) {
+      process.stderr.write(`roundhouse: ${redactText(err.message)}\n`);
+      return EXIT_FAILED;
     }
     createLogger({ name: 'roundhouse', destination: process.stderr.isTTY ? undefined : process.stderr }).error(
       { err },

@@ -1,5 +1,8 @@
 import { Command } from 'commander';
-import { connectWorker, startTemporal } from '../workers/temporal-server';
+import { Client } from '@temporalio/client';
+import { connectClient, connectWorker, startTemporal } from '../workers/temporal-server';
+import { ProviderRegistry } from '../workers/providers';
+import { ensureReaperSchedule } from '../workers/schedules';
 import { createRoundhouseWorker } from '../workers/worker';
 import { cliContext } from './context';
 
@@ -12,13 +15,21 @@ export function upCommand(): Command {
       const { settings, logger } = cliContext();
       const server = await startTemporal(settings, { persistent: true, port: opts.port });
       logger.info({ address: server.address, ui: server.uiUrl, db: server.dbFile, source: server.source }, 'Temporal server ready');
+      const providers = new ProviderRegistry({ stateDir: settings.stateDir });
+      const emulatorUrl = await providers.localEmulatorUrl();
+      logger.info({ url: emulatorUrl, state: `${settings.stateDir}/emulator` }, 'emulator ready');
       const connection = await connectWorker(settings, server.address);
+      const clientConnection = await connectClient(settings, server.address);
       try {
-        const worker = await createRoundhouseWorker({ connection, namespace: settings.namespace, taskQueue: settings.taskQueue, stateDir: settings.stateDir, tuning: settings.tuning });
-        logger.info({ taskQueue: settings.taskQueue }, 'worker started; Ctrl-C stops the stack (state is kept)');
+        const worker = await createRoundhouseWorker({ connection, namespace: settings.namespace, taskQueue: settings.taskQueue, providers, tuning: settings.tuning });
+        const client = new Client({ connection: clientConnection, namespace: settings.namespace });
+        await ensureReaperSchedule(client, { taskQueue: settings.taskQueue, providers: [{ kind: 'local', model: '' }] });
+        logger.info({ taskQueue: settings.taskQueue, ui: server.uiUrl }, 'worker started (reaper scheduled every minute); Ctrl-C stops the stack, state is kept');
         await worker.run();
       } finally {
+        await clientConnection.close();
         await connection.close();
+        await providers.close();
         await server.stop();
       }
     });

@@ -42,6 +42,8 @@ export interface RequestSpec<T> {
   absoluteUrl?: string;
   /** Extra headers a dialect needs (e.g. Baseten's `X-Run-Id`). */
   headers?: Record<string, string>;
+  /** Sees the headers of the successful answer (values a dialect reads from headers, e.g. a policy version). */
+  onResponseHeaders?: (headers: Record<string, string | string[] | undefined>) => void;
 }
 
 /** Connection failures where the request never reached the server: always safe to retry. */
@@ -112,7 +114,10 @@ export class HttpClient {
 
       const text = await response.body.text();
       const status = response.statusCode;
-      if (status >= 200 && status < 300) return this.parse(spec, text, where);
+      if (status >= 200 && status < 300) {
+        spec.onResponseHeaders?.(response.headers);
+        return this.parse(spec, text, where);
+      }
 
       const retryAfterMs = this.retryAfter(response.headers);
       const shouldRetryHeader = headerText(response.headers['x-should-retry']);

@@ -1,3 +1,4 @@
+import fs from 'node:fs';
 import path from 'node:path';
 import { ApplicationFailure } from '@temporalio/activity';
 import type { ProviderSpec } from '../config/spec';
@@ -27,10 +28,19 @@ export class ProviderRegistry {
     this.env = options.env ?? process.env;
   }
 
-  /** The local emulator's URL, starting the embedded one (state in <stateDir>/emulator) on first use. */
-  async localEmulatorUrl(): Promise<string> {
+  /**
+   * The local emulator's URL: ROUNDHOUSE_EMULATOR_URL, else the one this process embeds (state in
+   * <stateDir>/emulator, its URL written to <stateDir>/emulator-url so commands like `roundhouse reap` find it).
+   */
+  async localEmulatorUrl(options: { start?: boolean } = {}): Promise<string> {
     if (this.env.ROUNDHOUSE_EMULATOR_URL) return this.env.ROUNDHOUSE_EMULATOR_URL;
-    this.embedded ??= startEmulator({ port: 0, stateDir: path.join(this.options.stateDir, 'emulator'), provisioningDelayMs: 500 });
+    const urlFile = path.join(this.options.stateDir, 'emulator-url');
+    if (!this.embedded && options.start === false && fs.existsSync(urlFile)) return fs.readFileSync(urlFile, 'utf8').trim();
+    this.embedded ??= startEmulator({ port: 0, stateDir: path.join(this.options.stateDir, 'emulator'), provisioningDelayMs: 500 }).then((e) => {
+      fs.mkdirSync(this.options.stateDir, { recursive: true });
+      fs.writeFileSync(urlFile, e.url);
+      return e;
+    });
     return (await this.embedded).url;
   }
 

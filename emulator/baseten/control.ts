@@ -237,7 +237,8 @@ export function addLoopsControlRoutes(router: Router, engine: Engine, state: Loo
     state.session(b.session_id, owner);
     const model = findModel(b.base_model);
     if (!model) throw badRequest(`base_model '${b.base_model}' is not supported; see GET /v1/loops/capabilities`);
-    if (b.lora_rank > model.maxLoraRank) throw badRequest(`lora_rank ${b.lora_rank} is over ${model.name}'s maximum of ${model.maxLoraRank}`);
+    const loraRank = b.lora_rank ?? Math.min(64, model.maxLoraRank);
+    if (loraRank > model.maxLoraRank) throw badRequest(`lora_rank ${loraRank} is over ${model.name}'s maximum of ${model.maxLoraRank}`);
     if (b.max_seq_len && b.max_seq_len > model.maxSeqLen) throw badRequest(`max_seq_len ${b.max_seq_len} is over ${model.name}'s maximum of ${model.maxSeqLen}`);
     if (b.path) {
       const path = parseCheckpointPath(b.path);
@@ -252,7 +253,7 @@ export function addLoopsControlRoutes(router: Router, engine: Engine, state: Loo
       sessionId: b.session_id,
       name: b.name ?? model.name,
       deploymentId: state.newId(),
-      loraRank: b.lora_rank,
+      loraRank,
       ...(b.seed !== undefined && b.seed !== null ? { seed: b.seed } : {}),
       maxSeqLen: b.max_seq_len ?? model.maxSeqLen,
       replicas: b.replicas,

@@ -30,7 +30,8 @@ export const CreateRunBody = z
     base_model: z.string().min(1, 'base_model is required'),
     name: z.string().min(1).max(255).nullish(),
     max_seq_len: z.number().int().positive().nullish(),
-    lora_rank: z.number().int().min(1).default(64),
+    /** The service's default is 64 (capped here at the model's maximum); the SDK always sends its own (32). */
+    lora_rank: z.number().int().min(1).nullish(),
     seed: z.number().int().nullish(),
     scale_down_delay_seconds: z.number().int().gt(0).max(3600).default(900),
     availability_model: z.enum(['dedicated', 'spot']).default('dedicated'),

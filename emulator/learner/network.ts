@@ -109,9 +109,9 @@ function gelu(x: tf.Tensor2D): tf.Tensor2D {
 }
 
 /** Each head's slice of x (N × heads·width) rescaled to RMS 1: attended values keep one scale however (un)peaked. */
-function headRmsNormalize(x: tf.Tensor2D, width: number): tf.Tensor2D {
+function headRmsNormalize(x: tf.Tensor2D, width: number, rms = 1): tf.Tensor2D {
   const rows = x.shape[0];
-  return tf.reshape(rmsNormalize(tf.reshape(x, [rows * ATTENTION.heads, width]), 1), [rows, ATTENTION.heads * width]);
+  return tf.reshape(rmsNormalize(tf.reshape(x, [rows * ATTENTION.heads, width]), rms), [rows, ATTENTION.heads * width]);
 }
 
 /**
@@ -121,7 +121,8 @@ function headRmsNormalize(x: tf.Tensor2D, width: number): tf.Tensor2D {
  */
 export function outputLogits(features: tf.Tensor2D, attention: AttentionInputs, w: NetworkWeights): OutputLogits {
   const lora = (name: AdapterParameter) => w.adapter.get(name)!;
-  const query = adapted(tf.matMul(features, w.queryWeights), features, lora('queryA'), lora('queryB'), w.scale);
+  let query = adapted(tf.matMul(features, w.queryWeights), features, lora('queryA'), lora('queryB'), w.scale);
+  if (process.env.ATT_G) query = headRmsNormalize(query, ATTENTION.keyWidth, Number(process.env.ATT_G) / Math.sqrt(ATTENTION.keyWidth));
   const attended = ATTENTION.norm === 'rms' ? headRmsNormalize(attend(query, attention), ATTENTION.valueWidth) : ATTENTION.norm === 'none' ? attend(query, attention) : tf.mul(attend(query, attention), Number(ATTENTION.norm)) as tf.Tensor2D;
   const frozenFeatures = tf.add<tf.Tensor2D>(tf.matMul(features, w.hiddenWeights), w.hiddenBias); // constant: no gradient
   const frozenHidden = tf.add<tf.Tensor2D>(frozenFeatures, frozenMatMul(attended, w.attendedWeights));

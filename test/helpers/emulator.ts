@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { request } from 'undici';
 import { startEmulator, type EmulatorOptions, type RunningEmulator } from '../../emulator/server';
 import type { Ledger } from '../../emulator/engine';
+import { BasetenProvider } from '../../providers/baseten/client';
 import { TogetherProvider } from '../../providers/together/client';
 
 export type { RunningEmulator } from '../../emulator/server';
@@ -20,6 +21,10 @@ export function togetherProvider(emulator: RunningEmulator, apiKey = testApiKey(
   return new TogetherProvider({ baseUrl: emulator.url, apiKey, pollIntervalMs: 5, maxPollIntervalMs: 50, initialRetryDelayMs: 5, maxRetryDelayMs: 50 });
 }
 
+export function basetenProvider(emulator: RunningEmulator, apiKey = testApiKey()): BasetenProvider {
+  return new BasetenProvider({ baseUrl: emulator.url, apiKey, pollIntervalMs: 5, maxPollIntervalMs: 50, initialRetryDelayMs: 5, maxRetryDelayMs: 50 });
+}
+
 export async function ledger(emulator: RunningEmulator): Promise<Ledger> {
   const res = await request(`${emulator.url}/_emulator/ledger`);
   return (await res.body.json()) as Ledger;
@@ -35,21 +40,21 @@ export async function setFaults(emulator: RunningEmulator, config: unknown): Pro
   if (res.statusCode !== 200) throw new Error(`fault configuration refused: ${res.statusCode} ${text}`);
 }
 
-/** Raw HTTP against the emulator, for wire-level assertions. */
+/** Raw HTTP against the emulator (a path, or an absolute URL it handed out), for wire-level assertions. */
 export async function raw(
   emulator: RunningEmulator,
   method: 'GET' | 'POST' | 'PATCH',
   path: string,
-  options: { apiKey?: string | null; body?: string | object; idempotencyKey?: string } = {},
-): Promise<{ status: number; json: any }> {
-  const headers: Record<string, string> = { 'content-type': 'application/json' };
-  if (options.apiKey !== null) headers.authorization = `Bearer ${options.apiKey ?? 'raw-key'}`;
+  options: { apiKey?: string | null; scheme?: 'Bearer' | 'Api-Key'; body?: string | object; idempotencyKey?: string; headers?: Record<string, string> } = {},
+): Promise<{ status: number; json: any; headers: Record<string, string | string[] | undefined> }> {
+  const headers: Record<string, string> = { 'content-type': 'application/json', ...options.headers };
+  if (options.apiKey !== null) headers.authorization = `${options.scheme ?? 'Bearer'} ${options.apiKey ?? 'raw-key'}`;
   if (options.idempotencyKey) headers['idempotency-key'] = options.idempotencyKey;
-  const res = await request(`${emulator.url}${path}`, {
+  const res = await request(path.startsWith('http') ? path : `${emulator.url}${path}`, {
     method,
     headers,
     body: options.body === undefined ? undefined : typeof options.body === 'string' ? options.body : JSON.stringify(options.body),
   });
   const text = await res.body.text();
-  return { status: res.statusCode, json: text ? JSON.parse(text) : undefined };
+  return { status: res.statusCode, json: text ? JSON.parse(text) : undefined, headers: res.headers };
 }

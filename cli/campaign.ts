@@ -1,0 +1,149 @@
+import { Command, Option } from 'commander';
+import { WorkflowFailedError, type WorkflowHandle } from '@temporalio/client';
+import { loadCampaignSpec } from '../config/spec';
+import {
+  campaignProgressQuery,
+  pauseCampaignUpdate,
+  resumeCampaignUpdate,
+  stopCampaignUpdate,
+  type CampaignInput,
+  type CampaignProgress,
+} from '../workflows/campaign-contract';
+import { cliClient, cliContext, reportRoot, unknownId, CliFailure } from './context';
+import { renderProgress, watchCampaign } from './progress';
+import { validateCampaignLocally } from './validate';
+
+function campaignIdFor(name: string): string {
+  return `${name}-${new Date().toISOString().replace(/[-:.TZ]/g, '').slice(0, 14)}`;
+}
+
+async function withCampaign<T>(id: string, body: (handle: WorkflowHandle) => Promise<T>): Promise<T> {
+  const { settings } = cliContext();
+  const { client, close } = await cliClient(settings);
+  try {
+    const handle = client.workflow.getHandle(id);
+    await handle.describe().catch((err: unknown) => unknownId(err, id));
+    return await body(handle);
+  } finally {
+    await close();
+  }
+}
+
+/** Exit code of a finished campaign: 0 completed or stopped as asked, 1 failed. */
+function outcome(progress: CampaignProgress): number {
+  return progress.status === 'failed' ? 1 : 0;
+}
+
+export function runCommand(): Command {
+  return new Command('run')
+    .description('Validate a campaign spec and its data, then start the campaign on the running stack')
+    .argument('<spec>', 'campaign spec (YAML or JSON)')
+    .option('--id <id>', 'campaign id (default: <name>-<timestamp>); starting an id that is running attaches to it')
+    .option('--wait', 'watch progress until the campaign ends; exit 1 if it failed')
+    .addHelpText('after', '\nExamples:\n  roundhouse run examples/support-tickets/campaign.yaml --wait\n  roundhouse run campaign.yaml --id tickets-nightly')
+    .action(async (specFile: string, opts: { id?: string; wait?: boolean }) => {
+      const { settings } = cliContext();
+      const spec = loadCampaignSpec(specFile);
+      const checked = validateCampaignLocally(spec);
+      const campaignId = opts.id ?? campaignIdFor(spec.name);
+      const { client, address, close } = await cliClient(settings);
+      try {
+        const input: CampaignInput = { campaignId, spec, reportRoot: reportRoot(settings) };
+        const handle = await client.workflow.start('campaignWorkflow', {
+          taskQueue: settings.taskQueue,
+          workflowId: campaignId,
+          args: [input],
+          workflowIdConflictPolicy: 'USE_EXISTING',
+        });
+        process.stdout.write(
+          `campaign ${campaignId} started (${checked.trainRows} training rows, ${checked.evalRows} held out) on ${address}\n` +
+            `  status: roundhouse status ${campaignId}\n  watch:  roundhouse watch ${campaignId}\n`,
+        );
+        if (opts.wait) {
+          const final = await watchCampaign(handle, process.stdout);
+          process.exitCode = outcome(final);
+        }
+      } finally {
+        await close();
+      }
+    });
+}
+
+export function statusCommand(): Command {
+  return new Command('status')
+    .description("Show a campaign's progress: rounds done, the current round's phase and step, metric per round, GPU-minutes, cost")
+    .argument('<id>', 'campaign id')
+    .option('--json', 'print the progress as JSON')
+    .addHelpText('after', '\nExample:\n  roundhouse status support-tickets-20261129120000 --json')
+    .action(async (id: string, opts: { json?: boolean }) => {
+      await withCampaign(id, async (handle) => {
+        const progress = await campaignProgress(handle);
+        process.stdout.write(opts.json ? `${JSON.stringify(progress, null, 2)}\n` : renderProgress(progress));
+        if (progress.status === 'failed') process.exitCode = 1;
+      });
+    });
+}
+
+/** The live query, or the result of a finished campaign. */
+export async function campaignProgress(handle: WorkflowHandle): Promise<CampaignProgress> {
+  const d = await handle.describe();
+  if (d.status.name === 'RUNNING') return handle.query(campaignProgressQuery);
+  try {
+    return (await handle.result()) as CampaignProgress;
+  } catch (err) {
+    if (err instanceof WorkflowFailedError) throw new CliFailure(`campaign ${handle.workflowId} ${d.status.name.toLowerCase()}: ${err.cause?.message ?? err.message}`);
+    throw err;
+  }
+}
+
+export function watchCommand(): Command {
+  return new Command('watch')
+    .description('Follow a campaign live: per-round phase, step/total, loss, GPU-minutes (plain lines when not a terminal)')
+    .argument('<id>', 'campaign id')
+    .addHelpText('after', '\nExample:\n  roundhouse watch support-tickets-20261129120000')
+    .action(async (id: string) => {
+      await withCampaign(id, async (handle) => {
+        process.exitCode = outcome(await watchCampaign(handle, process.stdout));
+      });
+    });
+}
+
+export function pauseCommand(): Command {
+  return new Command('pause')
+    .description('Pause: the running round finishes its segment, checkpoints and releases the GPU')
+    .argument('<id>', 'campaign id')
+    .addHelpText('after', '\nExample:\n  roundhouse pause tickets-nightly')
+    .action(async (id: string) => {
+      await withCampaign(id, async (handle) => {
+        const p = await handle.executeUpdate(pauseCampaignUpdate);
+        process.stdout.write(`campaign ${id}: ${p.status}\n`);
+      });
+    });
+}
+
+export function resumeCommand(): Command {
+  return new Command('resume')
+    .description('Resume: re-provision and continue from the pause checkpoint at the same step')
+    .argument('<id>', 'campaign id')
+    .addHelpText('after', '\nExample:\n  roundhouse resume tickets-nightly')
+    .action(async (id: string) => {
+      await withCampaign(id, async (handle) => {
+        const p = await handle.executeUpdate(resumeCampaignUpdate);
+        process.stdout.write(`campaign ${id}: ${p.status}\n`);
+      });
+    });
+}
+
+export function stopCommand(): Command {
+  return new Command('stop')
+    .description('Stop after the current round (default), or now (the running round is cancelled and cleans up)')
+    .argument('<id>', 'campaign id')
+    .addOption(new Option('--now', 'cancel the running round instead of letting it finish'))
+    .addHelpText('after', '\nExamples:\n  roundhouse stop tickets-nightly\n  roundhouse stop tickets-nightly --now')
+    .action(async (id: string, opts: { now?: boolean }) => {
+      await withCampaign(id, async (handle) => {
+        await handle.executeUpdate(stopCampaignUpdate, { args: [{ mode: opts.now ? 'now' : 'after-round' }] });
+        process.stdout.write(`campaign ${id}: stopping ${opts.now ? 'now' : 'after the current round'}\n`);
+      });
+    });
+}

@@ -1,0 +1,60 @@
+import type { WorkflowHandle } from '@temporalio/client';
+import { campaignProgressQuery, type CampaignProgress } from '../workflows/campaign-contract';
+
+const pct = (v: number | undefined) => (v === undefined ? '   –  ' : `${(v * 100).toFixed(1).padStart(5)}%`);
+const num = (v: number | undefined, digits = 3) => (v === undefined ? '–' : v.toFixed(digits));
+
+function bar(done: number, total: number, width = 24): string {
+  const filled = total > 0 ? Math.round((done / total) * width) : 0;
+  return `[${'#'.repeat(filled)}${'.'.repeat(width - filled)}]`;
+}
+
+/** A campaign's progress as a small text table. */
+export function renderProgress(p: CampaignProgress): string {
+  const lines = [
+    `campaign ${p.campaignId}: ${p.status}${p.stopReason ? ` (${p.stopReason})` : ''}`,
+    `  GPU-minutes ${num(p.gpuMinutes, 2)}${p.costUsd !== undefined ? `, est. cost $${p.costUsd.toFixed(2)}` : ''}, wall ${num(p.wallMinutes, 1)} min, limits: ${p.limits.maxRounds} rounds${p.limits.targetAccuracy !== undefined ? `, target accuracy ${p.limits.targetAccuracy}` : ''}${p.limits.maxGpuMinutes !== undefined ? `, ${p.limits.maxGpuMinutes} GPU-min` : ''}`,
+    '  round  status     accuracy  eval loss (base → trained)  steps      GPU-min',
+    ...p.rounds.map(
+      (r) => `  ${String(r.round).padStart(5)}  ${r.status.padEnd(9)}  ${pct(r.accuracy)}   ${num(r.baselineLoss).padStart(8)} → ${num(r.trainedLoss).padEnd(8)}        ${`${r.stepsApplied}/${r.totalSteps}`.padEnd(9)}  ${num(r.gpuMinutes, 2)}`,
+    ),
+  ];
+  const c = p.currentRound;
+  if (c && !['completed', 'failed', 'cancelled', 'stopped'].includes(c.phase)) {
+    lines.push(`  ${String(c.round).padStart(5)}  ${c.phase.padEnd(9)}  ${bar(c.step, c.totalSteps)} ${c.step}/${c.totalSteps}  loss ${num(c.latestLoss)}  GPU-min ${num(c.gpuMinutes, 2)}`);
+  }
+  lines.push(`  summary: ${p.summaryPath}`);
+  return `${lines.join('\n')}\n`;
+}
+
+/** Follows a campaign until it ends: redraws in a terminal, prints changed lines otherwise. Returns the final progress. */
+export async function watchCampaign(handle: WorkflowHandle, out: NodeJS.WriteStream, intervalMs = 500): Promise<CampaignProgress> {
+  let previous = '';
+  let drawnLines = 0;
+  for (;;) {
+    const description = await handle.describe();
+    let progress: CampaignProgress | undefined;
+    if (description.status.name === 'RUNNING') {
+      progress = await handle.query(campaignProgressQuery).catch(() => undefined);
+    } else {
+      progress = (await handle.result().catch(() => undefined)) as CampaignProgress | undefined;
+      if (!progress) throw new Error(`campaign ${handle.workflowId} ended ${description.status.name.toLowerCase()}`);
+    }
+    if (progress) {
+      const text = renderProgress(progress);
+      if (text !== previous) {
+        if (out.isTTY) {
+          if (drawnLines) out.write(`\x1b[${drawnLines}A\x1b[0J`);
+          out.write(text);
+          drawnLines = text.split('\n').length - 1;
+        } else {
+          const oldLines = new Set(previous.split('\n'));
+          for (const line of text.split('\n')) if (line && !oldLines.has(line)) out.write(`${line}\n`);
+        }
+        previous = text;
+      }
+      if (description.status.name !== 'RUNNING' && description.status.name !== 'CONTINUED_AS_NEW') return progress;
+    }
+    await new Promise((r) => setTimeout(r, intervalMs));
+  }
+}

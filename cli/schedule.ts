@@ -1,0 +1,79 @@
+import { Command, Option } from 'commander';
+import { ScheduleNotFoundError } from '@temporalio/client';
+import { ConfigError } from '../config/errors';
+import { loadCampaignSpec } from '../config/spec';
+import { upsertCampaignSchedule, type OverlapName } from '../workers/schedules';
+import { cliClient, cliContext, reportRoot } from './context';
+import { validateCampaignLocally } from './validate';
+
+async function withClient<T>(body: (c: Awaited<ReturnType<typeof cliClient>>) => Promise<T>): Promise<T> {
+  const { settings } = cliContext();
+  const c = await cliClient(settings);
+  try {
+    return await body(c);
+  } finally {
+    await c.close();
+  }
+}
+
+function notFound(err: unknown, id: string): never {
+  if (err instanceof ScheduleNotFoundError) throw new ConfigError(id, 'no schedule with this id (see `roundhouse schedule list`)');
+  throw err;
+}
+
+export function scheduleCommand(): Command {
+  const schedule = new Command('schedule').description('Scheduled retraining: Temporal Schedules that start campaigns from a spec');
+  schedule
+    .command('create')
+    .description('Create (or update) a schedule that starts a campaign from a spec every interval or on a cron')
+    .argument('<spec>', 'campaign spec')
+    .option('--id <id>', 'schedule id (default: <name>-schedule)')
+    .option('--every <interval>', "interval, e.g. '1h', '30 minutes', '1 day'")
+    .option('--cron <expr...>', "cron expressions, e.g. '0 3 * * *'")
+    .addOption(new Option('--overlap <policy>', 'what to do when the previous run is still going').choices(['skip', 'buffer-one', 'buffer-all', 'cancel-other', 'allow-all']).default('skip'))
+    .addHelpText('after', "\nExamples:\n  roundhouse schedule create campaign.yaml --every 1d\n  roundhouse schedule create campaign.yaml --cron '0 3 * * *' --id nightly")
+    .action(async (specFile: string, opts: { id?: string; every?: string; cron?: string[]; overlap: OverlapName }) => {
+      if (!opts.every && !opts.cron) throw new ConfigError('--every', 'give --every <interval> or --cron <expression>');
+      const { settings } = cliContext();
+      const spec = loadCampaignSpec(specFile);
+      validateCampaignLocally(spec);
+      const scheduleId = opts.id ?? `${spec.name}-schedule`;
+      await withClient(async ({ client }) => {
+        await upsertCampaignSchedule(client, { scheduleId, spec, taskQueue: settings.taskQueue, reportRoot: reportRoot(settings), every: opts.every, cron: opts.cron, overlap: opts.overlap });
+        process.stdout.write(`schedule ${scheduleId}: starts ${spec.name} ${opts.every ? `every ${opts.every}` : `on ${opts.cron!.join(', ')}`} (overlap ${opts.overlap})\n`);
+      });
+    });
+  schedule
+    .command('list')
+    .description('List schedules with their next run')
+    .addHelpText('after', '\nExample:\n  roundhouse schedule list')
+    .action(async () => {
+      await withClient(async ({ client }) => {
+        let any = false;
+        for await (const s of client.schedule.list()) {
+          any = true;
+          const next = s.info.nextActionTimes[0];
+          process.stdout.write(`${s.scheduleId}  ${s.state.paused ? 'paused' : 'active'}  next ${next ? next.toISOString() : '–'}  ${s.state.note ?? ''}\n`);
+        }
+        if (!any) process.stdout.write('no schedules\n');
+      });
+    });
+  for (const [name, verb] of [['pause', 'Pause'], ['unpause', 'Unpause'], ['delete', 'Delete']] as const) {
+    schedule
+      .command(name)
+      .description(`${verb} a schedule`)
+      .argument('<id>', 'schedule id')
+      .addHelpText('after', `\nExample:\n  roundhouse schedule ${name} nightly`)
+      .action(async (id: string) => {
+        await withClient(async ({ client }) => {
+          const handle = client.schedule.getHandle(id);
+          await handle.describe().catch((err: unknown) => notFound(err, id));
+          if (name === 'pause') await handle.pause('paused with roundhouse');
+          else if (name === 'unpause') await handle.unpause('unpaused with roundhouse');
+          else await handle.delete();
+          process.stdout.write(`schedule ${id}: ${name === 'delete' ? 'deleted' : `${name}d`}\n`);
+        });
+      });
+  }
+  return schedule;
+}

@@ -1,0 +1,27 @@
+import type { CampaignSpec } from '../config/spec';
+import { bundledTokenizerDir, huggingFaceCacheDir, tokenizerFor } from '../config/tokenizer';
+import { DataValidationError, heldOutProblems, loadRoundData, readDataset } from '../activities/data';
+import { findModel } from '../emulator/models';
+
+/**
+ * The checks `roundhouse run` makes before starting anything (the round repeats them on the worker): the data's
+ * rows and overlap always; the model and token limits where they can be known here (the emulator's models, a
+ * tokenizer on disk). Throws DataValidationError naming file, line and field.
+ */
+export function validateCampaignLocally(spec: CampaignSpec): { trainRows: number; evalRows: number; tokenized: boolean } {
+  if (spec.provider.kind === 'local' && !spec.provider.baseUrl && !findModel(spec.provider.model)) {
+    throw new DataValidationError([`provider.model: '${spec.provider.model}' is not one of the emulator's models`]);
+  }
+  const hasTokenizer = Boolean(spec.provider.tokenizer ?? bundledTokenizerDir(spec.provider.model) ?? huggingFaceCacheDir(spec.provider.model));
+  if (hasTokenizer) {
+    const tokenizer = tokenizerFor(spec.provider.model, undefined, spec.provider.tokenizer);
+    const data = loadRoundData(spec.data.train, spec.data.eval, tokenizer, { maxSeqLen: spec.training.maxSeqLen, modelMaxSeqLen: findModel(spec.provider.model)?.maxSeqLen });
+    return { trainRows: data.train.rows.length, evalRows: data.eval.rows.length, tokenized: true };
+  }
+  const problems: string[] = [];
+  const train = readDataset(spec.data.train, problems);
+  const evalSet = readDataset(spec.data.eval, problems);
+  problems.push(...heldOutProblems(train, evalSet));
+  if (problems.length) throw new DataValidationError(problems);
+  return { trainRows: train.rows.length, evalRows: evalSet.rows.length, tokenized: false };
+}
