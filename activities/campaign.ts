@@ -2,7 +2,9 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { permutation } from '../config/schedule';
 import { sha256File, DataValidationError } from './data';
+import { Context } from '@temporalio/activity';
 import { atBoundary } from './failures';
+import { writeCampaignReports } from './report';
 import { writeJsonAtomic } from './files';
 
 export type NextDataPolicy = 'mistakes' | 'all' | 'static';
@@ -74,8 +76,13 @@ export function createCampaignActivities() {
       });
     },
 
+    /** campaign.json, then report.html and summary.md from it and the round reports. */
     async writeCampaignSummary(input: { path: string; summary: unknown }): Promise<string> {
       writeJsonAtomic(input.path, input.summary);
+      writeCampaignReports(path.dirname(input.path), {
+        temporalUiUrl: process.env.ROUNDHOUSE_UI_URL ?? 'http://127.0.0.1:8233',
+        namespace: Context.current().info.workflowNamespace ?? 'default',
+      });
       return input.path;
     },
   };

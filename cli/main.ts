@@ -9,6 +9,7 @@ import { emulatorCommand } from './emulator';
 import { pauseCommand, resumeCommand, runCommand, statusCommand, stopCommand, watchCommand } from './campaign';
 import { scheduleCommand } from './schedule';
 import { reapCommand } from './reap';
+import { reportCommand } from './report';
 import { DataValidationError } from '../activities/data';
 
 export const EXIT_OK = 0;
@@ -24,7 +25,7 @@ export function buildProgram(): Command {
   program.addCommand(workerCommand());
   program.addCommand(demoCommand());
   program.addCommand(emulatorCommand());
-  for (const command of [runCommand(), statusCommand(), watchCommand(), pauseCommand(), resumeCommand(), stopCommand(), scheduleCommand(), reapCommand()]) {
+  for (const command of [runCommand(), statusCommand(), watchCommand(), pauseCommand(), resumeCommand(), stopCommand(), scheduleCommand(), reapCommand(), reportCommand()]) {
     program.addCommand(command);
   }
   // Subcommands do not inherit these: usage errors must reach main() as exceptions (exit code 2), not process.exit.

@@ -1,0 +1,176 @@
+import fs from 'node:fs';
+import path from 'node:path';
+
+/**
+ * The campaign report people look at: `report.html` (self-contained: Chart.js and the data inlined, no network)
+ * and `summary.md` (for a pull request), built from the campaign's files on disk.
+ */
+
+interface RoundReportFile {
+  round: number;
+  workflow_id: string;
+  status: string;
+  accuracy: number | null;
+  baseline_loss: number | null;
+  trained_loss: number | null;
+  steps_applied: number;
+  steps_planned: number;
+  gpu_minutes: number;
+  estimated_cost_usd: number | null;
+  error_type: string | null;
+  train_path: string;
+  train_sha256: string;
+  evaluations: { line: number; prompt: string; expected: string; completion: string; match: boolean }[];
+  steps: { step: number; loss: number; tokens: number }[];
+}
+
+export interface CampaignReportData {
+  campaignId: string;
+  status: string;
+  stopReason?: string;
+  rounds: RoundReportFile[];
+  flips: { from: number; to: number; fixed: Flip[]; regressed: Flip[] }[];
+  gpuMinutes: number;
+  costUsd?: number;
+  temporalUiUrl: string;
+  namespace: string;
+}
+
+interface Flip {
+  line: number;
+  prompt: string;
+  expected: string;
+  before: string;
+  after: string;
+}
+
+export function loadCampaignReportData(campaignDir: string, options: { temporalUiUrl: string; namespace: string }): CampaignReportData {
+  const summaryFile = path.join(campaignDir, 'campaign.json');
+  if (!fs.existsSync(summaryFile)) throw new Error(`${summaryFile}: no campaign summary (has a round finished yet?)`);
+  const summary = JSON.parse(fs.readFileSync(summaryFile, 'utf8')) as { campaignId: string; status: string; stopReason?: string; gpuMinutes: number; costUsd?: number; rounds: { round: number; reportPath: string }[] };
+  const rounds = summary.rounds
+    .map((r) => r.reportPath)
+    .filter((p) => fs.existsSync(p))
+    .map((p) => JSON.parse(fs.readFileSync(p, 'utf8')) as RoundReportFile);
+  const flips = rounds.slice(1).map((after, i) => {
+    const before = rounds[i]!;
+    const previous = new Map(before.evaluations.map((e) => [e.line, e]));
+    const fixed: Flip[] = [];
+    const regressed: Flip[] = [];
+    for (const e of after.evaluations) {
+      const p = previous.get(e.line);
+      if (!p || p.match === e.match) continue;
+      const flip = { line: e.line, prompt: e.prompt, expected: e.expected, before: p.completion, after: e.completion };
+      (e.match ? fixed : regressed).push(flip);
+    }
+    return { from: before.round, to: after.round, fixed, regressed };
+  });
+  return { campaignId: summary.campaignId, status: summary.status, stopReason: summary.stopReason, rounds, flips, gpuMinutes: summary.gpuMinutes, costUsd: summary.costUsd, ...options };
+}
+
+const escapeHtml = (text: string) => text.replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!);
+const fmt = (v: number | null | undefined, digits = 3) => (v === null || v === undefined ? '–' : v.toFixed(digits));
+const pct = (v: number | null | undefined) => (v === null || v === undefined ? '–' : `${(v * 100).toFixed(1)}%`);
+
+function uiLink(data: CampaignReportData, workflowId: string): string {
+  return `${data.temporalUiUrl.replace(/\/$/, '')}/namespaces/${encodeURIComponent(data.namespace)}/workflows/${encodeURIComponent(workflowId)}`;
+}
+
+function chartJsSource(): string {
+  // chart.js exports only its module entry; the UMD build sits beside it in dist/.
+  return fs.readFileSync(path.join(path.dirname(require.resolve('chart.js')), 'chart.umd.min.js'), 'utf8');
+}
+
+export function renderCampaignHtml(data: CampaignReportData): string {
+  const chartData = {
+    rounds: data.rounds.map((r) => r.round),
+    accuracy: data.rounds.map((r) => r.accuracy),
+    baseline: data.rounds.map((r) => r.baseline_loss),
+    trained: data.rounds.map((r) => r.trained_loss),
+    steps: data.rounds.map((r) => ({ round: r.round, points: r.steps.map((s) => ({ x: s.step, y: s.tokens ? s.loss / s.tokens : s.loss })) })),
+  };
+  const rows = data.rounds
+    .map(
+      (r) => `<tr><td>${r.round}</td><td class="${r.status}">${escapeHtml(r.status)}${r.error_type ? ` (${escapeHtml(r.error_type)})` : ''}</td><td>${pct(r.accuracy)}</td>` +
+        `<td>${fmt(r.baseline_loss)} → ${fmt(r.trained_loss)}</td><td>${r.steps_applied}/${r.steps_planned}</td><td>${fmt(r.gpu_minutes, 2)}</td>` +
+        `<td>${r.estimated_cost_usd === null ? '–' : `$${r.estimated_cost_usd.toFixed(2)}`}</td>` +
+        `<td><a href="${escapeHtml(uiLink(data, r.workflow_id))}">${escapeHtml(r.workflow_id)}</a></td><td><code>${escapeHtml(r.train_sha256.slice(0, 12))}</code></td></tr>`,
+    )
+    .join('\n');
+  const flipSections = data.flips
+    .map((f) => {
+      const list = (items: Flip[]) =>
+        items.length === 0
+          ? '<p class="none">none</p>'
+          : `<table><tr><th>line</th><th>prompt</th><th>expected</th><th>before</th><th>after</th></tr>${items
+              .map((i) => `<tr><td>${i.line}</td><td>${escapeHtml(i.prompt)}</td><td>${escapeHtml(i.expected)}</td><td>${escapeHtml(i.before)}</td><td>${escapeHtml(i.after)}</td></tr>`)
+              .join('')}</table>`;
+      return `<h3>Round ${f.from} → ${f.to}: ${f.fixed.length} fixed, ${f.regressed.length} regressed</h3><h4>Fixed</h4>${list(f.fixed)}<h4>Regressed</h4>${list(f.regressed)}`;
+    })
+    .join('\n');
+  return `<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Roundhouse campaign ${escapeHtml(data.campaignId)}</title>
+<style>
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2rem;color:#1b1f24;max-width:1100px}
+h1{font-size:1.5rem} .meta{color:#57606a} table{border-collapse:collapse;margin:.5rem 0 1.5rem;font-size:.9rem}
+td,th{border:1px solid #d0d7de;padding:.3rem .6rem;text-align:left;vertical-align:top} th{background:#f6f8fa}
+.completed{color:#1a7f37}.failed{color:#cf222e}.cancelled,.stopped{color:#9a6700} .charts{display:grid;grid-template-columns:1fr 1fr;gap:2rem}
+.chart{position:relative;height:300px} .none{color:#57606a}
+</style></head><body>
+<h1>Campaign ${escapeHtml(data.campaignId)}</h1>
+<p class="meta">Status <b>${escapeHtml(data.status)}</b>${data.stopReason ? ` — ${escapeHtml(data.stopReason)}` : ''}; ${data.rounds.length} rounds; ${fmt(data.gpuMinutes, 2)} GPU-minutes${data.costUsd !== undefined && data.costUsd !== null ? `; estimated cost $${data.costUsd.toFixed(2)}` : ''}. <a href="${escapeHtml(uiLink(data, data.campaignId))}">Campaign in the Temporal UI</a></p>
+<div class="charts">
+<div><h2>Metric per round</h2><div class="chart"><canvas id="accuracy"></canvas></div></div>
+<div><h2>Eval loss per round (baseline vs trained)</h2><div class="chart"><canvas id="evalLoss"></canvas></div></div>
+</div>
+<h2>Training loss per step (per trained token)</h2><div class="chart"><canvas id="stepLoss"></canvas></div>
+<h2>Rounds</h2>
+<table><tr><th>round</th><th>status</th><th>accuracy</th><th>eval loss (baseline → trained)</th><th>steps</th><th>GPU-min</th><th>est. cost</th><th>workflow</th><th>train sha256</th></tr>
+${rows}</table>
+<h2>Per-example flips between rounds</h2>
+${flipSections || '<p class="none">one round only</p>'}
+<script id="report-data" type="application/json">${JSON.stringify(chartData).replace(/</g, '\\u003c')}</script>
+<script>${chartJsSource()}</script>
+<script>
+const d = JSON.parse(document.getElementById('report-data').textContent);
+const colors = ['#0969da', '#1a7f37', '#bf3989', '#9a6700', '#8250df', '#cf222e'];
+const common = { responsive: true, maintainAspectRatio: false, animation: false };
+new Chart(document.getElementById('accuracy'), { type: 'line', data: { labels: d.rounds.map((r) => 'round ' + r), datasets: [{ label: 'accuracy', data: d.accuracy, borderColor: colors[0], backgroundColor: colors[0] }] }, options: { ...common, scales: { y: { min: 0, max: 1 } } } });
+new Chart(document.getElementById('evalLoss'), { type: 'bar', data: { labels: d.rounds.map((r) => 'round ' + r), datasets: [{ label: 'baseline', data: d.baseline, backgroundColor: '#8c959f' }, { label: 'trained', data: d.trained, backgroundColor: colors[1] }] }, options: common });
+new Chart(document.getElementById('stepLoss'), { type: 'line', data: { datasets: d.steps.map((s, i) => ({ label: 'round ' + s.round, data: s.points, borderColor: colors[i % colors.length], pointRadius: 0 })) }, options: { ...common, parsing: true, scales: { x: { type: 'linear', title: { display: true, text: 'step' } }, y: { title: { display: true, text: 'loss / token' } } } } });
+document.body.dataset.rendered = String(Chart.instances ? Object.keys(Chart.instances).length : 0);
+</script>
+</body></html>
+`;
+}
+
+export function renderCampaignMarkdown(data: CampaignReportData): string {
+  const lines = [
+    `### Roundhouse campaign \`${data.campaignId}\`: ${data.status}${data.stopReason ? ` (${data.stopReason})` : ''}`,
+    '',
+    '| round | status | accuracy | eval loss (baseline → trained) | steps | GPU-min | est. cost |',
+    '|---|---|---|---|---|---|---|',
+    ...data.rounds.map(
+      (r) => `| ${r.round} | ${r.status}${r.error_type ? ` (${r.error_type})` : ''} | ${pct(r.accuracy)} | ${fmt(r.baseline_loss)} → ${fmt(r.trained_loss)} | ${r.steps_applied}/${r.steps_planned} | ${fmt(r.gpu_minutes, 2)} | ${r.estimated_cost_usd === null ? '–' : `$${r.estimated_cost_usd.toFixed(2)}`} |`,
+    ),
+    '',
+    ...data.flips.map((f) => `- round ${f.from} → ${f.to}: ${f.fixed.length} examples fixed, ${f.regressed.length} regressed`),
+    '',
+    `Total: ${fmt(data.gpuMinutes, 2)} GPU-minutes${data.costUsd !== undefined && data.costUsd !== null ? `, estimated $${data.costUsd.toFixed(2)}` : ''}.`,
+  ];
+  return `${lines.join('\n')}\n`;
+}
+
+/** Writes report.html and summary.md next to campaign.json, atomically. */
+export function writeCampaignReports(campaignDir: string, options: { temporalUiUrl: string; namespace: string }): { html: string; markdown: string } {
+  const data = loadCampaignReportData(campaignDir, options);
+  const html = path.join(campaignDir, 'report.html');
+  const markdown = path.join(campaignDir, 'summary.md');
+  for (const [file, text] of [[html, renderCampaignHtml(data)], [markdown, renderCampaignMarkdown(data)]] as const) {
+    const partial = `${file}.${process.pid}.partial`;
+    fs.writeFileSync(partial, text);
+    fs.renameSync(partial, file);
+  }
+  return { html, markdown };
+}
+
