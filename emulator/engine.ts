@@ -91,6 +91,8 @@ export interface SessionRecord {
   updatedAt: number;
   lastActivityAt: number;
   lora: LoraSettings;
+  /** The generator's adapter settings when they differ from the trainer's (after an in-place reset or load). */
+  generatorLora?: LoraSettings;
   resumeFromCheckpointId?: string;
   loadOptimizer?: boolean;
   displayName?: string;
@@ -182,6 +184,8 @@ export interface OperationRecord {
   input?: OperationInput;
   output?: OperationOutput;
   error?: { code: OperationErrorCode; message: string };
+  /** What a dialect needs to render the result beyond the output (which route, request flags); persisted with it. */
+  dialectNote?: Record<string, unknown>;
 }
 
 export interface EngineOptions {
@@ -784,6 +788,7 @@ export class Engine {
         const previous = rt.generator;
         rt.generator = await Learner.fromState(options, state, { optimizer: false });
         previous.dispose();
+        delete s.generatorLora;
         s.weightsVersion = rt.learner.step;
         return { kind: 'weights-sync', weightsVersion: s.weightsVersion };
       }
@@ -803,6 +808,7 @@ export class Engine {
         const learner = await Learner.create(this.learnerOptions(this.resources.get(s.resourceId)!.model, input.lora));
         rt.learner.dispose();
         rt.learner = learner;
+        s.generatorLora ??= s.lora;
         s.lora = input.lora;
         return { kind: 'trainer-reset', step: learner.step, loraRank: input.lora.rank };
       }
@@ -815,6 +821,7 @@ export class Engine {
         const learner = await Learner.fromState(this.learnerOptions(this.resources.get(s.resourceId)!.model, lora), checkpoint.state, { optimizer: input.optimizer });
         rt.learner.dispose();
         rt.learner = learner;
+        s.generatorLora ??= s.lora;
         s.lora = lora;
         return { kind: 'load-checkpoint', step: learner.step, checkpointId: checkpoint.id };
       }
@@ -956,7 +963,7 @@ export class Engine {
         const options = this.learnerOptions(r.model, record.lora);
         this.runtimes.set(record.id, {
           learner: await Learner.fromState(options, learner, { optimizer: true }),
-          generator: await Learner.fromState(options, generator, { optimizer: false }),
+          generator: await Learner.fromState(this.learnerOptions(r.model, record.generatorLora ?? record.lora), generator, { optimizer: false }),
           queue: [],
           pumping: false,
         });
@@ -968,12 +975,17 @@ export class Engine {
     }
   }
 
-  /** Waits for queued operations to finish, then frees every learner. */
-  async close(): Promise<void> {
+  /** Waits (up to 5 s each) for queued operations to finish. */
+  async drain(): Promise<void> {
     for (const s of this.sessions.values()) {
       const rt = this.runtimes.get(s.id);
-      if (rt) for (const op of rt.queue) await this.settled(op, 5_000);
+      if (rt) for (const op of [...rt.queue]) await this.settled(op, 5_000);
     }
+  }
+
+  /** Waits for queued operations to finish, then frees every learner. */
+  async close(): Promise<void> {
+    await this.drain();
     for (const id of [...this.runtimes.keys()]) this.disposeRuntime(id);
   }
 }

@@ -135,8 +135,10 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Runn
         server.close(() => resolve());
         for (const s of sockets) s.destroy();
       });
-      await engine.close();
+      // Saved before the learners are freed: a snapshot taken after would hold no session state.
+      await engine.drain();
       await store?.save();
+      await engine.close();
     },
   };
 }

@@ -3,6 +3,7 @@ import path from 'node:path';
 import { ApplicationFailure } from '@temporalio/activity';
 import type { ProviderSpec } from '../config/spec';
 import { startEmulator, type RunningEmulator } from '../emulator/server';
+import { BASETEN_DEFAULT_BASE_URL, BasetenProvider } from '../providers/baseten/client';
 import { TogetherProvider } from '../providers/together/client';
 import type { TrainingProvider } from '../providers/types';
 
@@ -64,8 +65,11 @@ export class ProviderRegistry {
         if (!apiKey) throw ApplicationFailure.nonRetryable('TOGETHER_API_KEY is not set in the worker environment', 'InvalidInput');
         return new TogetherProvider({ baseUrl, apiKey });
       }
-      case 'baseten':
-        throw ApplicationFailure.nonRetryable('provider.kind baseten is not available in this version yet', 'InvalidInput');
+      case 'baseten': {
+        const apiKey = this.env.BASETEN_API_KEY;
+        if (!apiKey) throw ApplicationFailure.nonRetryable('BASETEN_API_KEY is not set in the worker environment', 'InvalidInput');
+        return new BasetenProvider({ baseUrl: baseUrl ?? BASETEN_DEFAULT_BASE_URL, apiKey });
+      }
     }
   }
 

@@ -77,8 +77,6 @@ function vllmRoute(handler: Handler): Handler {
 }
 
 export function addLoopsDataRoutes(router: Router, engine: Engine, state: LoopsState, options: DataPlaneOptions): void {
-  const meta = new Map<string, OperationMeta>();
-
   /** The run behind a trainer URL: 404 + the deactivated-model headers once inactive, 502 while starting. */
   const trainer = (req: EmulatorRequest): { owner: string; run: ResourceRecord } => {
     const owner = loopsOwner(req);
@@ -135,7 +133,7 @@ export function addLoopsDataRoutes(router: Router, engine: Engine, state: LoopsS
           }
           case 'optim_step': {
             const input = parseOptimStep(req.body);
-            parsed = { op, learningRate: input.adam.learningRate };
+            if (input.kind === 'optim-step') parsed = { op, learningRate: input.adam.learningRate };
             return input;
           }
           case 'save_state':
@@ -155,7 +153,7 @@ export function addLoopsDataRoutes(router: Router, engine: Engine, state: LoopsS
         if (err instanceof EmulatorHttpError && err.status === 400) throw new EmulatorHttpError(422, err.code, err.message);
         throw err;
       }
-      if (!meta.has(record.id)) meta.set(record.id, parsed);
+      record.dialectNote ??= { ...parsed };
       return { status: 202, headers: { location: `/operations/${encodeURIComponent(key)}` }, body: { operation_id: key, schema_version: 1 } };
     }));
   }
@@ -170,7 +168,7 @@ export function addLoopsDataRoutes(router: Router, engine: Engine, state: LoopsS
       const code = op.error?.code ?? 'INTERNAL_ERROR';
       return { body: { operation_id: req.params.id, status: 'error', error: op.error?.message ?? 'failed', error_class: ERROR_CLASS[code], error_code: code } };
     }
-    return { body: { operation_id: req.params.id, status: 'done', result: trainerResult(run, op, meta.get(op.id)) } };
+    return { body: { operation_id: req.params.id, status: 'done', result: trainerResult(run, op, op.dialectNote as OperationMeta | undefined) } };
   }));
 
   const trainerResult = (run: ResourceRecord, op: OperationRecord, m: OperationMeta | undefined): unknown => {

@@ -1,7 +1,11 @@
 import { z } from 'zod';
 import { badRequest } from '../errors';
 import type { CheckpointRef, OperationInput } from '../engine';
-import type { AdamSettings, SampleParams, TokenSequence } from '../learner';
+import type { SampleParams, TokenSequence } from '../learner';
+import { parseBody } from '../together/requests';
+
+// Both SDKs share Tinker's types for these: one parser for the request body helper and `optim_step`'s AdamParams.
+export { parseBody, parseOptimStep } from '../together/requests';
 
 /**
  * Request bodies of Baseten Loops, as the official `baseten-loops` SDK (0.32.0) sends them
@@ -9,17 +13,6 @@ import type { AdamSettings, SampleParams, TokenSequence } from '../learner';
  * A body that fails here is a 400 on the control plane, but on the trainer it becomes a failed operation:
  * the SDK resends a 400 submit for up to an hour.
  */
-
-/** Parses a body with a schema; a mismatch is a 400 naming the field. */
-export function parseBody<T>(schema: z.ZodType<T>, body: unknown, what: string): T {
-  const parsed = schema.safeParse(body ?? {});
-  if (!parsed.success) {
-    const issue = parsed.error.issues[0]!;
-    const field = issue.path.length ? issue.path.join('.') : '(body)';
-    throw badRequest(`invalid ${what} request: ${field}: ${issue.message}`);
-  }
-  return parsed.data;
-}
 
 // ── control plane ───────────────────────────────────────────────────────────────────────────────────
 
@@ -211,40 +204,6 @@ function checkTokens(tokens: number[], vocabSize: number, where: string): void {
   for (const t of tokens) {
     if (!Number.isInteger(t) || t < 0 || t >= vocabSize) throw badRequest(`${where}: token id ${t} is outside the vocabulary [0, ${vocabSize})`);
   }
-}
-
-/** The `AdamParams` defaults of the SDK (it always sends all six). */
-const ADAM_DEFAULTS: AdamSettings = { learningRate: 1e-4, beta1: 0.9, beta2: 0.95, eps: 1e-12, weightDecay: 0, gradClipNorm: 1 };
-
-const OptimStepBody = z
-  .object({
-    adam_params: z
-      .object({
-        learning_rate: z.number().min(0).optional(),
-        beta1: z.number().min(0).lt(1).optional(),
-        beta2: z.number().min(0).lt(1).optional(),
-        eps: z.number().positive().optional(),
-        weight_decay: z.number().min(0).optional(),
-        grad_clip_norm: z.number().min(0).optional(),
-      })
-      .passthrough()
-      .default({}),
-  })
-  .passthrough();
-
-export function parseOptimStep(body: unknown): OperationInput & { kind: 'optim-step' } {
-  const a = parseBody(OptimStepBody, body, 'optim_step').adam_params;
-  return {
-    kind: 'optim-step',
-    adam: {
-      learningRate: a.learning_rate ?? ADAM_DEFAULTS.learningRate,
-      beta1: a.beta1 ?? ADAM_DEFAULTS.beta1,
-      beta2: a.beta2 ?? ADAM_DEFAULTS.beta2,
-      eps: a.eps ?? ADAM_DEFAULTS.eps,
-      weightDecay: a.weight_decay ?? ADAM_DEFAULTS.weightDecay,
-      gradClipNorm: a.grad_clip_norm ?? ADAM_DEFAULTS.gradClipNorm,
-    },
-  };
 }
 
 const CheckpointName = z

@@ -1,7 +1,6 @@
-import { spawn } from 'node:child_process';
 import path from 'node:path';
 import { ledger, startTestEmulator, testApiKey, type RunningEmulator } from '../helpers/emulator';
-import { ensureVenv } from '../helpers/python-venv';
+import { ensureVenv, runPython } from '../helpers/python-venv';
 
 const TOGETHER_SDK = 'together==3.1.1';
 
@@ -17,20 +16,9 @@ afterAll(async () => {
   await emulator?.close();
 });
 
-function runScript(script: string, env: Record<string, string>): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    const child = spawn(python, [script], { env: { ...process.env, ...env }, timeout: 240_000 });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d) => (stdout += d));
-    child.stderr.on('data', (d) => (stderr += d));
-    child.on('close', (code) => resolve({ code, stdout, stderr }));
-  });
-}
-
 test('the official together SDK runs the minimal loop and a batch loop with sampling against the emulator unchanged', async () => {
   const apiKey = testApiKey();
-  const run = await runScript(path.join(__dirname, 'together_loop.py'), { TOGETHER_BASE_URL: emulator.url, TOGETHER_API_KEY: apiKey });
+  const run = await runPython(python, path.join(__dirname, 'together_loop.py'), { TOGETHER_BASE_URL: emulator.url, TOGETHER_API_KEY: apiKey }, 240_000);
   if (run.code !== 0) throw new Error(`SDK script failed (${run.code}):\n${run.stderr.slice(-4000)}`);
   const line = run.stdout.split('\n').find((l) => l.startsWith('SUMMARY '));
   const summary = JSON.parse(line!.slice('SUMMARY '.length));

@@ -1,0 +1,328 @@
+import { ledger, raw, startTestEmulator, testApiKey, type RunningEmulator } from '../helpers/emulator';
+
+/**
+ * The emulator's Baseten Loops dialect at the wire, as the official SDK and the docs describe it
+ * (providers/baseten/WIRE.md): control plane, a run's trainer (202 + long poll, Idempotency-Key), its sampler.
+ */
+
+const MODEL = 'roundhouse/tiny-chat';
+let emulator: RunningEmulator;
+let apiKey: string;
+
+beforeAll(async () => {
+  emulator = await startTestEmulator({ basetenPollHoldMs: 1_000 });
+});
+
+afterAll(async () => {
+  await emulator.close();
+});
+
+beforeEach(() => {
+  apiKey = testApiKey();
+});
+
+type Method = 'GET' | 'POST';
+const loops = (method: Method, path: string, options: { body?: object; key?: string; headers?: Record<string, string> } = {}) =>
+  raw(emulator, method, path, { apiKey, scheme: 'Api-Key', body: options.body, idempotencyKey: options.key, headers: options.headers });
+
+async function newRun(body: Record<string, unknown> = {}, route = '/v1/loops/trainers') {
+  const session = await loops('POST', '/v1/loops/sessions');
+  const res = await loops('POST', route, { body: { session_id: session.json.session.id, base_model: MODEL, ...body } });
+  expect(res.status).toBe(200);
+  return res.json.run as { id: string; session_id: string; base_url: string; deployment_id: string; [k: string]: any };
+}
+
+/** Submit a trainer operation and long-poll it to its final answer. */
+async function op(run: { base_url: string }, route: string, body: object, key = `${route}-${Math.random()}`) {
+  const accepted = await loops('POST', `${run.base_url}/${route}`, { body, key });
+  expect(accepted.status).toBe(202);
+  expect(accepted.json).toEqual({ operation_id: key, schema_version: 1 });
+  for (let i = 0; i < 20; i++) {
+    const polled = await loops('GET', `${run.base_url}/operations/${encodeURIComponent(key)}`);
+    if (polled.status === 200) return polled.json as { status: 'done' | 'error'; result?: any; error?: string; error_class?: string };
+    expect(polled.status).toBe(408);
+  }
+  throw new Error(`operation ${key} did not finish`);
+}
+
+/** tokens → Baseten cross-entropy datum training the last `trained` positions' next tokens. */
+function datum(tokens: number[], trained: number, weights?: number[]) {
+  const targets = tokens.map((_t, i) => (i + 1 < tokens.length && i + 1 >= tokens.length - trained ? tokens[i + 1]! : -100));
+  return {
+    model_input: { chunks: [{ type: 'encoded_text', tokens }] },
+    loss_fn_inputs: { target_tokens: { data: targets, dtype: 'int64', shape: [targets.length] }, ...(weights ? { weights: { data: weights, dtype: 'float32' } } : {}) },
+    routed_experts_ref: null,
+  };
+}
+
+const ADAM = { learning_rate: 0.02, beta1: 0.9, beta2: 0.95, eps: 1e-12, weight_decay: 0, grad_clip_norm: 1 };
+
+describe('control plane', () => {
+  test('the API key is accepted as Api-Key (the SDK) or Bearer (the docs); without one the answer is 401', async () => {
+    expect((await raw(emulator, 'GET', '/v1/loops/capabilities', { apiKey, scheme: 'Api-Key' })).status).toBe(200);
+    expect((await raw(emulator, 'GET', '/v1/loops/capabilities', { apiKey, scheme: 'Bearer' })).status).toBe(200);
+    const none = await raw(emulator, 'GET', '/v1/loops/capabilities', { apiKey: null });
+    expect(none.status).toBe(401);
+    expect(none.json.detail).toMatch(/Api-Key/);
+  });
+
+  test('capabilities list the models with their context lengths', async () => {
+    const { json } = await loops('GET', '/v1/loops/capabilities');
+    expect(json.supported_models).toEqual(expect.arrayContaining([expect.objectContaining({ model_name: MODEL, max_context_length: 2048, supports_vision_language: false })]));
+  });
+
+  test('a run is created with the documented defaults, and bad fields are refused naming the field', async () => {
+    const run = await newRun();
+    expect(run).toMatchObject({
+      name: MODEL, // defaults to the base model
+      status: { name: 'ACTIVE' },
+      scale_down_delay_seconds: 900,
+      lora_rank: 64,
+      replicas: 1,
+      availability_model: 'dedicated',
+      sampler: null,
+      base_url: `${emulator.url}/baseten/trainers/${run.id}`,
+    });
+    const session = (await loops('POST', '/v1/loops/sessions')).json.session.id;
+    for (const [field, value] of [['scale_down_delay_seconds', 0], ['scale_down_delay_seconds', 3601], ['lora_rank', 0], ['availability_model', 'cheap']] as const) {
+      const res = await loops('POST', '/v1/loops/trainers', { body: { session_id: session, base_model: MODEL, [field]: value } });
+      expect(res.status).toBe(400);
+      expect(res.json.detail).toContain(field);
+    }
+    expect((await loops('POST', '/v1/loops/trainers', { body: { session_id: 'nosuch', base_model: MODEL } })).status).toBe(404);
+    expect((await loops('POST', '/v1/loops/trainers', { body: { session_id: session, base_model: 'nope/nope' } })).status).toBe(400);
+    // /runs pairs a sampler with the trainer.
+    expect((await newRun({}, '/v1/loops/runs')).sampler).toMatchObject({ status: { name: 'ACTIVE' }, base_url: expect.stringMatching(/\/baseten\/samplers\/\w+\/sync$/) });
+  });
+
+  test('runs are listed newest first, by run, base model or session; a newer run of the same session and model replaces the older', async () => {
+    const a = await newRun();
+    const b = await newRun({ base_model: 'Qwen/Qwen3-8B' });
+    expect((await loops('GET', '/v1/loops/runs')).json.runs.map((r: any) => r.id)).toEqual([b.id, a.id]);
+    expect((await loops('GET', `/v1/loops/runs?run_id=${a.id}`)).json.runs.map((r: any) => r.id)).toEqual([a.id]);
+    expect((await loops('GET', '/v1/loops/runs?base_model=Qwen%2FQwen3-8B')).json.runs.map((r: any) => r.id)).toEqual([b.id]);
+    expect((await loops('GET', `/v1/loops/runs?session_id=${a.session_id}`)).json.runs.map((r: any) => r.id)).toEqual([a.id]);
+
+    const replacement = await loops('POST', '/v1/loops/trainers', { body: { session_id: a.session_id, base_model: MODEL } });
+    expect((await loops('GET', `/v1/loops/runs/${a.id}`)).json.run).toMatchObject({ status: { name: 'INACTIVE' }, replaced_by: replacement.json.run.id });
+    expect((await ledger(emulator)).active).not.toContain(a.id);
+    // Another account sees none of it.
+    expect((await raw(emulator, 'GET', `/v1/loops/runs/${a.id}`, { apiKey: 'someone-else' })).status).toBe(404);
+  });
+
+  test('deactivating a run is idempotent, stops billing and its paired sampler; its trainer then answers 404 with the deactivated-model headers', async () => {
+    const run = await newRun({}, '/v1/loops/runs');
+    for (let i = 0; i < 2; i++) {
+      const res = await loops('POST', `/v1/loops/runs/${run.id}/deactivate`);
+      expect(res.json).toMatchObject({ id: run.id, base_model: MODEL, user: { email: expect.any(String) } });
+    }
+    const after = (await loops('GET', `/v1/loops/runs/${run.id}`)).json.run;
+    expect(after).toMatchObject({ status: { name: 'INACTIVE' }, sampler: { status: { name: 'INACTIVE' } } });
+    expect((await loops('GET', `/v1/loops/deployments/${run.deployment_id}`)).json.deployment.status.name).toBe('STOPPED');
+    const health = await loops('GET', `${run.base_url}/health`);
+    expect(health.status).toBe(404);
+    expect(health.headers).toMatchObject({ 'x-baseten-error-source': '01', 'x-baseten-error-code': '631' });
+    expect((await ledger(emulator)).active).not.toContain(run.id);
+  });
+
+  test('deployments are listed with their status and can be deactivated; a paired sampler cannot be deactivated alone (409)', async () => {
+    const run = await newRun({}, '/v1/loops/runs');
+    const listed = (await loops('GET', '/v1/loops/deployments')).json.deployments;
+    expect(listed).toEqual([expect.objectContaining({ id: run.deployment_id, active_run_id: run.id, latest_run_id: run.id, status: { name: 'RUNNING' } })]);
+    expect((await loops('POST', `/v1/loops/samplers/${run.sampler.id}/deactivate`)).status).toBe(409);
+    expect((await loops('GET', `/v1/models/${run.sampler.model_id}/deployments/${run.sampler.deployment_id}`)).json.status).toBe('ACTIVE');
+    await loops('POST', `/v1/loops/deployments/${run.deployment_id}/deactivate`);
+    expect((await loops('GET', `/v1/loops/runs/${run.id}`)).json.run.status.name).toBe('INACTIVE');
+    expect((await loops('GET', '/v1/loops/deployments')).json.deployments[0]).toMatchObject({ active_run_id: null, status: { name: 'STOPPED' } });
+  });
+
+  test('a run idle for scale_down_delay_seconds scales to zero (INACTIVE, billing ends); health probes keep it warm', async () => {
+    const createdBefore = Date.now();
+    const run = await newRun({ scale_down_delay_seconds: 1 });
+    const createdAfter = Date.now();
+    // Heartbeats every 300 ms for 1.5 s: past the delay, still active.
+    let lastSent = 0;
+    let lastAnswered = 0;
+    for (let i = 0; i < 5; i++) {
+      await new Promise((r) => setTimeout(r, 300));
+      lastSent = Date.now();
+      expect((await loops('GET', `${run.base_url}/health?base_model=${encodeURIComponent(MODEL)}`)).status).toBe(200);
+      lastAnswered = Date.now();
+    }
+    expect((await loops('GET', `/v1/loops/runs/${run.id}`)).json.run.status.name).toBe('ACTIVE');
+    await new Promise((r) => setTimeout(r, 1_200));
+    expect((await loops('GET', `/v1/loops/runs/${run.id}`)).json.run).toMatchObject({ status: { name: 'INACTIVE' }, deployment_status: 'SCALED_TO_ZERO' });
+    // Billed from creation to one delay after the last heartbeat, and no longer.
+    const billed = (await ledger(emulator)).resources.find((r) => r.id === run.id)!.gpuSeconds;
+    expect(billed).toBeGreaterThanOrEqual((lastSent - createdAfter) / 1000 + 1 - 0.01);
+    expect(billed).toBeLessThanOrEqual((lastAnswered - createdBefore) / 1000 + 1 + 0.01);
+  });
+});
+
+describe('trainer data plane', () => {
+  test('an operation is accepted with 202 and its Idempotency-Key as id; the same key again is the same operation, applied once', async () => {
+    const run = await newRun();
+    expect((await op(run, 'init_trainer_server', { lora_rank: 8, base_model: MODEL }, 'init-1')).result).toEqual({ step: 0, lora_rank: 8 });
+    await op(run, 'forward_backward', { data: [datum([1, 5, 6, 7], 2)], loss_fn: 'cross_entropy' }, 'fb-1');
+    const first = await loops('POST', `${run.base_url}/optim_step`, { body: { adam_params: ADAM }, key: 'opt-1' });
+    const again = await loops('POST', `${run.base_url}/optim_step`, { body: { adam_params: ADAM }, key: 'opt-1' });
+    expect(first.headers.location).toBe('/operations/opt-1');
+    expect(again.json.operation_id).toBe('opt-1');
+    expect((await loops('GET', `${run.base_url}/operations/opt-1`)).json).toMatchObject({ status: 'done', result: { metrics: { step: 1, learning_rate: 0.02 } } });
+    expect((await ledger(emulator)).sessions.find((s) => s.id === run.id)).toMatchObject({ optimizerSteps: 1, duplicatesAbsorbed: 1 });
+    expect((await loops('GET', `${run.base_url}/policy_version`)).json).toEqual({ policy_version: 1 });
+  });
+
+  test('a refused submit is never a 400 (the SDK would resend it for an hour): bad bodies fail as operations, key misuse is 422', async () => {
+    const run = await newRun();
+    await op(run, 'init_trainer_server', { lora_rank: 8 });
+    const bad = await op(run, 'forward_backward', { data: [datum([1, 5, 6], 1)], loss_fn: 'ppo' });
+    expect(bad).toMatchObject({ status: 'error', error_class: 'ValueError', error: expect.stringMatching(/loss_fn 'ppo'/) });
+    const shifted = await op(run, 'forward', { data: [{ ...datum([1, 5, 6], 1), loss_fn_inputs: { target_tokens: { data: [5, 6], dtype: 'int64' } } }] });
+    expect(shifted).toMatchObject({ status: 'error', error_class: 'ValueError', error: expect.stringMatching(/same length/) });
+    expect((await loops('POST', `${run.base_url}/optim_step`, { body: { adam_params: ADAM } })).status).toBe(422);
+    await loops('POST', `${run.base_url}/optim_step`, { body: { adam_params: ADAM }, key: 'reused' });
+    const reused = await loops('POST', `${run.base_url}/optim_step`, { body: { adam_params: { ...ADAM, learning_rate: 1 } }, key: 'reused' });
+    expect(reused).toMatchObject({ status: 422, json: { error: { code: 'IDEMPOTENCY_KEY_REUSED' } } });
+    expect((await loops('GET', `${run.base_url}/operations/never-submitted`)).status).toBe(404);
+  });
+
+  test("cross-entropy the Baseten way: caller-shifted targets with -100 masks, null logprobs there, loss a per-token mean unless skip_token_normalization", async () => {
+    const run = await newRun();
+    await op(run, 'init_trainer_server', { lora_rank: 8 });
+    const data = [datum([1, 5, 6, 7, 8], 3), datum([1, 9, 10], 1)];
+    const mean = (await op(run, 'forward', { data, loss_fn: 'cross_entropy' })).result;
+    const sum = (await op(run, 'forward', { data, loss_fn: 'cross_entropy', loss_fn_config: { skip_token_normalization: true } })).result;
+    expect(mean.loss_fn_outputs.map((o: any) => o.logprobs.data.map((v: number | null) => v === null))).toEqual([
+      [true, false, false, false, true],
+      [true, false, true],
+    ]);
+    expect(mean.loss_fn_outputs[0].logprobs).toMatchObject({ dtype: 'float32', shape: [5] });
+    const logprobs = sum.loss_fn_outputs.flatMap((o: any) => o.logprobs.data.filter((v: number | null) => v !== null));
+    expect(sum.loss).toBeCloseTo(-logprobs.reduce((a: number, b: number) => a + b, 0), 4);
+    expect(mean.loss).toBeCloseTo(sum.loss / 4, 4);
+    expect(sum.metrics).toMatchObject({ skip_token_normalization: 1, num_tokens: 4 });
+    expect(mean.metrics.skip_token_normalization).toBeUndefined();
+    // A weights tensor scales each position's term.
+    const weighted = (await op(run, 'forward', { data: [datum([1, 5, 6, 7, 8], 3, [0, 2, 2, 2, 0])], loss_fn_config: { skip_token_normalization: true } })).result;
+    const once = (await op(run, 'forward', { data: [data[0]], loss_fn_config: { skip_token_normalization: true } })).result;
+    expect(weighted.loss).toBeCloseTo(2 * once.loss, 4);
+  });
+
+  test('an unfinished operation is held, then answered 408 (poll again), then done', async () => {
+    const slow = await startTestEmulator({ basetenPollHoldMs: 50, operationLatencyMs: 800 });
+    try {
+      const session = await raw(slow, 'POST', '/v1/loops/sessions', { apiKey });
+      const run = (await raw(slow, 'POST', '/v1/loops/trainers', { apiKey, body: { session_id: session.json.session.id, base_model: MODEL } })).json.run;
+      await raw(slow, 'POST', `${run.base_url}/init_trainer_server`, { apiKey, idempotencyKey: 'init', body: { lora_rank: 4 } });
+      const statuses: number[] = [];
+      for (let i = 0; i < 40 && statuses[statuses.length - 1] !== 200; i++) statuses.push((await raw(slow, 'GET', `${run.base_url}/operations/init`, { apiKey })).status);
+      expect(statuses[0]).toBe(408);
+      expect(statuses[statuses.length - 1]).toBe(200);
+    } finally {
+      await slow.close();
+    }
+  });
+
+  test('checkpoints: bt://loops URIs for trainer state and sampler weights, listed, validated, downloadable by page', async () => {
+    const run = await newRun();
+    await op(run, 'init_trainer_server', { lora_rank: 8 });
+    await op(run, 'forward_backward', { data: [datum([1, 5, 6, 7], 2)] });
+    await op(run, 'optim_step', { adam_params: ADAM });
+    const state = (await op(run, 'save_state', { name: 'r1-state', ttl_seconds: null })).result;
+    const sampler = (await op(run, 'save_weights_for_sampler', { name: 'r1-sampler', ttl_seconds: null, bump_version: false })).result;
+    expect(state).toMatchObject({ path: `bt://loops:${run.id}/weights/r1-state`, step: 1 });
+    expect(sampler).toEqual({ version: 1, path: `bt://loops:${run.id}/sampler_weights/r1-sampler` });
+
+    const listed = (await loops('GET', `/v1/loops/checkpoints?run_id=${run.id}`)).json.checkpoints;
+    expect(listed.map((c: any) => [c.checkpoint_id, c.target, c.lora_adapter_config.r])).toEqual([['r1-state', 'trainer', 8], ['r1-sampler', 'sampler', 8]]);
+    expect((await loops('GET', `/v1/loops/checkpoints?checkpoint_path=${encodeURIComponent(sampler.path)}`)).json.checkpoints).toHaveLength(1);
+    expect((await loops('GET', `/v1/loops/checkpoints?base_model=${encodeURIComponent(MODEL)}`)).json.checkpoints).toHaveLength(2);
+    expect((await loops('GET', '/v1/loops/checkpoints')).status).toBe(400); // exactly one filter
+    expect((await loops('POST', '/v1/loops/checkpoints/validate', { body: { checkpoint_path: sampler.path, run_id: run.id } })).status).toBe(200);
+    expect((await loops('POST', '/v1/loops/checkpoints/validate', { body: { checkpoint_path: state.path } })).status).toBe(400); // not servable
+
+    const trainerCkpt = listed[0];
+    const pages: any[] = [];
+    for (let token: number | null = 0; token !== null && pages.length < 10; ) {
+      const page: any = (await loops('GET', `/v1/loops/checkpoints/${trainerCkpt.id}/files?page_size=1&page_token=${token}`)).json;
+      pages.push(page);
+      token = page.next_page_token;
+    }
+    expect(pages.map((p) => p.presigned_urls[0].relative_file_name)).toEqual(['adapter_config.json', 'adapter_state.json', 'trainer_state.json']);
+    expect(pages.map((p) => p.next_page_token)).toEqual([1, 2, null]);
+    expect(pages[0].total_count).toBe(3);
+    const url: string = pages[2].presigned_urls[0].url;
+    const download = await raw(emulator, 'GET', url, { apiKey: null }); // presigned: no Authorization
+    expect(download).toMatchObject({ status: 200, json: { step: 1 } });
+    expect((await raw(emulator, 'GET', url.replace(/signature=\w+/, 'signature=forged'), { apiKey: null })).status).toBe(404);
+  });
+
+  test('load_state restores weights at step 0; load_state_with_optimizer restores the step too; sampler weights cannot be loaded', async () => {
+    const run = await newRun();
+    await op(run, 'init_trainer_server', { lora_rank: 8 });
+    for (let i = 0; i < 2; i++) {
+      await op(run, 'forward_backward', { data: [datum([1, 5, 6, 7], 2)] });
+      await op(run, 'optim_step', { adam_params: ADAM });
+    }
+    const { path } = (await op(run, 'save_state', { name: 'two' })).result;
+    const sampler = (await op(run, 'save_weights_for_sampler', { name: 'two-s' })).result;
+    const probe = async () => (await op(run, 'forward', { data: [datum([1, 5, 6, 7], 2)], loss_fn_config: { skip_token_normalization: true } })).result.loss;
+    const trained = await probe();
+    expect((await op(run, 'init_trainer_server', { lora_rank: 8 })).result).toEqual({ step: 0, lora_rank: 8 });
+    expect(await probe()).not.toBeCloseTo(trained, 3); // a fresh adapter
+    expect((await op(run, 'load_state', { path })).result).toEqual({ step: 0 });
+    expect(await probe()).toBeCloseTo(trained, 4);
+    expect((await op(run, 'load_state_with_optimizer', { path })).result).toEqual({ step: 2 });
+    expect((await loops('GET', `${run.base_url}/policy_version`)).json.policy_version).toBe(2);
+    expect(await op(run, 'load_state', { path: sampler.path })).toMatchObject({ status: 'error', error: expect.stringMatching(/cannot be resumed/) });
+  });
+});
+
+describe('sampler data plane', () => {
+  test('a paired sampler serves completions with the policy version in a header; a pinned checkpoint until the live weights reach the floor', async () => {
+    const run = await newRun();
+    const created = await loops('POST', '/v1/loops/samplers', { body: { session_id: run.session_id, run_id: run.id } });
+    const again = await loops('POST', '/v1/loops/samplers', { body: { session_id: run.session_id, run_id: run.id } });
+    expect(again.json.sampler.id).toBe(created.json.sampler.id); // idempotent per run
+    const sampleUrl = `${created.json.sampler.base_url}/sample`;
+    await op(run, 'init_trainer_server', { lora_rank: 8 });
+    await op(run, 'forward_backward', { data: [datum([1, 5, 6, 7], 2)] });
+    await op(run, 'optim_step', { adam_params: ADAM });
+    const staged = (await op(run, 'save_weights_for_sampler', { name: 'staged', bump_version: false })).result;
+
+    const body = { prompt: [1, 5], n: 2, temperature: 0, top_p: 1, logprobs: 0, return_tokens_as_token_ids: true, max_tokens: 3, seed: 0, stop_token_ids: [2], prompt_logprobs: 0 };
+    const live = await loops('POST', sampleUrl, { body, headers: { 'x-run-id': run.id } });
+    expect(live.status).toBe(200);
+    expect(live.headers['x-trainers-policy-version']).toBe('0'); // nothing published yet: the base model
+    expect(live.json.choices).toHaveLength(2);
+    expect(live.json.choices[0]).toMatchObject({ finish_reason: expect.stringMatching(/^(stop|length)$/), logprobs: { tokens: expect.any(Array), token_logprobs: expect.any(Array) } });
+    expect(live.json.choices[0].prompt_logprobs).toEqual([null, { '5': expect.objectContaining({ logprob: expect.any(Number) }) }]);
+
+    // Below the floor without a pin: 408 (the SDK retries). With a pin: the pinned checkpoint is served.
+    expect((await loops('POST', sampleUrl, { body, headers: { 'x-min-policy-version': '1' } })).status).toBe(408);
+    const pinned = await loops('POST', sampleUrl, { body, headers: { 'x-min-policy-version': '1', 'x-checkpoint-path': staged.path } });
+    expect(pinned.headers['x-trainers-policy-version']).toBe('1');
+
+    await op(run, 'save_weights_for_sampler', { name: 'published', bump_version: true });
+    const published = await loops('POST', sampleUrl, { body, headers: { 'x-min-policy-version': '1' } });
+    expect(published.headers['x-trainers-policy-version']).toBe('1');
+    expect(published.json.choices[0].token_ids).toEqual(pinned.json.choices[0].token_ids); // the same weights, greedy
+
+    const invalid = await loops('POST', sampleUrl, { body: { ...body, prompt: [] } });
+    expect(invalid).toMatchObject({ status: 400, json: { error: { type: 'BadRequestError' } } }); // vLLM's permanent refusal
+  });
+
+  test('a standalone sampler serves a sampler checkpoint and is billed until deactivated', async () => {
+    const run = await newRun();
+    await op(run, 'init_trainer_server', { lora_rank: 8 });
+    const saved = (await op(run, 'save_weights_for_sampler', { name: 'base' })).result;
+    const created = (await loops('POST', '/v1/loops/samplers', { body: { session_id: run.session_id, model_path: saved.path } })).json.sampler;
+    const res = await loops('POST', `${created.base_url}/sample`, { body: { prompt: [1, 5], max_tokens: 2, temperature: 0 }, headers: { 'x-checkpoint-path': saved.path } });
+    expect(res.status).toBe(200);
+    expect((await loops('GET', '/v1/loops/samplers')).json.samplers.map((s: any) => s.id)).toContain(created.id);
+    expect((await ledger(emulator)).active).toContain(created.id);
+    expect((await loops('POST', `/v1/loops/samplers/${created.id}/deactivate`)).status).toBe(200);
+    expect((await ledger(emulator)).active).not.toContain(created.id);
+  });
+});

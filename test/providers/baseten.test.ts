@@ -1,0 +1,135 @@
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { ownerOf } from '../../emulator/engine';
+import { fromLoopsLogprobs, toLoopsDatum } from '../../providers/baseten/wire';
+import { basetenProvider, ledger, raw, setFaults, startTestEmulator, testApiKey, type RunningEmulator } from '../helpers/emulator';
+
+/** What only the Baseten provider does (the shared behaviour is in contract.test.ts). */
+
+const MODEL = 'roundhouse/tiny-chat';
+let emulator: RunningEmulator;
+
+beforeAll(async () => {
+  emulator = await startTestEmulator({ basetenPollHoldMs: 2_000 });
+});
+
+afterAll(async () => {
+  await emulator.close();
+});
+
+afterEach(async () => {
+  await setFaults(emulator, {});
+});
+
+async function ownLedger(apiKey: string) {
+  const l = await ledger(emulator);
+  const resources = l.resources.filter((r) => r.owner === ownerOf(apiKey));
+  return { resources, active: l.active.filter((id) => resources.some((r) => r.id === id)) };
+}
+
+test('a lost answer to a run create is reconciled by listing the runs of its session: exactly one run, later deactivated, none left active', async () => {
+  const apiKey = testApiKey();
+  const provider = basetenProvider(emulator, apiKey);
+  await setFaults(emulator, { rules: [{ kind: 'lose-response', method: 'POST', path: '/v1/loops/trainers$', max: 1 }] });
+
+  const run = await provider.provision({ model: MODEL, ownerTag: 'wf-round-7', generatorReplicas: 0 });
+
+  const { json } = await raw(emulator, 'GET', `/v1/loops/runs/${run.id}`, { apiKey, scheme: 'Api-Key' });
+  const sessionRuns = (await raw(emulator, 'GET', '/v1/loops/runs', { apiKey, scheme: 'Api-Key' })).json.runs.filter((r: any) => r.session_id === json.run.session_id);
+  expect(sessionRuns.map((r: any) => [r.id, r.name])).toEqual([[run.id, 'wf-round-7']]);
+  expect((await ownLedger(apiKey)).resources).toEqual([expect.objectContaining({ id: run.id, ownerTag: 'wf-round-7', dialect: 'baseten' })]);
+
+  await provider.waitReady(run.id, { pollIntervalMs: 10 });
+  await provider.deactivate(run.id);
+  const after = await ownLedger(apiKey);
+  expect(after.resources).toHaveLength(1);
+  expect(after.active).toEqual([]);
+  await provider.close();
+});
+
+test('the owner tag travels as the run name: listing owned resources returns it', async () => {
+  const provider = basetenProvider(emulator);
+  const run = await provider.provision({ model: MODEL, ownerTag: 'campaign-a/round-2' });
+  expect(await provider.listOwnedResources({ activeOnly: true })).toEqual([expect.objectContaining({ id: run.id, ownerTag: 'campaign-a/round-2', model: MODEL })]);
+  await provider.deactivate(run.id);
+  await provider.close();
+});
+
+test('deactivating a run releases every run of its Loops session', async () => {
+  const apiKey = testApiKey();
+  const provider = basetenProvider(emulator, apiKey);
+  const first = await provider.provision({ model: MODEL, ownerTag: 'wf-dup' });
+  const sessionId = (await raw(emulator, 'GET', `/v1/loops/runs/${first.id}`, { apiKey })).json.run.session_id;
+  // A second run in the same session (another base model, so it does not replace the first).
+  const second = await raw(emulator, 'POST', '/v1/loops/trainers', { apiKey, body: { session_id: sessionId, base_model: 'Qwen/Qwen3-8B', name: 'wf-dup' } });
+  expect(second.status).toBe(200);
+
+  await provider.deactivate(first.id);
+
+  for (const id of [first.id, second.json.run.id]) {
+    expect((await raw(emulator, 'GET', `/v1/loops/runs/${id}`, { apiKey })).json.run.status.name).toBe('INACTIVE');
+  }
+  expect((await ownLedger(apiKey)).active).toEqual([]);
+  await provider.close();
+});
+
+test('a run idle past its scale-down delay stops billing and reads as stopped, its session as expired', async () => {
+  const provider = basetenProvider(emulator);
+  const run = await provider.provision({ model: MODEL, ownerTag: 'wf-idle', inactiveTimeoutSeconds: 1 });
+  await provider.waitReady(run.id, { pollIntervalMs: 10 });
+  await new Promise((r) => setTimeout(r, 1_300));
+  expect(await provider.getResource(run.id)).toMatchObject({ state: 'stopped', providerStatus: 'INACTIVE/SCALED_TO_ZERO' });
+  expect(await provider.getSession(run.id)).toMatchObject({ state: 'expired' });
+  const billed = (await ledger(emulator)).resources.find((r) => r.id === run.id)!.gpuSeconds;
+  expect(billed).toBeGreaterThanOrEqual(1); // at least the delay
+  await new Promise((r) => setTimeout(r, 200));
+  expect((await ledger(emulator)).resources.find((r) => r.id === run.id)!.gpuSeconds).toBe(billed); // and no more
+  await provider.close();
+});
+
+test('a neutral datum goes on the wire in Baseten convention: whole sequence in, caller-shifted targets, -100 where nothing trains', () => {
+  const datum = { modelInput: [10, 11, 12, 40], targetTokens: [11, 12, 40, 41], weights: [0, 0, 1, 1] };
+  expect(toLoopsDatum(datum, 0)).toEqual({
+    model_input: { chunks: [{ type: 'encoded_text', tokens: [10, 11, 12, 40, 41] }] },
+    loss_fn_inputs: { target_tokens: { data: [-100, -100, 40, 41, -100], dtype: 'int64', shape: [5] } },
+    routed_experts_ref: null,
+  });
+  // Weights other than 0/1 travel as a weights tensor.
+  expect(toLoopsDatum({ ...datum, weights: [0, 0, 0.5, 1] }, 0).loss_fn_inputs).toMatchObject({ weights: { data: [0, 0, 0.5, 1, 0] } });
+  // Logprobs come back one per position (masked = null) and are re-aligned: last position dropped, null → 0.
+  expect(fromLoopsLogprobs([null, null, -0.5, -0.25, null])).toEqual([0, 0, -0.5, -0.25]);
+});
+
+test('an emulator restarted on the same state folder keeps runs, their trainers and finished operations (results rendered alike)', async () => {
+  const stateDir = fs.mkdtempSync(path.join(os.tmpdir(), 'rh-baseten-state-'));
+  const apiKey = testApiKey();
+  const data = [{ modelInput: [1, 2, 3], targetTokens: [2, 3, 4], weights: [0, 1, 1] }];
+  const first = await startTestEmulator({ stateDir });
+  const p1 = basetenProvider(first, apiKey);
+  const run = await p1.provision({ model: MODEL, ownerTag: 'persist' });
+  await p1.waitReady(run.id, { pollIntervalMs: 10 });
+  const session = await p1.openSession({ resourceId: run.id, loraRank: 4 });
+  const fb = await p1.awaitOperation(await p1.submitForwardBackward(session.id, 'p/fb', data));
+  await p1.awaitOperation(await p1.submitOptimStep(session.id, 'p/opt', { learningRate: 0.01 }));
+  const ckpt = await p1.awaitOperation(await p1.submitTrainingCheckpoint(session.id, 'p/ckpt'));
+  await p1.close();
+  await first.close();
+
+  const second = await startTestEmulator({ stateDir });
+  try {
+    const p2 = basetenProvider(second, apiKey);
+    expect(await p2.getResource(run.id)).toMatchObject({ state: 'ready', ownerTag: 'persist' });
+    expect(await p2.getSession(session.id)).toMatchObject({ state: 'running', step: 1, trainingCheckpointIds: [ckpt.checkpointId] });
+    // Keyed operations are still known, and their results read as before (a loss that is a sum).
+    expect(await p2.awaitOperation(await p2.submitForwardBackward(session.id, 'p/fb', data))).toEqual(fb);
+    expect(await p2.awaitOperation(await p2.submitOptimStep(session.id, 'p/opt', { learningRate: 0.01 }))).toEqual({ step: 1 });
+    expect(await p2.openSession({ resourceId: run.id, loraRank: 4, fromCheckpoint: { id: ckpt.checkpointId, loadOptimizer: true } })).toMatchObject({ step: 1 });
+    await p2.deactivate(run.id);
+    expect((await ledger(second)).active).toEqual([]);
+    await p2.close();
+  } finally {
+    await second.close();
+    fs.rmSync(stateDir, { recursive: true, force: true });
+  }
+});

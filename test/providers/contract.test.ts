@@ -1,0 +1,319 @@
+import { ProviderError } from '../../providers/errors';
+import type { Datum, TrainerResource, TrainingProvider } from '../../providers/types';
+import { basetenProvider, ledger, setFaults, startTestEmulator, togetherProvider, type RunningEmulator } from '../helpers/emulator';
+
+/**
+ * The provider contract: one suite, run against every provider over loopback HTTP to the emulator. Where a
+ * dialect's wire differs (routes, how many wire operations one call takes) the fixture says so; the behaviour
+ * asserted is the same.
+ */
+
+interface ProviderFixture {
+  name: string;
+  make(emulator: RunningEmulator): TrainingProvider;
+  /** Path patterns of the submits and the resource create, for faults aimed at them. */
+  paths: { forwardBackward: string; optimStep: string; create: string };
+  /** Wire operations behind one `submitSamplerWeights` (Together: weights-sync + inference checkpoint). */
+  samplerWeightsOperations: number;
+  /** When a create's answer is lost: the caller reconciles (Together), or the provider finds the run itself (Baseten). */
+  lostCreate: 'needs-reconcile' | 'adopted';
+}
+
+const FIXTURES: ProviderFixture[] = [
+  {
+    name: 'together',
+    make: (e) => togetherProvider(e),
+    paths: { forwardBackward: '/operations/forward-backward$', optimStep: '/operations/optim-step$', create: '/v1/rl/model-resources$' },
+    samplerWeightsOperations: 2,
+    lostCreate: 'needs-reconcile',
+  },
+  {
+    name: 'baseten',
+    make: (e) => basetenProvider(e),
+    paths: { forwardBackward: '/forward_backward$', optimStep: '/optim_step$', create: '/v1/loops/(runs|trainers)$' },
+    samplerWeightsOperations: 1,
+    lostCreate: 'adopted',
+  },
+];
+
+const MODEL = 'roundhouse/tiny-chat';
+
+/** prompt → answer, aligned the Together way: train only on the answer tokens. */
+function datum(prompt: number[], answer: number[]): Datum {
+  const full = [...prompt, ...answer];
+  return {
+    modelInput: full.slice(0, -1),
+    targetTokens: full.slice(1),
+    weights: full.slice(1).map((_t, i) => (i + 1 >= prompt.length ? 1 : 0)),
+  };
+}
+
+const batch: Datum[] = [datum([10, 11, 12, 13], [40, 41]), datum([20, 21, 22], [50, 51]), datum([30, 31, 32, 33, 34], [60])];
+
+let emulator: RunningEmulator;
+
+beforeAll(async () => {
+  emulator = await startTestEmulator({ provisioningDelayMs: 150, basetenPollHoldMs: 2_000 });
+});
+
+afterAll(async () => {
+  await emulator.close();
+});
+
+afterEach(async () => {
+  await setFaults(emulator, {});
+});
+
+async function sessionEntry(sessionId: string) {
+  return (await ledger(emulator)).sessions.find((s) => s.id === sessionId)!;
+}
+
+describe.each(FIXTURES)('$name provider against the emulator over loopback HTTP', (fx) => {
+  async function readySession(provider = fx.make(emulator)) {
+    const resource = await provider.provision({ model: MODEL, ownerTag: `test-${fx.name}`, generatorReplicas: 1 });
+    await provider.waitReady(resource.id, { pollIntervalMs: 20 });
+    const session = await provider.openSession({ resourceId: resource.id, loraRank: 8, seed: 7 });
+    return { provider, resource, session };
+  }
+
+  test('lists supported models with their limits', async () => {
+    const provider = fx.make(emulator);
+    const models = await provider.supportedModels();
+    expect(models.map((m) => m.name)).toEqual(expect.arrayContaining([MODEL, 'Qwen/Qwen3-8B']));
+    expect(models.find((m) => m.name === 'Qwen/Qwen3-8B')).toMatchObject({ vocabSize: 151_936, maxLoraRank: 64 });
+    await provider.close();
+  });
+
+  test('a resource goes through provisioning to ready, bills only while ready, and is released by deactivate', async () => {
+    const provider = fx.make(emulator);
+    const created = await provider.provision({ model: MODEL, ownerTag: 't' });
+    expect(created.state).toBe('provisioning');
+    expect((await ledger(emulator)).resources.find((r) => r.id === created.id)?.gpuSeconds).toBe(0);
+    const ready = await provider.waitReady(created.id, { pollIntervalMs: 20 });
+    expect(ready.state).toBe('ready');
+    expect((await provider.listOwnedResources({ activeOnly: true })).map((r) => r.id)).toContain(created.id);
+    await new Promise((r) => setTimeout(r, 120));
+    const stopped = await provider.deactivate(created.id);
+    expect(['stopping', 'stopped']).toContain(stopped.state);
+    const billed = (await ledger(emulator)).resources.find((r) => r.id === created.id)!.gpuSeconds;
+    expect(billed).toBeGreaterThanOrEqual(0.1);
+    await new Promise((r) => setTimeout(r, 100));
+    const after = await ledger(emulator);
+    expect(after.resources.find((r) => r.id === created.id)!.gpuSeconds).toBe(billed); // billing stopped
+    expect(after.active).not.toContain(created.id);
+    // Deactivate is idempotent: again, and on an id that never existed.
+    await expect(provider.deactivate(created.id)).resolves.toMatchObject({ id: created.id });
+    await expect(provider.deactivate('mr-doesnotexist')).resolves.toMatchObject({ state: 'stopped' });
+    await provider.close();
+  });
+
+  test('every operation of a round works: forward, forward-backward, optim-step, checkpoint, sampler weights, sample', async () => {
+    const { provider, resource, session } = await readySession();
+    expect(session).toMatchObject({ state: 'running', step: 0 });
+
+    const baseline = await provider.awaitOperation(await provider.submitForwardBackward(session.id, 'k/fwd', batch, { forwardOnly: true, returnLogprobs: true }));
+    expect(baseline.loss).toBeGreaterThan(0);
+    expect(baseline.logprobs?.map((l) => l.length)).toEqual(batch.map((d) => d.modelInput.length));
+    // Positions outside the loss come back as logprob 0; the loss is their sum over the trained positions.
+    expect(baseline.logprobs![0]![0]).toBe(0);
+    expect(baseline.loss).toBeCloseTo(-baseline.logprobs!.flat().reduce((a, b) => a + b, 0), 3);
+
+    const fb = await provider.submitForwardBackward(session.id, 'k/fb/1', batch);
+    const opt = await provider.submitOptimStep(session.id, 'k/opt/1', { learningRate: 0.05 });
+    expect((await provider.awaitOperation(fb)).loss).toBeCloseTo(baseline.loss, 4);
+    expect(await provider.awaitOperation(opt)).toEqual({ step: 1 });
+
+    const ckpt = await provider.awaitOperation(await provider.submitTrainingCheckpoint(session.id, 'k/ckpt'));
+    expect(ckpt).toMatchObject({ step: 1 });
+    expect((await provider.getSession(session.id)).trainingCheckpointIds).toEqual([ckpt.checkpointId]);
+    const sampler = await provider.awaitOperation(await provider.submitSamplerWeights(session.id, 'k/sampler'));
+    expect(sampler.step).toBe(1);
+
+    const samples = await provider.awaitOperation(
+      await provider.submitSample(session.id, 'k/sample', [[10, 11, 12, 13]], { maxTokens: 3, temperature: 0 }, { numSamples: 2, promptLogprobs: true }),
+    );
+    expect(samples).toHaveLength(1);
+    expect(samples[0]!.sequences).toHaveLength(2);
+    expect(samples[0]!.sequences[0]!.tokens).toHaveLength(3);
+    expect(samples[0]!.sequences[0]!.tokens).toEqual(samples[0]!.sequences[1]!.tokens); // greedy is deterministic
+    expect(samples[0]!.promptLogprobs).toHaveLength(4);
+    expect(samples[0]!.policyVersion).toBe(1); // the sampler serves the published step-1 weights
+
+    expect(await sessionEntry(session.id)).toMatchObject({ optimizerSteps: 1, duplicatesAbsorbed: 0 });
+    await provider.closeSession(session.id);
+    await provider.deactivate(resource.id);
+    expect((await ledger(emulator)).active).not.toContain(resource.id);
+    await provider.close();
+  });
+
+  test('replaying a mutating call with the same key returns the original operation and applies it once', async () => {
+    const { provider, resource, session } = await readySession();
+    const fb1 = await provider.submitForwardBackward(session.id, 'replay/fb', batch);
+    const fb2 = await provider.submitForwardBackward(session.id, 'replay/fb', batch);
+    expect(fb2.operationId).toBe(fb1.operationId);
+    const o1 = await provider.submitOptimStep(session.id, 'replay/opt', { learningRate: 0.01 });
+    const o2 = await provider.submitOptimStep(session.id, 'replay/opt', { learningRate: 0.01 });
+    expect(o2.operationId).toBe(o1.operationId);
+    expect(await provider.awaitOperation(o2)).toEqual({ step: 1 });
+    const c1 = await provider.submitTrainingCheckpoint(session.id, 'replay/ckpt');
+    const c2 = await provider.submitTrainingCheckpoint(session.id, 'replay/ckpt');
+    expect((await provider.awaitOperation(c2)).checkpointId).toBe((await provider.awaitOperation(c1)).checkpointId);
+    const s1 = await provider.submitSample(session.id, 'replay/sample', [[1, 2]], { maxTokens: 2, temperature: 1, seed: 3 });
+    const s2 = await provider.submitSample(session.id, 'replay/sample', [[1, 2]], { maxTokens: 2, temperature: 1, seed: 3 });
+    expect(s2.operationId).toBe(s1.operationId);
+    const w1 = await provider.submitSamplerWeights(session.id, 'replay/sampler');
+    const w2 = await provider.submitSamplerWeights(session.id, 'replay/sampler');
+    expect(w2.operationId).toBe(w1.operationId);
+    await provider.awaitOperation(w2);
+
+    const entry = await sessionEntry(session.id);
+    expect(entry.optimizerSteps).toBe(1);
+    expect(entry.duplicatesAbsorbed).toBe(4 + fx.samplerWeightsOperations); // fb, opt, ckpt, sample, and the sampler weights
+    expect(entry.step).toBe(1);
+
+    // The same key with a different body is refused, not silently applied.
+    await expect(provider.submitOptimStep(session.id, 'replay/opt', { learningRate: 0.5 })).rejects.toMatchObject({
+      errorClass: 'non-retryable',
+      providerCode: 'IDEMPOTENCY_KEY_REUSED',
+    });
+    await provider.deactivate(resource.id);
+    await provider.close();
+  });
+
+  test('resuming from a training checkpoint continues at its step with the optimizer restored', async () => {
+    const { provider, resource, session } = await readySession();
+    for (let step = 1; step <= 3; step++) {
+      await provider.awaitOperation(await provider.submitForwardBackward(session.id, `resume/fb/${step}`, batch));
+      await provider.awaitOperation(await provider.submitOptimStep(session.id, `resume/opt/${step}`, { learningRate: 0.02 }));
+    }
+    const ckpt = await provider.awaitOperation(await provider.submitTrainingCheckpoint(session.id, 'resume/ckpt'));
+    expect(ckpt.step).toBe(3);
+
+    // Step 4 on the original session…
+    await provider.awaitOperation(await provider.submitForwardBackward(session.id, 'resume/fb/4', batch));
+    await provider.awaitOperation(await provider.submitOptimStep(session.id, 'resume/opt/4', { learningRate: 0.02 }));
+    const original = await provider.awaitOperation(await provider.submitForwardBackward(session.id, 'resume/probe', batch, { forwardOnly: true }));
+    await provider.closeSession(session.id);
+
+    // …equals step 4 on a session resumed with the optimizer (Adam moments matter at this learning rate).
+    const resumed = await provider.openSession({ resourceId: resource.id, loraRank: 8, fromCheckpoint: { id: ckpt.checkpointId, loadOptimizer: true } });
+    expect(resumed.step).toBe(3);
+    await provider.awaitOperation(await provider.submitForwardBackward(resumed.id, 'resumed/fb/4', batch));
+    expect(await provider.awaitOperation(await provider.submitOptimStep(resumed.id, 'resumed/opt/4', { learningRate: 0.02 }))).toEqual({ step: 4 });
+    const continued = await provider.awaitOperation(await provider.submitForwardBackward(resumed.id, 'resumed/probe', batch, { forwardOnly: true }));
+    expect(continued.loss).toBeCloseTo(original.loss, 4);
+    await provider.closeSession(resumed.id);
+
+    // Weights only: step 0 and fresh Adam, so the same step lands somewhere else.
+    const fresh = await provider.openSession({ resourceId: resource.id, loraRank: 8, fromCheckpoint: { id: ckpt.checkpointId, loadOptimizer: false } });
+    expect(fresh.step).toBe(0);
+    await provider.awaitOperation(await provider.submitForwardBackward(fresh.id, 'fresh/fb/1', batch));
+    expect(await provider.awaitOperation(await provider.submitOptimStep(fresh.id, 'fresh/opt/1', { learningRate: 0.02 }))).toEqual({ step: 1 });
+    const weightsOnly = await provider.awaitOperation(await provider.submitForwardBackward(fresh.id, 'fresh/probe', batch, { forwardOnly: true }));
+    expect(Math.abs(weightsOnly.loss - original.loss)).toBeGreaterThan(1e-3);
+    await provider.deactivate(resource.id);
+    await provider.close();
+  });
+
+  describe('injected faults are handled as the taxonomy says', () => {
+    test('429 and 503 answers are retried (honouring retry-after) and the call succeeds', async () => {
+      const provider = fx.make(emulator);
+      await setFaults(emulator, { seed: 3, rules: [{ kind: 'http-429', max: 2, retryAfterMs: 20 }, { kind: 'http-503', max: 2, retryAfterMs: 20 }] });
+      const models = await provider.supportedModels();
+      expect(models.length).toBeGreaterThan(0);
+      await provider.close();
+    });
+
+    test('connection resets before the request is handled are retried; nothing is applied twice', async () => {
+      const { provider, resource, session } = await readySession();
+      await setFaults(emulator, { rules: [{ kind: 'reset', method: 'POST', path: fx.paths.optimStep, max: 2 }] });
+      await provider.awaitOperation(await provider.submitForwardBackward(session.id, 'reset/fb', batch));
+      expect(await provider.awaitOperation(await provider.submitOptimStep(session.id, 'reset/opt', { learningRate: 0.01 }))).toEqual({ step: 1 });
+      expect(await sessionEntry(session.id)).toMatchObject({ optimizerSteps: 1 });
+      await provider.deactivate(resource.id);
+      await provider.close();
+    });
+
+    test('a response lost after the work was applied: the keyed resubmission gets the original, applied once', async () => {
+      const { provider, resource, session } = await readySession();
+      const before = await sessionEntry(session.id);
+      await setFaults(emulator, {
+        rules: [
+          { kind: 'lose-response', method: 'POST', path: fx.paths.forwardBackward, max: 1 },
+          { kind: 'lose-response', method: 'POST', path: fx.paths.optimStep, max: 1 },
+        ],
+      });
+      await provider.awaitOperation(await provider.submitForwardBackward(session.id, 'lost/fb', batch));
+      expect(await provider.awaitOperation(await provider.submitOptimStep(session.id, 'lost/opt', { learningRate: 0.01 }))).toEqual({ step: 1 });
+      const after = await sessionEntry(session.id);
+      expect(after.optimizerSteps).toBe(1);
+      expect(after.operationsSubmitted - before.operationsSubmitted).toBe(2);
+      expect(after.duplicatesAbsorbed - before.duplicatesAbsorbed).toBe(2);
+      await provider.deactivate(resource.id);
+      await provider.close();
+    });
+
+    test('a lost create response is never blindly resent: listing finds exactly one resource, and deactivating it leaves none active', async () => {
+      const provider = fx.make(emulator);
+      await setFaults(emulator, { rules: [{ kind: 'lose-response', method: 'POST', path: fx.paths.create, max: 1 }] });
+      const outcome: TrainerResource | unknown = await provider.provision({ model: MODEL, ownerTag: 'lost' }).catch((e: unknown) => e);
+      if (fx.lostCreate === 'needs-reconcile') {
+        expect(outcome).toBeInstanceOf(ProviderError);
+        expect(outcome).toMatchObject({ errorClass: 'needs-reconcile', code: 'RESPONSE_LOST' });
+      } else {
+        expect(outcome).toMatchObject({ model: MODEL, state: 'provisioning' }); // found by listing its session's runs
+      }
+      const owned = await provider.listOwnedResources({ activeOnly: true });
+      expect(owned).toHaveLength(1); // created once, not twice
+      await provider.deactivate(owned[0]!.id);
+      expect((await ledger(emulator)).active).not.toContain(owned[0]!.id);
+      expect(await provider.listOwnedResources({ activeOnly: true })).toEqual([]);
+      await provider.close();
+    });
+
+    test('failed operations surface with their code: retryable for internal errors, non-retryable for bad input', async () => {
+      const { provider, resource, session } = await readySession();
+      await setFaults(emulator, {
+        rules: [
+          { kind: 'fail-operation', operation: 'optim-step', errorCode: 'INTERNAL_ERROR', max: 1 },
+          { kind: 'fail-operation', operation: 'forward-backward', errorCode: 'NON_FINITE_LOSS', max: 1 },
+        ],
+      });
+      const fb = provider.awaitOperation(await provider.submitForwardBackward(session.id, 'fail/fb', batch));
+      await expect(fb).rejects.toMatchObject({ errorClass: 'non-retryable', providerCode: 'NON_FINITE_LOSS' });
+      const opt = provider.awaitOperation(await provider.submitOptimStep(session.id, 'fail/opt', { learningRate: 0.01 }));
+      await expect(opt).rejects.toMatchObject({ errorClass: 'retryable', providerCode: 'INTERNAL_ERROR' });
+      // A failed operation applied nothing; a new key after the failure applies the step once.
+      expect(await provider.awaitOperation(await provider.submitOptimStep(session.id, 'fail/opt/after-1', { learningRate: 0.01 }))).toEqual({ step: 1 });
+      await provider.deactivate(resource.id);
+      await provider.close();
+    });
+
+    test('a resource dying mid-run fails the session (needs-reconcile), stops billing and leaves nothing active', async () => {
+      const { provider, resource, session } = await readySession();
+      await setFaults(emulator, { rules: [{ kind: 'resource-error', operation: 'optim-step', max: 1 }] });
+      await provider.awaitOperation(await provider.submitForwardBackward(session.id, 'die/fb', batch));
+      const opt = provider.awaitOperation(await provider.submitOptimStep(session.id, 'die/opt', { learningRate: 0.01 }));
+      await expect(opt).rejects.toMatchObject({ errorClass: 'needs-reconcile', providerCode: 'SESSION_NOT_ACTIVE' });
+      expect(await provider.getResource(resource.id)).toMatchObject({ state: 'failed' });
+      expect(await provider.getSession(session.id)).toMatchObject({ state: 'failed' });
+      const l = await ledger(emulator);
+      expect(l.active).not.toContain(resource.id);
+      const billed = l.resources.find((r) => r.id === resource.id)!.gpuSeconds;
+      await new Promise((r) => setTimeout(r, 60));
+      expect((await ledger(emulator)).resources.find((r) => r.id === resource.id)!.gpuSeconds).toBe(billed);
+      await expect(provider.deactivate(resource.id)).resolves.toMatchObject({ state: 'failed' });
+      await provider.close();
+    });
+
+    test('persistent 5xx on a keyed call ends as retryable after the retry budget', async () => {
+      const { provider, resource, session } = await readySession();
+      await setFaults(emulator, { rules: [{ kind: 'http-500', path: fx.paths.optimStep, max: 100 }] });
+      await expect(provider.submitOptimStep(session.id, 'down/opt', { learningRate: 0.01 })).rejects.toMatchObject({ errorClass: 'retryable', status: 500 });
+      await setFaults(emulator, {});
+      expect((await sessionEntry(session.id)).optimizerSteps).toBe(0);
+      await provider.deactivate(resource.id);
+      await provider.close();
+    });
+  });
+});
