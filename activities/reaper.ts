@@ -4,6 +4,7 @@ import type { ProviderSpec } from '../config/spec';
 import type { TrainerResource } from '../providers/types';
 import type { ActivityDeps } from './round';
 import { atBoundary } from './failures';
+import { ownerOfTag } from '../workflows/round-contract';
 
 export interface ReaperInput {
   providers: Pick<ProviderSpec, 'kind' | 'baseUrl' | 'model'>[];
@@ -11,6 +12,11 @@ export interface ReaperInput {
   graceSeconds: number;
   /** Report what would be reaped without deactivating anything. */
   dryRun?: boolean;
+  /**
+   * Also reap resources with no Roundhouse tag (a Together resource whose session was never opened). Safe on a
+   * provider account only Roundhouse uses; the default is to do so for the local emulator only.
+   */
+  reapUntagged?: boolean;
 }
 
 export interface ReapedResource {
@@ -45,10 +51,14 @@ export async function reapOrphans(deps: ActivityDeps, client: Client, input: Rea
     for (const resource of await provider.listOwnedResources({ activeOnly: true })) {
       result.checked += 1;
       onResource();
-      const owner = resource.ownerTag ?? (await provider.listSessions(resource.id)).map((s) => s.displayName).find((n) => n !== undefined);
-      const ownerStatus = owner ? await workflowStatus(client, owner) : 'UNKNOWN';
+      const tags = [resource.ownerTag, ...(await provider.listSessions(resource.id)).map((s) => s.displayName)];
+      const owner = tags.map(ownerOfTag).find((o) => o !== undefined);
+      const untagged = tags.every((t) => t === undefined);
+      const ownerStatus = owner ? await workflowStatus(client, owner) : untagged ? 'UNKNOWN' : 'NOT_ROUNDHOUSE';
       const entry: ReapedResource = { provider: label, resourceId: resource.id, owner, ownerStatus, action: 'kept' };
-      if (ownerStatus === 'RUNNING' || ageSeconds(resource) < input.graceSeconds) {
+      const reapUntagged = input.reapUntagged ?? spec.kind === 'local';
+      const orphan = owner ? ownerStatus !== 'RUNNING' : untagged && reapUntagged;
+      if (!orphan || ageSeconds(resource) < input.graceSeconds) {
         result.kept.push(entry);
         continue;
       }

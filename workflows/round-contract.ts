@@ -86,6 +86,18 @@ export interface RoundResult {
   poolAccuracy?: number;
 }
 
+/** Resources and sessions a round creates carry this tag (name / display name): how the reaper finds the owner. */
+export const OWNER_TAG_PREFIX = 'roundhouse:';
+
+export function ownerTagFor(workflowId: string): string {
+  return `${OWNER_TAG_PREFIX}${workflowId}`;
+}
+
+/** The owning workflow id of a tagged resource, or undefined for a resource Roundhouse did not create. */
+export function ownerOfTag(tag: string | undefined): string | undefined {
+  return tag?.startsWith(OWNER_TAG_PREFIX) ? tag.slice(OWNER_TAG_PREFIX.length) : undefined;
+}
+
 export const roundProgressQuery = defineQuery<RoundProgress>('roundProgress');
 /** Finish the current segment, save a training checkpoint, release the GPU, and wait. */
 export const pauseRoundSignal = defineSignal('pauseRound');

@@ -12,6 +12,7 @@ import {
 } from '@temporalio/workflow';
 import type { RoundActivities } from '../activities/round';
 import {
+  ownerTagFor,
   pauseRoundSignal,
   resumeRoundSignal,
   roundProgressQuery,
@@ -49,7 +50,7 @@ export async function roundWorkflow(input: RoundInput): Promise<RoundResult> {
   });
 
   const key = (...parts: (string | number)[]) => [campaignId, `r${round}`, ...parts].join('/');
-  const ownerTag = workflowInfo().workflowId;
+  const ownerTag = ownerTagFor(workflowInfo().workflowId);
   const parent = workflowInfo().parent;
   const progress: RoundProgress = { campaignId, round, phase: 'validating', step: 0, totalSteps: 0, gpuMinutes: 0 };
 
