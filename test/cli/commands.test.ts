@@ -1,0 +1,182 @@
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import type { Worker } from '@temporalio/worker';
+import { ProviderRegistry } from '../../workers/providers';
+import { createRoundhouseWorker } from '../../workers/worker';
+import { ledger, startTestEmulator, type RunningEmulator } from '../helpers/emulator';
+import { ticketCampaignSpec } from '../helpers/campaign';
+import { bundleWorkflows, connectTestTemporal, uniqueTaskQueue, type TestTemporal } from '../helpers/temporal';
+
+const bin = path.resolve(__dirname, '../../bin/roundhouse.js');
+
+let temporal: TestTemporal;
+let emulator: RunningEmulator;
+let providers: ProviderRegistry;
+let worker: Worker;
+let running: Promise<void>;
+let env: Record<string, string>;
+let specFile: string;
+let stateDir: string;
+
+beforeAll(async () => {
+  temporal = await connectTestTemporal();
+  emulator = await startTestEmulator({ operationLatencyMs: 5 });
+  stateDir = fs.mkdtempSync(path.join(os.tmpdir(), 'rh-cli-'));
+  providers = new ProviderRegistry({ stateDir });
+  const taskQueue = uniqueTaskQueue('cli');
+  worker = await createRoundhouseWorker({ connection: temporal.nativeConnection, namespace: 'default', taskQueue, workflowBundle: await bundleWorkflows(), providers });
+  running = worker.run();
+  env = { TEMPORAL_ADDRESS: process.env.TEMPORAL_ADDRESS!, ROUNDHOUSE_TASK_QUEUE: taskQueue, ROUNDHOUSE_STATE_DIR: stateDir, ROUNDHOUSE_EMULATOR_URL: emulator.url, ROUNDHOUSE_LOG_LEVEL: 'warn' };
+  const { dir } = ticketCampaignSpec({ baseUrl: emulator.url, trainRows: 20, evalRows: 5, yaml: 'rounds: { max: 1 }' });
+  specFile = path.join(dir, 'campaign.yaml');
+});
+
+afterAll(async () => {
+  worker?.shutdown();
+  await running;
+  await providers?.close();
+  await emulator?.close();
+  await temporal?.close();
+});
+
+function roundhouse(...args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, [bin, ...args], { env: { ...process.env, ...env }, timeout: 120_000 });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d) => (stdout += d));
+    child.stderr.on('data', (d) => (stderr += d));
+    child.on('close', (code) => resolve({ code, stdout, stderr }));
+  });
+}
+
+function expectUsageError(run: { code: number | null; stderr: string }, message: RegExp): void {
+  expect(run.code).toBe(2);
+  expect(run.stderr).toMatch(message);
+  expect(run.stderr).not.toMatch(/\n\s+at /);
+}
+
+describe('every subcommand has --help with an example', () => {
+  test.each(['up', 'worker', 'emulator', 'run', 'status', 'watch', 'pause', 'resume', 'stop', 'report', 'reap', 'demo'])('%s --help', async (command) => {
+    const run = await roundhouse(command, '--help');
+    expect(run.code).toBe(0);
+    expect(run.stdout).toMatch(/Usage: roundhouse/);
+    expect(run.stdout).toMatch(/Example/);
+  });
+
+  test('schedule subcommands', async () => {
+    for (const sub of ['create', 'list', 'pause', 'delete']) {
+      const run = await roundhouse('schedule', sub, '--help');
+      expect(run.code).toBe(0);
+      expect(run.stdout).toMatch(/Example/);
+    }
+  });
+});
+
+describe('bad input: documented exit codes and messages', () => {
+  test('run: a missing spec file', async () => {
+    expectUsageError(await roundhouse('run', '/nope/campaign.yaml'), /campaign\.yaml: no such file/);
+  });
+
+  test('run: an invalid spec names file, line and field', async () => {
+    const bad = path.join(path.dirname(specFile), 'bad.yaml');
+    fs.writeFileSync(bad, fs.readFileSync(specFile, 'utf8').replace('epochs: 2', 'epochs: 0'));
+    expectUsageError(await roundhouse('run', bad), new RegExp(`bad\\.yaml:\\d+ training\\.epochs: `));
+  });
+
+  test('run: bad data names the data file line and field, and nothing is provisioned', async () => {
+    const dir = path.dirname(specFile);
+    const before = (await ledger(emulator)).resources.length;
+    fs.copyFileSync(path.join(dir, 'train.jsonl'), path.join(dir, 'train-bad.jsonl'));
+    fs.appendFileSync(path.join(dir, 'train-bad.jsonl'), '{"prompt": "x", "answer": ""}\n');
+    const bad = path.join(dir, 'bad-data.yaml');
+    fs.writeFileSync(bad, fs.readFileSync(specFile, 'utf8').replace('train: train.jsonl', 'train: train-bad.jsonl'));
+    expectUsageError(await roundhouse('run', bad), /train-bad\.jsonl:21 answer: must not be empty/);
+    expect((await ledger(emulator)).resources.length).toBe(before);
+  });
+
+  test.each([['status'], ['watch'], ['pause'], ['resume'], ['stop'], ['report']])('%s: an unknown campaign id', async (command) => {
+    expectUsageError(await roundhouse(command, 'no-such-campaign'), /no-such-campaign: no campaign/);
+  });
+
+  test('schedule pause/delete: an unknown schedule id', async () => {
+    expectUsageError(await roundhouse('schedule', 'pause', 'no-such-schedule'), /no-such-schedule: no schedule/);
+    expectUsageError(await roundhouse('schedule', 'delete', 'no-such-schedule'), /no-such-schedule: no schedule/);
+  });
+
+  test('a server that cannot be reached is exit code 1 with what to do', async () => {
+    const run = await new Promise<{ code: number | null; stderr: string }>((resolve) => {
+      const child = spawn(process.execPath, [bin, 'status', 'x'], { env: { ...process.env, ...env, TEMPORAL_ADDRESS: '127.0.0.1:1' } });
+      let stderr = '';
+      child.stderr.on('data', (d) => (stderr += d));
+      child.on('close', (code) => resolve({ code, stderr }));
+    });
+    expect(run.code).toBe(1);
+    expect(run.stderr).toMatch(/cannot reach Temporal at 127\.0\.0\.1:1.*roundhouse up/);
+  });
+});
+
+describe('happy paths against a running stack', () => {
+  test('run --wait, status, status --json, report, watch of a finished campaign', async () => {
+    const id = `cli-${Date.now()}`;
+    const run = await roundhouse('run', specFile, '--id', id, '--wait');
+    expect(run.stderr).toBe('');
+    expect(run.code).toBe(0);
+    expect(run.stdout).toMatch(new RegExp(`campaign ${id} started \\(20 training rows, 5 held out\\)`));
+    expect(run.stdout).toMatch(/completed \(rounds\.max \(1\) reached\)/);
+
+    const status = await roundhouse('status', id);
+    expect(status.code).toBe(0);
+    expect(status.stdout).toMatch(/round {2}status {5}accuracy/);
+    const json = JSON.parse((await roundhouse('status', id, '--json')).stdout);
+    expect(json).toMatchObject({ campaignId: id, status: 'completed', rounds: [{ round: 1, status: 'completed' }] });
+
+    const report = await roundhouse('report', id);
+    expect(report.code).toBe(0);
+    const [html, md] = report.stdout.trim().split('\n');
+    expect(fs.existsSync(html!)).toBe(true);
+    expect(fs.readFileSync(md!, 'utf8')).toMatch(/\| 1 \| completed/);
+
+    const watch = await roundhouse('watch', id);
+    expect(watch.code).toBe(0);
+    expect(watch.stdout).toMatch(new RegExp(`campaign ${id}: completed`));
+  });
+
+  test('pause, resume and stop a running campaign', async () => {
+    const { dir } = ticketCampaignSpec({ baseUrl: emulator.url, trainRows: 300, evalRows: 5, yaml: 'rounds: { max: 3 }' });
+    const id = `cli-control-${Date.now()}`;
+    expect((await roundhouse('run', path.join(dir, 'campaign.yaml'), '--id', id)).code).toBe(0);
+    const paused = await roundhouse('pause', id);
+    expect(paused.code).toBe(0);
+    expect(paused.stdout).toMatch(/paused/);
+    const resumed = await roundhouse('resume', id);
+    expect(resumed.stdout).toMatch(/running/);
+    const stopped = await roundhouse('stop', id, '--now');
+    expect(stopped.code).toBe(0);
+    const handle = temporal.client.workflow.getHandle(id);
+    const result = await handle.result();
+    expect(result.status).toBe('stopped');
+    for (let i = 0; i < 100 && (await ledger(emulator)).active.length > 0; i++) await new Promise((r) => setTimeout(r, 100));
+    expect((await ledger(emulator)).active).toEqual([]);
+  });
+
+  test('schedule create, list, pause, delete', async () => {
+    const id = `cli-schedule-${Date.now()}`;
+    const created = await roundhouse('schedule', 'create', specFile, '--id', id, '--every', '1 hour');
+    expect(created.code).toBe(0);
+    expect(created.stdout).toMatch(/every 1 hour \(overlap skip\)/);
+    expect((await roundhouse('schedule', 'list')).stdout).toMatch(new RegExp(`${id} {2}active`));
+    expect((await roundhouse('schedule', 'pause', id)).code).toBe(0);
+    expect((await roundhouse('schedule', 'list')).stdout).toMatch(new RegExp(`${id} {2}paused`));
+    expect((await roundhouse('schedule', 'delete', id)).code).toBe(0);
+    expectUsageError(await roundhouse('schedule', 'create', specFile, '--id', id), /--every: give --every/);
+  });
+
+  test('reap is a dry run by default', async () => {
+    const run = await roundhouse('reap', '--grace', '0');
+    expect(run.code).toBe(0);
+    expect(run.stdout).toMatch(/active resources checked, \d+ would be deactivated \(dry run; --apply to act\)/);
+  });
+});
