@@ -2,67 +2,50 @@ import path from 'node:path';
 import { Command } from 'commander';
 import { Client } from '@temporalio/client';
 import { loadCampaignSpec } from '../config/spec';
-import { packageRoot } from '../workers/temporal-server';
-import { connectClient, connectWorker, startTemporal } from '../workers/temporal-server';
+import { connectClient, connectWorker, packageRoot, startTemporal } from '../workers/temporal-server';
 import { ProviderRegistry } from '../workers/providers';
 import { createRoundhouseWorker } from '../workers/worker';
-import { roundProgressQuery, type RoundInput, type RoundResult } from '../workflows/round-contract';
-import { cliContext } from './context';
+import type { CampaignInput, CampaignResult } from '../workflows/campaign-contract';
+import { cliContext, reportRoot } from './context';
+import { watchCampaign } from './progress';
+import { validateCampaignLocally } from './validate';
 
+/**
+ * `npm start`: the embedded default — a persistent dev server, the emulator and a worker in this process — runs
+ * the example campaign to its end with live progress, then says where the report is.
+ */
 export function demoCommand(): Command {
   return new Command('demo')
-    .description('Run the example round on the embedded default (dev server + emulator, no account): what `npm start` does')
+    .description('Run the example campaign on the embedded default (dev server + emulator, no account): what `npm start` does')
     .option('--spec <file>', 'campaign spec to run', path.join(packageRoot(), 'examples', 'support-tickets', 'campaign.yaml'))
     .addHelpText('after', '\nExample:\n  npm start        # same as: roundhouse demo')
     .action(async (opts: { spec: string }) => {
       const { settings, logger } = cliContext();
       const spec = loadCampaignSpec(opts.spec);
+      validateCampaignLocally(spec);
       const server = await startTemporal(settings, { persistent: true });
       logger.info({ address: server.address, ui: server.uiUrl, source: server.source }, 'Temporal server ready');
       const providers = new ProviderRegistry({ stateDir: settings.stateDir });
       const workerConnection = await connectWorker(settings, server.address);
       const clientConnection = await connectClient(settings, server.address);
       try {
-        const worker = await createRoundhouseWorker({
-          connection: workerConnection,
-          namespace: settings.namespace,
-          taskQueue: settings.taskQueue,
-          providers,
-          tuning: settings.tuning,
-        });
+        const worker = await createRoundhouseWorker({ connection: workerConnection, namespace: settings.namespace, taskQueue: settings.taskQueue, providers, tuning: settings.tuning });
         const client = new Client({ connection: clientConnection, namespace: settings.namespace });
         const campaignId = `${spec.name}-${new Date().toISOString().replace(/[-:.TZ]/g, '').slice(0, 14)}`;
-        const input: RoundInput = {
-          campaignId,
-          round: 1,
-          spec: { name: spec.name, provider: spec.provider, training: spec.training, sampling: spec.sampling, evaluation: spec.evaluation, advanced: spec.advanced },
-          data: { train: spec.data.train, eval: spec.data.eval },
-          reportDir: path.join(settings.stateDir, 'campaigns', campaignId),
-        };
-        const workflowId = `${campaignId}-round-1`;
-        const result = await worker.runUntil(async () => {
-          const handle = await client.workflow.start('roundWorkflow', { taskQueue: settings.taskQueue, workflowId, args: [input] });
-          let last = '';
-          const timer = setInterval(() => {
-            handle
-              .query(roundProgressQuery)
-              .then((p) => {
-                const line = `${p.phase} step ${p.step}/${p.totalSteps}${p.latestLoss !== undefined ? ` loss ${p.latestLoss.toFixed(3)}` : ''}`;
-                if (line !== last) process.stdout.write(`  round 1: ${line}\n`);
-                last = line;
-              })
-              .catch(() => undefined);
-          }, 500);
-          try {
-            return (await handle.result()) as RoundResult;
-          } finally {
-            clearInterval(timer);
-          }
-        });
+        const input: CampaignInput = { campaignId, spec, reportRoot: reportRoot(settings) };
+        process.stdout.write(`Running campaign ${campaignId}: ${spec.rounds.max} rounds at most on the embedded emulator (${spec.provider.model})\n`);
+        const result = (await worker.runUntil(async () => {
+          const handle = await client.workflow.start('campaignWorkflow', { taskQueue: settings.taskQueue, workflowId: campaignId, args: [input] });
+          return watchCampaign(handle, process.stdout, 1000);
+        })) as CampaignResult;
+        const accuracy = result.rounds.map((r) => (r.accuracy === undefined ? '–' : `${(r.accuracy * 100).toFixed(0)}%`)).join(' → ');
+        const dir = path.dirname(result.summaryPath);
         process.stdout.write(
-          `\nround 1 ${result.status}: accuracy ${((result.accuracy ?? 0) * 100).toFixed(1)}%, eval loss ${result.baselineLoss?.toFixed(3)} → ${result.trainedLoss?.toFixed(3)} per token, ${result.stepsApplied} steps\nreport: ${result.reportPath}\n`,
+          `\nDone: ${result.status}${result.stopReason ? ` (${result.stopReason})` : ''}. Held-out accuracy by round: ${accuracy}\n` +
+            `Report: ${path.join(dir, 'report.html')}\nSummary for a PR: ${path.join(dir, 'summary.md')}\n` +
+            (server.uiUrl ? `Temporal UI (while a server runs, e.g. \`roundhouse up\`): ${server.uiUrl}/namespaces/${settings.namespace}/workflows/${campaignId}\n` : ''),
         );
-        if (server.uiUrl) process.stdout.write(`Temporal UI: ${server.uiUrl}/namespaces/${settings.namespace}/workflows/${workflowId}\n`);
+        if (result.status === 'failed') process.exitCode = 1;
       } finally {
         await clientConnection.close();
         await workerConnection.close();

@@ -180,3 +180,25 @@ describe('happy paths against a running stack', () => {
     expect(run.stdout).toMatch(/active resources checked, \d+ would be deactivated \(dry run; --apply to act\)/);
   });
 });
+
+test('the demo (npm start) runs a campaign end to end on a smaller config, shows accuracy by round and writes the report', async () => {
+  const { dir } = ticketCampaignSpec({ baseUrl: emulator.url, trainRows: 40, evalRows: 10, yaml: 'rounds: { max: 2, nextData: { policy: all } }' });
+  const demoState = fs.mkdtempSync(path.join(os.tmpdir(), 'rh-demo-'));
+  const run = await new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) => {
+    const child = spawn(process.execPath, [bin, 'demo', '--spec', path.join(dir, 'campaign.yaml')], {
+      env: { ...process.env, ...env, ROUNDHOUSE_TASK_QUEUE: uniqueTaskQueue('demo'), ROUNDHOUSE_STATE_DIR: demoState },
+      timeout: 180_000,
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d) => (stdout += d));
+    child.stderr.on('data', (d) => (stderr += d));
+    child.on('close', (code) => resolve({ code, stdout, stderr }));
+  });
+  expect(run.code).toBe(0);
+  const accuracies = /Held-out accuracy by round: (\d+)% → (\d+)%/.exec(run.stdout);
+  expect(accuracies).not.toBeNull();
+  const report = /Report: (.*report\.html)/.exec(run.stdout)![1]!;
+  expect(report.startsWith(demoState)).toBe(true);
+  expect(fs.existsSync(report)).toBe(true);
+});
