@@ -25,6 +25,8 @@ export interface RoundSummary {
   trainingCheckpointId?: string;
   train: { path: string; sha256?: string; rows?: number };
   errorType?: string;
+  /** Why a `stopped` round ended early (a budget). */
+  stopReason?: string;
 }
 
 /** Everything a campaign carries across continue-as-new: summaries, not data. */

@@ -114,6 +114,7 @@ export async function campaignWorkflow(input: CampaignInput): Promise<CampaignRe
   const reasonToStop = (): string | undefined => {
     const last = state.rounds[state.rounds.length - 1];
     if (state.stop) return state.stop === 'now' ? 'stopped by request' : 'stopped by request after the round';
+    if (last?.status === 'stopped') return `${last.stopReason ?? 'budget reached'} in round ${last.round}`;
     if (last && last.status !== 'completed') return `round ${last.round} ${last.status}${last.errorType ? ` (${last.errorType})` : ''}`;
     if (last?.accuracy !== undefined && state.limits.targetAccuracy !== undefined && last.accuracy >= state.limits.targetAccuracy) {
       return `target reached: accuracy ${last.accuracy.toFixed(3)} ≥ ${state.limits.targetAccuracy}`;
@@ -180,6 +181,7 @@ export async function campaignWorkflow(input: CampaignInput): Promise<CampaignRe
         reportPath: result.reportPath,
         trainingCheckpointId: result.trainingCheckpointId,
         errorType: result.errorType,
+        stopReason: result.stopReason,
       };
     }
     child = undefined;
@@ -205,7 +207,7 @@ export async function campaignWorkflow(input: CampaignInput): Promise<CampaignRe
   }
 
   const last = state.rounds[state.rounds.length - 1];
-  status = last && last.status !== 'completed' && !state.stop ? 'failed' : state.stop ? 'stopped' : 'completed';
+  status = state.stop || last?.status === 'stopped' || /budget/.test(stopReason ?? '') ? 'stopped' : last && last.status !== 'completed' ? 'failed' : 'completed';
   const accuracies = state.rounds.map((r) => r.accuracy).filter((a): a is number => a !== undefined);
   const final: CampaignResult = { ...progress(), bestAccuracy: accuracies.length ? Math.max(...accuracies) : undefined };
   await activities.writeCampaignSummary({ path: summaryPath, summary: final });

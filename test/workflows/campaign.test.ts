@@ -8,6 +8,7 @@ import {
   campaignProgressQuery,
   pauseCampaignUpdate,
   resumeCampaignUpdate,
+  setCampaignLimitsUpdate,
   stopCampaignUpdate,
   type CampaignInput,
   type CampaignResult,
@@ -139,6 +140,31 @@ test('stop now cancels the running round, which releases its GPU; the campaign e
     expect(result.status).toBe('stopped');
     expect(result.rounds).toHaveLength(1);
     expect(result.rounds[0]!.status).toBe('cancelled');
+    expect((await ledger(emulator)).active).toEqual([]);
+  });
+});
+
+test('a GPU-minute limit lowered mid-round stops training at the next segment; the campaign ends stopped on its budget', async () => {
+  const taskQueue = uniqueTaskQueue('campaign-budget');
+  const { spec, dir } = ticketCampaignSpec({ baseUrl: emulator.url, trainRows: 200, evalRows: 5, yaml: 'rounds: { max: 3 }\nbudget: { maxGpuMinutes: 1000 }' });
+  const campaignId = `budget-${taskQueue}`;
+  await withWorker(taskQueue, async () => {
+    const handle = await temporal.client.workflow.start('campaignWorkflow', { taskQueue, workflowId: campaignId, args: [{ campaignId, spec, reportRoot: dir } satisfies CampaignInput] });
+    for (let i = 0; i < 300; i++) {
+      const p = await handle.query(campaignProgressQuery);
+      if (p.currentRound?.phase === 'training' && p.currentRound.step >= 4) break;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    const updated = await handle.executeUpdate(setCampaignLimitsUpdate, { args: [{ maxGpuMinutes: 0.0001 }] });
+    expect(updated.limits.maxGpuMinutes).toBe(0.0001);
+    const result: CampaignResult = await handle.result();
+    expect(result.status).toBe('stopped');
+    expect(result.stopReason).toMatch(/GPU-minute budget reached in round 1/);
+    expect(result.rounds).toHaveLength(1);
+    const round = result.rounds[0]!;
+    expect(round.status).toBe('stopped');
+    expect(round.stepsApplied).toBeLessThan(round.totalSteps);
+    expect(round.trainingCheckpointId).toBeDefined(); // progress kept for a later campaign
     expect((await ledger(emulator)).active).toEqual([]);
   });
 });
