@@ -125,7 +125,7 @@ test('a retraining schedule starts campaigns with distinct ids and skips a run w
         await temporal.client.workflow.getHandle(w.workflowId).cancel().catch(() => undefined);
       }
       // The worker is still running here, so cancelled campaigns clean up after themselves.
-      await waitUntil('nothing active', async () => (await ledger(emulator)).active.length === 0, 30_000);
+      await waitUntil('nothing active', async () => (await ledger(emulator)).active.length === 0, 60_000);
     }
   });
 });
