@@ -1,12 +1,14 @@
-import { BASE_DIMS, FEATURE_WIDTH, MLP_INPUT_WIDTH, QUERY_WIDTH } from './base-model';
+import { ATTENTION, BASE_DIMS, FEATURE_WIDTH, MLP_INPUT_WIDTH, QUERY_WIDTH } from './base-model';
 import { gaussianVector, hashKey } from './prng';
 
 /**
  * The trainable LoRA adapter, in the `x · A · B` layout: A (in × rank) is seeded random, B (rank × out) starts
- * at zero, so a fresh adapter is a no-op. `unembedB` has one column per active-vocabulary token (rank × |S|);
- * columns of tokens seen later start at zero.
+ * at zero, so a fresh adapter is a no-op. query*: the attention queries; key*: the keys (keyA, shared by the heads,
+ * maps a head's query to rank dims, and token j's key gains keyB's column j); hidden* and output*: the MLP's two
+ * maps; unembed*: the output layer. `keyB` and `unembedB` have one column per active-vocabulary token
+ * (rank × |S|); columns of tokens seen later start at zero.
  */
-export type AdapterParameter = 'queryA' | 'queryB' | 'hiddenA' | 'hiddenB' | 'outputA' | 'outputB' | 'unembedA' | 'unembedB';
+export type AdapterParameter = 'queryA' | 'queryB' | 'keyA' | 'keyB' | 'hiddenA' | 'hiddenB' | 'outputA' | 'outputB' | 'unembedA' | 'unembedB';
 
 export interface AdapterLayout {
   rank: number;
@@ -23,6 +25,8 @@ export function adapterShapes(layout: AdapterLayout, vocabularyRows: number): Ar
   const shapes: Array<[AdapterParameter, [number, number]]> = [
     ['queryA', [FEATURE_WIDTH, rank]],
     ['queryB', [rank, QUERY_WIDTH]],
+    ['keyA', [ATTENTION.keyWidth, rank]],
+    ['keyB', [rank, vocabularyRows]],
     ['hiddenA', [MLP_INPUT_WIDTH, rank]],
     ['hiddenB', [rank, hidden]],
     ['outputA', [hidden, rank]],
@@ -46,12 +50,17 @@ export function zerosLike(set: ParameterSet): ParameterSet {
   return new Map([...set].map(([name, values]) => [name, new Float32Array(values.length)]));
 }
 
-/** Widens the per-token parameter with zero columns after the active vocabulary grew to `vocabularyRows`. */
+/** Parameters with one column per active-vocabulary token (rank × |S|). */
+const PER_TOKEN: readonly AdapterParameter[] = ['keyB', 'unembedB'];
+
+/** Widens the per-token parameters with zero columns after the active vocabulary grew to `vocabularyRows`. */
 export function growVocabularyColumns(set: ParameterSet, layout: AdapterLayout, vocabularyRows: number): void {
-  const current = set.get('unembedB');
-  if (!current) return;
-  const before = current.length / layout.rank;
-  const grown = new Float32Array(layout.rank * vocabularyRows);
-  for (let r = 0; r < layout.rank; r++) grown.set(current.subarray(r * before, (r + 1) * before), r * vocabularyRows);
-  set.set('unembedB', grown);
+  for (const name of PER_TOKEN) {
+    const current = set.get(name);
+    if (!current) continue;
+    const before = current.length / layout.rank;
+    const grown = new Float32Array(layout.rank * vocabularyRows);
+    for (let r = 0; r < layout.rank; r++) grown.set(current.subarray(r * before, (r + 1) * before), r * vocabularyRows);
+    set.set(name, grown);
+  }
 }

@@ -22,19 +22,32 @@ export const DECAY_RATES: readonly number[] = [0.5, 0.85, 0.97];
 export const FEATURE_WIDTH = BASE_DIMS.embedding * (3 + DECAY_RATES.length);
 
 /**
- * Causal attention pooling over the tokens at or before each position: per head, a query from the position's
- * features (frozen projection plus a LoRA, so training decides what is attended to), frozen per-token keys and
- * values that are pure functions of (seed, tokenId), and a softmax over positions.
+ * Causal attention pooling over the tokens at or before each position (see attention.ts): per head, a query from
+ * the position's features (a frozen projection plus a LoRA), frozen per-token keys and values that are pure
+ * functions of (seed, tokenId) plus a LoRA on the keys over the active vocabulary, and a softmax over positions.
+ * The attended values feed both the MLP's input and, through a frozen projection, the output state z directly (a
+ * residual path), so what attention picks out reaches the logits in one step.
  */
 export const ATTENTION = {
-  heads: Number(process.env.ATT_H ?? 2),
+  heads: 2,
   /** Width of each head's query and key. */
-  keyWidth: Number(process.env.ATT_K ?? 32),
-  /** Width of each head's value; the heads' attended values are appended to the MLP's input. */
-  valueWidth: Number(process.env.ATT_V ?? 32),
+  keyWidth: 32,
+  /** Width of each head's value. */
+  valueWidth: 32,
   /** Standard deviation of the frozen query·key scores: small, so an untrained head attends almost uniformly. */
-  scoreScale: Number(process.env.ATT_S ?? 0.5),
-  norm: process.env.ATT_N ?? 'rms',
+  queryScale: 0.5,
+  /**
+   * Positions a query attends to: itself and the 511 before it. Bounds the cost per position on long sequences;
+   * the bags of the features still summarise everything earlier.
+   */
+  window: 512,
+  /** Soft cap on |score|: a head's weights stay within a factor e^(2·cap) of each other. */
+  scoreCap: 2,
+  /**
+   * Root-mean-square each head's attended value is normalised to: one scale however (un)peaked the head is, and
+   * large enough next to the 384 features that the MLP's adapter picks it up quickly.
+   */
+  attendedRms: 2.5,
 } as const;
 
 /** Query (and key) width over all heads. */
@@ -45,8 +58,9 @@ export const ATTENDED_WIDTH = ATTENTION.heads * ATTENTION.valueWidth;
 export const MLP_INPUT_WIDTH = FEATURE_WIDTH + ATTENDED_WIDTH;
 
 /**
- * The frozen base: a seeded MLP from context features to an output state z, and per-token embedding and
- * unembedding rows that are pure functions of (seed, tokenId), so no vocabulary-sized table exists.
+ * The frozen base: a seeded attention query projection and MLP from context features to an output state z, and
+ * per-token embedding, attention key and value, and unembedding rows that are pure functions of (seed, tokenId),
+ * so no vocabulary-sized table exists.
  * Scales: embeddings ~N(0, 1) per component; unembedding rows ~N(0, 1/d), which makes the log-mean-exp of an
  * unseen token's logit exactly ‖z‖²/(2d) (see `remainderLogit` in network.ts).
  */
@@ -54,6 +68,7 @@ export class BaseModel {
   readonly queryWeights: tf.Tensor2D; // FEATURE_WIDTH × QUERY_WIDTH
   readonly hiddenWeights: tf.Tensor2D; // FEATURE_WIDTH × hidden: the first layer's rows for the features
   readonly attendedWeights: FrozenMatrix; // ATTENDED_WIDTH × hidden: its rows for the attended values
+  readonly residualWeights: FrozenMatrix; // ATTENDED_WIDTH × embedding: the attended values' residual path into z
   readonly hiddenBias: tf.Tensor1D; // hidden
   readonly outputWeights: FrozenMatrix; // hidden × embedding
   private readonly embeddings = new Map<number, Float32Array>();
@@ -61,16 +76,21 @@ export class BaseModel {
 
   constructor(readonly seed: number) {
     const { hidden, embedding } = BASE_DIMS;
-    // Features have unit-scale components, so query components ~N(0, scoreScale²); keys ~N(0, 1/keyWidth) make the
-    // scores q·k ~N(0, scoreScale²) with the usual 1/√keyWidth folded into the keys.
+    // Features have unit-scale components, so query components ~N(0, queryScale²); keys ~N(0, 1/keyWidth) make the
+    // scores q·k ~N(0, queryScale²), the usual 1/√keyWidth folded into the keys.
     this.queryWeights = tf.tensor2d(
-      gaussianVector(hashKey(seed, 'query-weights'), FEATURE_WIDTH * QUERY_WIDTH, ATTENTION.scoreScale / Math.sqrt(FEATURE_WIDTH)),
+      gaussianVector(hashKey(seed, 'query-weights'), FEATURE_WIDTH * QUERY_WIDTH, ATTENTION.queryScale / Math.sqrt(FEATURE_WIDTH)),
       [FEATURE_WIDTH, QUERY_WIDTH],
     );
     const firstLayer = gaussianVector(hashKey(seed, 'hidden-weights'), MLP_INPUT_WIDTH * hidden, 1 / Math.sqrt(MLP_INPUT_WIDTH));
     this.hiddenWeights = tf.tensor2d(firstLayer.subarray(0, FEATURE_WIDTH * hidden), [FEATURE_WIDTH, hidden]);
     const attended = tf.tensor2d(firstLayer.subarray(FEATURE_WIDTH * hidden), [ATTENDED_WIDTH, hidden]);
     this.attendedWeights = { value: attended, transposed: tf.transpose(attended) };
+    const residual = tf.tensor2d(
+      gaussianVector(hashKey(seed, 'residual-weights'), ATTENDED_WIDTH * embedding, 1 / Math.sqrt(ATTENDED_WIDTH)),
+      [ATTENDED_WIDTH, embedding],
+    );
+    this.residualWeights = { value: residual, transposed: tf.transpose(residual) };
     this.hiddenBias = tf.tensor1d(gaussianVector(hashKey(seed, 'hidden-bias'), hidden, 0.5));
     const output = tf.tensor2d(gaussianVector(hashKey(seed, 'output-weights'), hidden * embedding, Math.sqrt(2 / hidden)), [hidden, embedding]);
     this.outputWeights = { value: output, transposed: tf.transpose(output) };
@@ -108,7 +128,17 @@ export class BaseModel {
   }
 
   dispose(): void {
-    tf.dispose([this.queryWeights, this.hiddenWeights, this.attendedWeights.value, this.attendedWeights.transposed, this.hiddenBias, this.outputWeights.value, this.outputWeights.transposed]);
+    tf.dispose([
+      this.queryWeights,
+      this.hiddenWeights,
+      this.attendedWeights.value,
+      this.attendedWeights.transposed,
+      this.residualWeights.value,
+      this.residualWeights.transposed,
+      this.hiddenBias,
+      this.outputWeights.value,
+      this.outputWeights.transposed,
+    ]);
     this.embeddings.clear();
     this.keyValues.clear();
   }

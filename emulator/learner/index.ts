@@ -1,23 +1,37 @@
 /**
  * The emulator's learner: a frozen, seeded stand-in base model plus a trainable LoRA adapter over token ids.
  *
- * Per position t, features [e(x_t), e(x_t−1), bags of e(x_<t) decayed at 0.5 / 0.85 / 0.97, the uniform bag of
- * e(x_≤t)] (6·64 = 384) → frozen MLP 384 → 256 (GELU) → 64 with LoRA on both maps → RMS-normalised z → logits over the tokens seen
- * so far (the active vocabulary) through frozen unembedding rows plus a LoRA, and one shared remainder logit for
- * every other id, so losses and logprobs are a proper distribution over the whole vocabulary. Frozen parameters
- * are pure functions of (seed, tokenId); only the adapter trains (AdamW).
+ * Per position t, features f_t = [e(x_t), e(x_t−1), bags of e(x_<t) decayed at 0.5 / 0.85 / 0.97, the uniform bag
+ * of e(x_≤t)] (6·64 = 384). Causal attention pooling over x_≤t (attention.ts; 2 heads, keys and values 32 wide)
+ * lets the adapter pick out the few tokens that matter in a long context, which the bags dilute: queries are a
+ * frozen projection of f_t plus a LoRA, keys and values frozen per-token rows, plus a LoRA on the keys over the
+ * active vocabulary; scores are soft-capped. The attended values (2·32, RMS-normalised per head) join f_t as the
+ * input of a frozen MLP 448 → 256 (GELU) → 64 with LoRA on both maps, and also reach its output through a frozen
+ * projection (a residual path) → RMS-normalised z → logits over the tokens seen so far (the active vocabulary)
+ * through frozen unembedding rows plus a LoRA, and one shared remainder logit for every other id, so losses and
+ * logprobs are a proper distribution over the whole vocabulary. Frozen parameters are pure functions of
+ * (seed, tokenId); only the adapter trains (AdamW).
  */
 import * as tf from '@tensorflow/tfjs-core';
 import { adamWStep, validateAdamSettings, type AdamMoments, type AdamSettings } from './adam';
 import { adapterShapes, growVocabularyColumns, initialAdapter, zerosLike, type AdapterLayout, type AdapterParameter, type ParameterSet } from './adapter';
-import { attentionInputs, paddedScoreSize, type AttentionBlock } from './attention';
+import { attentionInputs, blockScoreSize, PackedKeys, type ActiveRows, type AttentionBlock } from './attention';
 import { ensureWasmBackend } from './backend';
-import { BaseModel, FEATURE_WIDTH } from './base-model';
+import { ATTENDED_WIDTH, ATTENTION, BaseModel, FEATURE_WIDTH, QUERY_WIDTH } from './base-model';
 import { LearnerInputError } from './errors';
 import { CausalContext, sequenceFeatures } from './features';
 import { ActiveVocabulary } from './vocabulary';
 import { evaluateTokenLoss, type Segment, type TokenLoss } from './losses';
-import { nextTokenLogprobs, targetLogprobs, type NetworkWeights } from './network';
+import {
+  attentionQueries,
+  logitsOfAttended,
+  networkInputs,
+  networkInputTensors,
+  nextTokenLogprobs,
+  targetLogprobs,
+  type NetworkInputs,
+  type NetworkWeights,
+} from './network';
 import { RandomStream, hashKey } from './prng';
 import { chooseToken, validateSampleParams, type SampleParams, type TokenDistribution } from './sampling';
 import { decodeState, encodeState, type LearnerState } from './state';
@@ -177,9 +191,10 @@ export class Learner {
     const callKey = params.seed !== undefined ? hashKey(params.seed, 'sample') : hashKey(this.samplingStream.below(0x100000000), 'sample');
     const promptContext = new CausalContext();
     for (const token of prompt) promptContext.push(this.base.embeddingOf(token));
+    const promptKeys = this.packKeys(prompt);
     const active = Array.from({ length: numSamples }, (_, i) => ({
       context: promptContext.clone(),
-      tokens: [...prompt],
+      keys: promptKeys.clone(),
       random: new RandomStream(hashKey(callKey, i)),
       result: { tokens: [], logprobs: [], stopReason: 'length' } as SampledSequence,
     }));
@@ -190,8 +205,7 @@ export class Learner {
     for (let position = 0; position < params.maxTokens && active.length > 0; position++) {
       const features = new Float32Array(active.length * FEATURE_WIDTH);
       active.forEach((a, i) => a.context.writeRow(features, i * FEATURE_WIDTH));
-      const blocks = active.map((a) => ({ tokens: a.tokens, start: a.tokens.length - 1, end: a.tokens.length }));
-      const distributions = this.nextTokenDistributions(features, blocks);
+      const distributions = this.nextTokenDistributions(features, active.map((a) => a.keys));
       for (let i = active.length - 1; i >= 0; i--) {
         const a = active[i];
         const dist = distributions[i];
@@ -200,7 +214,7 @@ export class Learner {
         a.result.tokens.push(token);
         a.result.logprobs.push(choice.kind === 'seen' ? dist.seen[choice.row] : dist.unseen);
         a.context.push(this.base.embeddingOf(token));
-        a.tokens.push(token);
+        this.packKey(a.keys, token);
         if (eos.has(token) || stops.some((stop) => endsWith(a.result.tokens, stop))) {
           a.result.stopReason = 'stop';
           active.splice(i, 1);
@@ -228,8 +242,7 @@ export class Learner {
     this.requireTokens(context, 'context');
     this.registerTokens(context);
     const all = sequenceFeatures([context], (id) => this.base.embeddingOf(id));
-    const last = { tokens: context, start: context.length - 1, end: context.length };
-    const [dist] = this.nextTokenDistributions(all.subarray(last.start * FEATURE_WIDTH), [last]);
+    const [dist] = this.nextTokenDistributions(all.subarray((context.length - 1) * FEATURE_WIDTH), [this.packKeys(context)]);
     return {
       seen: Array.from(dist.seen, (logprob, row) => ({ tokenId: dist.tokenIds[row], logprob })),
       unseenLogprob: dist.unseen,
@@ -266,41 +279,59 @@ export class Learner {
     const chunks = batchChunks(prepared.inputs, this.vocabulary.size);
     const names = this.adapterNames();
     const logprobs = new Float32Array(prepared.targetRows.length);
-    for (const chunk of chunks) {
-      tf.tidy(() => {
-        const logp = this.chunkLogprobs(prepared, chunk)(this.adapterTensors(names));
-        logprobs.set(logp.dataSync(), chunk.start);
-      });
-    }
-    const { value, gradient } = loss ? evaluateTokenLoss(loss, logprobs, prepared.segments, withGradients) : { value: 0, gradient: undefined };
-    if (gradient) {
+    // Each chunk's adapter-independent tensors, kept from the forward pass for the backward one while they fit.
+    const kept: Array<NetworkInputs | undefined> = [];
+    let keptElements = 0;
+    try {
       for (const chunk of chunks) {
-        // Results leave the tidy through this variable: returning typed arrays from tf.tidy makes it walk every element.
-        let grads: Float32Array[] = [];
         tf.tidy(() => {
-          const upstream = tf.tensor1d(gradient.subarray(chunk.start, chunk.start + chunk.length));
-          // The chunk's constant tensors are made outside the differentiated function, which disposes its own.
-          const logprobsOf = this.chunkLogprobs(prepared, chunk);
-          const differentiate = tf.grads((...values: tf.Tensor[]) => logprobsOf(values as tf.Tensor2D[]));
-          grads = differentiate(this.adapterTensors(names), upstream).map((g) => g.dataSync() as Float32Array);
+          const inputs = this.chunkInputs(prepared, chunk, withGradients);
+          const logp = targetLogprobs(inputs, this.chunkTargets(prepared, chunk), this.weights(names, this.adapterTensors(names)));
+          logprobs.set(logp.dataSync(), chunk.start);
+          const tensors = networkInputTensors(inputs);
+          const elements = tensors.reduce((n, t) => n + t.size, 0);
+          if (withGradients && keptElements + elements <= KEPT_ELEMENTS) {
+            tensors.forEach((t) => tf.keep(t));
+            kept.push(inputs);
+            keptElements += elements;
+          } else kept.push(undefined);
         });
-        this.accumulate(names, grads);
       }
+      const { value, gradient } = loss ? evaluateTokenLoss(loss, logprobs, prepared.segments, withGradients) : { value: 0, gradient: undefined };
+      if (gradient) {
+        chunks.forEach((chunk, k) => {
+          // Results leave the tidy through this variable: returning typed arrays from tf.tidy makes it walk every element.
+          let grads: Float32Array[] = [];
+          tf.tidy(() => {
+            const upstream = tf.tensor1d(gradient.subarray(chunk.start, chunk.start + chunk.length));
+            // Made outside the differentiated function, which disposes the tensors it creates.
+            const inputs = kept[k] ?? this.chunkInputs(prepared, chunk, true);
+            const targets = this.chunkTargets(prepared, chunk);
+            const differentiate = tf.grads((...values: tf.Tensor[]) => targetLogprobs(inputs, targets, this.weights(names, values as tf.Tensor2D[])));
+            grads = differentiate(this.adapterTensors(names), upstream).map((g) => g.dataSync() as Float32Array);
+          });
+          this.accumulate(names, grads);
+        });
+      }
+      return {
+        loss: value,
+        logprobs: prepared.segments.map(({ start, length }) => Array.from(logprobs.subarray(start, start + length))),
+      };
+    } finally {
+      for (const inputs of kept) if (inputs) tf.dispose(networkInputTensors(inputs));
     }
-    return {
-      loss: value,
-      logprobs: prepared.segments.map(({ start, length }) => Array.from(logprobs.subarray(start, start + length))),
-    };
   }
 
-  /** The chunk's target logprobs as a function of the adapter tensors (in `adapterNames` order). */
-  private chunkLogprobs(prepared: PreparedBatch, chunk: Chunk): (adapter: tf.Tensor2D[]) => tf.Tensor1D {
+  /** A chunk's adapter-independent tensors. */
+  private chunkInputs(prepared: PreparedBatch, chunk: Chunk, forGradients: boolean): NetworkInputs {
     const end = chunk.start + chunk.length;
     const features = tf.tensor2d(prepared.features.subarray(chunk.start * FEATURE_WIDTH, end * FEATURE_WIDTH), [chunk.length, FEATURE_WIDTH]);
-    const attention = attentionInputs(chunk.blocks, (id) => this.base.keyValueOf(id));
-    const targetRows = prepared.targetRows.subarray(chunk.start, end);
-    const names = this.adapterNames();
-    return (adapter) => targetLogprobs(features, attention, targetRows, this.weights(names, adapter));
+    const attention = attentionInputs(chunk.blocks, (id) => this.base.keyValueOf(id), this.vocabularyRows(), forGradients);
+    return networkInputs(features, attention, this.frozenWeights());
+  }
+
+  private chunkTargets(prepared: PreparedBatch, chunk: Chunk): Int32Array {
+    return prepared.targetRows.subarray(chunk.start, chunk.start + chunk.length);
   }
 
   private accumulate(names: AdapterParameter[], gradients: Float32Array[]): void {
@@ -337,15 +368,21 @@ export class Learner {
     return { inputs, features, targetRows, segments };
   }
 
-  /** The next-token distribution after the last position of each block (one position each), given its feature row. */
-  private nextTokenDistributions(features: Float32Array, blocks: AttentionBlock[]): TokenDistribution[] {
-    const rows = blocks.length;
+  /** The next-token distribution after each sequence, given the feature row of its last position and its packed keys. */
+  private nextTokenDistributions(features: Float32Array, sequences: PackedKeys[]): TokenDistribution[] {
+    const rows = sequences.length;
     let seen: Float32Array = new Float32Array(0);
     let unseen: Float32Array = new Float32Array(0);
     tf.tidy(() => {
       const names = this.adapterNames();
-      const attention = attentionInputs(blocks, (id) => this.base.keyValueOf(id));
-      const out = nextTokenLogprobs(tf.tensor2d(features.subarray(0, rows * FEATURE_WIDTH), [rows, FEATURE_WIDTH]), attention, this.weights(names, this.adapterTensors(names)));
+      const weights = this.weights(names, this.adapterTensors(names));
+      const inputs = networkInputs(tf.tensor2d(features.subarray(0, rows * FEATURE_WIDTH), [rows, FEATURE_WIDTH]), undefined, weights);
+      const { query, keyQuery } = attentionQueries(inputs, weights);
+      const [queries, keyQueries] = [query.dataSync() as Float32Array, keyQuery.dataSync() as Float32Array];
+      const attended = new Float32Array(rows * ATTENDED_WIDTH);
+      const keyQueryWidth = ATTENTION.heads * this.options.rank;
+      sequences.forEach((keys, i) => keys.attendLatest(queries, i * QUERY_WIDTH, keyQueries, i * keyQueryWidth, attended, i * ATTENDED_WIDTH));
+      const out = nextTokenLogprobs(logitsOfAttended(inputs, tf.tensor2d(attended, [rows, ATTENDED_WIDTH]), weights), weights.unseenCount);
       seen = out.seen.dataSync() as Float32Array;
       unseen = out.unseen.dataSync() as Float32Array;
     });
@@ -371,6 +408,28 @@ export class Learner {
     }
   }
 
+  /** The keys of `tokens` packed for sampling, with the adapter's current key-LoRA columns. */
+  private packKeys(tokens: number[]): PackedKeys {
+    const packed = new PackedKeys(this.options.rank, Math.max(64, tokens.length * 2));
+    for (const token of tokens) this.packKey(packed, token);
+    return packed;
+  }
+
+  private packKey(packed: PackedKeys, token: number): void {
+    const { key, value } = this.base.keyValueOf(token);
+    let column: Float32Array | undefined;
+    if (this.vocabulary.has(token)) {
+      const [keyB, row, size, rank] = [this.adapter.get('keyB')!, this.vocabulary.row(token), this.vocabulary.size, this.options.rank];
+      column = Float32Array.from({ length: rank }, (_, r) => keyB[r * size + row]);
+    }
+    packed.push(key, value, column);
+  }
+
+  private vocabularyRows(): ActiveRows {
+    const vocabulary = this.vocabulary;
+    return { size: vocabulary.size, rowOf: (id) => (vocabulary.has(id) ? vocabulary.row(id) : undefined) };
+  }
+
   private adapterNames(): AdapterParameter[] {
     return adapterShapes(this.options, this.vocabulary.size).map(([name]) => name);
   }
@@ -380,11 +439,16 @@ export class Learner {
     return names.map((name) => tf.tensor2d(this.adapter.get(name)!, shapes.get(name)!));
   }
 
+  private frozenWeights(): Pick<NetworkWeights, 'queryWeights' | 'hiddenWeights' | 'hiddenBias'> {
+    return { queryWeights: this.base.queryWeights, hiddenWeights: this.base.hiddenWeights, hiddenBias: this.base.hiddenBias };
+  }
+
   private weights(names: AdapterParameter[], values: tf.Tensor2D[]): NetworkWeights {
     return {
       queryWeights: this.base.queryWeights,
       hiddenWeights: this.base.hiddenWeights,
       attendedWeights: this.base.attendedWeights,
+      residualWeights: this.base.residualWeights,
       hiddenBias: this.base.hiddenBias,
       outputWeights: this.base.outputWeights,
       unembedding: this.vocabulary.unembedding(),
@@ -419,21 +483,23 @@ export class Learner {
  */
 const CHUNK_ELEMENTS = 1 << 20;
 
+/** Adapter-independent chunk tensors kept between a forwardBackward's two passes (64 MiB of float32 at most). */
+const KEPT_ELEMENTS = 1 << 24;
+
 /**
- * Consecutive position ranges covering the batch, each small enough that its logits and its padded attention
- * scores fit CHUNK_ELEMENTS; a chunk holds whole sequences where it can, and splits a long one into query runs.
+ * Consecutive position ranges covering the batch, each small enough that its logits and its attention scores
+ * (every head of every block) fit CHUNK_ELEMENTS; a chunk holds whole sequences where it can, and splits a long one
+ * into runs of positions.
  */
 function batchChunks(sequences: number[][], vocabularyRows: number): Chunk[] {
   const maxRows = Math.max(1, Math.floor(CHUNK_ELEMENTS / vocabularyRows));
   const chunks: Chunk[] = [];
   let chunk: Chunk = { start: 0, length: 0, blocks: [] };
-  let [queryLength, keyLength, position] = [0, 0, 0];
+  let [scores, position] = [0, 0];
   for (const tokens of sequences) {
     let start = 0;
     while (start < tokens.length) {
-      const fits = (end: number) =>
-        chunk.length + end - start <= maxRows &&
-        paddedScoreSize(chunk.blocks.length + 1, Math.max(queryLength, end - start), Math.max(keyLength, end)) <= CHUNK_ELEMENTS;
+      const fits = (end: number) => chunk.length + end - start <= maxRows && scores + blockScoreSize(start, end) <= CHUNK_ELEMENTS;
       // The largest end that fits (both sizes grow with it).
       let [low, high] = [start, tokens.length];
       while (low < high) {
@@ -444,14 +510,13 @@ function batchChunks(sequences: number[][], vocabularyRows: number): Chunk[] {
       if (low === start && chunk.length > 0) {
         chunks.push(chunk);
         chunk = { start: position, length: 0, blocks: [] };
-        [queryLength, keyLength] = [0, 0];
+        scores = 0;
         continue;
       }
       const end = Math.max(low, start + 1);
       chunk.blocks.push({ tokens, start, end });
       chunk.length += end - start;
-      queryLength = Math.max(queryLength, end - start);
-      keyLength = Math.max(keyLength, end);
+      scores += blockScoreSize(start, end);
       position += end - start;
       start = end;
     }

@@ -1,7 +1,7 @@
 import * as tf from '@tensorflow/tfjs-core';
 import { ATTENTION, BASE_DIMS } from './base-model';
 import type { AdapterParameter } from './adapter';
-import { attend, type AttentionInputs } from './attention';
+import { attend, attentionTensors, type AttentionInputs } from './attention';
 
 /** A frozen matrix with its transpose kept beside it, so gradients through it need no transposing matMul. */
 export interface FrozenMatrix {
@@ -13,9 +13,11 @@ export interface FrozenMatrix {
 export interface NetworkWeights {
   /** Frozen query projection of the features (FEATURE_WIDTH × QUERY_WIDTH). */
   queryWeights: tf.Tensor2D;
-  /** Frozen first layer: rows for the features, then (with a gradient) rows for the attended values. */
+  /** Frozen first layer: its rows for the features (no gradient needed), then those for the attended values. */
   hiddenWeights: tf.Tensor2D;
   attendedWeights: FrozenMatrix;
+  /** Frozen projection of the attended values into the output state (the residual path). */
+  residualWeights: FrozenMatrix;
   hiddenBias: tf.Tensor1D;
   outputWeights: FrozenMatrix;
   /** Frozen unembedding of the active vocabulary, one column per token (d × |S|). */
@@ -108,27 +110,68 @@ function gelu(x: tf.Tensor2D): tf.Tensor2D {
   return tf.mul(x, tf.sigmoid(tf.mul(x, 1.702)));
 }
 
-/** Each head's slice of x (N × heads·width) rescaled to RMS 1: attended values keep one scale however (un)peaked. */
-function headRmsNormalize(x: tf.Tensor2D, width: number, rms = 1): tf.Tensor2D {
+/** Each head's slice of x (N × heads·width) rescaled to root-mean-square `rms`. */
+function headRmsNormalize(x: tf.Tensor2D, width: number, rms: number): tf.Tensor2D {
   const rows = x.shape[0];
   return tf.reshape(rmsNormalize(tf.reshape(x, [rows * ATTENTION.heads, width]), rms), [rows, ATTENTION.heads * width]);
 }
 
-/**
- * Features (N × FEATURE_WIDTH) and the attention inputs of the same rows → logits. The remainder logit is log E_u[exp(u·z)] = ‖z‖²/(2d) for an unembedding
- * row u ~ N(0, I/d): what an average unseen token would score, so the distribution over the whole vocabulary
- * stays consistent as tokens move from unseen to seen. (With z RMS-normalised it is the constant outputRms²/2.)
- */
-export function outputLogits(features: tf.Tensor2D, attention: AttentionInputs, w: NetworkWeights): OutputLogits {
+/** What a forward pass reads besides the weights: the adapter-independent tensors of its rows, computed once. */
+export interface NetworkInputs {
+  features: tf.Tensor2D;
+  /** features·queryWeights. */
+  frozenQuery: tf.Tensor2D;
+  /** features·hiddenWeights + hiddenBias: the part of the first layer that attention does not touch. */
+  frozenHidden: tf.Tensor2D;
+  /** Absent when the caller computes the attended values itself (`PackedKeys.attendLatest`). */
+  attention?: AttentionInputs;
+}
+
+export function networkInputs(
+  features: tf.Tensor2D,
+  attention: AttentionInputs | undefined,
+  w: Pick<NetworkWeights, 'queryWeights' | 'hiddenWeights' | 'hiddenBias'>,
+): NetworkInputs {
+  return {
+    features,
+    frozenQuery: tf.matMul(features, w.queryWeights),
+    frozenHidden: tf.add<tf.Tensor2D>(tf.matMul(features, w.hiddenWeights), w.hiddenBias),
+    attention,
+  };
+}
+
+/** Every tensor of `inputs` (to keep or dispose them together). */
+export function networkInputTensors(inputs: NetworkInputs): tf.Tensor[] {
+  return [inputs.features, inputs.frozenQuery, inputs.frozenHidden, ...(inputs.attention ? attentionTensors(inputs.attention) : [])];
+}
+
+/** The attention queries of every row: q (N × heads·keyWidth) and the key-LoRA queries c = scale·q_h·keyA (N·heads × rank). */
+export function attentionQueries(inputs: NetworkInputs, w: NetworkWeights): { query: tf.Tensor2D; keyQuery: tf.Tensor2D } {
   const lora = (name: AdapterParameter) => w.adapter.get(name)!;
-  let query = adapted(tf.matMul(features, w.queryWeights), features, lora('queryA'), lora('queryB'), w.scale);
-  if (process.env.ATT_G) query = headRmsNormalize(query, ATTENTION.keyWidth, Number(process.env.ATT_G) / Math.sqrt(ATTENTION.keyWidth));
-  const attended = ATTENTION.norm === 'rms' ? headRmsNormalize(attend(query, attention), ATTENTION.valueWidth) : ATTENTION.norm === 'none' ? attend(query, attention) : tf.mul(attend(query, attention), Number(ATTENTION.norm)) as tf.Tensor2D;
-  const frozenFeatures = tf.add<tf.Tensor2D>(tf.matMul(features, w.hiddenWeights), w.hiddenBias); // constant: no gradient
-  const frozenHidden = tf.add<tf.Tensor2D>(frozenFeatures, frozenMatMul(attended, w.attendedWeights));
-  const hidden = gelu(adapted(frozenHidden, tf.concat([features, attended], 1), lora('hiddenA'), lora('hiddenB'), w.scale));
-  const state = adapted(frozenMatMul(hidden, w.outputWeights), hidden, lora('outputA'), lora('outputB'), w.scale);
-  const z = rmsNormalize(state, BASE_DIMS.outputRms);
+  const query = adapted(inputs.frozenQuery, inputs.features, lora('queryA'), lora('queryB'), w.scale);
+  const perHead = tf.reshape(query, [query.shape[0] * ATTENTION.heads, ATTENTION.keyWidth]) as tf.Tensor2D;
+  return { query, keyQuery: tf.mul(matMul(perHead, lora('keyA')), w.scale) };
+}
+
+/**
+ * The network's inputs → logits, attention included. The remainder logit is log E_u[exp(u·z)] = ‖z‖²/(2d) for an
+ * unembedding row u ~ N(0, I/d): what an average unseen token would score, so the distribution over the whole
+ * vocabulary stays consistent as tokens move from unseen to seen. (With z RMS-normalised it is the constant
+ * outputRms²/2.)
+ */
+export function outputLogits(inputs: NetworkInputs, w: NetworkWeights): OutputLogits {
+  const { query, keyQuery } = attentionQueries(inputs, w);
+  return logitsOfAttended(inputs, attend(query, keyQuery, w.adapter.get('keyB')!, inputs.attention!), w);
+}
+
+/** The logits given the raw attended values (N × heads·valueWidth) of the same rows. */
+export function logitsOfAttended(inputs: NetworkInputs, attendedValues: tf.Tensor2D, w: NetworkWeights): OutputLogits {
+  const lora = (name: AdapterParameter) => w.adapter.get(name)!;
+  const attended = headRmsNormalize(attendedValues, ATTENTION.valueWidth, ATTENTION.attendedRms);
+  const firstLayer = tf.add<tf.Tensor2D>(inputs.frozenHidden, frozenMatMul(attended, w.attendedWeights));
+  const hidden = gelu(adapted(firstLayer, tf.concat([inputs.features, attended], 1), lora('hiddenA'), lora('hiddenB'), w.scale));
+  const mlpState = adapted(frozenMatMul(hidden, w.outputWeights), hidden, lora('outputA'), lora('outputB'), w.scale);
+  const z = rmsNormalize(tf.add(mlpState, frozenMatMul(attended, w.residualWeights)), BASE_DIMS.outputRms);
   const frozenLogits = frozenMatMul(z, w.unembedding);
   const seen = w.adapter.has('unembedB') ? adapted(frozenLogits, z, lora('unembedA'), lora('unembedB'), w.scale) : frozenLogits;
   const remainder = tf.div<tf.Tensor1D>(tf.sum(tf.square(z), 1), 2 * BASE_DIMS.embedding);
@@ -143,16 +186,15 @@ export function logNormalizer(logits: OutputLogits, unseenCount: number): tf.Ten
 }
 
 /** log p of each row's target, given as its active-vocabulary row. */
-export function targetLogprobs(features: tf.Tensor2D, attention: AttentionInputs, targetRows: Int32Array, w: NetworkWeights): tf.Tensor1D {
-  const logits = outputLogits(features, attention, w);
+export function targetLogprobs(inputs: NetworkInputs, targetRows: Int32Array, w: NetworkWeights): tf.Tensor1D {
+  const logits = outputLogits(inputs, w);
   const columns = logits.seen.shape[1];
   const flatIndices = tf.tensor1d(Int32Array.from(targetRows, (row, i) => i * columns + row), 'int32');
   return tf.sub(pickColumns(logits.seen, flatIndices), logNormalizer(logits, w.unseenCount));
 }
 
 /** log p of every active-vocabulary token (N × |S|) and of each single unseen token (N). */
-export function nextTokenLogprobs(features: tf.Tensor2D, attention: AttentionInputs, w: NetworkWeights): { seen: tf.Tensor2D; unseen: tf.Tensor1D } {
-  const logits = outputLogits(features, attention, w);
-  const logZ = logNormalizer(logits, w.unseenCount);
+export function nextTokenLogprobs(logits: OutputLogits, unseenCount: number): { seen: tf.Tensor2D; unseen: tf.Tensor1D } {
+  const logZ = logNormalizer(logits, unseenCount);
   return { seen: tf.sub(logits.seen, tf.expandDims(logZ, 1)), unseen: tf.sub(logits.remainder, logZ) };
 }

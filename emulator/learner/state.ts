@@ -30,10 +30,14 @@ export interface DecodedState {
   moments?: AdamMoments;
 }
 
-/** Changes whenever the base model's shape changes, so old adapters are refused rather than misread. */
+/**
+ * Changes whenever the base model's shape changes, so old adapters are refused rather than misread (states from
+ * before attention pooling, `mlp-d64-h256-rms2-decays0.5,0.85,0.97`, fail on this field with both values named).
+ */
 const ARCHITECTURE =
   `mlp-d${BASE_DIMS.embedding}-h${BASE_DIMS.hidden}-rms${BASE_DIMS.outputRms}-decays${DECAY_RATES.join(',')}` +
-  `-attn${ATTENTION.heads}x${ATTENTION.keyWidth}k${ATTENTION.valueWidth}v-q${ATTENTION.scoreScale}`;
+  `-attn${ATTENTION.heads}x${ATTENTION.keyWidth}k${ATTENTION.valueWidth}v-w${ATTENTION.window}-q${ATTENTION.queryScale}-cap${ATTENTION.scoreCap}` +
+  `-arms${ATTENTION.attendedRms}-keylora-residual`;
 
 export function encodeState(options: StateOptions, state: DecodedState): LearnerState {
   return {
