@@ -12,7 +12,7 @@ export function ticketCampaignSpec(options: { baseUrl: string; trainRows?: numbe
 name: tickets-campaign
 provider: { kind: local, baseUrl: "${options.baseUrl}", model: roundhouse/tiny-chat }
 data: { train: train.jsonl, eval: eval.jsonl }
-training: { epochs: 2, batchSize: 10, learningRate: 0.01, loraRank: 8, maxSeqLen: 256, segmentSteps: 4 }
+training: { epochs: 2, batchSize: 10, learningRate: 0.005, loraRank: 8, maxSeqLen: 256, segmentSteps: 4 }
 sampling: { maxTokens: 4, temperature: 0 }
 evaluation: { scorer: exact }
 advanced: { heartbeatTimeoutSeconds: 5 }
