@@ -192,6 +192,10 @@ export function createRoundActivities(deps: ActivityDeps) {
               timeoutMs: input.spec.advanced.provisionTimeoutMinutes * 60_000,
               signal: Context.current().cancellationSignal,
             });
+          } catch (err) {
+            // Cancelled or failed after the create: the workflow may never hear the id, so release it here.
+            await provider.deactivate(resourceId).catch(() => undefined);
+            throw err;
           } finally {
             clearInterval(timer);
           }

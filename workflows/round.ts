@@ -44,6 +44,14 @@ export async function roundWorkflow(input: RoundInput): Promise<RoundResult> {
     cancellationType: 'TRY_CANCEL',
     retry: { initialInterval: '1 second', maximumInterval: '30 seconds', maximumAttempts: 20 },
   });
+  // Provisioning is never abandoned: on cancel the workflow waits for the activity, which either reports the
+  // resource it made (so cleanup releases it) or releases it itself before acknowledging the cancel.
+  const provisioning = proxyActivities<RoundActivities>({
+    startToCloseTimeout: '24 hours',
+    heartbeatTimeout,
+    cancellationType: 'WAIT_CANCELLATION_COMPLETED',
+    retry: { initialInterval: '1 second', maximumInterval: '30 seconds', maximumAttempts: 20 },
+  });
   const cleanup = proxyActivities<RoundActivities>({
     startToCloseTimeout: '2 minutes',
     retry: { initialInterval: '1 second', maximumInterval: '30 seconds', maximumAttempts: 30 },
@@ -99,7 +107,7 @@ export async function roundWorkflow(input: RoundInput): Promise<RoundResult> {
   const acquireTrainer = async (startFrom: RoundInput['startFrom']) => {
     await tellParent('provisioning');
     try {
-      const trainer = await long.provisionTrainer({ spec, ownerTag });
+      const trainer = await provisioning.provisionTrainer({ spec, ownerTag });
       lease.resourceId = trainer.resourceId;
       readyAtMs = trainer.readyAtMs;
     } catch (err) {

@@ -120,12 +120,21 @@ test('a retraining schedule starts campaigns with distinct ids and skips a run w
       expect(first.campaignId).toBe(ids[0]);
       expect(first.rounds[0]!.status).toBe('completed');
     } finally {
+      await schedule.pause('cleaning up').catch(() => undefined);
+      const d = await schedule.describe();
+      const started = new Set([...d.info.recentActions.map((a) => a.action), ...d.info.runningActions].map((a) => a.workflow.workflowId));
       await schedule.delete();
-      for await (const w of temporal.client.workflow.list({ query: `TaskQueue = '${taskQueue}' AND ExecutionStatus = 'Running'` })) {
-        await temporal.client.workflow.getHandle(w.workflowId).cancel().catch(() => undefined);
+      // Cancel whatever still runs and wait for each to finish its cleanup (the worker is still running here).
+      for (const id of started) {
+        const handle = temporal.client.workflow.getHandle(id);
+        await handle.cancel().catch(() => undefined);
+        await handle.result().catch(() => undefined);
       }
-      // The worker is still running here, so cancelled campaigns clean up after themselves.
-      await waitUntil('nothing active', async () => (await ledger(emulator)).active.length === 0, 60_000);
+      await waitUntil('nothing active', async () => (await ledger(emulator)).active.length === 0, 60_000).catch(async (err) => {
+        const l = await ledger(emulator);
+        process.stderr.write(`[debug] started ${[...started].join(',')}\nactive ${JSON.stringify(l.resources.filter((r) => l.active.includes(r.id)))}\nsessions ${JSON.stringify(l.sessions.filter((x) => l.active.includes(x.resourceId)))}\n`);
+        throw err;
+      });
     }
   });
 });
