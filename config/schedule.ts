@@ -1,3 +1,4 @@
+import { seededRandom } from './random';
 import type { LrSchedule } from './spec';
 
 /**
@@ -16,14 +17,7 @@ export function learningRateAt(step: number, totalSteps: number, base: number, s
 
 /** A seeded permutation (Fisher–Yates over mulberry32): the same seed and size give the same order. */
 export function permutation(size: number, seed: number): number[] {
-  let a = seed >>> 0;
-  const random = () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
+  const random = seededRandom(seed);
   const order = Array.from({ length: size }, (_v, i) => i);
   for (let i = size - 1; i > 0; i--) {
     const j = Math.floor(random() * (i + 1));

@@ -5,6 +5,7 @@
  */
 import fs from 'node:fs';
 import path from 'node:path';
+import { seededRandom } from '../../config/random';
 
 const CATEGORIES: Record<string, { subjects: string[]; problems: string[] }> = {
   billing: {
@@ -32,19 +33,8 @@ const CATEGORIES: Record<string, { subjects: string[]; problems: string[] }> = {
 const OPENERS = ['Hello,', 'Hi team,', 'Urgent:', 'Please help:', 'Good morning,', 'Hey,', 'Question:', 'Support,'];
 const CLOSERS = ['Thanks.', 'Please advise.', 'What should I do?', 'Can you fix this?', 'This is frustrating.', 'Any update?', 'Regards.', ''];
 
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 export function generateTickets(count: number, seed: number, exclude = new Set<string>()): { prompt: string; answer: string }[] {
-  const random = mulberry32(seed);
+  const random = seededRandom(seed);
   const pick = <T>(xs: T[]) => xs[Math.floor(random() * xs.length)]!;
   const labels = Object.keys(CATEGORIES);
   const rows: { prompt: string; answer: string }[] = [];

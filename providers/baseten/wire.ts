@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { ProviderError } from '../errors';
+import { checkDatum } from '../datum';
 import type { Datum } from '../types';
 
 /**
@@ -140,14 +140,7 @@ const MASK = -100;
  * neither 0 nor 1.
  */
 export function toLoopsDatum(d: Datum, index: number): Record<string, unknown> {
-  if (d.modelInput.length === 0) throw new ProviderError('INVALID_INPUT', 'non-retryable', `datum ${index} has an empty model input`);
-  if (d.targetTokens.length !== d.modelInput.length || d.weights.length !== d.modelInput.length) {
-    throw new ProviderError(
-      'INVALID_INPUT',
-      'non-retryable',
-      `datum ${index}: modelInput (${d.modelInput.length}), targetTokens (${d.targetTokens.length}) and weights (${d.weights.length}) must have the same length`,
-    );
-  }
+  checkDatum(d, index);
   const tokens = [...d.modelInput, d.targetTokens[d.targetTokens.length - 1]!];
   const targets = [...d.targetTokens.map((t, i) => (d.weights[i] === 0 ? MASK : t)), MASK];
   const weighted = d.weights.some((w) => w !== 0 && w !== 1);

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { checkDatum } from '../datum';
 import { ProviderError, classifyOperationError } from '../errors';
 import { HttpClient, poll, type HttpClientOptions } from '../http';
 import type {
@@ -102,14 +103,7 @@ function toSession(w: z.infer<typeof SessionWire>): TrainingSessionInfo {
 }
 
 function sampleBody(d: Datum, index: number): Record<string, unknown> {
-  if (d.modelInput.length === 0) throw new ProviderError('INVALID_INPUT', 'non-retryable', `datum ${index} has an empty model input`);
-  if (d.targetTokens.length !== d.modelInput.length || d.weights.length !== d.modelInput.length) {
-    throw new ProviderError(
-      'INVALID_INPUT',
-      'non-retryable',
-      `datum ${index}: modelInput (${d.modelInput.length}), targetTokens (${d.targetTokens.length}) and weights (${d.weights.length}) must have the same length`,
-    );
-  }
+  checkDatum(d, index);
   return {
     model_input: { chunks: [{ encoded_text: { tokens: d.modelInput } }] },
     loss_fn_inputs: {

@@ -2,6 +2,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import type { WorkflowHandle } from '@temporalio/client';
+import { seededRandom } from '../../config/random';
 import { ProviderRegistry } from '../../workers/providers';
 import { createRoundhouseWorker } from '../../workers/worker';
 import { roundProgressQuery, type RoundProgress, type RoundResult } from '../../workflows/round-contract';
@@ -23,17 +24,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await temporal?.close();
 });
-
-/** Seeded, so a failing run can be replayed. */
-function seeded(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = Math.imul(a ^ (a >>> 15), a | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 async function progressOf(handle: WorkflowHandle): Promise<RoundProgress | undefined> {
   try {
@@ -72,7 +62,7 @@ test('SIGKILL of the worker at every phase boundary and inside training: a fresh
     ROUNDHOUSE_STATE_DIR: fs.mkdtempSync(path.join(os.tmpdir(), 'rh-crash-state-')),
     ROUNDHOUSE_STICKY_QUEUE_TIMEOUT_MS: '500',
   };
-  const random = seeded(20261129);
+  const random = seededRandom(20261129); // seeded, so a failing run can be replayed
   const killPoints: { name: string; when: (p: RoundProgress) => boolean }[] = [
     { name: 'provisioning', when: (p) => p.phase === 'provisioning' },
     { name: 'baseline', when: (p) => p.phase === 'baseline' },
