@@ -4,9 +4,11 @@ import {
   LearnerInputError,
   crossEntropyLoss,
   linearLogprobLoss,
+  policyGradientLoss,
   type AdamSettings,
   type LearnerOptions,
   type LearnerState,
+  type PolicyLossConfig,
   type SampleParams,
   type SampledSequence,
   type TokenSequence,
@@ -129,7 +131,9 @@ export type CheckpointRef = { id: string } | { resourceId: string; name: string;
 
 export type LossSpec =
   | { type: 'cross_entropy'; weights: number[][] }
-  | { type: 'linear'; gradients: number[][] };
+  | { type: 'linear'; gradients: number[][] }
+  /** Importance sampling, PPO, CISPO, GRPO: `config.weights` says which tokens count. */
+  | { type: 'policy_gradient'; config: PolicyLossConfig };
 
 export type OperationInput =
   | { kind: 'forward-backward'; sequences: TokenSequence[]; loss: LossSpec; forwardOnly: boolean; returnOutputs: boolean }
@@ -767,10 +771,17 @@ export class Engine {
   private async run(s: SessionRecord, rt: SessionRuntime, input: OperationInput): Promise<OperationOutput> {
     switch (input.kind) {
       case 'forward-backward': {
-        const loss = input.loss.type === 'cross_entropy' ? crossEntropyLoss(input.loss.weights) : linearLogprobLoss(input.loss.gradients);
+        const spec = input.loss;
+        const loss =
+          spec.type === 'cross_entropy'
+            ? crossEntropyLoss(spec.weights)
+            : spec.type === 'policy_gradient'
+              ? policyGradientLoss(spec.config)
+              : linearLogprobLoss(spec.gradients);
         const result = input.forwardOnly ? rt.learner.forward(input.sequences, loss) : rt.learner.forwardBackward(input.sequences, loss);
-        const tokens = input.loss.type === 'cross_entropy' ? input.loss.weights.flat().filter((w) => w !== 0).length : 0;
-        const counted = input.loss.type === 'cross_entropy' ? input.loss.weights.map((w) => w.map((v) => v !== 0)) : result.logprobs.map((l) => l.map(() => true));
+        const weights = spec.type === 'cross_entropy' ? spec.weights : spec.type === 'policy_gradient' ? spec.config.weights : undefined;
+        const tokens = weights ? weights.flat().filter((w) => w !== 0).length : 0;
+        const counted = weights ? weights.map((w) => w.map((v) => v !== 0)) : result.logprobs.map((l) => l.map(() => true));
         return { kind: 'forward-backward', loss: result.loss, logprobs: result.logprobs, counted, tokens, returnOutputs: input.returnOutputs };
       }
       case 'custom-forward-backward': {

@@ -39,7 +39,7 @@ import { decodeState, encodeState, type LearnerState } from './state';
 export type { AdamSettings } from './adam';
 export { ensureWasmBackend } from './backend';
 export { LearnerInputError, NonFiniteLossError } from './errors';
-export { crossEntropyLoss, linearLogprobLoss, type Segment, type TokenLoss } from './losses';
+export { crossEntropyLoss, linearLogprobLoss, policyGradientLoss, type PolicyAggregation, type PolicyLossConfig, type Segment, type TokenLoss } from './losses';
 export type { SampleParams } from './sampling';
 export type { LearnerState } from './state';
 

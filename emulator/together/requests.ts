@@ -2,6 +2,7 @@ import { z } from 'zod';
 import { badRequest } from '../errors';
 import type { OperationInput } from '../engine';
 import type { AdamSettings, SampleParams, TokenSequence } from '../learner';
+import type { PolicyAggregation, PolicyLossConfig } from '../learner';
 
 /**
  * Request bodies of Together's `/v1/rl/*` routes, as the official SDK sends them (see providers/together/WIRE.md).
@@ -153,7 +154,7 @@ function checkTokenRange(tokens: number[], vocabSize: number, where: string): vo
   }
 }
 
-function tensor(sample: z.infer<typeof SampleSchema>, name: string, index: number, length: number, dtype?: 'int64'): number[] {
+function tensor(sample: z.infer<typeof SampleSchema>, name: string, index: number, length: number, dtype?: 'int64' | 'float32'): number[] {
   const t = sample.loss_fn_inputs[name];
   const where = `samples[${index}].loss_fn_inputs.${name}`;
   if (!t) throw badRequest(`${where} is required`);
@@ -164,7 +165,7 @@ function tensor(sample: z.infer<typeof SampleSchema>, name: string, index: numbe
   if (t.data.length !== length) {
     throw badRequest(`${where} has ${t.data.length} values but model_input has ${length} tokens; every loss tensor needs one value per input token`);
   }
-  if (dtype === 'int64' && t.dtype !== 'int64') throw badRequest(`${where}: dtype must be int64, got ${t.dtype}`);
+  if (dtype && t.dtype !== dtype) throw badRequest(`${where}: dtype must be ${dtype}, got ${t.dtype}`);
   if (t.dtype === 'int64' && t.data.some((v) => !Number.isInteger(v))) throw badRequest(`${where}: int64 tensor holds a non-integer value`);
   if (t.data.some((v) => !Number.isFinite(v))) throw badRequest(`${where}: values must be finite`);
   return t.data;
@@ -195,19 +196,114 @@ export function parseSamples(
   return { sequences, weights };
 }
 
+/** The `*_params` key each loss type may carry (IMPORTANCE_SAMPLING has none). */
+const PARAMS_KEY: Record<(typeof LOSS_TYPES)[number], string | undefined> = {
+  LOSS_TYPE_CROSS_ENTROPY: 'cross_entropy_params',
+  LOSS_TYPE_GRPO: 'grpo_params',
+  LOSS_TYPE_IMPORTANCE_SAMPLING: undefined,
+  LOSS_TYPE_PPO: 'ppo_params',
+  LOSS_TYPE_CISPO: 'cispo_params',
+  LOSS_TYPE_DPPO: 'dppo_params',
+  LOSS_TYPE_DRO: 'dro_params',
+};
+
+const ClipParams = z.object({
+  clip_low_threshold: z.number().gt(0).max(1).optional(),
+  clip_high_threshold: z.number().min(1).optional(),
+});
+
+const GrpoParams = ClipParams.extend({
+  beta: z.number().min(0).optional(),
+  agg_type: z
+    .enum(['GRPO_LOSS_AGGREGATION_TYPE_TOKEN_MEAN', 'GRPO_LOSS_AGGREGATION_TYPE_SEQUENCE_MEAN', 'GRPO_LOSS_AGGREGATION_TYPE_FIXED_HORIZON'])
+    .optional(),
+  ratio_type: z.enum(['GRPO_LOSS_RATIO_TYPE_TOKEN', 'GRPO_LOSS_RATIO_TYPE_SEQUENCE']).optional(),
+});
+
+const AGGREGATION: Record<string, PolicyAggregation> = {
+  GRPO_LOSS_AGGREGATION_TYPE_TOKEN_MEAN: 'token_mean',
+  GRPO_LOSS_AGGREGATION_TYPE_SEQUENCE_MEAN: 'sequence_mean',
+  GRPO_LOSS_AGGREGATION_TYPE_FIXED_HORIZON: 'fixed_horizon',
+};
+
+/**
+ * The policy-gradient loss of a LossConfig, with the per-sample inputs it needs (`target_tokens`, `logprobs` and
+ * `advantages`; `weights`|`mask` optional; `reference_logprobs` when GRPO's beta > 0). IMPORTANCE_SAMPLING, PPO and
+ * CISPO sum over weighted tokens (like cross-entropy); GRPO aggregates by `agg_type`, TOKEN_MEAN by default.
+ */
+function parsePolicyLoss(
+  loss: z.infer<typeof LossConfig>,
+  samples: z.infer<typeof SampleSchema>[],
+  vocabSize: number,
+): { sequences: TokenSequence[]; config: PolicyLossConfig } {
+  const type = loss.type;
+  const paramsKey = PARAMS_KEY[type];
+  const raw = paramsKey ? (loss as Record<string, unknown>)[paramsKey] : undefined;
+  let clipLow = 0.8;
+  let clipHigh = 1.2;
+  let beta = 0;
+  let aggregation: PolicyAggregation = 'sum';
+  let ratio: 'token' | 'sequence' = 'token';
+  if (type === 'LOSS_TYPE_GRPO') {
+    const p = parseBody(GrpoParams, raw, 'forward-backward loss.grpo_params');
+    clipLow = p.clip_low_threshold ?? clipLow;
+    clipHigh = p.clip_high_threshold ?? clipHigh;
+    beta = p.beta ?? 0;
+    aggregation = AGGREGATION[p.agg_type ?? 'GRPO_LOSS_AGGREGATION_TYPE_TOKEN_MEAN']!;
+    ratio = p.ratio_type === 'GRPO_LOSS_RATIO_TYPE_SEQUENCE' ? 'sequence' : 'token';
+  } else if (paramsKey) {
+    const p = parseBody(ClipParams, raw, `forward-backward loss.${paramsKey}`);
+    clipLow = p.clip_low_threshold ?? clipLow;
+    clipHigh = p.clip_high_threshold ?? clipHigh;
+  }
+  const { sequences, weights } = parseSamples(samples, vocabSize, false);
+  const samplingLogprobs: number[][] = [];
+  const advantages: number[][] = [];
+  const referenceLogprobs: number[][] = [];
+  samples.forEach((sample, i) => {
+    const length = sequences[i]!.inputTokens.length;
+    samplingLogprobs.push(tensor(sample, 'logprobs', i, length, 'float32'));
+    advantages.push(tensor(sample, 'advantages', i, length, 'float32'));
+    const hasReference = 'reference_logprobs' in sample.loss_fn_inputs;
+    if (beta > 0 && !hasReference) {
+      throw badRequest(`samples[${i}].loss_fn_inputs.reference_logprobs is required when grpo_params.beta > 0`);
+    }
+    if (beta > 0) referenceLogprobs.push(tensor(sample, 'reference_logprobs', i, length, 'float32'));
+  });
+  const objective = type === 'LOSS_TYPE_IMPORTANCE_SAMPLING' ? 'importance_sampling' : type === 'LOSS_TYPE_CISPO' ? 'cispo' : 'ppo';
+  return {
+    sequences,
+    config: {
+      objective,
+      samplingLogprobs,
+      advantages,
+      weights,
+      clipLow,
+      clipHigh,
+      beta,
+      referenceLogprobs: beta > 0 ? referenceLogprobs : undefined,
+      aggregation,
+      ratio,
+    },
+  };
+}
+
 export function parseForwardBackward(body: unknown, vocabSize: number): OperationInput {
   const b = parseBody(ForwardBackwardBody, body, 'forward-backward');
-  if (b.loss.type !== 'LOSS_TYPE_CROSS_ENTROPY') {
-    throw badRequest(`loss.type ${b.loss.type} is not supported by this emulator (cross-entropy only)`, 'UNIMPLEMENTED');
+  const own = PARAMS_KEY[b.loss.type];
+  for (const key of Object.keys(b.loss)) {
+    if (key.endsWith('_params') && key !== own) throw badRequest(`loss.${key} does not belong to loss.type ${b.loss.type}`);
   }
-  const { sequences, weights } = parseSamples(b.samples, vocabSize, true);
-  return {
-    kind: 'forward-backward',
-    sequences,
-    loss: { type: 'cross_entropy', weights },
-    forwardOnly: b.forward_only ?? false,
-    returnOutputs: b.return_loss_fn_outputs ?? false,
-  };
+  const common = { kind: 'forward-backward' as const, forwardOnly: b.forward_only ?? false, returnOutputs: b.return_loss_fn_outputs ?? false };
+  if (b.loss.type === 'LOSS_TYPE_CROSS_ENTROPY') {
+    const { sequences, weights } = parseSamples(b.samples, vocabSize, true);
+    return { ...common, sequences, loss: { type: 'cross_entropy', weights } };
+  }
+  if (b.loss.type === 'LOSS_TYPE_DPPO' || b.loss.type === 'LOSS_TYPE_DRO') {
+    throw badRequest(`loss.type ${b.loss.type} is not supported by this emulator`, 'UNIMPLEMENTED');
+  }
+  const { sequences, config } = parsePolicyLoss(b.loss, b.samples, vocabSize);
+  return { ...common, sequences, loss: { type: 'policy_gradient', config } };
 }
 
 export function parseCustomForwardBackward(body: unknown, vocabSize: number): OperationInput {
