@@ -12,3 +12,26 @@ export function checkDatum(d: Datum, index: number): void {
     );
   }
 }
+
+/** A policy loss needs each datum's sampler logprobs and advantages (and, when asked, reference logprobs), aligned with its targets. */
+export function checkPolicyDatum(d: Datum, index: number, needReference: boolean): void {
+  checkDatum(d, index);
+  const fields: ['logprobs' | 'advantages' | 'referenceLogprobs', boolean][] = [
+    ['logprobs', true],
+    ['advantages', true],
+    ['referenceLogprobs', needReference],
+  ];
+  for (const [field, required] of fields) {
+    const v = d[field];
+    if (v === undefined) {
+      if (required) throw new ProviderError('INVALID_INPUT', 'non-retryable', `datum ${index} has no ${field}, which this loss needs`);
+      continue;
+    }
+    if (v.length !== d.targetTokens.length) {
+      throw new ProviderError('INVALID_INPUT', 'non-retryable', `datum ${index}: ${field} (${v.length}) must have one value per target token (${d.targetTokens.length})`);
+    }
+    if (v.some((x) => typeof x !== 'number' || !Number.isFinite(x))) {
+      throw new ProviderError('INVALID_INPUT', 'non-retryable', `datum ${index}: ${field} must be finite numbers`);
+    }
+  }
+}

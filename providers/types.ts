@@ -76,6 +76,12 @@ export interface Datum {
   modelInput: number[];
   targetTokens: number[];
   weights: number[];
+  /** Policy losses: the sampler's logprob of each target token (aligned with `targetTokens`). */
+  logprobs?: number[];
+  /** Policy losses: the advantage of each target token (aligned with `targetTokens`). */
+  advantages?: number[];
+  /** GRPO with beta > 0: the reference policy's logprob of each target token (aligned with `targetTokens`). */
+  referenceLogprobs?: number[];
 }
 
 export interface AdamParams {
@@ -97,11 +103,31 @@ export interface SamplingParams {
   stop?: string[];
 }
 
+/**
+ * The loss of a forward-backward. Policy losses read each datum's `logprobs` and `advantages` (and GRPO with
+ * beta > 0 its `referenceLogprobs`); `weights` says which tokens count. Clip thresholds default to 0.8/1.2.
+ */
+export type PolicyLoss =
+  | { type: 'cross_entropy' }
+  | { type: 'importance_sampling' }
+  | { type: 'ppo'; clipLow?: number; clipHigh?: number }
+  | {
+      type: 'grpo';
+      clipLow?: number;
+      clipHigh?: number;
+      /** KL penalty against the reference policy; > 0 needs `referenceLogprobs` on every datum. */
+      beta?: number;
+      aggregation?: 'token_mean' | 'sequence_mean' | 'fixed_horizon';
+      ratio?: 'token' | 'sequence';
+    };
+
 export interface ForwardBackwardOptions {
   /** Forward only: loss and logprobs, no gradient. */
   forwardOnly?: boolean;
   /** Per-token target logprobs in the result. */
   returnLogprobs?: boolean;
+  /** Unset: cross-entropy. */
+  loss?: PolicyLoss;
 }
 
 export interface ForwardResult {

@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { badRequest } from '../errors';
 import type { CheckpointRef, OperationInput } from '../engine';
-import type { SampleParams, TokenSequence } from '../learner';
+import type { PolicyLossConfig, SampleParams, TokenSequence } from '../learner';
 import { parseBody } from '../together/requests';
 
 // Both SDKs share Tinker's types for these: one parser for the request body helper and `optim_step`'s AdamParams.
@@ -156,14 +156,31 @@ export interface ForwardRequest {
  * one id per position, shifted by the caller, with -100 where nothing trains (the prompt, the last position),
  * and optional `weights`. By default the loss is normalised by the number of trained tokens (a per-token mean,
  * as the service reports it); `skip_token_normalization` keeps the plain weighted sum.
+ * `importance_sampling` and `ppo` (the engine's policy-gradient loss) also read the sampler's `logprobs` and the
+ * `advantages`, aligned with `target_tokens` (shape [N], or a per-datum scalar [1]), and an optional `mask`;
+ * ppo's clip thresholds come from `loss_fn_config.clip_low_threshold`/`clip_high_threshold` (0.8/1.2).
  */
 export function parseForward(body: unknown, vocabSize: number, forwardOnly: boolean): ForwardRequest {
   const b = parseBody(ForwardBody, body, forwardOnly ? 'forward' : 'forward_backward');
-  if (b.loss_fn !== 'cross_entropy') throw badRequest(`loss_fn '${b.loss_fn}' is not supported by this emulator (cross_entropy only)`);
+  const lossFn = b.loss_fn;
+  if (lossFn !== 'cross_entropy' && lossFn !== 'importance_sampling' && lossFn !== 'ppo') {
+    throw badRequest(`loss_fn '${lossFn}' is not supported by this emulator (cross_entropy, importance_sampling and ppo only)`);
+  }
   if (b.top_k_logprobs > 0) throw badRequest('top_k_logprobs > 0 is not supported by this emulator');
   const skipTokenNormalization = b.loss_fn_config?.skip_token_normalization === true;
+  const policy = lossFn !== 'cross_entropy';
+  let clipLow = 0.8;
+  let clipHigh = 1.2;
+  if (lossFn === 'ppo') {
+    const p = parseBody(PpoConfig, b.loss_fn_config ?? {}, 'forward_backward loss_fn_config');
+    clipLow = p.clip_low_threshold ?? clipLow;
+    clipHigh = p.clip_high_threshold ?? clipHigh;
+    if (!(clipLow <= clipHigh)) throw badRequest(`loss_fn_config: clip_low_threshold ${clipLow} is above clip_high_threshold ${clipHigh}`);
+  }
   const sequences: TokenSequence[] = [];
   const weights: number[][] = [];
+  const samplingLogprobs: number[][] = [];
+  const advantages: number[][] = [];
   b.data.forEach((d, i) => {
     const tokens: number[] = [];
     d.model_input.chunks.forEach((c, j) => {
@@ -173,7 +190,7 @@ export function parseForward(body: unknown, vocabSize: number, forwardOnly: bool
     if (tokens.length === 0) throw badRequest(`data[${i}].model_input has no tokens`);
     checkTokens(tokens, vocabSize, `data[${i}].model_input`);
     const targetsTensor = d.loss_fn_inputs.target_tokens;
-    if (!targetsTensor) throw badRequest(`data[${i}].loss_fn_inputs.target_tokens is required for cross_entropy`);
+    if (!targetsTensor) throw badRequest(`data[${i}].loss_fn_inputs.target_tokens is required for ${lossFn}`);
     const targets = flatTensor(targetsTensor, `data[${i}].loss_fn_inputs.target_tokens`);
     if (targets.length !== tokens.length) {
       throw badRequest(`data[${i}].loss_fn_inputs.target_tokens has ${targets.length} values but model_input has ${tokens.length} tokens (same length, shifted by the caller, -100 where masked)`);
@@ -185,10 +202,44 @@ export function parseForward(body: unknown, vocabSize: number, forwardOnly: bool
     });
     const w = d.loss_fn_inputs.weights ? flatTensor(d.loss_fn_inputs.weights, `data[${i}].loss_fn_inputs.weights`) : undefined;
     if (w && w.length !== tokens.length) throw badRequest(`data[${i}].loss_fn_inputs.weights has ${w.length} values but model_input has ${tokens.length} tokens`);
+    let mask: number[] | undefined;
+    if (policy) {
+      // RL losses: `logprobs` (the sampler's) and `advantages`, aligned with target_tokens ([N], or a per-datum scalar [1]); `mask` optional.
+      const aligned = (name: string, required: boolean): number[] | undefined => {
+        const t = d.loss_fn_inputs[name];
+        if (!t) {
+          if (required) throw badRequest(`data[${i}].loss_fn_inputs.${name} is required for ${lossFn}`);
+          return undefined;
+        }
+        const v = flatTensor(t, `data[${i}].loss_fn_inputs.${name}`);
+        if (v.length === 1 && tokens.length !== 1) return tokens.map(() => v[0]!);
+        if (v.length !== tokens.length) {
+          throw badRequest(`data[${i}].loss_fn_inputs.${name} has ${v.length} values but target_tokens has ${tokens.length} (one per position, or a scalar [1])`);
+        }
+        return v;
+      };
+      samplingLogprobs.push(aligned('logprobs', true)!);
+      advantages.push(aligned('advantages', true)!);
+      mask = aligned('mask', false);
+    }
     // A masked position still needs a target for the engine: the next input token (already in the vocabulary), weight 0.
     sequences.push({ inputTokens: tokens, targetTokens: targets.map((t, k) => (t === MASK ? tokens[Math.min(k + 1, tokens.length - 1)]! : t)) });
-    weights.push(targets.map((t, k) => (t === MASK ? 0 : (w?.[k] ?? 1))));
+    weights.push(targets.map((t, k) => (t === MASK ? 0 : (w?.[k] ?? 1) * (mask?.[k] ?? 1))));
   });
+  if (policy) {
+    const config: PolicyLossConfig = {
+      objective: lossFn,
+      samplingLogprobs,
+      advantages,
+      weights,
+      clipLow,
+      clipHigh,
+      beta: 0,
+      aggregation: skipTokenNormalization ? 'sum' : 'token_mean',
+      ratio: 'token',
+    };
+    return { input: { kind: 'forward-backward', sequences, loss: { type: 'policy_gradient', config }, forwardOnly, returnOutputs: true }, skipTokenNormalization };
+  }
   if (!skipTokenNormalization) {
     const trained = weights.flat().filter((v) => v !== 0).length;
     const scale = 1 / Math.max(1, trained);
@@ -199,6 +250,14 @@ export function parseForward(body: unknown, vocabSize: number, forwardOnly: bool
     skipTokenNormalization,
   };
 }
+
+/** `loss_fn_config` for ppo (the SDK's docstring: clip_low_threshold=0.8, clip_high_threshold=1.2). */
+const PpoConfig = z
+  .object({
+    clip_low_threshold: z.number().gt(0).max(1).nullish(),
+    clip_high_threshold: z.number().min(1).nullish(),
+  })
+  .passthrough();
 
 function checkTokens(tokens: number[], vocabSize: number, where: string): void {
   for (const t of tokens) {

@@ -46,6 +46,7 @@ import {
   fromLoopsLogprobs,
   operationErrorCode,
   toLoopsDatum,
+  toLoopsPolicyDatum,
   type RunWire,
 } from './wire';
 
@@ -329,12 +330,20 @@ export class BasetenProvider implements TrainingProvider {
     return { kind, sessionId: runId, operationId, idempotencyKey: key };
   }
 
-  submitForwardBackward(sessionId: string, key: string, data: Datum[], options: ForwardBackwardOptions = {}): Promise<OperationHandle<ForwardResult>> {
+  async submitForwardBackward(sessionId: string, key: string, data: Datum[], options: ForwardBackwardOptions = {}): Promise<OperationHandle<ForwardResult>> {
+    const loss = options.loss ?? { type: 'cross_entropy' };
+    if (loss.type === 'grpo') {
+      throw new ProviderError('UNSUPPORTED', 'non-retryable', "Baseten Loops has no GRPO loss; use 'ppo' or 'importance_sampling' with group-normalised advantages");
+    }
     return this.submit('forward-backward', sessionId, key, options.forwardOnly ? 'forward' : 'forward_backward', {
-      data: data.map(toLoopsDatum),
-      loss_fn: 'cross_entropy',
+      data: data.map((d, i) => (loss.type === 'cross_entropy' ? toLoopsDatum(d, i) : toLoopsPolicyDatum(d, i))),
+      loss_fn: loss.type,
       // Sums, not per-token means: the loss the neutral interface reports, and gradients that add up across calls.
-      loss_fn_config: { skip_token_normalization: true },
+      loss_fn_config: {
+        skip_token_normalization: true,
+        ...(loss.type === 'ppo' && loss.clipLow !== undefined ? { clip_low_threshold: loss.clipLow } : {}),
+        ...(loss.type === 'ppo' && loss.clipHigh !== undefined ? { clip_high_threshold: loss.clipHigh } : {}),
+      },
       top_k_logprobs: 0,
     });
   }

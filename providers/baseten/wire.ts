@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { checkDatum } from '../datum';
+import { checkDatum, checkPolicyDatum } from '../datum';
 import type { Datum } from '../types';
 
 /**
@@ -152,6 +152,19 @@ export function toLoopsDatum(d: Datum, index: number): Record<string, unknown> {
     },
     routed_experts_ref: null,
   };
+}
+
+/**
+ * A neutral datum → Baseten's RL datum (importance_sampling, ppo): the cross-entropy datum plus `logprobs` and
+ * `advantages` aligned with its `target_tokens` (0 at the final, masked position).
+ */
+export function toLoopsPolicyDatum(d: Datum, index: number): Record<string, unknown> {
+  checkPolicyDatum(d, index, false);
+  const datum = toLoopsDatum(d, index) as { loss_fn_inputs: Record<string, unknown> };
+  const n = d.targetTokens.length + 1;
+  datum.loss_fn_inputs.logprobs = { data: [...d.logprobs!, 0], dtype: 'float32', shape: [n] };
+  datum.loss_fn_inputs.advantages = { data: [...d.advantages!, 0], dtype: 'float32', shape: [n] };
+  return datum;
 }
 
 /** Logprobs aligned with a Baseten datum (masked positions null) → aligned with the neutral datum (0 there). */

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { checkDatum } from '../datum';
+import { checkDatum, checkPolicyDatum } from '../datum';
 import { ProviderError, classifyOperationError } from '../errors';
 import { HttpClient, poll, type HttpClientOptions } from '../http';
 import type {
@@ -14,6 +14,7 @@ import type {
   OperationHandle,
   OperationKind,
   OptimStepResult,
+  PolicyLoss,
   ProvisionRequest,
   ResourceState,
   SampleResult,
@@ -111,6 +112,52 @@ function sampleBody(d: Datum, index: number): Record<string, unknown> {
       weights: { data: d.weights, dtype: 'float32' },
     },
   };
+}
+
+/** A policy-loss sample: the cross-entropy tensors plus `logprobs`, `advantages` (and `reference_logprobs`), float32. */
+function policySampleBody(d: Datum, index: number, needReference: boolean): Record<string, unknown> {
+  checkPolicyDatum(d, index, needReference);
+  const body = sampleBody(d, index) as { loss_fn_inputs: Record<string, unknown> };
+  body.loss_fn_inputs.logprobs = { data: d.logprobs, dtype: 'float32' };
+  body.loss_fn_inputs.advantages = { data: d.advantages, dtype: 'float32' };
+  if (needReference) body.loss_fn_inputs.reference_logprobs = { data: d.referenceLogprobs, dtype: 'float32' };
+  return body;
+}
+
+const GRPO_AGGREGATION = {
+  token_mean: 'GRPO_LOSS_AGGREGATION_TYPE_TOKEN_MEAN',
+  sequence_mean: 'GRPO_LOSS_AGGREGATION_TYPE_SEQUENCE_MEAN',
+  fixed_horizon: 'GRPO_LOSS_AGGREGATION_TYPE_FIXED_HORIZON',
+} as const;
+
+function clipParams(loss: { clipLow?: number; clipHigh?: number }): Record<string, number> {
+  return {
+    ...(loss.clipLow !== undefined ? { clip_low_threshold: loss.clipLow } : {}),
+    ...(loss.clipHigh !== undefined ? { clip_high_threshold: loss.clipHigh } : {}),
+  };
+}
+
+/** The neutral loss → Together's `LossConfig` and samples. */
+function lossBody(loss: PolicyLoss, data: Datum[]): { loss: Record<string, unknown>; samples: Record<string, unknown>[] } {
+  switch (loss.type) {
+    case 'cross_entropy':
+      return { loss: { type: 'LOSS_TYPE_CROSS_ENTROPY' }, samples: data.map(sampleBody) };
+    case 'importance_sampling':
+      return { loss: { type: 'LOSS_TYPE_IMPORTANCE_SAMPLING' }, samples: data.map((d, i) => policySampleBody(d, i, false)) };
+    case 'ppo':
+      return { loss: { type: 'LOSS_TYPE_PPO', ppo_params: clipParams(loss) }, samples: data.map((d, i) => policySampleBody(d, i, false)) };
+    case 'grpo': {
+      const beta = loss.beta ?? 0;
+      if (!(beta >= 0)) throw new ProviderError('INVALID_INPUT', 'non-retryable', `grpo beta must be ≥ 0, got ${beta}`);
+      const grpoParams: Record<string, unknown> = {
+        ...clipParams(loss),
+        ...(loss.beta !== undefined ? { beta } : {}),
+        ...(loss.aggregation ? { agg_type: GRPO_AGGREGATION[loss.aggregation] } : {}),
+        ...(loss.ratio ? { ratio_type: loss.ratio === 'sequence' ? 'GRPO_LOSS_RATIO_TYPE_SEQUENCE' : 'GRPO_LOSS_RATIO_TYPE_TOKEN' } : {}),
+      };
+      return { loss: { type: 'LOSS_TYPE_GRPO', grpo_params: grpoParams }, samples: data.map((d, i) => policySampleBody(d, i, beta > 0)) };
+    }
+  }
 }
 
 export class TogetherProvider implements TrainingProvider {
@@ -299,10 +346,9 @@ export class TogetherProvider implements TrainingProvider {
     return { kind, sessionId, operationId: op.id, idempotencyKey: key };
   }
 
-  submitForwardBackward(sessionId: string, key: string, data: Datum[], options: ForwardBackwardOptions = {}): Promise<OperationHandle<ForwardResult>> {
+  async submitForwardBackward(sessionId: string, key: string, data: Datum[], options: ForwardBackwardOptions = {}): Promise<OperationHandle<ForwardResult>> {
     return this.submit('forward-backward', sessionId, key, {
-      loss: { type: 'LOSS_TYPE_CROSS_ENTROPY' },
-      samples: data.map(sampleBody),
+      ...lossBody(options.loss ?? { type: 'cross_entropy' }, data),
       ...(options.forwardOnly ? { forward_only: true } : {}),
       ...(options.returnLogprobs ? { return_loss_fn_outputs: true } : {}),
     });

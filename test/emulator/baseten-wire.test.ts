@@ -176,8 +176,10 @@ describe('trainer data plane', () => {
   test('a refused submit is never a 400 (the SDK would resend it for an hour): bad bodies fail as operations, key misuse is 422', async () => {
     const run = await newRun();
     await op(run, 'init_trainer_server', { lora_rank: 8 });
-    const bad = await op(run, 'forward_backward', { data: [datum([1, 5, 6], 1)], loss_fn: 'ppo' });
-    expect(bad).toMatchObject({ status: 'error', error_class: 'ValueError', error: expect.stringMatching(/loss_fn 'ppo'/) });
+    const bad = await op(run, 'forward_backward', { data: [datum([1, 5, 6], 1)], loss_fn: 'cispo' });
+    expect(bad).toMatchObject({ status: 'error', error_class: 'ValueError', error: expect.stringMatching(/loss_fn 'cispo'/) });
+    const noAdvantages = await op(run, 'forward_backward', { data: [datum([1, 5, 6], 1)], loss_fn: 'ppo' });
+    expect(noAdvantages).toMatchObject({ status: 'error', error_class: 'ValueError', error: expect.stringMatching(/(logprobs|advantages) is required for ppo/) });
     const shifted = await op(run, 'forward', { data: [{ ...datum([1, 5, 6], 1), loss_fn_inputs: { target_tokens: { data: [5, 6], dtype: 'int64' } } }] });
     expect(shifted).toMatchObject({ status: 'error', error_class: 'ValueError', error: expect.stringMatching(/same length/) });
     expect((await loops('POST', `${run.base_url}/optim_step`, { body: { adam_params: ADAM } })).status).toBe(422);
@@ -207,6 +209,32 @@ describe('trainer data plane', () => {
     const weighted = (await op(run, 'forward', { data: [datum([1, 5, 6, 7, 8], 3, [0, 2, 2, 2, 0])], loss_fn_config: { skip_token_normalization: true } })).result;
     const once = (await op(run, 'forward', { data: [data[0]], loss_fn_config: { skip_token_normalization: true } })).result;
     expect(weighted.loss).toBeCloseTo(2 * once.loss, 4);
+  });
+
+  test('importance_sampling and ppo: logprobs and advantages aligned with target_tokens (or a scalar [1]), clip thresholds from loss_fn_config', async () => {
+    const run = await newRun();
+    await op(run, 'init_trainer_server', { lora_rank: 8 });
+    const base = datum([1, 5, 6, 7, 8], 3);
+    const sum = { skip_token_normalization: true };
+    const ce = (await op(run, 'forward', { data: [base], loss_fn_config: sum })).result;
+    const sampled = ce.loss_fn_outputs[0].logprobs.data.map((v: number | null) => v ?? 0);
+    const rl = (advantages: number[], logprobs = sampled) => ({
+      ...base,
+      loss_fn_inputs: { ...base.loss_fn_inputs, logprobs: { data: logprobs, dtype: 'float32' }, advantages: { data: advantages, dtype: 'float32' } },
+    });
+    // Ratio 1 (the sampler's logprobs are the policy's): −Σ A over the 3 trained positions; a per-token mean by default.
+    const is = (await op(run, 'forward', { data: [rl([0, 2, 2, 2, 0])], loss_fn: 'importance_sampling', loss_fn_config: sum })).result;
+    expect(is.loss).toBeCloseTo(-6, 3);
+    expect(is.loss_fn_outputs[0].logprobs.data.map((v: number | null) => v === null)).toEqual([true, false, false, false, true]);
+    const mean = (await op(run, 'forward', { data: [rl([2])], loss_fn: 'importance_sampling' })).result;
+    expect(mean.loss).toBeCloseTo(-2, 3);
+    // PPO clips the ratio: sampled logprobs 1 nat lower make the ratio e, clipped to clip_high_threshold.
+    const ppo = (await op(run, 'forward_backward', { data: [rl([1], sampled.map((v: number) => v - 1))], loss_fn: 'ppo', loss_fn_config: { ...sum, clip_high_threshold: 1.5 } })).result;
+    expect(ppo.loss).toBeCloseTo(-3 * 1.5, 3);
+    const badClip = await op(run, 'forward', { data: [rl([1])], loss_fn: 'ppo', loss_fn_config: { clip_low_threshold: 1.5 } });
+    expect(badClip).toMatchObject({ status: 'error', error_class: 'ValueError', error: expect.stringMatching(/clip_low_threshold/) });
+    const short = await op(run, 'forward', { data: [rl([1, 1])], loss_fn: 'importance_sampling' });
+    expect(short).toMatchObject({ status: 'error', error_class: 'ValueError', error: expect.stringMatching(/advantages has 2 values/) });
   });
 
   test('an unfinished operation is held, then answered 408 (poll again), then done', async () => {

@@ -133,3 +133,13 @@ test('an emulator restarted on the same state folder keeps runs, their trainers 
     fs.rmSync(stateDir, { recursive: true, force: true });
   }
 });
+
+test('GRPO is refused as UNSUPPORTED (non-retryable) before anything is sent: Baseten Loops has no GRPO loss', async () => {
+  const provider = basetenProvider(emulator);
+  const datum = { modelInput: [10, 11, 40], targetTokens: [11, 40, 41], weights: [0, 1, 1], logprobs: [0, -1, -1], advantages: [0, 1, 1] };
+  await expect(provider.submitForwardBackward('run-unused', 'grpo/fb', [datum], { loss: { type: 'grpo' } })).rejects.toMatchObject({
+    code: 'UNSUPPORTED',
+    errorClass: 'non-retryable',
+  });
+  await provider.close();
+});

@@ -146,6 +146,26 @@ describe.each(FIXTURES)('$name provider against the emulator over loopback HTTP'
     await provider.close();
   });
 
+  test('importance sampling with positive advantages raises the completion logprob', async () => {
+    const { provider, resource, session } = await readySession();
+    const completion = datum([10, 11, 12, 13], [40, 41]);
+    const measure = async (key: string) =>
+      provider.awaitOperation(await provider.submitForwardBackward(session.id, key, [completion], { forwardOnly: true, returnLogprobs: true }));
+    const before = await measure('is/fwd/before');
+    // The sampler's logprobs are the current policy's (ratio 1); every completion token gets advantage +1.
+    const rl: Datum = { ...completion, logprobs: before.logprobs![0]!, advantages: completion.weights.map((w) => (w !== 0 ? 1 : 0)) };
+    const fb = await provider.submitForwardBackward(session.id, 'is/fb', [rl], { loss: { type: 'importance_sampling' } });
+    const opt = await provider.submitOptimStep(session.id, 'is/opt', { learningRate: 0.05 });
+    // −Σ ratio·A over the completion's tokens, with ratio 1.
+    expect((await provider.awaitOperation(fb)).loss).toBeCloseTo(-completion.weights.filter((w) => w !== 0).length, 3);
+    expect(await provider.awaitOperation(opt)).toEqual({ step: 1 });
+    const after = await measure('is/fwd/after');
+    // Cross-entropy is −(the completion's logprob): lower means the completion became more likely.
+    expect(after.loss).toBeLessThan(before.loss);
+    await provider.deactivate(resource.id);
+    await provider.close();
+  });
+
   test('replaying a mutating call with the same key returns the original operation and applies it once', async () => {
     const { provider, resource, session } = await readySession();
     const fb1 = await provider.submitForwardBackward(session.id, 'replay/fb', batch);
