@@ -157,7 +157,7 @@ export interface SampleResult {
   policyVersion?: number;
 }
 
-export type OperationKind = 'forward-backward' | 'optim-step' | 'training-checkpoint' | 'sampler-weights' | 'sample';
+export type OperationKind = 'forward-backward' | 'custom-forward-backward' | 'optim-step' | 'training-checkpoint' | 'sampler-weights' | 'sample';
 
 /**
  * A submitted operation: small and serialisable, so it can sit in a heartbeat's details and be awaited by
@@ -202,6 +202,11 @@ export interface TrainingProvider {
   closeSession(sessionId: string): Promise<void>;
 
   submitForwardBackward(sessionId: string, key: string, data: Datum[], options?: ForwardBackwardOptions): Promise<OperationHandle<ForwardResult>>;
+  /**
+   * A caller-defined loss (e.g. DPO): `gradients[i][j]` is ∂loss/∂logprob of datum i's target j; the trainer
+   * back-propagates them and accumulates until the next optim step. Not every dialect has it (UNSUPPORTED).
+   */
+  submitCustomForwardBackward(sessionId: string, key: string, data: Datum[], gradients: number[][]): Promise<OperationHandle<Record<string, never>>>;
   submitOptimStep(sessionId: string, key: string, adam: AdamParams): Promise<OperationHandle<OptimStepResult>>;
   /** Weights + optimizer + step: what a later session resumes from. */
   submitTrainingCheckpoint(sessionId: string, key: string): Promise<OperationHandle<CheckpointResult>>;

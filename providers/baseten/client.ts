@@ -330,6 +330,11 @@ export class BasetenProvider implements TrainingProvider {
     return { kind, sessionId: runId, operationId, idempotencyKey: key };
   }
 
+  /** Loops trainers take only their built-in losses over HTTP: a caller-defined loss has no route. */
+  async submitCustomForwardBackward(): Promise<OperationHandle<Record<string, never>>> {
+    throw new ProviderError('UNSUPPORTED', 'non-retryable', 'Baseten Loops trainers have no custom forward-backward route; use a built-in loss');
+  }
+
   async submitForwardBackward(sessionId: string, key: string, data: Datum[], options: ForwardBackwardOptions = {}): Promise<OperationHandle<ForwardResult>> {
     const loss = options.loss ?? { type: 'cross_entropy' };
     if (loss.type === 'grpo') {
@@ -445,6 +450,8 @@ export class BasetenProvider implements TrainingProvider {
         }
         return { loss: o.loss, logprobs: o.loss_fn_outputs.map((out) => fromLoopsLogprobs(out.logprobs.data)) } satisfies ForwardResult;
       }
+      case 'custom-forward-backward':
+        throw new ProviderError('UNSUPPORTED', 'non-retryable', 'Baseten Loops trainers have no custom forward-backward route');
       case 'optim-step': {
         const step = parse(OptimStepOutput).metrics?.step;
         return { step: step ?? (await this.policyVersion(handle.sessionId)) } satisfies OptimStepResult;

@@ -71,6 +71,7 @@ const SESSION_STATES: Record<string, SessionState> = {
 /** Neutral operation kinds → Together's operation routes. */
 const WIRE_KIND: Record<OperationKind, string> = {
   'forward-backward': 'forward-backward',
+  'custom-forward-backward': 'custom-forward-backward',
   'optim-step': 'optim-step',
   'training-checkpoint': 'training-checkpoint',
   'sampler-weights': 'inference-checkpoint',
@@ -354,6 +355,16 @@ export class TogetherProvider implements TrainingProvider {
     });
   }
 
+  async submitCustomForwardBackward(sessionId: string, key: string, data: Datum[], gradients: number[][]): Promise<OperationHandle<Record<string, never>>> {
+    if (gradients.length !== data.length || gradients.some((g, i) => g.length !== data[i]!.targetTokens.length || g.some((v) => !Number.isFinite(v)))) {
+      throw new ProviderError('INVALID_INPUT', 'non-retryable', 'custom forward-backward needs one finite gradient per target token of every datum');
+    }
+    return this.submit('custom-forward-backward', sessionId, key, {
+      samples: lossBody({ type: 'cross_entropy' }, data).samples,
+      gradients: gradients.map((g) => ({ data: g, dtype: 'D_TYPE_FLOAT32' })),
+    });
+  }
+
   submitOptimStep(sessionId: string, key: string, adam: AdamParams): Promise<OperationHandle<OptimStepResult>> {
     const adamParams: Record<string, number> = { learning_rate: adam.learningRate };
     if (adam.beta1 !== undefined) adamParams.beta1 = adam.beta1;
@@ -438,6 +449,8 @@ export class TogetherProvider implements TrainingProvider {
         if (o.loss_fn_outputs) result.logprobs = o.loss_fn_outputs.map((l) => l.tensors.logprobs.data);
         return result;
       }
+      case 'custom-forward-backward':
+        return {};
       case 'optim-step':
         return { step: parse(OptimStepOutput).step } satisfies OptimStepResult;
       case 'training-checkpoint':
