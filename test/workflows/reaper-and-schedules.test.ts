@@ -93,8 +93,10 @@ test('terminating a campaign cancels its running round (REQUEST_CANCEL), which r
     terminateWithCli(campaignId);
     const took = await waitUntil('the round to release its trainer', async () => !(await ledger(emulator)).active.includes(resourceId!), 30_000);
     process.stderr.write(`[reaper] campaign terminated → its round released the trainer in ${took} ms\n`);
-    const round = await temporal.client.workflow.getHandle(`${campaignId}-round-1`).describe();
-    expect(round.status.name).toBe('CANCELLED');
+    // The round released its trainer first, then writes its report and closes as cancelled.
+    const round = temporal.client.workflow.getHandle(`${campaignId}-round-1`);
+    await waitUntil('the round to close', async () => (await round.describe()).status.name !== 'RUNNING', 30_000);
+    expect((await round.describe()).status.name).toBe('CANCELLED');
   });
 });
 
