@@ -108,30 +108,26 @@ export function watchCommand(): Command {
     });
 }
 
-export function pauseCommand(): Command {
-  return new Command('pause')
-    .description('Pause: the running round finishes its segment, checkpoints and releases the GPU')
+/** `pause` and `resume`: one update each, printing the campaign's status after it. */
+function controlCommand(name: 'pause' | 'resume', description: string, update: typeof pauseCampaignUpdate): Command {
+  return new Command(name)
+    .description(description)
     .argument('<id>', 'campaign id')
-    .addHelpText('after', '\nExample:\n  roundhouse pause tickets-nightly')
+    .addHelpText('after', `\nExample:\n  roundhouse ${name} tickets-nightly`)
     .action(async (id: string) => {
       await withCampaign(id, async (handle) => {
-        const p = await handle.executeUpdate(pauseCampaignUpdate);
+        const p = await handle.executeUpdate(update);
         process.stdout.write(`campaign ${id}: ${p.status}\n`);
       });
     });
 }
 
+export function pauseCommand(): Command {
+  return controlCommand('pause', 'Pause: the running round finishes its segment, checkpoints and releases the GPU', pauseCampaignUpdate);
+}
+
 export function resumeCommand(): Command {
-  return new Command('resume')
-    .description('Resume: re-provision and continue from the pause checkpoint at the same step')
-    .argument('<id>', 'campaign id')
-    .addHelpText('after', '\nExample:\n  roundhouse resume tickets-nightly')
-    .action(async (id: string) => {
-      await withCampaign(id, async (handle) => {
-        const p = await handle.executeUpdate(resumeCampaignUpdate);
-        process.stdout.write(`campaign ${id}: ${p.status}\n`);
-      });
-    });
+  return controlCommand('resume', 'Resume: re-provision and continue from the pause checkpoint at the same step', resumeCampaignUpdate);
 }
 
 export function stopCommand(): Command {

@@ -25,6 +25,17 @@ afterAll(async () => {
   await temporal?.close();
 });
 
+/** Environment of the `roundhouse worker` processes these tests kill: a fast sticky-queue takeover. */
+function crashWorkerEnv(taskQueue: string): Record<string, string> {
+  return {
+    TEMPORAL_ADDRESS: process.env.TEMPORAL_ADDRESS!,
+    ROUNDHOUSE_TASK_QUEUE: taskQueue,
+    ROUNDHOUSE_WORKFLOW_BUNDLE: bundleFile,
+    ROUNDHOUSE_STATE_DIR: fs.mkdtempSync(path.join(os.tmpdir(), 'rh-crash-state-')),
+    ROUNDHOUSE_STICKY_QUEUE_TIMEOUT_MS: '500',
+  };
+}
+
 async function progressOf(handle: WorkflowHandle): Promise<RoundProgress | undefined> {
   try {
     return await handle.query(roundProgressQuery);
@@ -55,13 +66,7 @@ test('SIGKILL of the worker at every phase boundary and inside training: a fresh
     overrides: '',
   });
   input.spec.training.epochs = 3; // 64 / 8 × 3 = 24 steps in segments of 4
-  const env = {
-    TEMPORAL_ADDRESS: process.env.TEMPORAL_ADDRESS!,
-    ROUNDHOUSE_TASK_QUEUE: taskQueue,
-    ROUNDHOUSE_WORKFLOW_BUNDLE: bundleFile,
-    ROUNDHOUSE_STATE_DIR: fs.mkdtempSync(path.join(os.tmpdir(), 'rh-crash-state-')),
-    ROUNDHOUSE_STICKY_QUEUE_TIMEOUT_MS: '500',
-  };
+  const env = crashWorkerEnv(taskQueue);
   const random = seededRandom(20261129); // seeded, so a failing run can be replayed
   const killPoints: { name: string; when: (p: RoundProgress) => boolean }[] = [
     { name: 'provisioning', when: (p) => p.phase === 'provisioning' },
@@ -160,13 +165,7 @@ test('SIGKILL of the worker between rounds and around continue-as-new: the campa
   const taskQueue = uniqueTaskQueue('crash-campaign');
   const { spec, dir } = ticketCampaignSpec({ baseUrl: emulator.url, trainRows: 40, evalRows: 5, yaml: 'rounds: { max: 3, nextData: { policy: all } }' });
   const campaignId = `crash-campaign-${taskQueue}`;
-  const env = {
-    TEMPORAL_ADDRESS: process.env.TEMPORAL_ADDRESS!,
-    ROUNDHOUSE_TASK_QUEUE: taskQueue,
-    ROUNDHOUSE_WORKFLOW_BUNDLE: bundleFile,
-    ROUNDHOUSE_STATE_DIR: fs.mkdtempSync(path.join(os.tmpdir(), 'rh-crash-state-')),
-    ROUNDHOUSE_STICKY_QUEUE_TIMEOUT_MS: '500',
-  };
+  const env = crashWorkerEnv(taskQueue);
   let worker = startWorkerProcess(env);
   const kills: string[] = [];
   try {
