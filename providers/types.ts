@@ -157,7 +157,12 @@ export interface SampleResult {
   policyVersion?: number;
 }
 
-export type OperationKind = 'forward-backward' | 'custom-forward-backward' | 'optim-step' | 'training-checkpoint' | 'sampler-weights' | 'sample';
+export type OperationKind = 'forward-backward' | 'custom-forward-backward' | 'optim-step' | 'training-checkpoint' | 'sampler-weights' | 'weights-sync' | 'sample';
+
+export interface WeightsSyncResult {
+  /** The policy version the generators now serve (the trainer's step at the sync). */
+  weightsVersion: number;
+}
 
 /**
  * A submitted operation: small and serialisable, so it can sit in a heartbeat's details and be awaited by
@@ -212,6 +217,8 @@ export interface TrainingProvider {
   submitTrainingCheckpoint(sessionId: string, key: string): Promise<OperationHandle<CheckpointResult>>;
   /** Publishes the current weights to the sampler and saves them as a deployable artifact. */
   submitSamplerWeights(sessionId: string, key: string): Promise<OperationHandle<CheckpointResult>>;
+  /** Publishes the current weights to the generators (no artifact kept where the dialect allows): what sampling sees next. */
+  submitWeightsSync(sessionId: string, key: string): Promise<OperationHandle<WeightsSyncResult>>;
   submitSample(
     sessionId: string,
     key: string,

@@ -22,6 +22,7 @@ import type {
   TrainerResource,
   TrainingProvider,
   TrainingSessionInfo,
+  WeightsSyncResult,
 } from '../types';
 import {
   ADAM_DEFAULTS,
@@ -376,6 +377,11 @@ export class BasetenProvider implements TrainingProvider {
     return this.submit('sampler-weights', sessionId, key, 'save_weights_for_sampler', { name: checkpointName(key), ttl_seconds: null, bump_version: true });
   }
 
+  /** Loops publishes weights to the sampler by saving them for it (bumping the policy version); the artifact is kept an hour. */
+  submitWeightsSync(sessionId: string, key: string): Promise<OperationHandle<WeightsSyncResult>> {
+    return this.submit('weights-sync', sessionId, key, 'save_weights_for_sampler', { name: checkpointName(key), ttl_seconds: 3600, bump_version: true });
+  }
+
   /** Long-polls `GET /operations/{id}`: the trainer holds it until done, and a 408 just means "ask again". */
   private async settle(runId: string, operationId: string, options: AwaitOptions): Promise<unknown> {
     const run = await this.runInfo(runId);
@@ -464,6 +470,11 @@ export class BasetenProvider implements TrainingProvider {
         const o = parse(SamplerWeightsOutput);
         this.published.set(handle.sessionId, Math.max(o.version, this.published.get(handle.sessionId) ?? 0));
         return { checkpointId: o.path, step: o.version } satisfies CheckpointResult;
+      }
+      case 'weights-sync': {
+        const o = parse(SamplerWeightsOutput);
+        this.published.set(handle.sessionId, Math.max(o.version, this.published.get(handle.sessionId) ?? 0));
+        return { weightsVersion: o.version } satisfies WeightsSyncResult;
       }
       case 'sample':
         return output;

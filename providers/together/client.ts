@@ -23,6 +23,7 @@ import type {
   TrainerResource,
   TrainingProvider,
   TrainingSessionInfo,
+  WeightsSyncResult,
 } from '../types';
 import {
   CheckpointOutput,
@@ -75,6 +76,7 @@ const WIRE_KIND: Record<OperationKind, string> = {
   'optim-step': 'optim-step',
   'training-checkpoint': 'training-checkpoint',
   'sampler-weights': 'inference-checkpoint',
+  'weights-sync': 'weights-sync',
   sample: 'sample',
 };
 
@@ -386,6 +388,10 @@ export class TogetherProvider implements TrainingProvider {
     return { ...handle, prerequisites: [{ wireKind: 'weights-sync', operationId: sync.operationId }] };
   }
 
+  submitWeightsSync(sessionId: string, key: string): Promise<OperationHandle<WeightsSyncResult>> {
+    return this.submit('weights-sync', sessionId, key, { weight_sync_type: 'WEIGHT_SYNC_TYPE_SYNCHRONOUS' });
+  }
+
   submitSample(
     sessionId: string,
     key: string,
@@ -458,6 +464,8 @@ export class TogetherProvider implements TrainingProvider {
         const o = parse(CheckpointOutput);
         return { checkpointId: o.checkpoint.id, step: o.checkpoint.step } satisfies CheckpointResult;
       }
+      case 'weights-sync':
+        return { weightsVersion: parse(WeightsSyncOutput).weights_version } satisfies WeightsSyncResult;
       case 'sample':
         return parse(SampleOutput).results.map(
           (r): SampleResult => ({
@@ -475,9 +483,7 @@ export class TogetherProvider implements TrainingProvider {
 
   /** Publishes weights to the generators without a checkpoint (the policy version sampling then sees). */
   async syncWeights(sessionId: string, key: string, options: AwaitOptions = {}): Promise<number> {
-    const handle = await this.submit<unknown>('sampler-weights', sessionId, key, { weight_sync_type: 'WEIGHT_SYNC_TYPE_SYNCHRONOUS' }, 'weights-sync');
-    const output = await this.settle(sessionId, 'weights-sync', handle.operationId, options);
-    return WeightsSyncOutput.parse(output).weights_version;
+    return (await this.awaitOperation(await this.submitWeightsSync(sessionId, key), options)).weightsVersion;
   }
 
   close(): Promise<void> {

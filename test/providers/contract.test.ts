@@ -166,6 +166,26 @@ describe.each(FIXTURES)('$name provider against the emulator over loopback HTTP'
     await provider.close();
   });
 
+  test('sampling sees the old policy version until a weights sync, then the new one', async () => {
+    const { provider, resource, session } = await readySession();
+    const prompt = [[10, 11, 12, 13]];
+    const sample = async (key: string) => (await provider.awaitOperation(await provider.submitSample(session.id, key, prompt, { maxTokens: 2, temperature: 0 })))[0]!;
+    const initial = (await sample('v/sample/0')).policyVersion;
+    expect(initial).toBe(0);
+    for (let step = 1; step <= 2; step++) {
+      await provider.awaitOperation(await provider.submitForwardBackward(session.id, `v/fb/${step}`, batch));
+      expect(await provider.awaitOperation(await provider.submitOptimStep(session.id, `v/opt/${step}`, { learningRate: 0.05 }))).toEqual({ step });
+    }
+    expect((await sample('v/sample/before-sync')).policyVersion).toBe(0); // trained twice, not published
+    const synced = await provider.awaitOperation(await provider.submitWeightsSync(session.id, 'v/sync/2'));
+    expect((await sample('v/sample/after-sync')).policyVersion).toBe(synced.weightsVersion);
+    expect(synced.weightsVersion).toBeGreaterThan(0);
+    // A replayed sync (same key) is the same operation: the version does not move.
+    expect(await provider.awaitOperation(await provider.submitWeightsSync(session.id, 'v/sync/2'))).toEqual(synced);
+    await provider.deactivate(resource.id);
+    await provider.close();
+  });
+
   test('replaying a mutating call with the same key returns the original operation and applies it once', async () => {
     const { provider, resource, session } = await readySession();
     const fb1 = await provider.submitForwardBackward(session.id, 'replay/fb', batch);
