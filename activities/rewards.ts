@@ -1,26 +1,16 @@
 import path from 'node:path';
-import type { EvaluationSpec } from '../config/spec';
-import { scoreCompletion } from './scoring';
+import type { EvaluationSpec, RewardSpec } from '../config/spec';
+import { finalNumber, scoreCompletion } from './scoring';
+
+export { finalNumber } from './scoring';
 
 /**
  * Rewards for policy-gradient rounds: the built-in matchers (exact / contains / regex, as the evaluation scorer),
  * numeric answer match for GSM8K-style data, or a user module. Plus group-centred advantages.
  */
-export type RewardSpec =
-  | { kind: 'exact' | 'contains' | 'regex'; pattern?: string; caseSensitive?: boolean; normalizeWhitespace?: boolean }
-  | { kind: 'numeric'; tolerance?: number }
-  | { kind: 'module'; path: string; export?: string };
+export type { RewardSpec } from '../config/spec';
 
 export type RewardFunction = (completion: string, answer: string, prompt: string) => number | Promise<number>;
-
-/** The final number of a GSM8K-style text: after the last `####` if there is one, else the last number in it. */
-export function finalNumber(text: string): number | undefined {
-  const marked = text.lastIndexOf('####');
-  const tail = marked >= 0 ? text.slice(marked + 4) : text;
-  const numbers = tail.replace(/(\d),(?=\d{3}\b)/g, '$1').match(/-?\d+(?:\.\d+)?/g);
-  if (!numbers?.length) return undefined;
-  return Number(marked >= 0 ? numbers[0] : numbers[numbers.length - 1]);
-}
 
 export function rewardFunction(spec: RewardSpec, baseDir = process.cwd()): RewardFunction {
   switch (spec.kind) {

@@ -23,5 +23,19 @@ export function scoreCompletion(spec: EvaluationSpec, completion: string, expect
       const pattern = (spec.pattern ?? '').replace('{answer}', escapeRegExp(want));
       return new RegExp(pattern, spec.caseSensitive ? '' : 'i').test(got);
     }
+    case 'numeric': {
+      const a = finalNumber(completion);
+      const b = finalNumber(expected);
+      return a !== undefined && b !== undefined && Math.abs(a - b) <= 1e-6;
+    }
   }
+}
+
+/** The final number of a GSM8K-style text: after the last `####` if there is one, else the last number in it. */
+export function finalNumber(text: string): number | undefined {
+  const marked = text.lastIndexOf('####');
+  const tail = marked >= 0 ? text.slice(marked + 4) : text;
+  const numbers = tail.replace(/(\d),(?=\d{3}\b)/g, '$1').match(/-?\d+(?:\.\d+)?/g);
+  if (!numbers?.length) return undefined;
+  return Number(marked >= 0 ? numbers[0] : numbers[numbers.length - 1]);
 }

@@ -80,7 +80,8 @@ export const SamplingSpecSchema = z
 
 export const EvaluationSpecSchema = z
   .object({
-    scorer: z.enum(['exact', 'contains', 'regex']),
+    /** `numeric`: the final number of the completion equals the answer's (GSM8K-style, `####` aware). */
+    scorer: z.enum(['exact', 'contains', 'regex', 'numeric']),
     /** For `regex`: the pattern a completion must match; `{answer}` is replaced by the escaped expected answer. */
     pattern: z.string().optional(),
     caseSensitive: z.boolean().default(false),
@@ -101,6 +102,67 @@ export const EvaluationSpecSchema = z
       }
     }
   });
+
+export const RewardSpecSchema = z.discriminatedUnion('kind', [
+  z
+    .object({
+      kind: z.enum(['exact', 'contains', 'regex']),
+      /** For `regex`: `{answer}` is replaced by the escaped expected answer. */
+      pattern: z.string().optional(),
+      caseSensitive: z.boolean().default(false),
+      normalizeWhitespace: z.boolean().default(true),
+    })
+    .strict(),
+  z.object({ kind: z.literal('numeric'), tolerance: z.number().min(0).default(1e-6) }).strict(),
+  /** A CommonJS module (path relative to the spec) exporting `reward(completion, answer, prompt) → number`. */
+  z.object({ kind: z.literal('module'), path: z.string().min(1), export: z.string().min(1).default('reward') }).strict(),
+]);
+
+export const PolicyLossSpecSchema = z
+  .object({
+    type: z.enum(['grpo', 'ppo', 'importance_sampling']).default('grpo'),
+    clipLow: z.number().min(0).max(1).optional(),
+    clipHigh: z.number().min(1).optional(),
+    /** KL penalty against the reference policy (grpo only); > 0 needs `round.grpo.reference`. */
+    beta: z.number().min(0).default(0),
+    aggregation: z.enum(['token_mean', 'sequence_mean', 'fixed_horizon']).optional(),
+    ratio: z.enum(['token', 'sequence']).optional(),
+  })
+  .strict();
+
+export const GrpoSpecSchema = z
+  .object({
+    /** Completions sampled per prompt (one group); prompts per step is `training.batchSize`. */
+    groupSize: z.number().int().min(2).max(64).default(4),
+    reward: RewardSpecSchema,
+    loss: PolicyLossSpecSchema.default({ type: 'grpo', beta: 0 }),
+    /** Divide each group's centred rewards by its standard deviation. */
+    normalizeAdvantages: z.boolean().default(false),
+    /**
+     * How many optimizer steps behind the trained policy the sampling may be: 0 samples every step after the
+     * previous step's weights sync; k > 0 lets the sampling of the next k steps overlap this step's training.
+     */
+    maxStepsOffPolicy: z.number().int().min(0).max(8).default(0),
+    /** The reference policy for the KL penalty: `start` = the round's starting weights (a frozen second session). */
+    reference: z.enum(['start']).optional(),
+  })
+  .strict();
+
+export const DpoSpecSchema = z
+  .object({
+    /** Strength of the preference (the β of DPO). */
+    beta: z.number().positive().max(100).default(0.1),
+  })
+  .strict();
+
+export const RoundKindSpecSchema = z
+  .object({
+    /** sft: supervised (cross-entropy on answers); grpo: sampled groups + rewards + policy-gradient loss; dpo: preference pairs. */
+    kind: z.enum(['sft', 'grpo', 'dpo']).default('sft'),
+    grpo: GrpoSpecSchema.optional(),
+    dpo: DpoSpecSchema.optional(),
+  })
+  .strict();
 
 export const RoundsSpecSchema = z
   .object({
@@ -135,25 +197,59 @@ export const AdvancedSpecSchema = z
   })
   .strict();
 
-export const CampaignSpecSchema = z
+const CampaignSpecBase = z
   .object({
     name: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$/, 'letters, digits, dot, dash and underscore; at most 100 characters'),
     provider: ProviderSpecSchema,
     data: z.object({ train: z.string().min(1), eval: z.string().min(1) }).strict(),
     training: TrainingSpecSchema,
     sampling: SamplingSpecSchema,
-    evaluation: EvaluationSpecSchema,
+    evaluation: EvaluationSpecSchema.default({ scorer: 'exact', caseSensitive: false, normalizeWhitespace: true }),
+    round: RoundKindSpecSchema.default({ kind: 'sft' }),
     rounds: RoundsSpecSchema.default({ max: 1, nextData: { policy: 'mistakes', replayShare: 0.3 }, continueFrom: 'checkpoint' }),
     budget: BudgetSpecSchema.default({}),
     advanced: AdvancedSpecSchema.default({ heartbeatTimeoutSeconds: 30, provisionTimeoutMinutes: 60 }),
   })
   .strict();
 
+export const CampaignSpecSchema = CampaignSpecBase.superRefine(roundKindProblems);
+
+/** What the round kind needs from the rest of the spec: each problem names the field to change. */
+function roundKindProblems(spec: z.infer<typeof CampaignSpecBase>, ctx: z.RefinementCtx): void {
+  const problem = (path: (string | number)[], message: string) => ctx.addIssue({ code: 'custom', path, message });
+  const { kind, grpo, dpo } = spec.round;
+  if (kind !== 'grpo' && grpo) problem(['round', 'grpo'], `is only used when round.kind is grpo (it is ${kind})`);
+  if (kind !== 'dpo' && dpo) problem(['round', 'dpo'], `is only used when round.kind is dpo (it is ${kind})`);
+  if (kind === 'grpo') {
+    if (!grpo) return problem(['round', 'grpo'], 'is required when round.kind is grpo: at least a reward, e.g. grpo: { reward: { kind: numeric } }');
+    if (grpo.reward.kind === 'regex' && !grpo.reward.pattern) problem(['round', 'grpo', 'reward', 'pattern'], 'is required when the reward kind is regex');
+    if (spec.sampling.temperature === 0) problem(['sampling', 'temperature'], 'must be above 0 for a grpo round: a group of greedy completions is all alike and teaches nothing');
+    if (grpo.loss.beta > 0 && grpo.loss.type !== 'grpo') problem(['round', 'grpo', 'loss', 'beta'], `the KL penalty is part of the grpo loss, not ${grpo.loss.type}`);
+    if (grpo.loss.beta > 0 && !grpo.reference) {
+      problem(['round', 'grpo', 'loss', 'beta'], 'is above 0 but no reference logprobs are configured: set round.grpo.reference: start (or beta: 0)');
+    }
+    if (spec.provider.kind === 'baseten' && grpo.loss.type === 'grpo') {
+      problem(['round', 'grpo', 'loss', 'type'], "Baseten Loops has no grpo loss: use ppo or importance_sampling (advantages are group-centred either way)");
+    }
+  }
+  if (kind === 'dpo') {
+    if (spec.provider.kind === 'baseten') problem(['round', 'kind'], 'dpo trains through a custom loss (custom_forward_backward), which Baseten Loops does not offer');
+    if (spec.rounds.max > 1 && spec.rounds.nextData.policy === 'mistakes') {
+      problem(['rounds', 'nextData', 'policy'], "mistakes needs sampled answers to score, which a dpo round has none of: use all or static");
+    }
+  }
+}
+
 export type CampaignSpec = z.infer<typeof CampaignSpecSchema>;
 export type TrainingSpec = z.infer<typeof TrainingSpecSchema>;
 export type SamplingSpec = z.infer<typeof SamplingSpecSchema>;
 export type EvaluationSpec = z.infer<typeof EvaluationSpecSchema>;
 export type ProviderSpec = z.infer<typeof ProviderSpecSchema>;
+export type RoundKindSpec = z.infer<typeof RoundKindSpecSchema>;
+export type GrpoSpec = z.infer<typeof GrpoSpecSchema>;
+export type DpoSpec = z.infer<typeof DpoSpecSchema>;
+/** Input form (defaults optional): what `rewardFunction` takes. */
+export type RewardSpec = z.input<typeof RewardSpecSchema>;
 export type LrSchedule = z.infer<typeof LrScheduleSchema>;
 
 /** A spec error names the file, the line, and the field: `campaign.yaml:12 training.epochs: …`. */
@@ -203,6 +299,7 @@ export function parseCampaignSpec(text: string, file: string): CampaignSpec {
   spec.data.train = path.resolve(dir, spec.data.train);
   spec.data.eval = path.resolve(dir, spec.data.eval);
   if (spec.provider.tokenizer) spec.provider.tokenizer = path.resolve(dir, spec.provider.tokenizer);
+  if (spec.round.grpo?.reward.kind === 'module') spec.round.grpo.reward.path = path.resolve(dir, spec.round.grpo.reward.path);
   return spec;
 }
 
