@@ -186,3 +186,97 @@ export function loadRoundData(
   if (problems.length > 0) throw new DataValidationError(problems);
   return { train: { ...train, rows: trainRows }, eval: { ...evalSet, rows: evalRows } };
 }
+
+// ── preference pairs (DPO) ─────────────────────────────────────────────────────────────────────────
+
+const PreferenceRow = z.object({ prompt: z.string(), chosen: z.string(), rejected: z.string() }).passthrough();
+
+export interface PreferenceRow {
+  line: number;
+  prompt: string;
+  chosen: string;
+  rejected: string;
+}
+
+export interface TokenizedPair extends PreferenceRow {
+  promptTokens: number[];
+  chosenTokens: number[];
+  rejectedTokens: number[];
+}
+
+/** Reads `{"prompt", "chosen", "rejected"}` rows; every malformed row is a `file:line field: problem`. */
+export function readPreferenceDataset(file: string, problems: string[]): { path: string; sha256: string; rows: PreferenceRow[] } {
+  let bytes: Buffer;
+  try {
+    bytes = fs.readFileSync(file);
+  } catch (err) {
+    problems.push(`${file}: ${(err as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such file' : (err as Error).message}`);
+    return { path: file, sha256: '', rows: [] };
+  }
+  const rows: PreferenceRow[] = [];
+  bytes
+    .toString('utf8')
+    .split('\n')
+    .forEach((text, index) => {
+      const line = index + 1;
+      if (text.trim() === '') return;
+      let json: unknown;
+      try {
+        json = JSON.parse(text);
+      } catch (err) {
+        problems.push(`${file}:${line}: not valid JSON (${(err as Error).message})`);
+        return;
+      }
+      const parsed = PreferenceRow.safeParse(json);
+      if (!parsed.success) {
+        const issue = parsed.error.issues[0]!;
+        const field = issue.path.join('.') || '(row)';
+        problems.push(`${file}:${line} ${field}: ${issue.code === 'invalid_type' && /undefined/.test(issue.message) ? 'is required (dpo rows need prompt, chosen and rejected)' : issue.message}`);
+        return;
+      }
+      const row = parsed.data;
+      for (const field of ['prompt', 'chosen', 'rejected'] as const) if (row[field].trim() === '') problems.push(`${file}:${line} ${field}: must not be empty`);
+      if (row.chosen.trim() !== '' && row.chosen === row.rejected) problems.push(`${file}:${line} rejected: is the same text as chosen; the pair teaches nothing`);
+      rows.push({ line, prompt: row.prompt, chosen: row.chosen, rejected: row.rejected });
+    });
+  if (rows.length === 0 && !problems.some((p) => p.startsWith(file))) problems.push(`${file}: has no rows`);
+  return { path: file, sha256: createHash('sha256').update(bytes).digest('hex'), rows };
+}
+
+/** A pair as two completions of one prompt, tokenised the way an SFT row is (chat template when the model has one). */
+export function tokenizePair(row: PreferenceRow, tokenizer: TextTokenizer): TokenizedPair {
+  const chosen = tokenizeRow({ line: row.line, prompt: row.prompt, answer: row.chosen }, tokenizer);
+  const rejected = tokenizeRow({ line: row.line, prompt: row.prompt, answer: row.rejected }, tokenizer);
+  return { ...row, promptTokens: chosen.promptTokens, chosenTokens: chosen.completionTokens, rejectedTokens: rejected.completionTokens };
+}
+
+/** Loads and checks DPO train and eval pairs: well-formed rows, held-out prompts, every sequence within the limit. */
+export function loadPreferenceData(
+  trainFile: string,
+  evalFile: string,
+  tokenizer: TextTokenizer,
+  limits: ValidationLimits,
+): { train: TokenizedPair[]; eval: TokenizedPair[]; trainSha256: string; evalSha256: string } {
+  const problems: string[] = [];
+  const train = readPreferenceDataset(trainFile, problems);
+  const evalSet = readPreferenceDataset(evalFile, problems);
+  const trainPrompts = new Map(train.rows.map((r) => [r.prompt.trim(), r.line]));
+  for (const r of evalSet.rows) {
+    const other = trainPrompts.get(r.prompt.trim());
+    if (other !== undefined) problems.push(`${evalFile}:${r.line} prompt: also in the training data (${trainFile}:${other}); eval rows must be held out`);
+  }
+  const limit = Math.min(limits.maxSeqLen, limits.modelMaxSeqLen ?? Infinity);
+  const tokenize = (file: string, rows: PreferenceRow[]) =>
+    rows.map((row) => {
+      const pair = tokenizePair(row, tokenizer);
+      for (const which of ['chosen', 'rejected'] as const) {
+        const length = pair.promptTokens.length + pair[`${which}Tokens`].length;
+        if (length > limit) problems.push(`${file}:${row.line} ${which}: ${length} tokens with the prompt, over the limit of ${limit} (training.maxSeqLen)`);
+      }
+      return pair;
+    });
+  const trainPairs = tokenize(trainFile, train.rows);
+  const evalPairs = tokenize(evalFile, evalSet.rows);
+  if (problems.length > 0) throw new DataValidationError(problems);
+  return { train: trainPairs, eval: evalPairs, trainSha256: train.sha256, evalSha256: evalSet.sha256 };
+}

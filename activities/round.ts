@@ -7,14 +7,18 @@ import { tokenizerFor, type TextTokenizer } from '../config/tokenizer';
 import { ProviderError } from '../providers/errors';
 import type { Datum, ModelInfo, OperationHandle, OptimStepResult, ForwardResult, TrainingProvider } from '../providers/types';
 import type { RoundInput, RoundSpec } from '../workflows/round-contract';
-import { DataValidationError, loadRoundData, readDataset, sha256File, toDatum, tokenizeRow, type TokenizedRow } from './data';
+import { DataValidationError, loadPreferenceData, loadRoundData, readDataset, sha256File, toDatum, tokenizeRow, type TokenizedPair, type TokenizedRow } from './data';
+import { rewardFunction } from './rewards';
 import { atBoundary } from './failures';
 import { scoreCompletion } from './scoring';
 import { writeJsonAtomic } from './files';
+import { recordLatestLoss, recordOptimizerSteps, recordResource, recordRoundGpuMinutes } from './metrics';
 
 /** What the activities need from the worker: providers (holding API keys) and where the local emulator is. */
 export interface ActivityDeps {
   providerFor(spec: ProviderSpec): Promise<TrainingProvider>;
+  /** True once the worker is shutting down: training segments stop submitting steps and return their cursor. */
+  draining?(): boolean;
 }
 
 export interface RoundPlan {
@@ -86,7 +90,22 @@ function heartbeat(details?: unknown): void {
   Context.current().heartbeat(details);
 }
 
-export function createRoundActivities(deps: ActivityDeps) {
+export interface PreparedPairs {
+  tokenizer: TextTokenizer;
+  model: ModelInfo;
+  train: TokenizedPair[];
+  eval: TokenizedPair[];
+  trainSha256: string;
+  evalSha256: string;
+}
+
+const preparedPairsCache = new Map<string, PreparedPairs>();
+
+/**
+ * Data preparation shared by every round kind: the model's limits from the provider, the data loaded, checked
+ * and tokenised (cached per file hash), and the hashes the workflow recorded checked again.
+ */
+export function createPreparer(deps: ActivityDeps) {
   const modelInfo = async (provider: TrainingProvider, spec: ProviderSpec): Promise<ModelInfo> => {
     const models = await provider.supportedModels();
     const model = models.find((m) => m.name === spec.model);
@@ -104,35 +123,68 @@ export function createRoundActivities(deps: ActivityDeps) {
   const prepared = async (spec: RoundSpec, data: RoundInput['data']): Promise<PreparedData> => {
     const provider = await deps.providerFor(spec.provider);
     const model = await modelInfo(provider, spec.provider);
-    const trainSha256 = sha256File(data.train);
-    const evalSha256 = sha256File(data.eval);
-    for (const [which, expected, actual] of [['train', data.trainSha256, trainSha256], ['eval', data.evalSha256, evalSha256]] as const) {
-      if (expected && expected !== actual) {
-        throw ApplicationFailure.create({
-          type: 'InvalidInput',
-          nonRetryable: true,
-          message: `data.${which}: ${data[which]} changed since the round started (sha256 ${actual.slice(0, 12)}…, expected ${expected.slice(0, 12)}…)`,
-        });
-      }
-    }
+    const { trainSha256, evalSha256 } = checkHashes(data);
     const key = [data.train, trainSha256, data.eval, evalSha256, spec.provider.model, spec.provider.tokenizer ?? '', spec.training.maxSeqLen].join('|');
     const cached = preparedCache.get(key);
     if (cached) return cached;
     const tokenizer = tokenizerFor(spec.provider.model, model.tokenizer, spec.provider.tokenizer);
     const loaded = loadRoundData(data.train, data.eval, tokenizer, { maxSeqLen: spec.training.maxSeqLen, modelMaxSeqLen: model.maxSeqLen });
-    if (spec.training.loraRank > model.maxLoraRank) {
-      throw ApplicationFailure.create({ type: 'InvalidInput', nonRetryable: true, message: `training.loraRank: ${spec.training.loraRank} is over ${model.name}'s maximum of ${model.maxLoraRank}` });
-    }
+    checkLoraRank(spec, model);
     const result = { tokenizer, model, train: loaded.train.rows, eval: loaded.eval.rows, trainSha256, evalSha256 };
     preparedCache.set(key, result);
     return result;
   };
 
+
+  /** DPO's preference pairs, checked and cached the same way. */
+  const preparedPairs = async (spec: RoundSpec, data: RoundInput['data']): Promise<PreparedPairs> => {
+    const provider = await deps.providerFor(spec.provider);
+    const model = await modelInfo(provider, spec.provider);
+    checkHashes(data);
+    const key = [data.train, sha256File(data.train), data.eval, sha256File(data.eval), spec.provider.model, spec.provider.tokenizer ?? '', spec.training.maxSeqLen].join('|');
+    const cached = preparedPairsCache.get(key);
+    if (cached) return cached;
+    const tokenizer = tokenizerFor(spec.provider.model, model.tokenizer, spec.provider.tokenizer);
+    const loaded = loadPreferenceData(data.train, data.eval, tokenizer, { maxSeqLen: spec.training.maxSeqLen, modelMaxSeqLen: model.maxSeqLen });
+    checkLoraRank(spec, model);
+    const result = { tokenizer, model, ...loaded };
+    preparedPairsCache.set(key, result);
+    return result;
+  };
+
+  return { modelInfo, prepared, preparedPairs };
+}
+
+function checkHashes(data: RoundInput['data']): { trainSha256: string; evalSha256: string } {
+  const trainSha256 = sha256File(data.train);
+  const evalSha256 = sha256File(data.eval);
+  for (const [which, expected, actual] of [['train', data.trainSha256, trainSha256], ['eval', data.evalSha256, evalSha256]] as const) {
+    if (expected && expected !== actual) {
+      throw ApplicationFailure.create({
+        type: 'InvalidInput',
+        nonRetryable: true,
+        message: `data.${which}: ${data[which]} changed since the round started (sha256 ${actual.slice(0, 12)}…, expected ${expected.slice(0, 12)}…)`,
+      });
+    }
+  }
+  return { trainSha256, evalSha256 };
+}
+
+function checkLoraRank(spec: RoundSpec, model: ModelInfo): void {
+  if (spec.training.loraRank > model.maxLoraRank) {
+    throw ApplicationFailure.create({ type: 'InvalidInput', nonRetryable: true, message: `training.loraRank: ${spec.training.loraRank} is over ${model.name}'s maximum of ${model.maxLoraRank}` });
+  }
+}
+
+export function createRoundActivities(deps: ActivityDeps) {
+  const { prepared, preparedPairs } = createPreparer(deps);
+
   return {
     /** Every check that can be made before provisioning: schema was checked by the caller; data, tokens, model here. */
     async prepareRound(input: Pick<RoundInput, 'spec' | 'data'>): Promise<RoundPlan> {
       return atBoundary(async () => {
-        const p = await prepared(input.spec, input.data);
+        const p = input.spec.round?.kind === 'dpo' ? await preparedPairs(input.spec, input.data) : await prepared(input.spec, input.data);
+        if (input.spec.round?.grpo?.reward.kind === 'module') rewardFunction(input.spec.round.grpo.reward); // loads now: a bad module fails before provisioning
         const plan = planSteps(p.train.length, input.spec.training.batchSize, input.spec.training.epochs);
         const provider = await deps.providerFor(input.spec.provider);
         const quote = await provider.estimateCost?.(input.spec.provider.model, input.spec.provider.generatorReplicas).catch(() => undefined);
@@ -199,6 +251,7 @@ export function createRoundActivities(deps: ActivityDeps) {
           } finally {
             clearInterval(timer);
           }
+          recordResource('provisioned', { provider: input.spec.provider.kind });
           return { resourceId, readyAtMs: Date.now() };
         },
         () => ({ resourceId }),
@@ -327,12 +380,13 @@ export function createRoundActivities(deps: ActivityDeps) {
           report();
         };
 
+        const metricTags = { provider: input.spec.provider.kind, campaign_name: input.spec.name };
         while (confirmed < maxStep) {
-          while (next < maxStep && inFlight.length < t.pipelineDepth && (Date.now() < deadline || next === confirmed)) {
+          while (next < maxStep && inFlight.length < t.pipelineDepth && !deps.draining?.() && (Date.now() < deadline || next === confirmed)) {
             await submit(next);
             next += 1;
           }
-          if (inFlight.length === 0) break; // out of time
+          if (inFlight.length === 0) break; // out of time, or the worker is shutting down
           const head = inFlight[0]!;
           const options = { signal: ctx.cancellationSignal };
           const fb = await provider.awaitOperation(head.fb, options);
@@ -349,6 +403,8 @@ export function createRoundActivities(deps: ActivityDeps) {
           const tokens = batchRows(head.step, p.train.length, t.batchSize, t.seed).rows.reduce((a, r) => a + p.train[r]!.completionTokens.length, 0);
           losses.push({ step: confirmed, loss: fb.loss, tokens });
           report();
+          recordOptimizerSteps(1, metricTags);
+          recordLatestLoss(fb.loss / Math.max(1, tokens), metricTags);
         }
         if (losses.length > 0) {
           fs.mkdirSync(input.stepsDir, { recursive: true });
@@ -422,6 +478,7 @@ export function createRoundActivities(deps: ActivityDeps) {
       return atBoundary(async () => {
         if (input.sessionId) await provider.closeSession(input.sessionId).catch(() => undefined);
         const r = await provider.deactivate(input.resourceId);
+        recordResource('released', { provider: input.spec.provider.kind });
         return { status: r.state === 'failed' ? 'already-failed' : 'deactivated', resourceId: input.resourceId };
       });
     },
@@ -433,6 +490,8 @@ export function createRoundActivities(deps: ActivityDeps) {
         ? fs.readdirSync(input.stepsDir).filter((f) => f.endsWith('.json')).sort().flatMap((f) => JSON.parse(fs.readFileSync(path.join(input.stepsDir!, f), 'utf8')))
         : [];
       writeJsonAtomic(input.path, { ...input.report, evaluations, steps });
+      const { gpu_minutes: gpuMinutes, provider, status } = input.report;
+      if (typeof gpuMinutes === 'number') recordRoundGpuMinutes(gpuMinutes, { provider: String(provider), status: String(status) });
       return input.path;
     },
   };
