@@ -3,6 +3,7 @@ import { ConfigError } from '../config/errors';
 import { TokenizerNotFoundError } from '../config/tokenizer';
 import { ProviderError } from '../providers/errors';
 import { DataValidationError } from './data';
+import { recordProviderError } from './metrics';
 
 /**
  * The one place provider and input errors become Temporal failures. The failure `type` is what workflows and
@@ -18,6 +19,7 @@ export function toActivityFailure(err: unknown, details: Record<string, unknown>
     return ApplicationFailure.create({ type: 'InvalidInput', message: err.message, nonRetryable: true, details: [details] });
   }
   if (err instanceof ProviderError) {
+    recordProviderError(err.errorClass, err.code);
     const type = err.providerCode && /^[A-Z_]+$/.test(err.providerCode) ? err.providerCode : err.code;
     const detail = { ...details, code: err.code, status: err.status, operationId: err.operationId };
     if (err.errorClass === 'retryable') {

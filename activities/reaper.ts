@@ -4,6 +4,7 @@ import type { ProviderSpec } from '../config/spec';
 import type { TrainerResource } from '../providers/types';
 import type { ActivityDeps } from './round';
 import { atBoundary } from './failures';
+import { recordResource } from './metrics';
 import { ownerOfTag } from '../workflows/round-contract';
 
 export interface ReaperInput {
@@ -75,7 +76,10 @@ export function createReaperActivities(deps: ActivityDeps) {
     async reapOrphans(input: ReaperInput): Promise<ReaperResult> {
       return atBoundary(async () => {
         const result = await reapOrphans(deps, Context.current().client, input, () => Context.current().heartbeat());
-        for (const entry of result.reaped) log.warn('reaped an orphaned trainer', { ...entry });
+        for (const entry of result.reaped) {
+          log.warn('reaped an orphaned trainer', { ...entry });
+          if (entry.action === 'deactivated') recordResource('reaped', { provider: entry.provider.split('@')[0]! });
+        }
         return result;
       });
     },

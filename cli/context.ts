@@ -1,5 +1,6 @@
 import path from 'node:path';
 import { Client, Connection, WorkflowNotFoundError } from '@temporalio/client';
+import { temporalClient } from '../workers/temporal-server';
 import { ConfigError } from '../config/errors';
 import { loadWorkerSettings, type WorkerSettings } from '../config/worker-env';
 import { createLogger, registerSecret, type Logger } from '../config/logging';
@@ -12,13 +13,17 @@ export interface CliContext {
 
 let installed = false;
 
-/** Validates the environment first (a bad variable is a ConfigError → exit 2), then sets up logging. */
-export function cliContext(): CliContext {
+/**
+ * Validates the environment first (a bad variable is a ConfigError → exit 2), then sets up logging; commands that
+ * run a worker also serve metrics (ROUNDHOUSE_METRICS_ADDRESS).
+ */
+export function cliContext(options: { serveMetrics?: boolean } = {}): CliContext {
   const settings = loadWorkerSettings();
   registerSecret(settings.apiKey);
+  for (const key of settings.encryption?.keys.values() ?? []) for (const form of ['base64', 'hex'] as const) registerSecret(key.toString(form));
   const logger = createLogger({ level: settings.logLevel });
   if (!installed) {
-    installRuntimeLogger(logger.child({ component: 'temporal' }));
+    installRuntimeLogger(logger.child({ component: 'temporal' }), { metricsAddress: options.serveMetrics ? settings.metricsAddress : undefined });
     installed = true;
   }
   return { settings, logger };
@@ -41,7 +46,7 @@ export async function cliClient(settings: WorkerSettings): Promise<CliClient> {
   } catch (err) {
     throw new CliFailure(`cannot reach Temporal at ${address} (${(err as Error).message.split('\n')[0]}): run \`roundhouse up\` or set TEMPORAL_ADDRESS`);
   }
-  return { client: new Client({ connection, namespace: settings.namespace }), address, close: () => connection.close() };
+  return { client: temporalClient(settings, connection), address, close: () => connection.close() };
 }
 
 /** Where campaign reports go: <state dir>/campaigns/<campaign id>. */

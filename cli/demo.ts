@@ -1,10 +1,10 @@
 import path from 'node:path';
 import { Command } from 'commander';
-import { Client } from '@temporalio/client';
 import { loadCampaignSpec } from '../config/spec';
-import { connectClient, connectWorker, packageRoot, startTemporal } from '../workers/temporal-server';
+import { connectClient, connectWorker, packageRoot, startTemporal, temporalClient } from '../workers/temporal-server';
 import { ProviderRegistry } from '../workers/providers';
 import { createRoundhouseWorker } from '../workers/worker';
+import { dataConverterFor } from '../workers/encryption';
 import type { CampaignInput, CampaignResult } from '../workflows/campaign-contract';
 import { cliContext, reportRoot } from './context';
 import { watchCampaign } from './progress';
@@ -29,8 +29,8 @@ export function demoCommand(): Command {
       const workerConnection = await connectWorker(settings, server.address);
       const clientConnection = await connectClient(settings, server.address);
       try {
-        const worker = await createRoundhouseWorker({ connection: workerConnection, namespace: settings.namespace, taskQueue: settings.taskQueue, providers, tuning: settings.tuning });
-        const client = new Client({ connection: clientConnection, namespace: settings.namespace });
+        const worker = await createRoundhouseWorker({ connection: workerConnection, namespace: settings.namespace, taskQueue: settings.taskQueue, providers, tuning: settings.tuning, dataConverter: dataConverterFor(settings) });
+        const client = temporalClient(settings, clientConnection);
         const campaignId = `${spec.name}-${new Date().toISOString().replace(/[-:.TZ]/g, '').slice(0, 14)}`;
         const input: CampaignInput = { campaignId, spec, reportRoot: reportRoot(settings) };
         process.stdout.write(`Running campaign ${campaignId}: ${spec.rounds.max} rounds at most on the embedded emulator (${spec.provider.model})\n`);

@@ -1,23 +1,79 @@
-import { Command } from 'commander';
+import { Command, InvalidArgumentError } from 'commander';
+import { ScheduleAlreadyRunning } from '@temporalio/client';
 import { ConfigError } from '../config/errors';
-import { connectWorker } from '../workers/temporal-server';
+import { connectClient, connectWorker, temporalClient } from '../workers/temporal-server';
+import { dataConverterFor } from '../workers/encryption';
+import { ProviderRegistry } from '../workers/providers';
+import { ensureReaperSchedule } from '../workers/schedules';
 import { createRoundhouseWorker } from '../workers/worker';
 import { cliContext } from './context';
 
+const PROVIDER_KINDS = ['local', 'together', 'baseten'] as const;
+
+function providerKinds(value: string): (typeof PROVIDER_KINDS)[number][] {
+  const kinds = value.split(',').map((k) => k.trim()).filter(Boolean);
+  const bad = kinds.find((k) => !(PROVIDER_KINDS as readonly string[]).includes(k));
+  if (bad || kinds.length === 0) throw new InvalidArgumentError(`expected a comma-separated list of ${PROVIDER_KINDS.join(', ')}`);
+  return kinds as (typeof PROVIDER_KINDS)[number][];
+}
+
 export function workerCommand(): Command {
   return new Command('worker')
-    .description('Run a Roundhouse worker against an existing Temporal server (TEMPORAL_ADDRESS)')
-    .addHelpText('after', '\nExample:\n  TEMPORAL_ADDRESS=127.0.0.1:7233 roundhouse worker')
-    .action(async () => {
-      const { settings, logger } = cliContext();
+    .description('Run a Roundhouse worker against an existing Temporal server (TEMPORAL_ADDRESS); SIGTERM/SIGINT drain it gracefully')
+    .option('--reaper <providers>', 'also create or update the reaper schedule on start, for these providers (e.g. local,together)', providerKinds)
+    .option('--reaper-every <interval>', 'how often the reaper runs', '1 minute')
+    .addHelpText(
+      'after',
+      '\nExamples:\n  TEMPORAL_ADDRESS=127.0.0.1:7233 roundhouse worker\n  TEMPORAL_ADDRESS=temporal:7233 ROUNDHOUSE_METRICS_ADDRESS=0.0.0.0:9464 roundhouse worker --reaper local',
+    )
+    .action(async (opts: { reaper?: (typeof PROVIDER_KINDS)[number][]; reaperEvery: string }) => {
+      const { settings, logger } = cliContext({ serveMetrics: true });
       if (!settings.address) throw new ConfigError('TEMPORAL_ADDRESS', 'is required for `roundhouse worker` (use `roundhouse up` for a local server)');
+      if (opts.reaper) {
+        const clientConnection = await connectClient(settings);
+        try {
+          const providers = opts.reaper.map((kind) => ({ kind, model: '' }));
+          await ensureReaperSchedule(temporalClient(settings, clientConnection), { taskQueue: settings.taskQueue, providers, every: opts.reaperEvery });
+          logger.info({ providers: opts.reaper, every: opts.reaperEvery }, 'reaper schedule ensured');
+        } catch (err) {
+          if (!(err instanceof ScheduleAlreadyRunning)) throw err; // another worker created it at the same moment
+        } finally {
+          await clientConnection.close();
+        }
+      }
       const connection = await connectWorker(settings);
+      const providers = new ProviderRegistry({ stateDir: settings.stateDir });
+      let stopRequestedAt: number | undefined;
+      const onSignal = (signal: NodeJS.Signals) => {
+        stopRequestedAt ??= Date.now();
+        logger.info({ signal, graceMs: settings.tuning.shutdownGraceMs }, 'shutdown requested: no new tasks; training segments return their cursor');
+      };
+      process.on('SIGTERM', onSignal).on('SIGINT', onSignal);
       try {
-        const worker = await createRoundhouseWorker({ connection, namespace: settings.namespace, taskQueue: settings.taskQueue, stateDir: settings.stateDir, tuning: settings.tuning });
-        logger.info({ address: settings.address, namespace: settings.namespace, taskQueue: settings.taskQueue }, 'worker started');
+        const worker = await createRoundhouseWorker({
+          connection,
+          namespace: settings.namespace,
+          taskQueue: settings.taskQueue,
+          providers,
+          tuning: settings.tuning,
+          dataConverter: dataConverterFor(settings),
+        });
+        logger.info(
+          {
+            address: settings.address,
+            namespace: settings.namespace,
+            taskQueue: settings.taskQueue,
+            metrics: settings.metricsAddress ? `http://${settings.metricsAddress}/metrics` : 'off',
+            encryption: settings.encryption ? `AES-256-GCM, key ${settings.encryption.currentKeyId}` : 'off',
+          },
+          'worker started',
+        );
         await worker.run(); // returns after SIGINT/SIGTERM and a graceful drain
+        logger.info({ drainMs: stopRequestedAt === undefined ? undefined : Date.now() - stopRequestedAt }, 'worker stopped');
       } finally {
+        process.off('SIGTERM', onSignal).off('SIGINT', onSignal);
         await connection.close();
+        await providers.close();
       }
     });
 }

@@ -22,6 +22,8 @@ const boolFlag = z
   .enum(['true', 'false', '1', '0', 'yes', 'no'], { message: 'expected true or false' })
   .transform((v) => v === 'true' || v === '1' || v === 'yes');
 
+const KEY_ID = /^[A-Za-z0-9._-]{1,64}$/;
+
 export const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'] as const;
 
 /** The environment a worker, the CLI or a test reads. Each key is the variable's own name. */
@@ -44,6 +46,10 @@ export const WorkerEnvSchema = z.object({
   ROUNDHOUSE_MAX_CACHED_WORKFLOWS: z.coerce.number().int().min(0).max(100_000).optional(),
   ROUNDHOUSE_STICKY_QUEUE_TIMEOUT_MS: z.coerce.number().int().min(100).max(600_000).optional(),
   ROUNDHOUSE_SHUTDOWN_GRACE_MS: z.coerce.number().int().min(0).max(3_600_000).default(20_000),
+  ROUNDHOUSE_METRICS_ADDRESS: hostPort.optional(),
+  ROUNDHOUSE_ENCRYPTION_KEYS: z.string().trim().min(1).optional(),
+  ROUNDHOUSE_ENCRYPTION_KEYS_FILE: existingFile.optional(),
+  ROUNDHOUSE_ENCRYPTION_KEY_ID: z.string().trim().regex(KEY_ID, 'expected a key id of letters, digits, ., _ or - (at most 64)').optional(),
 });
 
 export type WorkerEnv = z.infer<typeof WorkerEnvSchema>;
@@ -71,6 +77,40 @@ export interface WorkerSettings {
     stickyQueueTimeoutMs?: number;
     shutdownGraceMs: number;
   };
+  /** `host:port` of the Prometheus endpoint (Temporal's worker metrics and Roundhouse's own). */
+  metricsAddress?: string;
+  /** Payload encryption keys; undefined when payloads are not encrypted. */
+  encryption?: EncryptionKeyring;
+}
+
+/** AES-256 keys by id: payloads are encrypted with the current one and decrypted with whichever id they name. */
+export interface EncryptionKeyring {
+  currentKeyId: string;
+  keys: Map<string, Buffer>;
+}
+
+/**
+ * Parses `id=key` entries (comma- or newline-separated; `#` starts a comment) where each key is 32 bytes in base64
+ * or hex. The current key is `currentKeyId` when given, else the first entry: rotating is putting a new key first
+ * and keeping the old ones for as long as histories encrypted with them are read.
+ */
+export function parseEncryptionKeys(text: string, variable: string, currentKeyId?: string): EncryptionKeyring {
+  const keys = new Map<string, Buffer>();
+  const entries = text.split(/[\n,]/).map((line) => line.replace(/#.*$/, '').trim()).filter(Boolean);
+  for (const entry of entries) {
+    const at = entry.indexOf('=');
+    const id = at > 0 ? entry.slice(0, at).trim() : '';
+    const encoded = at > 0 ? entry.slice(at + 1).trim() : '';
+    if (!KEY_ID.test(id)) throw new ConfigError(variable, 'expected entries id=key (key id of letters, digits, ., _ or -)');
+    const key = /^[0-9a-fA-F]{64}$/.test(encoded) ? Buffer.from(encoded, 'hex') : Buffer.from(encoded, 'base64');
+    if (key.length !== 32) throw new ConfigError(variable, `key '${id}' is not 32 bytes (give 32 random bytes in base64 or hex)`);
+    if (keys.has(id)) throw new ConfigError(variable, `key id '${id}' appears twice`);
+    keys.set(id, key);
+  }
+  if (keys.size === 0) throw new ConfigError(variable, 'has no keys');
+  const current = currentKeyId ?? [...keys.keys()][0]!;
+  if (!keys.has(current)) throw new ConfigError('ROUNDHOUSE_ENCRYPTION_KEY_ID', `'${current}' is not among the keys`);
+  return { currentKeyId: current, keys };
 }
 
 /** Reads and validates the worker environment; throws a ConfigError naming the first bad variable. */
@@ -114,6 +154,17 @@ export function loadWorkerSettings(env: NodeJS.ProcessEnv = process.env): Worker
   if ((apiKey || tls) && !e.TEMPORAL_ADDRESS) {
     throw new ConfigError('TEMPORAL_ADDRESS', 'is required when an API key or TLS is configured');
   }
+  if (e.ROUNDHOUSE_ENCRYPTION_KEYS && e.ROUNDHOUSE_ENCRYPTION_KEYS_FILE) {
+    throw new ConfigError('ROUNDHOUSE_ENCRYPTION_KEYS_FILE', 'set either ROUNDHOUSE_ENCRYPTION_KEYS or ROUNDHOUSE_ENCRYPTION_KEYS_FILE, not both');
+  }
+  if (e.ROUNDHOUSE_ENCRYPTION_KEY_ID && !e.ROUNDHOUSE_ENCRYPTION_KEYS && !e.ROUNDHOUSE_ENCRYPTION_KEYS_FILE) {
+    throw new ConfigError('ROUNDHOUSE_ENCRYPTION_KEY_ID', 'is set but there are no keys (ROUNDHOUSE_ENCRYPTION_KEYS or ROUNDHOUSE_ENCRYPTION_KEYS_FILE)');
+  }
+  const encryption = e.ROUNDHOUSE_ENCRYPTION_KEYS
+    ? parseEncryptionKeys(e.ROUNDHOUSE_ENCRYPTION_KEYS, 'ROUNDHOUSE_ENCRYPTION_KEYS', e.ROUNDHOUSE_ENCRYPTION_KEY_ID)
+    : e.ROUNDHOUSE_ENCRYPTION_KEYS_FILE
+      ? parseEncryptionKeys(fs.readFileSync(e.ROUNDHOUSE_ENCRYPTION_KEYS_FILE, 'utf8'), 'ROUNDHOUSE_ENCRYPTION_KEYS_FILE', e.ROUNDHOUSE_ENCRYPTION_KEY_ID)
+      : undefined;
   return {
     address: e.TEMPORAL_ADDRESS,
     namespace: e.TEMPORAL_NAMESPACE,
@@ -130,5 +181,7 @@ export function loadWorkerSettings(env: NodeJS.ProcessEnv = process.env): Worker
       stickyQueueTimeoutMs: e.ROUNDHOUSE_STICKY_QUEUE_TIMEOUT_MS,
       shutdownGraceMs: e.ROUNDHOUSE_SHUTDOWN_GRACE_MS,
     },
+    metricsAddress: e.ROUNDHOUSE_METRICS_ADDRESS,
+    encryption,
   };
 }

@@ -1,11 +1,12 @@
 import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
-import { Connection, type ConnectionOptions } from '@temporalio/client';
+import { Client, Connection, type ConnectionOptions } from '@temporalio/client';
 import { NativeConnection, type NativeConnectionOptions } from '@temporalio/worker';
 import { TestWorkflowEnvironment, type EphemeralServerExecutable } from '@temporalio/testing';
 import { ConfigError } from '../config/errors';
 import type { WorkerSettings } from '../config/worker-env';
+import { dataConverterFor } from './encryption';
 
 /**
  * Where the Temporal server comes from, in the order they are tried:
@@ -139,8 +140,14 @@ export async function startTemporal(settings: WorkerSettings, options: StartTemp
   };
 }
 
+/** Temporal Cloud and other TLS clusters: an API key (sent as a bearer token, TLS on) or an mTLS certificate pair. */
 function connectionOptions(settings: WorkerSettings, address: string): ConnectionOptions & NativeConnectionOptions {
   return { address, tls: settings.tls, apiKey: settings.apiKey };
+}
+
+/** A client with the deployment's data converter (payload encryption when keys are configured). */
+export function temporalClient(settings: WorkerSettings, connection: Connection): Client {
+  return new Client({ connection, namespace: settings.namespace, dataConverter: dataConverterFor(settings) });
 }
 
 export async function connectClient(settings: WorkerSettings, address = settings.address): Promise<Connection> {

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { Client, Connection } from '@temporalio/client';
 import { bundleWorkflowCode, NativeConnection, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import { loadWorkerSettings, type WorkerSettings } from '../../config/worker-env';
-import { connectClient, connectWorker } from '../../workers/temporal-server';
+import { connectClient, connectWorker, temporalClient } from '../../workers/temporal-server';
 
 /** Connections to the run's shared dev server (started by test/global-setup.ts). */
 export interface TestTemporal {
@@ -19,7 +19,7 @@ export async function connectTestTemporal(): Promise<TestTemporal> {
   const nativeConnection = await connectWorker(settings);
   return {
     settings,
-    client: new Client({ connection, namespace: settings.namespace }),
+    client: temporalClient(settings, connection),
     nativeConnection,
     async close() {
       await connection.close();

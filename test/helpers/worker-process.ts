@@ -25,9 +25,12 @@ export interface WorkerProcess {
   stop(): Promise<void>;
 }
 
-/** A real `roundhouse worker` process on its own task queue. */
-export function startWorkerProcess(env: Record<string, string>): WorkerProcess {
-  const child = spawn(process.execPath, [bin, 'worker'], {
+/**
+ * A real `roundhouse worker` process on its own task queue. `script` runs another entry point with the same
+ * command line (the compiled `dist/` CLI); `args` are extra `worker` arguments.
+ */
+export function startWorkerProcess(env: Record<string, string>, options: { script?: string; args?: string[] } = {}): WorkerProcess {
+  const child = spawn(process.execPath, [options.script ?? bin, 'worker', ...(options.args ?? [])], {
     env: { ...process.env, ROUNDHOUSE_LOG_LEVEL: 'info', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
