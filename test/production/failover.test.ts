@@ -1,0 +1,94 @@
+import fs from 'node:fs';
+import type { RoundResult } from '../../workflows/round-contract';
+import { ledger, startTestEmulator, type RunningEmulator } from '../helpers/emulator';
+import { ticketRoundInput } from '../helpers/round';
+import { connectTestTemporal, uniqueTaskQueue, type TestTemporal } from '../helpers/temporal';
+import type { WorkerProcess } from '../helpers/worker-process';
+import { buildDist, progressOf, startDistWorker, trainingWorkerPid, waitFor } from './helpers';
+
+let temporal: TestTemporal;
+
+beforeAll(async () => {
+  temporal = await connectTestTemporal();
+  buildDist();
+}, 180_000);
+
+afterAll(async () => {
+  await temporal?.close();
+});
+
+const GRACE_MS = 8_000;
+
+/**
+ * Two compiled workers on one task queue run a 24-step round (segments of 4, 100 ms per operation); once training
+ * passes step 5, the worker running the segment gets `signal`. The other worker must finish the round.
+ */
+async function roundSurvivesLosingItsWorker(signal: 'SIGKILL' | 'SIGTERM') {
+  const emulator: RunningEmulator = await startTestEmulator({ provisioningDelayMs: 200, operationLatencyMs: 100 });
+  const taskQueue = uniqueTaskQueue(`failover-${signal.toLowerCase()}`);
+  const env = {
+    TEMPORAL_ADDRESS: process.env.TEMPORAL_ADDRESS!,
+    ROUNDHOUSE_TASK_QUEUE: taskQueue,
+    ROUNDHOUSE_STICKY_QUEUE_TIMEOUT_MS: '500',
+    ROUNDHOUSE_SHUTDOWN_GRACE_MS: String(GRACE_MS),
+  };
+  const workers: WorkerProcess[] = [startDistWorker(env), startDistWorker(env)];
+  try {
+    await Promise.all(workers.map((w) => w.ready));
+    for (const w of workers) expect(w.output()).not.toContain('Workflow bundle created'); // the prebuilt bundle, no webpack
+    const input = ticketRoundInput({ baseUrl: emulator.url, campaignId: `failover-${taskQueue}`, trainRows: 64, evalRows: 8, heartbeatTimeoutSeconds: 2 });
+    input.spec.training.epochs = 3; // 64 / 8 × 3 = 24 steps
+    const handle = await temporal.client.workflow.start('roundWorkflow', { taskQueue, workflowId: `round-${taskQueue}`, args: [input] });
+
+    const atSignal = await waitFor('training past step 5', async () => {
+      const p = await progressOf(handle);
+      return p?.phase === 'training' && p.step >= 5 ? p : undefined;
+    });
+    const pid = await waitFor('the segment to be on a worker', () => trainingWorkerPid(handle));
+    const victim = workers.find((w) => w.child.pid === pid);
+    const survivor = workers.find((w) => w.child.pid !== pid)!;
+    expect(victim).toBeDefined();
+
+    const signalledAt = Date.now();
+    const exited = new Promise<{ code: number | null; ms: number }>((resolve) =>
+      victim!.child.once('exit', (code) => resolve({ code, ms: Date.now() - signalledAt })),
+    );
+    victim!.child.kill(signal);
+    const exit = await exited;
+    const resumed = await waitFor('training to move on', async () => {
+      const p = await progressOf(handle);
+      return p && (p.step > atSignal.step + 4 || p.phase !== 'training') ? Date.now() - signalledAt : undefined;
+    }, 60_000);
+
+    const result: RoundResult = await handle.result();
+    expect(result).toMatchObject({ status: 'completed', stepsApplied: 24, totalSteps: 24 });
+    const l = await ledger(emulator);
+    expect(l.totals.optimizerSteps).toBe(24); // none lost, none doubled
+    expect(l.resources).toHaveLength(1);
+    expect(l.active).toEqual([]);
+    const report = JSON.parse(fs.readFileSync(result.reportPath, 'utf8'));
+    expect(report.steps.map((s: { step: number }) => s.step)).toEqual(Array.from({ length: 24 }, (_v, i) => i + 1));
+    expect(survivor.child.exitCode).toBeNull(); // the other worker finished it
+    process.stderr.write(
+      `[failover] ${signal} at step ${atSignal.step}: worker exited in ${exit.ms} ms (code ${exit.code}), training moved on after ${resumed} ms; ` +
+        `duplicates absorbed ${l.totals.duplicatesAbsorbed}\n`,
+    );
+    return { exit, victim: victim!, resumedMs: resumed };
+  } finally {
+    await Promise.all(workers.map((w) => w.stop()));
+    await emulator.close();
+  }
+}
+
+test('two workers on one queue: SIGKILL of the one training, the other finishes the round with exact steps and nothing left active', async () => {
+  const { exit } = await roundSurvivesLosingItsWorker('SIGKILL');
+  expect(exit.code).toBeNull(); // killed, not exited
+}, 120_000);
+
+test('SIGTERM during training: the worker drains and exits within its grace time, the round resumes on the other worker with no step lost or doubled', async () => {
+  const { exit, victim } = await roundSurvivesLosingItsWorker('SIGTERM');
+  expect(exit.code).toBe(0);
+  expect(exit.ms).toBeLessThan(GRACE_MS);
+  expect(victim.output()).toContain('shutdown requested');
+  expect(victim.output()).toContain('worker stopped');
+}, 120_000);
