@@ -6,6 +6,7 @@ import { upCommand } from './up';
 import { workerCommand } from './worker';
 import { demoCommand } from './demo';
 import { emulatorCommand } from './emulator';
+import { codecServerCommand } from './codec-server';
 import { pauseCommand, resumeCommand, runCommand, statusCommand, stopCommand, watchCommand } from './campaign';
 import { scheduleCommand } from './schedule';
 import { reapCommand } from './reap';
@@ -25,6 +26,7 @@ export function buildProgram(): Command {
   program.addCommand(workerCommand());
   program.addCommand(demoCommand());
   program.addCommand(emulatorCommand());
+  program.addCommand(codecServerCommand());
   for (const command of [runCommand(), statusCommand(), watchCommand(), pauseCommand(), resumeCommand(), stopCommand(), scheduleCommand(), reapCommand(), reportCommand()]) {
     program.addCommand(command);
   }

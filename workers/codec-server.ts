@@ -1,0 +1,98 @@
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { Payload, PayloadCodec } from '@temporalio/common';
+
+/** A payload as the codec server protocol carries it: metadata values and data in base64. */
+interface JsonPayload {
+  metadata?: Record<string, string>;
+  data?: string;
+}
+
+const MAX_BODY_BYTES = 8 * 1024 * 1024;
+
+function fromJson(p: JsonPayload): Payload {
+  return {
+    metadata: Object.fromEntries(Object.entries(p.metadata ?? {}).map(([k, v]) => [k, new Uint8Array(Buffer.from(v, 'base64'))])),
+    data: new Uint8Array(Buffer.from(p.data ?? '', 'base64')),
+  };
+}
+
+function toJson(p: Payload): JsonPayload {
+  return {
+    metadata: Object.fromEntries(Object.entries(p.metadata ?? {}).map(([k, v]) => [k, Buffer.from(v ?? new Uint8Array()).toString('base64')])),
+    data: Buffer.from(p.data ?? new Uint8Array()).toString('base64'),
+  };
+}
+
+export interface CodecServerOptions {
+  codec: PayloadCodec;
+  host?: string;
+  port?: number;
+  /** Browser origins allowed to call it (the Temporal Web UI's), e.g. http://localhost:8080. */
+  corsOrigins?: string[];
+}
+
+export interface RunningCodecServer {
+  url: string;
+  close(): Promise<void>;
+}
+
+/**
+ * Temporal's codec server protocol (POST /encode, POST /decode with `{payloads: [...]}`), so the Web UI and
+ * `temporal` CLI can show encrypted payloads to whoever may reach it. It decrypts for anyone who can call it:
+ * bind it to loopback or put it behind your own authentication.
+ */
+export async function startCodecServer(options: CodecServerOptions): Promise<RunningCodecServer> {
+  const origins = new Set(options.corsOrigins ?? []);
+  const server = http.createServer((req, res) => {
+    const origin = req.headers.origin;
+    if (origin && origins.has(origin)) {
+      res.setHeader('access-control-allow-origin', origin);
+      res.setHeader('access-control-allow-methods', 'POST, OPTIONS');
+      res.setHeader('access-control-allow-headers', 'content-type, x-namespace, authorization');
+      res.setHeader('vary', 'origin');
+    }
+    const reply = (status: number, body: unknown) => {
+      res.writeHead(status, { 'content-type': 'application/json' });
+      res.end(JSON.stringify(body));
+    };
+    if (req.method === 'OPTIONS') {
+      res.writeHead(204);
+      res.end();
+      return;
+    }
+    const route = (req.url ?? '').split('?')[0]!.replace(/\/+$/, '');
+    if (req.method !== 'POST' || !['/encode', '/decode'].includes(route)) {
+      reply(404, { error: { code: 'NOT_FOUND', message: 'POST /encode or /decode' } });
+      return;
+    }
+    const chunks: Buffer[] = [];
+    let size = 0;
+    req.on('data', (chunk: Buffer) => {
+      size += chunk.length;
+      if (size > MAX_BODY_BYTES) req.destroy();
+      else chunks.push(chunk);
+    });
+    req.on('end', async () => {
+      try {
+        const body = JSON.parse(Buffer.concat(chunks).toString('utf8')) as { payloads?: JsonPayload[] };
+        if (!Array.isArray(body.payloads)) throw new Error('payloads: expected an array');
+        const payloads = body.payloads.map(fromJson);
+        const out = route === '/encode' ? await options.codec.encode(payloads) : await options.codec.decode(payloads);
+        reply(200, { payloads: out.map(toJson) });
+      } catch (err) {
+        reply(400, { error: { code: 'BAD_PAYLOADS', message: (err as Error).message } });
+      }
+    });
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(options.port ?? 8888, options.host ?? '127.0.0.1', () => resolve());
+  });
+  const { port } = server.address() as AddressInfo;
+  const host = options.host ?? '127.0.0.1';
+  return {
+    url: `http://${host.includes(':') ? `[${host}]` : host}:${port}`,
+    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+  };
+}
