@@ -709,7 +709,7 @@ export class Engine {
     try {
       while (rt.queue.length > 0) {
         const op = rt.queue[0]!;
-        await this.waitForCompute();
+        await this.waitForCompute(op);
         rt.queue.shift();
         if (op.status !== 'PENDING') continue; // failed while queued (session ended)
         op.status = 'RUNNING';
@@ -722,13 +722,19 @@ export class Engine {
     }
   }
 
-  private async waitForCompute(): Promise<void> {
+  /**
+   * Simulated compute. Latency: each operation takes `operationLatencyMs`, one after another per session.
+   * Clock cycles: an operation runs on the first tick after it was submitted, and every operation queued by a
+   * tick runs in that tick, as hosted trainers batch work (so a client that awaits forward_backward before
+   * submitting optim_step spends two cycles per step, one that submits both back to back spends one).
+   */
+  private async waitForCompute(op: OperationRecord): Promise<void> {
     const { operationLatencyMs, clockCycleMs } = this.options;
     if (operationLatencyMs > 0) await new Promise((r) => setTimeout(r, operationLatencyMs));
     if (clockCycleMs > 0) {
-      const now = this.now();
-      const nextTick = Math.ceil((now + 1) / clockCycleMs) * clockCycleMs;
-      await new Promise((r) => setTimeout(r, nextTick - now));
+      const tick = Math.ceil((op.submittedAt + 1) / clockCycleMs) * clockCycleMs;
+      const wait = tick - this.now();
+      if (wait > 0) await new Promise((r) => setTimeout(r, wait));
     }
   }
 
