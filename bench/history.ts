@@ -1,0 +1,100 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import type { ProviderSpec } from '../config/spec';
+import { parseCampaignSpec } from '../config/spec';
+import { TogetherProvider } from '../providers/together/client';
+import type { TrainingProvider } from '../providers/types';
+import { LOCAL_EMULATOR_KEY, ProviderRegistry } from '../workers/providers';
+import type { CampaignInput, CampaignResult } from '../workflows/campaign-contract';
+import type { RoundResult } from '../workflows/round-contract';
+import { benchRoundInput, note, startBenchEmulator, trainingPhase, withWorker, type BenchContext, type Report } from './harness';
+
+const TARGET = 0.1;
+
+/**
+ * Polls operations every few milliseconds: history does not depend on how fast steps go (segments are bounded
+ * by steps here), so the long rounds may as well run at the emulator's own speed.
+ */
+class FastPollingRegistry extends ProviderRegistry {
+  private readonly fast = new Map<string, TrainingProvider>();
+  override async providerFor(spec: ProviderSpec): Promise<TrainingProvider> {
+    const baseUrl = spec.baseUrl!;
+    let p = this.fast.get(baseUrl);
+    if (!p) this.fast.set(baseUrl, (p = new TogetherProvider({ baseUrl, apiKey: LOCAL_EMULATOR_KEY, pollIntervalMs: 2, maxPollIntervalMs: 10 })));
+    return p;
+  }
+  override async close(): Promise<void> {
+    for (const p of this.fast.values()) await p.close();
+    await super.close();
+  }
+}
+
+/**
+ * History events per optimizer step, counted in the server's own history: the events of the training phase
+ * (segments, their workflow tasks, progress signals) divided by the steps, for a standalone round and for a
+ * round run by a campaign (which it tells of its progress), at two lengths. The round's fixed events
+ * (validate, provision, baseline, checkpoint, sample, cleanup) are reported separately.
+ */
+export async function historyBenchmark(ctx: BenchContext, report: Report): Promise<void> {
+  const lengths = ctx.quick ? [20, 40] : [100, 2000];
+  const emulator = await startBenchEmulator({});
+  const registry = new FastPollingRegistry({ stateDir: fs.mkdtempSync(path.join(ctx.scratch, 'history-')) });
+  try {
+    await withWorker(
+      ctx,
+      `bench-history-${Date.now()}`,
+      async (worker) => {
+        const taskQueue = worker.options.taskQueue;
+        const perStep: Record<string, number[]> = { round: [], campaign: [] };
+        for (const steps of lengths) {
+          // Standalone round.
+          const input = benchRoundInput({ baseUrl: emulator.url, campaignId: `history-${steps}-${taskQueue}`, steps, batchSize: 2, segmentSteps: ctx.quick ? 10 : undefined });
+          const roundId = `round-${steps}-${taskQueue}`;
+          const result: RoundResult = await ctx.client.workflow.execute('roundWorkflow', { taskQueue, workflowId: roundId, args: [input] });
+          if (result.stepsApplied !== steps) throw new Error(`round of ${steps} steps applied ${result.stepsApplied}`);
+          const phase = trainingPhase(await ctx.client.workflow.getHandle(roundId).fetchHistory());
+          note(`history round ${steps} steps: ${phase.totalEvents} events in all, ${phase.events} in training over ${phase.segments} segment(s), ${(phase.ms / 1000).toFixed(1)} s training`);
+          report({ name: `history.round.${steps}_steps.events_per_step`, value: phase.events / steps, target: `≤ ${TARGET}`, met: phase.events / steps <= TARGET });
+          report({ name: `history.round.${steps}_steps.fixed_events`, value: phase.totalEvents - phase.events, target: 'info' });
+          perStep.round!.push(phase.events / steps);
+
+          // The same round, run by a one-round campaign: its progress signals to the campaign add events.
+          const campaignId = `campaign-${steps}-${taskQueue}`;
+          const result2: CampaignResult = await ctx.client.workflow.execute('campaignWorkflow', {
+            taskQueue,
+            workflowId: campaignId,
+            args: [campaignInputLike(input, path.join(ctx.scratch, 'campaigns'))],
+          });
+          if (result2.rounds[0]?.stepsApplied !== steps) throw new Error(`campaign round of ${steps} steps applied ${result2.rounds[0]?.stepsApplied}`);
+          const child = trainingPhase(await ctx.client.workflow.getHandle(`${campaignId}-round-1`).fetchHistory());
+          note(`history campaign round ${steps} steps: ${child.totalEvents} events in all, ${child.events} in training over ${child.segments} segment(s)`);
+          report({ name: `history.campaign_round.${steps}_steps.events_per_step`, value: child.events / steps, target: `≤ ${TARGET}`, met: child.events / steps <= TARGET });
+          perStep.campaign!.push(child.events / steps);
+        }
+        for (const [kind, values] of Object.entries(perStep)) {
+          const growth = values[1]! / values[0]!;
+          report({ name: `history.${kind}.growth_${lengths[1]}_over_${lengths[0]}`, value: growth, target: '≤ 1 (not growing)', met: growth <= 1.0001 });
+        }
+      },
+      registry,
+    );
+  } finally {
+    await emulator.close();
+  }
+}
+
+/** A one-round campaign over the round input's spec and data. */
+function campaignInputLike(input: ReturnType<typeof benchRoundInput>, reportRoot: string): CampaignInput {
+  const s = input.spec;
+  const yaml = JSON.stringify({
+    name: s.name,
+    provider: s.provider,
+    data: { train: input.data.train, eval: input.data.eval },
+    training: s.training,
+    sampling: s.sampling,
+    evaluation: s.evaluation,
+    advanced: s.advanced,
+    rounds: { max: 1 },
+  });
+  return { spec: parseCampaignSpec(yaml, path.join(path.dirname(input.data.train), 'campaign.json')), reportRoot };
+}

@@ -1,0 +1,63 @@
+import type { RoundResult } from '../workflows/round-contract';
+import { runDirectLoop } from './direct';
+import { benchRoundInput, note, startBenchEmulator, trainingPhase, withWorker, type BenchContext, type Report } from './harness';
+
+interface Mode {
+  name: string;
+  emulator: { operationLatencyMs?: number; clockCycleMs?: number };
+  /** Targets of this mode: [round / pipelined, round / naive]. */
+  vsPipelined?: number;
+  vsNaiveBelow?: number;
+}
+
+const MODES: Mode[] = [
+  { name: 'latency50ms', emulator: { operationLatencyMs: 50 } },
+  { name: 'latency200ms', emulator: { operationLatencyMs: 200 }, vsPipelined: 1.03 },
+  { name: 'clock200ms', emulator: { clockCycleMs: 200 }, vsNaiveBelow: 0.6 },
+];
+
+/**
+ * Orchestration overhead: the same training (data, steps, seed, client) timed three ways against one emulator —
+ * a naive direct loop, a pipelined direct loop, and a Roundhouse round (its training phase, from the server's
+ * history: first segment scheduled → last segment completed).
+ */
+export async function overheadBenchmark(ctx: BenchContext, report: Report): Promise<void> {
+  const steps = ctx.quick ? 6 : 30;
+  for (const mode of ctx.quick ? MODES.slice(0, 1) : MODES) {
+    const emulator = await startBenchEmulator(mode.emulator);
+    try {
+      const input = (id: string) => benchRoundInput({ baseUrl: emulator.url, campaignId: `overhead-${mode.name}-${id}`, steps, stepsPerEpoch: Math.min(steps, 10) });
+      const naive = await runDirectLoop('naive', input('naive'), `${mode.name}-naive`);
+      const pipelined = await runDirectLoop('pipelined', input('pipelined'), `${mode.name}-pipelined`);
+      const taskQueue = `bench-overhead-${mode.name}-${Date.now()}`;
+      const roundInput = input('round');
+      const workflowId = `round-${taskQueue}`;
+      const result: RoundResult = await withWorker(ctx, taskQueue, () => ctx.client.workflow.execute('roundWorkflow', { taskQueue, workflowId, args: [roundInput] }));
+      if (result.status !== 'completed' || result.stepsApplied !== steps) throw new Error(`round ended ${result.status} with ${result.stepsApplied}/${steps} steps`);
+      const phase = trainingPhase(await ctx.client.workflow.getHandle(workflowId).fetchHistory());
+      note(`overhead ${mode.name}: ${steps} steps — naive ${naive.trainingMs} ms, pipelined ${pipelined.trainingMs} ms, round ${phase.ms} ms (${phase.segments} segment(s))`);
+      const perStep = (ms: number) => ms / steps;
+      report({ name: `overhead.${mode.name}.naive_ms_per_step`, value: perStep(naive.trainingMs), target: 'info' });
+      report({ name: `overhead.${mode.name}.pipelined_ms_per_step`, value: perStep(pipelined.trainingMs), target: 'info' });
+      report({ name: `overhead.${mode.name}.round_ms_per_step`, value: perStep(phase.ms), target: 'info' });
+      const vsPipelined = phase.ms / pipelined.trainingMs;
+      const vsNaive = phase.ms / naive.trainingMs;
+      report({
+        name: `overhead.${mode.name}.round_over_pipelined`,
+        value: vsPipelined,
+        target: mode.vsPipelined !== undefined ? `≤ ${mode.vsPipelined}` : 'info',
+        met: mode.vsPipelined !== undefined ? vsPipelined <= mode.vsPipelined : undefined,
+      });
+      report({
+        name: `overhead.${mode.name}.round_over_naive`,
+        value: vsNaive,
+        target: mode.vsNaiveBelow !== undefined ? `< ${mode.vsNaiveBelow}` : 'info',
+        met: mode.vsNaiveBelow !== undefined ? vsNaive < mode.vsNaiveBelow : undefined,
+      });
+      const l = emulator.engine.ledger();
+      if (l.totals.optimizerSteps !== 3 * steps) throw new Error(`the emulator applied ${l.totals.optimizerSteps} optimizer steps, expected ${3 * steps}`);
+    } finally {
+      await emulator.close();
+    }
+  }
+}

@@ -1,0 +1,76 @@
+import os from 'node:os';
+import { formatFigure, note, startBench, type BenchContext, type Figure, type Report } from './harness';
+import { overheadBenchmark } from './overhead';
+import { historyBenchmark } from './history';
+import { recoveryBenchmark } from './recovery';
+import { scaleBenchmark } from './scale';
+import { cleanupBenchmark } from './cleanup';
+
+/**
+ * `npm run bench` runs every benchmark; `npm run bench -- <name> [<name>…]` runs some; `--quick` uses tiny sizes
+ * (the harness self-test). Figures go to stdout as `name: value (target)` lines, progress to stderr.
+ */
+const BENCHMARKS: Record<string, (ctx: BenchContext, report: Report) => Promise<void>> = {
+  overhead: overheadBenchmark,
+  history: historyBenchmark,
+  recovery: recoveryBenchmark,
+  scale: scaleBenchmark,
+  cleanup: cleanupBenchmark,
+};
+
+/** Everything must finish well inside the 10-minute budget; a benchmark past its own bound fails. */
+const BENCHMARK_TIMEOUT_MS = 8 * 60_000;
+
+export async function main(argv: string[]): Promise<number> {
+  const args = argv.slice(2);
+  const quick = args.includes('--quick');
+  const names = args.filter((a) => !a.startsWith('--'));
+  const unknown = names.filter((n) => !(n in BENCHMARKS));
+  if (unknown.length) {
+    process.stderr.write(`unknown benchmark(s): ${unknown.join(', ')}; known: ${Object.keys(BENCHMARKS).join(', ')}\n`);
+    return 2;
+  }
+  const selected = names.length ? names : Object.keys(BENCHMARKS);
+  const started = Date.now();
+  note(`${new Date().toISOString()} · ${os.cpus().length} cores · ${(os.totalmem() / 2 ** 30).toFixed(0)} GiB · Node ${process.version} · ${selected.join(', ')}${quick ? ' (quick)' : ''}`);
+  const ctx = await startBench({ quick });
+  const figures: Figure[] = [];
+  const report: Report = (f) => {
+    figures.push(f);
+    process.stdout.write(`${formatFigure(f)}\n`);
+  };
+  let failed = 0;
+  try {
+    for (const name of selected) {
+      const t0 = Date.now();
+      let timer: NodeJS.Timeout | undefined;
+      try {
+        await Promise.race([
+          BENCHMARKS[name]!(ctx, report),
+          new Promise((_r, reject) => (timer = setTimeout(() => reject(new Error(`over ${BENCHMARK_TIMEOUT_MS / 60_000} minutes`)), BENCHMARK_TIMEOUT_MS))),
+        ]);
+      } catch (err) {
+        failed += 1;
+        report({ name: `${name}.error`, value: JSON.stringify((err as Error).message ?? String(err)), target: 'must not happen', met: false });
+      } finally {
+        clearTimeout(timer);
+      }
+      note(`${name} took ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+    }
+  } finally {
+    await ctx.close();
+  }
+  const missed = figures.filter((f) => f.met === false).length;
+  note(`done in ${((Date.now() - started) / 1000).toFixed(0)} s: ${figures.length} figures, ${missed} missed`);
+  return failed > 0 ? 1 : 0;
+}
+
+if (require.main === module) {
+  main(process.argv).then(
+    (code) => process.exit(code),
+    (err) => {
+      process.stderr.write(`${(err as Error).stack ?? err}\n`);
+      process.exit(1);
+    },
+  );
+}
