@@ -1,5 +1,5 @@
 import { Context, log } from '@temporalio/activity';
-import type { Client } from '@temporalio/client';
+import { WorkflowNotFoundError, type Client } from '@temporalio/client';
 import type { ProviderSpec } from '../config/spec';
 import type { TrainerResource } from '../providers/types';
 import type { ActivityDeps } from './round';
@@ -9,7 +9,10 @@ import { ownerOfTag } from '../workflows/round-contract';
 
 export interface ReaperInput {
   providers: Pick<ProviderSpec, 'kind' | 'baseUrl' | 'model'>[];
-  /** A resource younger than this is left alone, so one being provisioned is never reaped. */
+  /**
+   * An untagged resource younger than this is left alone, so one being provisioned (its owner not yet known) is
+   * never reaped. A tagged one is reaped as soon as its owner is closed: nothing else will release it.
+   */
   graceSeconds: number;
   /** Report what would be reaped without deactivating anything. */
   dryRun?: boolean;
@@ -36,12 +39,7 @@ export interface ReaperResult {
 
 /**
  * Lists every active resource at each provider, finds its owning workflow from its tag (the resource's own tag, or
- * the display name of its sessions), and deactivates it when the owner is closed or unknown and the resource is
- * older than the grace period. Termination and timeouts run no workflow code; this is what cleans up after them.
- */
-/**
- * Lists every active resource at each provider, finds its owning workflow from its tag (the resource's own tag, or
- * the display name of its sessions), and deactivates it when the owner is closed or unknown and the resource is
+ * the display name of its sessions), and deactivates it when the owner is closed, or when it has no owner and is
  * older than the grace period. Termination and timeouts run no workflow code; this is what cleans up after them.
  */
 export async function reapOrphans(deps: ActivityDeps, client: Client, input: ReaperInput, onResource: () => void = () => {}): Promise<ReaperResult> {
@@ -59,7 +57,7 @@ export async function reapOrphans(deps: ActivityDeps, client: Client, input: Rea
       const entry: ReapedResource = { provider: label, resourceId: resource.id, owner, ownerStatus, action: 'kept' };
       const reapUntagged = input.reapUntagged ?? spec.kind === 'local';
       const orphan = owner ? ownerStatus !== 'RUNNING' : untagged && reapUntagged;
-      if (!orphan || ageSeconds(resource) < input.graceSeconds) {
+      if (!orphan || (!owner && ageSeconds(resource) < input.graceSeconds)) {
         result.kept.push(entry);
         continue;
       }
@@ -94,8 +92,10 @@ function ageSeconds(resource: TrainerResource): number {
 async function workflowStatus(client: Client, workflowId: string): Promise<string> {
   try {
     return (await client.workflow.getHandle(workflowId).describe()).status.name;
-  } catch {
-    return 'NOT_FOUND';
+  } catch (err) {
+    // Only a workflow the server does not know is gone; any other error is retried, never taken as "closed".
+    if (err instanceof WorkflowNotFoundError) return 'NOT_FOUND';
+    throw err;
   }
 }
 

@@ -7,7 +7,7 @@ export function reapCommand(): Command {
   return new Command('reap')
     .description("Run the reaper once: find trainers whose owning workflow is gone; dry run unless --apply")
     .option('--apply', 'deactivate them (default: only report)')
-    .option('--grace <seconds>', 'leave resources younger than this alone', (v) => {
+    .option('--grace <seconds>', 'leave untagged resources (owner unknown) younger than this alone', (v) => {
       const n = Number(v);
       if (!Number.isInteger(n) || n < 0) throw new InvalidArgumentError('--grace takes whole seconds');
       return n;
