@@ -53,6 +53,10 @@ export interface RoundProgress {
   totalSteps: number;
   latestLoss?: number;
   baselineLoss?: number;
+  /** GRPO: mean reward of the latest step's samples. */
+  latestReward?: number;
+  /** DPO: mean preference margin (policy − reference, chosen − rejected) of the latest step's pairs, in nats. */
+  latestMargin?: number;
   /** GPU-minutes held so far (wall time since the trainer became ready × its GPUs). */
   gpuMinutes: number;
   /** Estimated provider cost so far, when the provider quotes a price. */
@@ -84,6 +88,14 @@ export interface RoundResult {
   stopReason?: string;
   poolEvaluationsPath?: string;
   poolAccuracy?: number;
+  kind?: 'sft' | 'grpo' | 'dpo';
+  /** GRPO: mean reward of the first and of the latest trained step's samples. */
+  firstReward?: number;
+  latestReward?: number;
+  /** DPO: eval preference accuracy and mean margin before and after training (`accuracy` is the trained one). */
+  baselineAccuracy?: number;
+  baselineMargin?: number;
+  trainedMargin?: number;
 }
 
 /** Resources and sessions a round creates carry this tag (name / display name): how the reaper finds the owner. */
@@ -93,9 +105,18 @@ export function ownerTagFor(workflowId: string): string {
   return `${OWNER_TAG_PREFIX}${workflowId}`;
 }
 
-/** The owning workflow id of a tagged resource, or undefined for a resource Roundhouse did not create. */
+/** A round's second, frozen session (the GRPO reference policy) is tagged apart, so adoption never confuses the two. */
+export const REFERENCE_TAG_PREFIX = 'roundhouse-reference:';
+
+export function referenceTagFor(workflowId: string): string {
+  return `${REFERENCE_TAG_PREFIX}${workflowId}`;
+}
+
+/** The owning workflow id of a tagged resource or session, or undefined for one Roundhouse did not create. */
 export function ownerOfTag(tag: string | undefined): string | undefined {
-  return tag?.startsWith(OWNER_TAG_PREFIX) ? tag.slice(OWNER_TAG_PREFIX.length) : undefined;
+  if (tag?.startsWith(OWNER_TAG_PREFIX)) return tag.slice(OWNER_TAG_PREFIX.length);
+  if (tag?.startsWith(REFERENCE_TAG_PREFIX)) return tag.slice(REFERENCE_TAG_PREFIX.length);
+  return undefined;
 }
 
 export const roundProgressQuery = defineQuery<RoundProgress>('roundProgress');

@@ -6,14 +6,16 @@ import {
   getExternalWorkflowHandle,
   isCancellation,
   log,
+  patched,
   proxyActivities,
   setHandler,
   workflowInfo,
 } from '@temporalio/workflow';
-import type { RoundActivities } from '../activities/round';
+import type { Activities } from '../activities';
 import {
   ownerTagFor,
   pauseRoundSignal,
+  referenceTagFor,
   resumeRoundSignal,
   roundProgressQuery,
   roundProgressSignal,
@@ -30,15 +32,23 @@ import {
  *   validate → provision (lease first) → open session → baseline loss → training segments →
  *   training checkpoint → sampler weights → sample + score → trained loss
  *   └─ cleanup (release the trainer) and the report, on every path: success, failure, cancellation.
+ *
+ * The round kind (`spec.round.kind`) changes what a segment does and how the round is measured, nothing else:
+ *   sft   segments of cross-entropy steps; baseline/trained = eval loss; accuracy from sampled answers.
+ *   grpo  segments of sample-groups → rewards → policy-gradient step → weights sync; a frozen reference session
+ *         when the loss has a KL penalty; accuracy from sampled answers.
+ *   dpo   reference logprobs of every pair first (kept in a file), then segments of forward → DPO gradients →
+ *         custom forward-backward → optim step; baseline/trained = eval DPO loss; accuracy = preference accuracy.
  */
 export async function roundWorkflow(input: RoundInput): Promise<RoundResult> {
   const { campaignId, round, spec } = input;
+  const kind = spec.round?.kind ?? 'sft';
   const heartbeatTimeout = spec.advanced.heartbeatTimeoutSeconds * 1000;
-  const quick = proxyActivities<RoundActivities>({
+  const quick = proxyActivities<Activities>({
     startToCloseTimeout: '2 minutes',
     retry: { maximumAttempts: 5, initialInterval: '1 second' },
   });
-  const long = proxyActivities<RoundActivities>({
+  const long = proxyActivities<Activities>({
     startToCloseTimeout: '24 hours',
     heartbeatTimeout,
     cancellationType: 'TRY_CANCEL',
@@ -46,13 +56,13 @@ export async function roundWorkflow(input: RoundInput): Promise<RoundResult> {
   });
   // Provisioning is never abandoned: on cancel the workflow waits for the activity, which either reports the
   // resource it made (so cleanup releases it) or releases it itself before acknowledging the cancel.
-  const provisioning = proxyActivities<RoundActivities>({
+  const provisioning = proxyActivities<Activities>({
     startToCloseTimeout: '24 hours',
     heartbeatTimeout,
     cancellationType: 'WAIT_CANCELLATION_COMPLETED',
     retry: { initialInterval: '1 second', maximumInterval: '30 seconds', maximumAttempts: 20 },
   });
-  const cleanup = proxyActivities<RoundActivities>({
+  const cleanup = proxyActivities<Activities>({
     startToCloseTimeout: '2 minutes',
     retry: { initialInterval: '1 second', maximumInterval: '30 seconds', maximumAttempts: 30 },
   });
@@ -80,14 +90,22 @@ export async function roundWorkflow(input: RoundInput): Promise<RoundResult> {
   setHandler(resumeRoundSignal, () => void (pauseRequested = false));
   setHandler(setRoundBudgetSignal, (b) => void (budget = { ...budget, ...b }));
 
-  const tellParent = async (phase: RoundProgress['phase']) => {
+  // Segment ends reach the parent at most every 30 s: each signal adds 5 history events, more than a segment's 6
+  // would allow under 0.1 event per step (phase changes always go).
+  let lastToldMs: number | undefined;
+  const tellParent = async (phase: RoundProgress['phase'], options: { segmentEnd?: boolean } = {}) => {
     progress.phase = phase;
-    if (parent) await getExternalWorkflowHandle(parent.workflowId, parent.runId).signal(roundProgressSignal, snapshot()).catch(() => undefined);
+    if (!parent) return;
+    const recent = lastToldMs !== undefined && Date.now() - lastToldMs < 30_000;
+    if (options.segmentEnd && recent && patched('throttle-segment-progress-signals')) return;
+    lastToldMs = Date.now();
+    await getExternalWorkflowHandle(parent.workflowId, parent.runId).signal(roundProgressSignal, snapshot()).catch(() => undefined);
   };
 
   const result: RoundResult = {
     campaignId,
     round,
+    kind,
     status: 'failed',
     reportPath: `${input.reportDir}/round-${round}.json`,
     stepsApplied: 0,
@@ -97,6 +115,9 @@ export async function roundWorkflow(input: RoundInput): Promise<RoundResult> {
   const evaluationsPath = `${input.reportDir}/round-${round}.evaluations.json`;
   const poolEvaluationsPath = `${input.reportDir}/round-${round}.pool-evaluations.json`;
   const stepsDir = `${input.reportDir}/round-${round}.steps`;
+  const samplesDir = `${input.reportDir}/round-${round}.samples`;
+  const referencePath = `${input.reportDir}/round-${round}.reference-logprobs.json`;
+  let referenceSessionId: string | undefined;
   // The lease: what cleanup must release. Set before provisioning, filled in as soon as the id is known.
   const lease: { resourceId?: string; sessionId?: string } = {};
   const released: string[] = [];
@@ -117,6 +138,11 @@ export async function roundWorkflow(input: RoundInput): Promise<RoundResult> {
     progress.resourceId = lease.resourceId;
     const session = await long.openTrainingSession({ spec, resourceId: lease.resourceId, ownerTag, startFrom });
     lease.sessionId = progress.sessionId = session.sessionId;
+    if (kind === 'grpo' && spec.round?.grpo?.reference) {
+      // The reference policy: the round's starting weights, frozen in a second session on the same trainer.
+      const referenceFrom = input.startFrom && { checkpointId: input.startFrom.checkpointId, loadOptimizer: false };
+      referenceSessionId = (await long.openTrainingSession({ spec, resourceId: lease.resourceId, ownerTag: referenceTagFor(workflowInfo().workflowId), startFrom: referenceFrom })).sessionId;
+    }
     return session;
   };
 
@@ -148,8 +174,16 @@ export async function roundWorkflow(input: RoundInput): Promise<RoundResult> {
     let stepOffset = session.stepOffset;
 
     await tellParent('baseline');
-    const baseline = await long.measureLoss({ campaignId, round, label: 'baseline', spec, data, sessionId: session.sessionId, which: 'eval' });
-    progress.baselineLoss = result.baselineLoss = baseline.perToken;
+    if (kind === 'dpo') {
+      await long.computeDpoReference({ campaignId, round, spec, data, sessionId: session.sessionId, stepOffset, outputPath: referencePath });
+      const baseline = await long.evaluateDpo({ campaignId, round, label: 'baseline', spec, data, sessionId: session.sessionId, referencePath });
+      progress.baselineLoss = result.baselineLoss = baseline.loss;
+      result.baselineAccuracy = baseline.accuracy;
+      result.baselineMargin = baseline.meanMargin;
+    } else {
+      const baseline = await long.measureLoss({ campaignId, round, label: 'baseline', spec, data, sessionId: session.sessionId, which: 'eval' });
+      progress.baselineLoss = result.baselineLoss = baseline.perToken;
+    }
 
     await tellParent('training');
     let cursor = { step: 0 };
@@ -168,11 +202,22 @@ export async function roundWorkflow(input: RoundInput): Promise<RoundResult> {
         stepOffset = session.stepOffset - cursor.step;
         await tellParent('training');
       }
-      const segment = await long.trainSegment({ campaignId, round, spec, data, sessionId: session.sessionId, stepOffset, cursor, totalSteps: plan.totalSteps, stepsDir });
+      const segmentInput = { campaignId, round, spec, data, sessionId: session.sessionId, stepOffset, cursor, totalSteps: plan.totalSteps, stepsDir };
+      const segment: SegmentOutcome =
+        kind === 'grpo'
+          ? await long.trainGrpoSegment({ ...segmentInput, samplesDir, referenceSessionId })
+          : kind === 'dpo'
+            ? await long.trainDpoSegment({ ...segmentInput, referencePath })
+            : await long.trainSegment(segmentInput);
       cursor = segment.cursor;
       progress.step = result.stepsApplied = cursor.step;
       if (segment.latestLoss !== undefined) progress.latestLoss = segment.latestLoss;
-      await tellParent('training');
+      if (segment.latestReward !== undefined) {
+        progress.latestReward = result.latestReward = segment.latestReward;
+        result.firstReward ??= segment.firstReward;
+      }
+      if (segment.latestMargin !== undefined) progress.latestMargin = segment.latestMargin;
+      await tellParent('training', { segmentEnd: true });
     }
 
     await tellParent('checkpointing');
@@ -184,20 +229,30 @@ export async function roundWorkflow(input: RoundInput): Promise<RoundResult> {
       const sampler = await long.saveSamplerWeights({ spec, sessionId: session.sessionId, key: key('sampler-weights') });
       result.samplerCheckpointId = sampler.checkpointId;
 
-      await tellParent('sampling');
-      const scored = await long.sampleAndScore({ campaignId, round, spec, data, sessionId: session.sessionId, outputPath: evaluationsPath, label: 'sample' });
-      result.accuracy = scored.accuracy;
-      result.evaluationsPath = evaluationsPath;
-      if (input.pool) {
-        const pool = await long.sampleAndScore({ campaignId, round, spec, data, sessionId: session.sessionId, outputPath: poolEvaluationsPath, label: 'pool', dataset: input.pool });
-        result.poolEvaluationsPath = poolEvaluationsPath;
-        result.poolAccuracy = pool.accuracy;
-      }
+      if (kind === 'dpo') {
+        await tellParent('evaluating');
+        const trained = await long.evaluateDpo({ campaignId, round, label: 'trained', spec, data, sessionId: session.sessionId, referencePath, outputPath: evaluationsPath });
+        result.evaluationsPath = evaluationsPath;
+        result.accuracy = trained.accuracy;
+        result.trainedMargin = trained.meanMargin;
+        result.trainedLoss = trained.loss;
+        result.status = 'completed';
+      } else {
+        await tellParent('sampling');
+        const scored = await long.sampleAndScore({ campaignId, round, spec, data, sessionId: session.sessionId, outputPath: evaluationsPath, label: 'sample' });
+        result.accuracy = scored.accuracy;
+        result.evaluationsPath = evaluationsPath;
+        if (input.pool) {
+          const pool = await long.sampleAndScore({ campaignId, round, spec, data, sessionId: session.sessionId, outputPath: poolEvaluationsPath, label: 'pool', dataset: input.pool });
+          result.poolEvaluationsPath = poolEvaluationsPath;
+          result.poolAccuracy = pool.accuracy;
+        }
 
-      await tellParent('evaluating');
-      const trained = await long.measureLoss({ campaignId, round, label: 'trained', spec, data, sessionId: session.sessionId, which: 'eval' });
-      result.trainedLoss = trained.perToken;
-      result.status = 'completed';
+        await tellParent('evaluating');
+        const trained = await long.measureLoss({ campaignId, round, label: 'trained', spec, data, sessionId: session.sessionId, which: 'eval' });
+        result.trainedLoss = trained.perToken;
+        result.status = 'completed';
+      }
     }
   } catch (err) {
     failure = err;
@@ -242,6 +297,15 @@ export async function roundWorkflow(input: RoundInput): Promise<RoundResult> {
     });
   }
   return result;
+}
+
+/** What any kind's training segment reports. */
+interface SegmentOutcome {
+  cursor: { step: number };
+  latestLoss?: number;
+  latestReward?: number;
+  firstReward?: number;
+  latestMargin?: number;
 }
 
 function resourceIdFrom(err: unknown): string | undefined {
@@ -294,7 +358,16 @@ function reportOf(
     started_from_checkpoint: input.startFrom?.checkpointId ?? null,
     baseline_loss: result.baselineLoss ?? null,
     trained_loss: result.trainedLoss ?? null,
-    loss_unit: 'mean cross-entropy per trained (answer) token of the eval set, in nats',
+    kind: result.kind ?? 'sft',
+    loss_unit:
+      result.kind === 'dpo'
+        ? 'mean DPO loss (−log σ(β·margin)) over the eval pairs'
+        : 'mean cross-entropy per trained (answer) token of the eval set, in nats',
+    first_reward: result.firstReward ?? null,
+    latest_reward: result.latestReward ?? null,
+    baseline_preference_accuracy: result.baselineAccuracy ?? null,
+    baseline_margin: result.baselineMargin ?? null,
+    trained_margin: result.trainedMargin ?? null,
     accuracy: result.accuracy ?? null,
     pool_accuracy: result.poolAccuracy ?? null,
     training_checkpoint_id: result.trainingCheckpointId ?? null,

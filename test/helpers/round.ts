@@ -4,6 +4,7 @@ import path from 'node:path';
 import { parseCampaignSpec } from '../../config/spec';
 import type { RoundInput } from '../../workflows/round-contract';
 import { writeTicketData } from '../../examples/support-tickets/generate';
+import { writeArithmeticData } from '../../examples/arithmetic/generate';
 
 /** A round input for the support-ticket example at a given size, against an emulator URL. */
 export function ticketRoundInput(options: {
@@ -34,5 +35,27 @@ ${options.overrides ?? ''}`;
     spec: { name: spec.name, provider: spec.provider, training: spec.training, sampling: spec.sampling, evaluation: spec.evaluation, advanced: spec.advanced },
     data: { train: spec.data.train, eval: spec.data.eval },
     reportDir: path.join(dir, 'report'),
+  };
+}
+
+/** A round input on the arithmetic example (prompt/answer rows, or preference pairs for `pairs: true`). */
+export function arithmeticRoundInput(options: { baseUrl: string; campaignId: string; yaml: string; pairs?: boolean; dir?: string; round?: number; limit?: number }): RoundInput {
+  const dir = options.dir ?? fs.mkdtempSync(path.join(os.tmpdir(), 'rh-arith-'));
+  if (!fs.existsSync(path.join(dir, 'train.jsonl'))) writeArithmeticData(dir, { limit: options.limit });
+  const yaml = `
+name: arithmetic-test
+provider: { kind: local, baseUrl: "${options.baseUrl}", model: roundhouse/tiny-chat }
+data: ${options.pairs ? '{ train: pairs.train.jsonl, eval: pairs.eval.jsonl }' : '{ train: train.jsonl, eval: eval.jsonl }'}
+evaluation: { scorer: numeric }
+${options.yaml}`;
+  const file = path.join(dir, `campaign-${options.campaignId.replace(/[^A-Za-z0-9]/g, '-')}.yaml`);
+  fs.writeFileSync(file, yaml);
+  const spec = parseCampaignSpec(yaml, file);
+  return {
+    campaignId: options.campaignId,
+    round: options.round ?? 1,
+    spec: { name: spec.name, provider: spec.provider, training: spec.training, sampling: spec.sampling, evaluation: spec.evaluation, advanced: spec.advanced, round: spec.round },
+    data: { train: spec.data.train, eval: spec.data.eval },
+    reportDir: path.join(dir, `report-${options.campaignId.replace(/[^A-Za-z0-9]/g, '-')}`),
   };
 }

@@ -1,0 +1,235 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { ApplicationFailure, Context } from '@temporalio/activity';
+import { batchRows, learningRateAt } from '../config/schedule';
+import { ProviderError } from '../providers/errors';
+import type { Datum, TrainingProvider } from '../providers/types';
+import { toDatum, type TokenizedPair } from './data';
+import { dpoLossAndGradients } from './dpo';
+import { atBoundary } from './failures';
+import { writeJsonAtomic } from './files';
+import { createPreparer, roundKey, type ActivityDeps, type SegmentInput, type SegmentResult } from './round';
+import type { RoundSpec } from '../workflows/round-contract';
+
+/**
+ * DPO rounds through a custom loss: reference logprobs of every pair computed once, before the first step, and kept
+ * in a file (the workflow holds its path, not the numbers); each step a forward for the policy's logprobs, the DPO
+ * loss and its per-token gradients computed here, a custom forward-backward carrying them, and an optimizer step.
+ */
+
+type Which = 'train' | 'eval';
+
+interface ReferenceFile {
+  trainSha256: string;
+  evalSha256: string;
+  /** Summed reference logprob of [chosen, rejected] per pair, in file order. */
+  train: [number, number][];
+  eval: [number, number][];
+}
+
+export interface DpoSegmentInput extends SegmentInput {
+  referencePath: string;
+}
+
+export interface DpoStepRecord {
+  step: number;
+  /** Mean DPO loss over the step's pairs (`tokens` is 1 so loss/tokens is that mean). */
+  loss: number;
+  tokens: 1;
+  /** Mean of (policy − reference) chosen minus (policy − reference) rejected, in nats. */
+  margin: number;
+  /** Share of the step's pairs the policy prefers the chosen answer of, relative to the reference. */
+  accuracy: number;
+}
+
+export interface DpoEvaluation {
+  loss: number;
+  accuracy: number;
+  meanMargin: number;
+  pairs: number;
+}
+
+/** A pair as the two datums the trainer sees: [chosen, rejected]. */
+export function pairDatums(pair: Pick<TokenizedPair, 'promptTokens' | 'chosenTokens' | 'rejectedTokens'>): [Datum, Datum] {
+  return [toDatum({ promptTokens: pair.promptTokens, completionTokens: pair.chosenTokens }), toDatum({ promptTokens: pair.promptTokens, completionTokens: pair.rejectedTokens })];
+}
+
+const summed = (logprobs: number[], d: Datum) => logprobs.reduce((a, lp, i) => a + lp * (d.weights[i] ?? 0), 0);
+
+export function createDpoActivities(deps: ActivityDeps) {
+  const { preparedPairs } = createPreparer(deps);
+
+  /** Summed logprobs of each pair's chosen and rejected answers under a session's current weights. */
+  const pairLogprobs = async (provider: TrainingProvider, sessionId: string, pairs: TokenizedPair[], batchPairs: number, keyOf: (batch: number) => string) => {
+    const signal = Context.current().cancellationSignal;
+    const handles = [];
+    for (let b = 0; b * batchPairs < pairs.length; b++) {
+      const datums = pairs.slice(b * batchPairs, (b + 1) * batchPairs).flatMap(pairDatums);
+      handles.push({ datums, handle: await provider.submitForwardBackward(sessionId, keyOf(b), datums, { forwardOnly: true, returnLogprobs: true }) });
+    }
+    const out: { sums: [number, number]; logprobs: [number[], number[]]; datums: [Datum, Datum] }[] = [];
+    for (const { datums, handle } of handles) {
+      const result = await provider.awaitOperation(handle, { signal });
+      for (let i = 0; i < datums.length; i += 2) {
+        const lc = result.logprobs?.[i] ?? [];
+        const lr = result.logprobs?.[i + 1] ?? [];
+        out.push({ sums: [summed(lc, datums[i]!), summed(lr, datums[i + 1]!)], logprobs: [lc, lr], datums: [datums[i]!, datums[i + 1]!] });
+      }
+      Context.current().heartbeat();
+    }
+    return out;
+  };
+
+  const readReference = (file: string, data: { trainSha256: string; evalSha256: string }): ReferenceFile | undefined => {
+    if (!fs.existsSync(file)) return undefined;
+    const ref = JSON.parse(fs.readFileSync(file, 'utf8')) as ReferenceFile;
+    return ref.trainSha256 === data.trainSha256 && ref.evalSha256 === data.evalSha256 ? ref : undefined;
+  };
+
+  const requireReference = (file: string, data: { trainSha256: string; evalSha256: string }): ReferenceFile => {
+    const ref = readReference(file, data);
+    if (!ref) throw ApplicationFailure.create({ type: 'ReferenceLogprobsMissing', nonRetryable: true, message: `reference logprobs ${file} are missing or for other data; the round cannot compute its DPO loss` });
+    return ref;
+  };
+
+  const evaluate = (spec: RoundSpec, pairs: TokenizedPair[], reference: [number, number][], policy: { sums: [number, number] }[]) => {
+    const beta = spec.round?.dpo?.beta ?? 0.1;
+    return pairs.map((pair, i) => {
+      const [rc, rr] = reference[i]!;
+      const [pc, pr] = policy[i]!.sums;
+      const margin = pc - rc - (pr - rr);
+      const z = beta * margin;
+      return { line: pair.line, prompt: pair.prompt, chosen: pair.chosen, rejected: pair.rejected, margin, loss: z >= 0 ? Math.log1p(Math.exp(-z)) : -z + Math.log1p(Math.exp(z)), match: margin > 0 };
+    });
+  };
+
+  return {
+    /**
+     * Reference logprobs of every train and eval pair under the round's starting weights, written once. Called
+     * before the first step; a retry finds the file. If the file is gone after training began, the reference is
+     * lost (the starting weights are no longer the session's): that fails the round rather than compare to the wrong one.
+     */
+    async computeDpoReference(input: { campaignId: string; round: number; spec: RoundSpec; data: SegmentInput['data']; sessionId: string; stepOffset: number; outputPath: string }): Promise<{ path: string; pairs: number }> {
+      const provider = await deps.providerFor(input.spec.provider);
+      return atBoundary(async () => {
+        const p = await preparedPairs(input.spec, input.data);
+        if (readReference(input.outputPath, p)) return { path: input.outputPath, pairs: p.train.length + p.eval.length };
+        const session = await provider.getSession(input.sessionId);
+        if (session.step !== input.stepOffset) {
+          throw ApplicationFailure.create({ type: 'ReferenceLogprobsMissing', nonRetryable: true, message: `reference logprobs ${input.outputPath} are missing and the session already trained ${session.step - input.stepOffset} steps` });
+        }
+        const batch = Math.max(1, input.spec.training.batchSize);
+        const of = async (which: Which) =>
+          (await pairLogprobs(provider, input.sessionId, p[which], batch, (b) => roundKey(input.campaignId, input.round, 'reference', which, `b${b}`))).map((r) => r.sums);
+        const reference: ReferenceFile = { trainSha256: p.trainSha256, evalSha256: p.evalSha256, train: await of('train'), eval: await of('eval') };
+        fs.mkdirSync(path.dirname(input.outputPath), { recursive: true });
+        writeJsonAtomic(input.outputPath, reference);
+        return { path: input.outputPath, pairs: p.train.length + p.eval.length };
+      });
+    },
+
+    /** Preference accuracy, mean margin and DPO loss of the eval pairs under the current weights (forward only). */
+    async evaluateDpo(input: { campaignId: string; round: number; label: string; spec: RoundSpec; data: SegmentInput['data']; sessionId: string; referencePath: string; outputPath?: string }): Promise<DpoEvaluation> {
+      const provider = await deps.providerFor(input.spec.provider);
+      return atBoundary(async () => {
+        const p = await preparedPairs(input.spec, input.data);
+        const reference = requireReference(input.referencePath, p);
+        const policy = await pairLogprobs(provider, input.sessionId, p.eval, Math.max(1, input.spec.training.batchSize), (b) => roundKey(input.campaignId, input.round, input.label, `b${b}`));
+        const rows = evaluate(input.spec, p.eval, reference.eval, policy);
+        if (input.outputPath) writeJsonAtomic(input.outputPath, rows);
+        const n = Math.max(1, rows.length);
+        return {
+          loss: rows.reduce((a, r) => a + r.loss, 0) / n,
+          accuracy: rows.filter((r) => r.match).length / n,
+          meanMargin: rows.reduce((a, r) => a + r.margin, 0) / n,
+          pairs: rows.length,
+        };
+      });
+    },
+
+    /** DPO steps from the cursor until the segment's step or time bound: forward, DPO gradients, custom forward-backward, optim step. */
+    async trainDpoSegment(input: DpoSegmentInput): Promise<SegmentResult & { latestMargin?: number; latestAccuracy?: number }> {
+      const provider = await deps.providerFor(input.spec.provider);
+      const ctx = Context.current();
+      const t = input.spec.training;
+      const beta = input.spec.round?.dpo?.beta ?? 0.1;
+      return atBoundary(async () => {
+        const p = await preparedPairs(input.spec, input.data);
+        const reference = requireReference(input.referencePath, p);
+        const maxStep = Math.min(input.totalSteps, input.cursor.step + t.segmentSteps);
+        const session = await provider.getSession(input.sessionId);
+        if (session.state !== 'running') {
+          throw new ProviderError('SESSION_NOT_ACTIVE', 'needs-reconcile', `training session ${input.sessionId} is ${session.state}`, { providerCode: 'SESSION_NOT_ACTIVE' });
+        }
+        const applied = session.step - input.stepOffset;
+        if (applied < input.cursor.step || applied > maxStep) {
+          throw ApplicationFailure.create({
+            type: 'StepCounterMismatch',
+            nonRetryable: true,
+            message: `session ${input.sessionId} is at round step ${applied} but the segment starts at ${input.cursor.step} and ends by ${maxStep}; refusing to train over it`,
+          });
+        }
+        const key = (...parts: (string | number)[]) => roundKey(input.campaignId, input.round, ...parts);
+        const signal = ctx.cancellationSignal;
+        const deadline = Date.now() + t.segmentSeconds * 1000;
+        const records: DpoStepRecord[] = [];
+        let confirmed = applied;
+        fs.mkdirSync(input.stepsDir, { recursive: true });
+        ctx.heartbeat({ step: confirmed });
+        while (confirmed < maxStep && (Date.now() < deadline || confirmed === applied)) {
+          const step = confirmed;
+          const { rows } = batchRows(step, p.train.length, t.batchSize, t.seed);
+          const pairs = rows.map((r) => p.train[r]!);
+          // The policy's logprobs at this step's weights (a repeated forward under its key is the same operation).
+          const policy = await pairLogprobs(provider, input.sessionId, pairs, pairs.length, () => key(`s${step}`, 'forward'));
+          const datums: Datum[] = [];
+          const gradients: number[][] = [];
+          let loss = 0;
+          let margin = 0;
+          let preferred = 0;
+          policy.forEach((pol, i) => {
+            const [rc, rr] = reference.train[rows[i]!]!;
+            const dpo = dpoLossAndGradients(
+              { chosen: { logprobs: pol.logprobs[0], weights: pol.datums[0].weights, referenceLogprob: rc }, rejected: { logprobs: pol.logprobs[1], weights: pol.datums[1].weights, referenceLogprob: rr } },
+              beta,
+            );
+            datums.push(...pol.datums);
+            // The step's loss is the mean over its pairs: so is its gradient.
+            gradients.push(dpo.chosen.map((g) => g / pairs.length), dpo.rejected.map((g) => g / pairs.length));
+            loss += dpo.loss / pairs.length;
+            margin += dpo.margin / pairs.length;
+            if (dpo.margin > 0) preferred += 1;
+          });
+          const fb = await provider.submitCustomForwardBackward(input.sessionId, key(`s${step}`, 'custom-forward-backward'), datums, gradients);
+          const opt = await provider.submitOptimStep(input.sessionId, key(`s${step}`, 'optim-step'), {
+            learningRate: learningRateAt(step, input.totalSteps, t.learningRate, t.lrSchedule),
+            beta1: t.adam.beta1,
+            beta2: t.adam.beta2,
+            eps: t.adam.eps,
+            weightDecay: t.adam.weightDecay,
+            gradClipNorm: t.adam.gradClipNorm,
+          });
+          await provider.awaitOperation(fb, { signal });
+          const result = await provider.awaitOperation(opt, { signal });
+          if (result.step - input.stepOffset !== step + 1) {
+            throw ApplicationFailure.create({ type: 'StepCounterMismatch', nonRetryable: true, message: `optim_step for round step ${step + 1} reported provider step ${result.step} (offset ${input.stepOffset})` });
+          }
+          confirmed = step + 1;
+          const record: DpoStepRecord = { step: confirmed, loss, tokens: 1, margin, accuracy: preferred / Math.max(1, pairs.length) };
+          records.push(record);
+          writeJsonAtomic(path.join(input.stepsDir, `steps-${String(confirmed).padStart(7, '0')}.json`), [record]);
+          ctx.heartbeat({ step: confirmed });
+        }
+        const last = records[records.length - 1];
+        return {
+          cursor: { step: confirmed },
+          stepsApplied: records.length,
+          latestLoss: last?.loss,
+          meanLoss: records.length ? records.reduce((a, r) => a + r.loss, 0) / records.length : undefined,
+          latestMargin: last?.margin,
+          latestAccuracy: last?.accuracy,
+        };
+      });
+    },
+  };
+}

@@ -1,0 +1,256 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { ApplicationFailure, Context } from '@temporalio/activity';
+import { batchRows, learningRateAt } from '../config/schedule';
+import type { GrpoSpec } from '../config/spec';
+import type { TextTokenizer } from '../config/tokenizer';
+import { ProviderError } from '../providers/errors';
+import type { Datum, PolicyLoss, TrainingProvider } from '../providers/types';
+import type { TokenizedRow } from './data';
+import { atBoundary } from './failures';
+import { writeJsonAtomic } from './files';
+import { groupAdvantages, rewardFunction } from './rewards';
+import { completionText, createPreparer, roundKey, type ActivityDeps, type SegmentInput, type SegmentResult } from './round';
+
+/**
+ * GRPO: per step, a group of completions per prompt from the generators, a reward for each, group-centred
+ * advantages (constant-reward groups dropped), a policy-gradient forward-backward on the sampled tokens with the
+ * sampler's logprobs, an optimizer step, and a weights sync so the next step samples the new policy.
+ *
+ * Durability: the trainer's step counter says which steps are applied; each step's samples are written to a file
+ * (atomically) before its forward-backward, so a retried step trains on exactly the samples it first drew, and the
+ * keyed submits it repeats are the same requests (deduplicated by the provider).
+ */
+
+export interface GrpoSegmentInput extends SegmentInput {
+  /** Where each step's samples are kept (`s0000012.json`): the step's training input, reused on retry. */
+  samplesDir: string;
+  /** A frozen session holding the reference policy, for the KL penalty (`round.grpo.reference`). */
+  referenceSessionId?: string;
+}
+
+export interface GrpoStepRecord {
+  step: number;
+  /** Sum over trained tokens of the policy loss (as the provider reports it). */
+  loss: number;
+  tokens: number;
+  meanReward: number;
+  /** Groups that taught something (not every reward equal) of all sampled. */
+  groupsKept: number;
+  groups: number;
+  /** The policy version the generators served when this step's samples were drawn… */
+  policyVersion?: number;
+  /** …and how many optimizer steps that was behind the policy this step trained (at most `maxStepsOffPolicy`). */
+  stepsOffPolicy?: number;
+}
+
+export interface GrpoSegmentResult extends SegmentResult {
+  firstReward?: number;
+  latestReward?: number;
+  meanReward?: number;
+}
+
+/** One step's samples as stored: enough to rebuild its datums exactly. */
+interface StepSamples {
+  step: number;
+  policyVersion?: number;
+  groups: { line: number; promptTokens: number[]; completions: { tokens: number[]; logprobs: number[]; text: string; reward: number }[] }[];
+}
+
+const stepFile = (dir: string, step: number) => path.join(dir, `s${String(step).padStart(7, '0')}.json`);
+
+export function policyLossOf(grpo: GrpoSpec): PolicyLoss {
+  const l = grpo.loss;
+  if (l.type === 'importance_sampling') return { type: 'importance_sampling' };
+  if (l.type === 'ppo') return { type: 'ppo', clipLow: l.clipLow, clipHigh: l.clipHigh };
+  return { type: 'grpo', clipLow: l.clipLow, clipHigh: l.clipHigh, beta: l.beta, aggregation: l.aggregation, ratio: l.ratio };
+}
+
+/** Datums of a step: each kept completion, trained on its own tokens with the sampler's logprobs and its advantage. */
+export function grpoDatums(samples: StepSamples, normalize: boolean): { datums: Datum[]; groupsKept: number } {
+  const advantages = groupAdvantages(
+    samples.groups.map((g) => g.completions.map((c) => c.reward)),
+    { normalize },
+  );
+  const datums: Datum[] = [];
+  const build = (promptTokens: number[], c: StepSamples['groups'][number]['completions'][number], advantage: number) => {
+    if (c.tokens.length === 0) return;
+    const full = [...promptTokens, ...c.tokens];
+    const trained = (i: number) => i + 1 >= promptTokens.length;
+    datums.push({
+      modelInput: full.slice(0, -1),
+      targetTokens: full.slice(1),
+      weights: full.slice(1).map((_t, i) => (trained(i) ? 1 : 0)),
+      logprobs: full.slice(1).map((_t, i) => (trained(i) ? (c.logprobs[i + 1 - promptTokens.length] ?? 0) : 0)),
+      advantages: full.slice(1).map((_t, i) => (trained(i) ? advantage : 0)),
+    });
+  };
+  samples.groups.forEach((g, i) => {
+    const a = advantages[i];
+    if (a) g.completions.forEach((c, j) => build(g.promptTokens, c, a[j]!));
+  });
+  const groupsKept = advantages.filter((a) => a !== undefined).length;
+  // Every group tied: the step still takes its optimizer step (a zero gradient), so the step count stays exact.
+  if (datums.length === 0) samples.groups.forEach((g) => g.completions.forEach((c) => build(g.promptTokens, c, 0)));
+  return { datums, groupsKept };
+}
+
+export function createGrpoActivities(deps: ActivityDeps) {
+  const { prepared } = createPreparer(deps);
+
+  return {
+    /**
+     * Trains GRPO steps from the cursor until the segment's step or time bound. Sampling of the next
+     * `maxStepsOffPolicy` steps overlaps this step's training (bounded off-policy); 0 keeps it strictly on-policy.
+     */
+    async trainGrpoSegment(input: GrpoSegmentInput): Promise<GrpoSegmentResult> {
+      const provider = await deps.providerFor(input.spec.provider);
+      const ctx = Context.current();
+      const t = input.spec.training;
+      const grpo = input.spec.round?.grpo;
+      if (!grpo) throw ApplicationFailure.create({ type: 'InvalidInput', nonRetryable: true, message: 'round.grpo: is required when round.kind is grpo' });
+      return atBoundary(async () => {
+        const p = await prepared(input.spec, input.data);
+        const reward = rewardFunction(grpo.reward);
+        const maxStep = Math.min(input.totalSteps, input.cursor.step + t.segmentSteps);
+        const session = await provider.getSession(input.sessionId);
+        if (session.state !== 'running') {
+          throw new ProviderError('SESSION_NOT_ACTIVE', 'needs-reconcile', `training session ${input.sessionId} is ${session.state}`, { providerCode: 'SESSION_NOT_ACTIVE' });
+        }
+        // The trainer's step counter is the truth about which steps are applied; it must sit inside this segment.
+        const applied = session.step - input.stepOffset;
+        if (applied < input.cursor.step || applied > maxStep) {
+          throw ApplicationFailure.create({
+            type: 'StepCounterMismatch',
+            nonRetryable: true,
+            message: `session ${input.sessionId} is at round step ${applied} but the segment starts at ${input.cursor.step} and ends by ${maxStep}; refusing to train over it`,
+          });
+        }
+        const key = (...parts: (string | number)[]) => roundKey(input.campaignId, input.round, ...parts);
+        const signal = ctx.cancellationSignal;
+        const sync = async (step: number) => (await provider.awaitOperation(await provider.submitWeightsSync(input.sessionId, key(`w${step}`, 'weights-sync')), { signal })).weightsVersion;
+        // The generators serve the weights of the last applied step (a sync lost with a crashed attempt is redone;
+        // a done one is the same keyed operation).
+        await sync(applied);
+        fs.mkdirSync(input.samplesDir, { recursive: true });
+        fs.mkdirSync(input.stepsDir, { recursive: true });
+
+        const sampling = new Map<number, Promise<StepSamples>>();
+        const samplesFor = (step: number): Promise<StepSamples> => {
+          let pending = sampling.get(step);
+          if (!pending) {
+            pending = drawSamples(provider, input, p, step, key, reward, signal);
+            pending.catch(() => undefined); // awaited where it is used
+            sampling.set(step, pending);
+          }
+          return pending;
+        };
+
+        let confirmed = applied;
+        const deadline = Date.now() + t.segmentSeconds * 1000;
+        const records: GrpoStepRecord[] = [];
+        heartbeat({ step: confirmed });
+        while (confirmed < maxStep && (Date.now() < deadline || confirmed === applied)) {
+          const step = confirmed;
+          const samples = await samplesFor(step);
+          const { datums, groupsKept } = grpoDatums(samples, grpo.normalizeAdvantages);
+          if (datums.length === 0) throw ApplicationFailure.create({ type: 'EmptySamples', nonRetryable: true, message: `step ${step}: the generators returned only empty completions` });
+          if (input.referenceSessionId) {
+            const ref = await provider.awaitOperation(
+              await provider.submitForwardBackward(input.referenceSessionId, key(`s${step}`, 'reference-logprobs'), datums.map(({ modelInput, targetTokens, weights }) => ({ modelInput, targetTokens, weights })), { forwardOnly: true, returnLogprobs: true }),
+              { signal },
+            );
+            datums.forEach((d, i) => (d.referenceLogprobs = ref.logprobs?.[i] ?? d.weights.map(() => 0)));
+          }
+          const fb = await provider.submitForwardBackward(input.sessionId, key(`s${step}`, 'forward-backward'), datums, { loss: policyLossOf(grpo) });
+          const opt = await provider.submitOptimStep(input.sessionId, key(`s${step}`, 'optim-step'), {
+            learningRate: learningRateAt(step, input.totalSteps, t.learningRate, t.lrSchedule),
+            beta1: t.adam.beta1,
+            beta2: t.adam.beta2,
+            eps: t.adam.eps,
+            weightDecay: t.adam.weightDecay,
+            gradClipNorm: t.adam.gradClipNorm,
+          });
+          // Bounded off-policy: the next steps' groups are drawn now, from the weights this step is improving on.
+          for (let ahead = 1; ahead <= grpo.maxStepsOffPolicy && step + ahead < input.totalSteps; ahead++) void samplesFor(step + ahead);
+          const loss = (await provider.awaitOperation(fb, { signal })).loss;
+          const result = await provider.awaitOperation(opt, { signal });
+          if (result.step - input.stepOffset !== step + 1) {
+            throw ApplicationFailure.create({ type: 'StepCounterMismatch', nonRetryable: true, message: `optim_step for round step ${step + 1} reported provider step ${result.step} (offset ${input.stepOffset})` });
+          }
+          await sync(step + 1);
+          confirmed = step + 1;
+          sampling.delete(step);
+          const rewards = samples.groups.flatMap((g) => g.completions.map((c) => c.reward));
+          const record: GrpoStepRecord = {
+            step: confirmed,
+            loss,
+            tokens: datums.reduce((a, d) => a + d.weights.filter((w) => w !== 0).length, 0),
+            meanReward: rewards.reduce((a, r) => a + r, 0) / Math.max(1, rewards.length),
+            groupsKept,
+            groups: samples.groups.length,
+            policyVersion: samples.policyVersion,
+            stepsOffPolicy: samples.policyVersion === undefined ? undefined : step + input.stepOffset - samples.policyVersion,
+          };
+          records.push(record);
+          writeJsonAtomic(path.join(input.stepsDir, `steps-${String(confirmed).padStart(7, '0')}.json`), [record]);
+          heartbeat({ step: confirmed });
+        }
+        // Draws started ahead finish (their files are the next segment's input) before the activity returns.
+        await Promise.allSettled(sampling.values());
+        const last = records[records.length - 1];
+        return {
+          cursor: { step: confirmed },
+          stepsApplied: records.length,
+          latestLoss: last ? last.loss / Math.max(1, last.tokens) : undefined,
+          meanLoss: records.length ? records.reduce((a, r) => a + r.loss / Math.max(1, r.tokens), 0) / records.length : undefined,
+          firstReward: records[0]?.meanReward,
+          latestReward: last?.meanReward,
+          meanReward: records.length ? records.reduce((a, r) => a + r.meanReward, 0) / records.length : undefined,
+        };
+      });
+    },
+  };
+}
+
+function heartbeat(details?: unknown): void {
+  Context.current().heartbeat(details);
+}
+
+/** A step's samples: from its file when an earlier attempt drew them, else drawn now, scored, and written. */
+async function drawSamples(
+  provider: TrainingProvider,
+  input: GrpoSegmentInput,
+  data: { train: TokenizedRow[]; tokenizer: TextTokenizer },
+  step: number,
+  key: (...parts: (string | number)[]) => string,
+  reward: ReturnType<typeof rewardFunction>,
+  signal: AbortSignal,
+): Promise<StepSamples> {
+  const file = stepFile(input.samplesDir, step);
+  if (fs.existsSync(file)) return JSON.parse(fs.readFileSync(file, 'utf8')) as StepSamples;
+  const t = input.spec.training;
+  const s = input.spec.sampling;
+  const grpo = input.spec.round!.grpo!;
+  const { rows } = batchRows(step, data.train.length, t.batchSize, t.seed);
+  const prompts = rows.map((r) => data.train[r]!);
+  const handle = await provider.submitSample(
+    input.sessionId,
+    key(`s${step}`, 'sample'),
+    prompts.map((r) => r.promptTokens),
+    { maxTokens: s.maxTokens, temperature: s.temperature, topP: s.topP, topK: s.topK, stop: s.stop, seed: t.seed * 1_000_003 + step },
+    { numSamples: grpo.groupSize },
+  );
+  const results = await provider.awaitOperation(handle, { signal });
+  const samples: StepSamples = { step, policyVersion: results[0]?.policyVersion, groups: [] };
+  for (const [i, row] of prompts.entries()) {
+    const completions = [];
+    for (const seq of results[i]?.sequences ?? []) {
+      const text = completionText(data.tokenizer, seq.tokens, s.stop);
+      completions.push({ tokens: seq.tokens, logprobs: seq.logprobs ?? seq.tokens.map(() => 0), text, reward: await reward(text, row.answer, row.prompt) });
+    }
+    samples.groups.push({ line: row.line, promptTokens: row.promptTokens, completions });
+  }
+  writeJsonAtomic(file, samples);
+  return samples;
+}

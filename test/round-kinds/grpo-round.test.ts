@@ -1,0 +1,121 @@
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import type { WorkflowBundleWithSourceMap } from '@temporalio/worker';
+import { ProviderRegistry } from '../../workers/providers';
+import { createRoundhouseWorker } from '../../workers/worker';
+import type { RoundResult } from '../../workflows/round-contract';
+import { ledger, startTestEmulator, type RunningEmulator } from '../helpers/emulator';
+import { arithmeticRoundInput } from '../helpers/round';
+import { bundleWorkflows, connectTestTemporal, uniqueTaskQueue, type TestTemporal } from '../helpers/temporal';
+
+let temporal: TestTemporal;
+let bundle: WorkflowBundleWithSourceMap;
+let emulator: RunningEmulator;
+let providers: ProviderRegistry;
+
+beforeAll(async () => {
+  temporal = await connectTestTemporal();
+  bundle = await bundleWorkflows();
+  emulator = await startTestEmulator({ provisioningDelayMs: 50 });
+  providers = new ProviderRegistry({ stateDir: fs.mkdtempSync(path.join(os.tmpdir(), 'rh-providers-')) });
+});
+
+afterAll(async () => {
+  await providers?.close();
+  await emulator?.close();
+  await temporal?.close();
+});
+
+async function runRound(input: ReturnType<typeof arithmeticRoundInput>, taskQueue: string): Promise<RoundResult> {
+  const worker = await createRoundhouseWorker({ connection: temporal.nativeConnection, namespace: temporal.settings.namespace, taskQueue, workflowBundle: bundle, providers });
+  return worker.runUntil(temporal.client.workflow.execute('roundWorkflow', { taskQueue, workflowId: `round-${input.campaignId}`, args: [input] }));
+}
+
+const report = (r: RoundResult) => JSON.parse(fs.readFileSync(r.reportPath, 'utf8'));
+const mean = (xs: number[]) => xs.reduce((a, x) => a + x, 0) / Math.max(1, xs.length);
+
+async function sftCheckpoint(dir: string, taskQueue: string): Promise<RoundResult> {
+  const sft = await runRound(
+    arithmeticRoundInput({
+      baseUrl: emulator.url,
+      campaignId: `sft-${taskQueue}`,
+      dir,
+      yaml: `training: { epochs: 8, batchSize: 8, learningRate: 0.01, loraRank: 8, maxSeqLen: 64, segmentSteps: 40 }
+sampling: { maxTokens: 3, temperature: 0 }`,
+    }),
+    taskQueue,
+  );
+  expect(sft.status).toBe('completed');
+  return sft;
+}
+
+function grpoInput(dir: string, campaignId: string, training: string, grpo: string, startFrom?: RoundResult) {
+  const input = arithmeticRoundInput({
+    baseUrl: emulator.url,
+    campaignId,
+    dir,
+    yaml: `training: { batchSize: 8, loraRank: 8, maxSeqLen: 64, ${training} }
+sampling: { maxTokens: 3, temperature: 1 }
+round: { kind: grpo, grpo: { groupSize: 8, reward: { kind: numeric }, ${grpo} } }`,
+  });
+  if (startFrom) input.startFrom = { checkpointId: startFrom.trainingCheckpointId!, loadOptimizer: false };
+  return input;
+}
+
+interface GrpoStep {
+  step: number;
+  meanReward: number;
+  groupsKept: number;
+  policyVersion: number;
+  stepsOffPolicy: number;
+}
+
+test('a GRPO round on arithmetic, warm-started by a short SFT round, raises the mean reward over its epochs', async () => {
+  const taskQueue = uniqueTaskQueue('grpo');
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rh-grpo-'));
+  const sft = await sftCheckpoint(dir, taskQueue);
+  const input = grpoInput(dir, `grpo-${taskQueue}`, 'epochs: 3, learningRate: 0.002, segmentSteps: 10', 'loss: { type: importance_sampling }', sft);
+  const result = await runRound(input, taskQueue);
+  expect(result).toMatchObject({ status: 'completed', kind: 'grpo', stepsApplied: 30, totalSteps: 30 });
+  const r = report(result);
+  const steps: GrpoStep[] = r.steps;
+  expect(steps.map((s) => s.step)).toEqual(Array.from({ length: 30 }, (_v, i) => i + 1));
+  // Each epoch covers all 80 prompts once: compare whole epochs (the run is seeded, so this is reproducible).
+  const epoch = (e: number) => mean(steps.slice(e * 10, (e + 1) * 10).map((s) => s.meanReward));
+  console.log(`GRPO mean reward by epoch: ${[0, 1, 2].map((e) => epoch(e).toFixed(3)).join(' → ')}; eval accuracy ${sft.accuracy} (sft) → ${result.accuracy} (grpo)`);
+  expect(epoch(2)).toBeGreaterThan(epoch(0) * 1.2);
+  expect(result.accuracy!).toBeGreaterThanOrEqual(sft.accuracy!);
+  expect(r).toMatchObject({ kind: 'grpo', first_reward: steps[0]!.meanReward, latest_reward: steps[29]!.meanReward, cleanup_status: 'deactivated' });
+  // On-policy (maxStepsOffPolicy 0): every step sampled the weights of the step before it, published by a sync.
+  expect(steps.every((s) => s.stepsOffPolicy === 0)).toBe(true);
+  expect(new Set(steps.map((s) => s.policyVersion)).size).toBe(30);
+  const l = await ledger(emulator);
+  expect(l.sessions.find((s) => s.id === r.session_id)).toMatchObject({ optimizerSteps: 30 });
+  expect(l.active).toEqual([]);
+});
+
+test('bounded off-policy: with maxStepsOffPolicy 1 the next step is sampled while this one trains, never more than one step behind', async () => {
+  const taskQueue = uniqueTaskQueue('grpo-overlap');
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rh-grpo-'));
+  const result = await runRound(grpoInput(dir, `overlap-${taskQueue}`, 'epochs: 1, learningRate: 0.002, segmentSteps: 4', 'maxStepsOffPolicy: 1'), taskQueue);
+  expect(result).toMatchObject({ status: 'completed', stepsApplied: 10 });
+  const steps: GrpoStep[] = report(result).steps;
+  expect(steps.map((s) => s.stepsOffPolicy)).toEqual([0, ...Array(9).fill(1)]);
+  const l = await ledger(emulator);
+  expect(l.sessions.find((s) => s.id === report(result).session_id)).toMatchObject({ optimizerSteps: 10 });
+  expect(l.active).toEqual([]);
+});
+
+test('a KL penalty trains against a frozen reference session on the same trainer', async () => {
+  const taskQueue = uniqueTaskQueue('grpo-kl');
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rh-grpo-'));
+  const result = await runRound(grpoInput(dir, `kl-${taskQueue}`, 'epochs: 1, learningRate: 0.002, segmentSteps: 5', 'reference: start, loss: { type: grpo, beta: 0.05 }'), taskQueue);
+  expect(result).toMatchObject({ status: 'completed', stepsApplied: 10 });
+  const r = report(result);
+  const l = await ledger(emulator);
+  const sessions = l.sessions.filter((s) => s.resourceId === r.resource_id);
+  expect(sessions).toHaveLength(2);
+  expect(sessions.map((s) => s.optimizerSteps).sort()).toEqual([0, 10]); // the reference never steps
+  expect(l.active).toEqual([]);
+});
