@@ -1,6 +1,6 @@
 import path from 'node:path';
 import { Client, Connection, WorkflowNotFoundError } from '@temporalio/client';
-import { temporalClient } from '../workers/temporal-server';
+import { connectionOptions, temporalClient } from '../workers/temporal-server';
 import { ConfigError } from '../config/errors';
 import { loadWorkerSettings, type WorkerSettings } from '../config/worker-env';
 import { createLogger, registerSecret, type Logger } from '../config/logging';
@@ -42,7 +42,7 @@ export async function cliClient(settings: WorkerSettings): Promise<CliClient> {
   const address = settings.address ?? DEFAULT_LOCAL_ADDRESS;
   let connection: Connection;
   try {
-    connection = await Connection.connect({ address, tls: settings.tls, apiKey: settings.apiKey, connectTimeout: 5_000 });
+    connection = await Connection.connect({ ...connectionOptions(settings, address), connectTimeout: 5_000 });
   } catch (err) {
     throw new CliFailure(`cannot reach Temporal at ${address} (${(err as Error).message.split('\n')[0]}): run \`roundhouse up\` or set TEMPORAL_ADDRESS`);
   }

@@ -141,8 +141,13 @@ export async function startTemporal(settings: WorkerSettings, options: StartTemp
 }
 
 /** Temporal Cloud and other TLS clusters: an API key (sent as a bearer token, TLS on) or an mTLS certificate pair. */
-function connectionOptions(settings: WorkerSettings, address: string): ConnectionOptions & NativeConnectionOptions {
-  return { address, tls: settings.tls, apiKey: settings.apiKey };
+export function connectionOptions(settings: WorkerSettings, address: string): ConnectionOptions & NativeConnectionOptions {
+  const tls = settings.tls && {
+    serverNameOverride: settings.tls.serverName,
+    serverRootCACertificate: settings.tls.serverRootCACertificate,
+    clientCertPair: settings.tls.clientCertPair,
+  };
+  return { address, tls, apiKey: settings.apiKey };
 }
 
 /** A client with the deployment's data converter (payload encryption when keys are configured). */
