@@ -54,6 +54,9 @@ export function pairDatums(pair: Pick<TokenizedPair, 'promptTokens' | 'chosenTok
   return [toDatum({ promptTokens: pair.promptTokens, completionTokens: pair.chosenTokens }), toDatum({ promptTokens: pair.promptTokens, completionTokens: pair.rejectedTokens })];
 }
 
+/** Margins within float32 noise of 0 (the policy is still its reference) prefer neither answer. */
+const PREFERENCE_EPSILON = 1e-3;
+
 const summed = (logprobs: number[], d: Datum) => logprobs.reduce((a, lp, i) => a + lp * (d.weights[i] ?? 0), 0);
 
 export function createDpoActivities(deps: ActivityDeps) {
@@ -99,7 +102,7 @@ export function createDpoActivities(deps: ActivityDeps) {
       const [pc, pr] = policy[i]!.sums;
       const margin = pc - rc - (pr - rr);
       const z = beta * margin;
-      return { line: pair.line, prompt: pair.prompt, chosen: pair.chosen, rejected: pair.rejected, margin, loss: z >= 0 ? Math.log1p(Math.exp(-z)) : -z + Math.log1p(Math.exp(z)), match: margin > 0 };
+      return { line: pair.line, prompt: pair.prompt, chosen: pair.chosen, rejected: pair.rejected, margin, loss: z >= 0 ? Math.log1p(Math.exp(-z)) : -z + Math.log1p(Math.exp(z)), match: margin > PREFERENCE_EPSILON };
     });
   };
 
@@ -198,7 +201,7 @@ export function createDpoActivities(deps: ActivityDeps) {
             gradients.push(dpo.chosen.map((g) => g / pairs.length), dpo.rejected.map((g) => g / pairs.length));
             loss += dpo.loss / pairs.length;
             margin += dpo.margin / pairs.length;
-            if (dpo.margin > 0) preferred += 1;
+            if (dpo.margin > PREFERENCE_EPSILON) preferred += 1;
           });
           const fb = await provider.submitCustomForwardBackward(input.sessionId, key(`s${step}`, 'custom-forward-backward'), datums, gradients);
           const opt = await provider.submitOptimStep(input.sessionId, key(`s${step}`, 'optim-step'), {

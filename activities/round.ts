@@ -184,7 +184,14 @@ export function createRoundActivities(deps: ActivityDeps) {
     async prepareRound(input: Pick<RoundInput, 'spec' | 'data'>): Promise<RoundPlan> {
       return atBoundary(async () => {
         const p = input.spec.round?.kind === 'dpo' ? await preparedPairs(input.spec, input.data) : await prepared(input.spec, input.data);
-        if (input.spec.round?.grpo?.reward.kind === 'module') rewardFunction(input.spec.round.grpo.reward); // loads now: a bad module fails before provisioning
+        const reward = input.spec.round?.grpo?.reward;
+        if (reward?.kind === 'module') {
+          try {
+            rewardFunction(reward); // loads it now: a bad module fails the round before anything is provisioned
+          } catch (err) {
+            throw ApplicationFailure.create({ type: 'InvalidInput', nonRetryable: true, message: `round.grpo.reward.path: ${reward.path} does not load: ${(err as Error).message.split('\n')[0]}` });
+          }
+        }
         const plan = planSteps(p.train.length, input.spec.training.batchSize, input.spec.training.epochs);
         const provider = await deps.providerFor(input.spec.provider);
         const quote = await provider.estimateCost?.(input.spec.provider.model, input.spec.provider.generatorReplicas).catch(() => undefined);

@@ -1,6 +1,7 @@
 import type { CampaignSpec } from '../config/spec';
 import { bundledTokenizerDir, huggingFaceCacheDir, tokenizerFor } from '../config/tokenizer';
-import { DataValidationError, heldOutProblems, loadRoundData, readDataset } from '../activities/data';
+import { DataValidationError, heldOutProblems, loadPreferenceData, loadRoundData, readDataset, readPreferenceDataset } from '../activities/data';
+import { rewardFunction } from '../activities/rewards';
 import { findModel } from '../emulator/models';
 
 /**
@@ -12,10 +13,30 @@ export function validateCampaignLocally(spec: CampaignSpec): { trainRows: number
   if (spec.provider.kind === 'local' && !spec.provider.baseUrl && !findModel(spec.provider.model)) {
     throw new DataValidationError([`provider.model: '${spec.provider.model}' is not one of the emulator's models`]);
   }
+  const reward = spec.round.grpo?.reward;
+  if (reward?.kind === 'module') {
+    try {
+      rewardFunction(reward);
+    } catch (err) {
+      throw new DataValidationError([`round.grpo.reward.path: ${(err as Error).message.split('\n')[0]}`]);
+    }
+  }
   const hasTokenizer = Boolean(spec.provider.tokenizer ?? bundledTokenizerDir(spec.provider.model) ?? huggingFaceCacheDir(spec.provider.model));
+  const limits = { maxSeqLen: spec.training.maxSeqLen, modelMaxSeqLen: findModel(spec.provider.model)?.maxSeqLen };
+  if (spec.round.kind === 'dpo') {
+    if (hasTokenizer) {
+      const pairs = loadPreferenceData(spec.data.train, spec.data.eval, tokenizerFor(spec.provider.model, undefined, spec.provider.tokenizer), limits);
+      return { trainRows: pairs.train.length, evalRows: pairs.eval.length, tokenized: true };
+    }
+    const problems: string[] = [];
+    const train = readPreferenceDataset(spec.data.train, problems);
+    const evalSet = readPreferenceDataset(spec.data.eval, problems);
+    if (problems.length) throw new DataValidationError(problems);
+    return { trainRows: train.rows.length, evalRows: evalSet.rows.length, tokenized: false };
+  }
   if (hasTokenizer) {
     const tokenizer = tokenizerFor(spec.provider.model, undefined, spec.provider.tokenizer);
-    const data = loadRoundData(spec.data.train, spec.data.eval, tokenizer, { maxSeqLen: spec.training.maxSeqLen, modelMaxSeqLen: findModel(spec.provider.model)?.maxSeqLen });
+    const data = loadRoundData(spec.data.train, spec.data.eval, tokenizer, limits);
     return { trainRows: data.train.rows.length, evalRows: data.eval.rows.length, tokenized: true };
   }
   const problems: string[] = [];

@@ -61,6 +61,26 @@ export function writeTicketData(outDir: string, trainRows: number, evalRows: num
   return files;
 }
 
+/**
+ * Preference pairs for a DPO round: each ticket with its right category chosen and another category rejected
+ * (picked by a seeded draw). Written as `pairs.train.jsonl` and `pairs.eval.jsonl`.
+ */
+export function writeTicketPreferences(outDir: string, trainRows: number, evalRows: number): { train: string; eval: string } {
+  const evalSet = generateTickets(evalRows, 7);
+  const train = generateTickets(trainRows, 1, new Set(evalSet.map((r) => r.prompt)));
+  const labels = Object.keys(CATEGORIES);
+  const random = seededRandom(11);
+  const pair = (r: { prompt: string; answer: string }) => {
+    const others = labels.filter((l) => l !== r.answer);
+    return { prompt: r.prompt, chosen: r.answer, rejected: others[Math.floor(random() * others.length)]! };
+  };
+  fs.mkdirSync(outDir, { recursive: true });
+  const files = { train: path.join(outDir, 'pairs.train.jsonl'), eval: path.join(outDir, 'pairs.eval.jsonl') };
+  fs.writeFileSync(files.train, train.map((r) => JSON.stringify(pair(r))).join('\n') + '\n');
+  fs.writeFileSync(files.eval, evalSet.map((r) => JSON.stringify(pair(r))).join('\n') + '\n');
+  return files;
+}
+
 if (require.main === module) {
   const [train = '300', evalRows = '60', out = __dirname] = process.argv.slice(2);
   const files = writeTicketData(out, Number(train), Number(evalRows));

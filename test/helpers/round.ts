@@ -3,7 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { parseCampaignSpec } from '../../config/spec';
 import type { RoundInput } from '../../workflows/round-contract';
-import { writeTicketData } from '../../examples/support-tickets/generate';
+import { writeTicketData, writeTicketPreferences } from '../../examples/support-tickets/generate';
 import { writeArithmeticData } from '../../examples/arithmetic/generate';
 
 /** A round input for the support-ticket example at a given size, against an emulator URL. */
@@ -38,14 +38,15 @@ ${options.overrides ?? ''}`;
   };
 }
 
-/** A round input on the arithmetic example (prompt/answer rows, or preference pairs for `pairs: true`). */
-export function arithmeticRoundInput(options: { baseUrl: string; campaignId: string; yaml: string; pairs?: boolean; dir?: string; round?: number; limit?: number }): RoundInput {
+/** A round input on the arithmetic example (prompt/answer rows, or preference pairs for `pairs: true`; support-ticket pairs for `tickets: true`). */
+export function arithmeticRoundInput(options: { baseUrl: string; campaignId: string; yaml: string; pairs?: boolean; dir?: string; round?: number; limit?: number; tickets?: boolean }): RoundInput {
   const dir = options.dir ?? fs.mkdtempSync(path.join(os.tmpdir(), 'rh-arith-'));
   if (!fs.existsSync(path.join(dir, 'train.jsonl'))) writeArithmeticData(dir, { limit: options.limit });
+  if (options.tickets && !fs.existsSync(path.join(dir, 'tickets'))) writeTicketPreferences(path.join(dir, 'tickets'), 64, 20);
   const yaml = `
 name: arithmetic-test
 provider: { kind: local, baseUrl: "${options.baseUrl}", model: roundhouse/tiny-chat }
-data: ${options.pairs ? '{ train: pairs.train.jsonl, eval: pairs.eval.jsonl }' : '{ train: train.jsonl, eval: eval.jsonl }'}
+data: ${options.tickets ? '{ train: tickets/pairs.train.jsonl, eval: tickets/pairs.eval.jsonl }' : options.pairs ? '{ train: pairs.train.jsonl, eval: pairs.eval.jsonl }' : '{ train: train.jsonl, eval: eval.jsonl }'}
 evaluation: { scorer: numeric }
 ${options.yaml}`;
   const file = path.join(dir, `campaign-${options.campaignId.replace(/[^A-Za-z0-9]/g, '-')}.yaml`);
