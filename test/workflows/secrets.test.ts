@@ -50,19 +50,24 @@ function payloadsIn(node: unknown, out: { metadata: Record<string, string>; data
   return out;
 }
 
-test('an API key from the worker environment reaches the provider but never a workflow history or a log line', async () => {
-  const secret = `tgp_secret_${Math.random().toString(36).slice(2)}${Date.now()}`;
-  const temporal = await connectTestTemporal();
-  const emulator = await startTestEmulator();
-  const taskQueue = uniqueTaskQueue('secrets');
-  const worker = startWorkerProcess({
+/** A real `roundhouse worker` logging at debug level, with the given secrets in its environment. */
+async function startDebugWorker(taskQueue: string, env: Record<string, string>) {
+  return startWorkerProcess({
     TEMPORAL_ADDRESS: process.env.TEMPORAL_ADDRESS!,
     ROUNDHOUSE_TASK_QUEUE: taskQueue,
     ROUNDHOUSE_WORKFLOW_BUNDLE: await bundleToFile(),
     ROUNDHOUSE_STATE_DIR: fs.mkdtempSync(path.join(os.tmpdir(), 'rh-secrets-')),
     ROUNDHOUSE_LOG_LEVEL: 'debug',
-    TOGETHER_API_KEY: secret,
+    ...env,
   });
+}
+
+test('an API key from the worker environment reaches the provider but never a workflow history or a log line', async () => {
+  const secret = `tgp_secret_${Math.random().toString(36).slice(2)}${Date.now()}`;
+  const temporal = await connectTestTemporal();
+  const emulator = await startTestEmulator();
+  const taskQueue = uniqueTaskQueue('secrets');
+  const worker = await startDebugWorker(taskQueue, { TOGETHER_API_KEY: secret });
   try {
     await worker.ready;
     const input = ticketRoundInput({ baseUrl: emulator.url, campaignId: `secrets-${taskQueue}`, trainRows: 16, evalRows: 4 });
@@ -104,15 +109,7 @@ test('with payload encryption on, a history exported by the Temporal CLI has no 
   const client = new Client({ connection: temporal.client.connection, namespace: temporal.settings.namespace, dataConverter: dataConverterFor({ encryption: keyring }) });
   const emulator = await startTestEmulator();
   const taskQueue = uniqueTaskQueue('secrets-encrypted');
-  const worker = startWorkerProcess({
-    TEMPORAL_ADDRESS: process.env.TEMPORAL_ADDRESS!,
-    ROUNDHOUSE_TASK_QUEUE: taskQueue,
-    ROUNDHOUSE_WORKFLOW_BUNDLE: await bundleToFile(),
-    ROUNDHOUSE_STATE_DIR: fs.mkdtempSync(path.join(os.tmpdir(), 'rh-secrets-enc-')),
-    ROUNDHOUSE_LOG_LEVEL: 'debug',
-    ROUNDHOUSE_ENCRYPTION_KEYS: keys,
-    TOGETHER_API_KEY: secret,
-  });
+  const worker = await startDebugWorker(taskQueue, { ROUNDHOUSE_ENCRYPTION_KEYS: keys, TOGETHER_API_KEY: secret });
   const codecServer = await startCodecServer({ codec: new AesGcmPayloadCodec(keyring), port: 0 });
   try {
     await worker.ready;
