@@ -77,6 +77,14 @@ test('the emulator profile adds the local provider emulator beside the worker, h
   expect(services.emulator!.healthcheck?.test.join(' ')).toContain('/_emulator/health');
 });
 
+test('the codec profile adds the codec server for the Web UI, on loopback, with the UI as its CORS origin', () => {
+  const r = composeConfig(path.join(root, 'docker-compose.yml'), '--profiles', 'codec');
+  expect(r.status).toBe(0);
+  const codec = (JSON.parse(r.stdout).services as Record<string, ComposeService & { ports?: { host_ip: string; published: string; target: number }[] }>)['codec-server']!;
+  expect(codec.command).toEqual(['codec-server', '--host', '0.0.0.0', '--port', '8888', '--cors-origin', 'http://localhost:8080']);
+  expect(codec.ports?.[0]).toMatchObject({ host_ip: '127.0.0.1', published: '8888', target: 8888 });
+});
+
 test('the validator rejects what the Compose specification forbids (so a pass means something)', () => {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rh-compose-'));
   const bad = (name: string, yaml: string) => {
