@@ -179,11 +179,10 @@ export function createDpoActivities(deps: ActivityDeps) {
         let confirmed = applied;
         fs.mkdirSync(input.stepsDir, { recursive: true });
         ctx.heartbeat({ step: confirmed });
-        while (confirmed < maxStep && (Date.now() < deadline || confirmed === applied)) {
-          const step = confirmed;
+        /** A step's DPO loss and gradients, from the keyed forward at its weights (the same operation on every attempt). */
+        const dpoStep = async (step: number) => {
           const { rows } = batchRows(step, p.train.length, t.batchSize, t.seed);
           const pairs = rows.map((r) => p.train[r]!);
-          // The policy's logprobs at this step's weights (a repeated forward under its key is the same operation).
           const policy = await pairLogprobs(provider, input.sessionId, pairs, pairs.length, () => key(`s${step}`, 'forward'));
           const datums: Datum[] = [];
           const gradients: number[][] = [];
@@ -203,6 +202,20 @@ export function createDpoActivities(deps: ActivityDeps) {
             margin += dpo.margin / pairs.length;
             if (dpo.margin > PREFERENCE_EPSILON) preferred += 1;
           });
+          const record: DpoStepRecord = { step: step + 1, loss, tokens: 1, margin, accuracy: preferred / Math.max(1, pairs.length) };
+          return { datums, gradients, record };
+        };
+        const recordFile = (step: number) => path.join(input.stepsDir, `steps-${String(step).padStart(7, '0')}.json`);
+
+        // Steps the trainer applied whose attempt died before recording them: their keyed forward returns the
+        // original operation's logprobs (at the weights before that step), which complete the record.
+        for (let step = input.cursor.step; step < applied; step++) {
+          if (!fs.existsSync(recordFile(step + 1))) writeJsonAtomic(recordFile(step + 1), [(await dpoStep(step)).record]);
+        }
+
+        while (confirmed < maxStep && (Date.now() < deadline || confirmed === applied)) {
+          const step = confirmed;
+          const { datums, gradients, record } = await dpoStep(step);
           const fb = await provider.submitCustomForwardBackward(input.sessionId, key(`s${step}`, 'custom-forward-backward'), datums, gradients);
           const opt = await provider.submitOptimStep(input.sessionId, key(`s${step}`, 'optim-step'), {
             learningRate: learningRateAt(step, input.totalSteps, t.learningRate, t.lrSchedule),
@@ -218,9 +231,8 @@ export function createDpoActivities(deps: ActivityDeps) {
             throw ApplicationFailure.create({ type: 'StepCounterMismatch', nonRetryable: true, message: `optim_step for round step ${step + 1} reported provider step ${result.step} (offset ${input.stepOffset})` });
           }
           confirmed = step + 1;
-          const record: DpoStepRecord = { step: confirmed, loss, tokens: 1, margin, accuracy: preferred / Math.max(1, pairs.length) };
           records.push(record);
-          writeJsonAtomic(path.join(input.stepsDir, `steps-${String(confirmed).padStart(7, '0')}.json`), [record]);
+          writeJsonAtomic(recordFile(confirmed), [record]);
           ctx.heartbeat({ step: confirmed });
         }
         const last = records[records.length - 1];

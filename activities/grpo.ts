@@ -150,8 +150,8 @@ export function createGrpoActivities(deps: ActivityDeps) {
         const deadline = Date.now() + t.segmentSeconds * 1000;
         const records: GrpoStepRecord[] = [];
         heartbeat({ step: confirmed });
-        while (confirmed < maxStep && (Date.now() < deadline || confirmed === applied)) {
-          const step = confirmed;
+        /** A step's keyed forward-backward: the same request on every attempt (same samples, same key). */
+        const forwardBackward = async (step: number) => {
           const samples = await samplesFor(step);
           const { datums, groupsKept } = grpoDatums(samples, grpo.normalizeAdvantages);
           if (datums.length === 0) throw ApplicationFailure.create({ type: 'EmptySamples', nonRetryable: true, message: `step ${step}: the generators returned only empty completions` });
@@ -163,6 +163,34 @@ export function createGrpoActivities(deps: ActivityDeps) {
             datums.forEach((d, i) => (d.referenceLogprobs = ref.logprobs?.[i] ?? d.weights.map(() => 0)));
           }
           const fb = await provider.submitForwardBackward(input.sessionId, key(`s${step}`, 'forward-backward'), datums, { loss: policyLossOf(grpo) });
+          const record = (loss: number): GrpoStepRecord => {
+            const rewards = samples.groups.flatMap((g) => g.completions.map((c) => c.reward));
+            return {
+              step: step + 1,
+              loss,
+              tokens: datums.reduce((a, d) => a + d.weights.filter((w) => w !== 0).length, 0),
+              meanReward: rewards.reduce((a, r) => a + r, 0) / Math.max(1, rewards.length),
+              groupsKept,
+              groups: samples.groups.length,
+              policyVersion: samples.policyVersion,
+              stepsOffPolicy: samples.policyVersion === undefined ? undefined : step + input.stepOffset - samples.policyVersion,
+            };
+          };
+          return { fb, record };
+        };
+        const recordFile = (step: number) => path.join(input.stepsDir, `steps-${String(step).padStart(7, '0')}.json`);
+
+        // Steps the trainer applied whose attempt died before recording them: asking their keyed forward-backward
+        // again returns the original operation (nothing is applied twice), and its loss completes the record.
+        for (let step = input.cursor.step; step < applied; step++) {
+          if (fs.existsSync(recordFile(step + 1))) continue;
+          const { fb, record } = await forwardBackward(step);
+          writeJsonAtomic(recordFile(step + 1), [record((await provider.awaitOperation(fb, { signal })).loss)]);
+        }
+
+        while (confirmed < maxStep && (Date.now() < deadline || confirmed === applied)) {
+          const step = confirmed;
+          const { fb, record } = await forwardBackward(step);
           const opt = await provider.submitOptimStep(input.sessionId, key(`s${step}`, 'optim-step'), {
             learningRate: learningRateAt(step, input.totalSteps, t.learningRate, t.lrSchedule),
             beta1: t.adam.beta1,
@@ -181,19 +209,8 @@ export function createGrpoActivities(deps: ActivityDeps) {
           await sync(step + 1);
           confirmed = step + 1;
           sampling.delete(step);
-          const rewards = samples.groups.flatMap((g) => g.completions.map((c) => c.reward));
-          const record: GrpoStepRecord = {
-            step: confirmed,
-            loss,
-            tokens: datums.reduce((a, d) => a + d.weights.filter((w) => w !== 0).length, 0),
-            meanReward: rewards.reduce((a, r) => a + r, 0) / Math.max(1, rewards.length),
-            groupsKept,
-            groups: samples.groups.length,
-            policyVersion: samples.policyVersion,
-            stepsOffPolicy: samples.policyVersion === undefined ? undefined : step + input.stepOffset - samples.policyVersion,
-          };
-          records.push(record);
-          writeJsonAtomic(path.join(input.stepsDir, `steps-${String(confirmed).padStart(7, '0')}.json`), [record]);
+          records.push(record(loss));
+          writeJsonAtomic(recordFile(confirmed), [records[records.length - 1]]);
           heartbeat({ step: confirmed });
         }
         // Draws started ahead finish (their files are the next segment's input) before the activity returns.

@@ -11,7 +11,7 @@ import { ticketRoundInput } from '../helpers/round';
 import { ticketCampaignSpec } from '../helpers/campaign';
 import { campaignProgressQuery, type CampaignInput, type CampaignResult } from '../../workflows/campaign-contract';
 import { connectTestTemporal, uniqueTaskQueue, type TestTemporal } from '../helpers/temporal';
-import { bundleToFile, startWorkerProcess, type WorkerProcess } from '../helpers/worker-process';
+import { bundleToFile, crashTestWorkerEnv, startWorkerProcess, type WorkerProcess } from '../helpers/worker-process';
 
 let temporal: TestTemporal;
 let bundleFile: string;
@@ -25,16 +25,7 @@ afterAll(async () => {
   await temporal?.close();
 });
 
-/** Environment of the `roundhouse worker` processes these tests kill: a fast sticky-queue takeover. */
-function crashWorkerEnv(taskQueue: string): Record<string, string> {
-  return {
-    TEMPORAL_ADDRESS: process.env.TEMPORAL_ADDRESS!,
-    ROUNDHOUSE_TASK_QUEUE: taskQueue,
-    ROUNDHOUSE_WORKFLOW_BUNDLE: bundleFile,
-    ROUNDHOUSE_STATE_DIR: fs.mkdtempSync(path.join(os.tmpdir(), 'rh-crash-state-')),
-    ROUNDHOUSE_STICKY_QUEUE_TIMEOUT_MS: '500',
-  };
-}
+const crashWorkerEnv = (taskQueue: string) => crashTestWorkerEnv(taskQueue, bundleFile);
 
 async function progressOf(handle: WorkflowHandle): Promise<RoundProgress | undefined> {
   try {

@@ -60,3 +60,14 @@ export function startWorkerProcess(env: Record<string, string>, options: { scrip
     },
   };
 }
+
+/** Environment of the `roundhouse worker` processes crash tests kill: a fast sticky-queue takeover. */
+export function crashTestWorkerEnv(taskQueue: string, bundleFile: string): Record<string, string> {
+  return {
+    TEMPORAL_ADDRESS: process.env.TEMPORAL_ADDRESS!,
+    ROUNDHOUSE_TASK_QUEUE: taskQueue,
+    ROUNDHOUSE_WORKFLOW_BUNDLE: bundleFile,
+    ROUNDHOUSE_STATE_DIR: fs.mkdtempSync(path.join(os.tmpdir(), 'rh-crash-state-')),
+    ROUNDHOUSE_STICKY_QUEUE_TIMEOUT_MS: '500',
+  };
+}

@@ -1,0 +1,147 @@
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import type { WorkflowHandle } from '@temporalio/client';
+import { seededRandom } from '../../config/random';
+import { ProviderRegistry } from '../../workers/providers';
+import { createRoundhouseWorker } from '../../workers/worker';
+import { roundProgressQuery, type RoundInput, type RoundProgress, type RoundResult } from '../../workflows/round-contract';
+import { ledger, setFaults, startTestEmulator, type RunningEmulator } from '../helpers/emulator';
+import { arithmeticRoundInput } from '../helpers/round';
+import { connectTestTemporal, uniqueTaskQueue, type TestTemporal } from '../helpers/temporal';
+import { bundleToFile, crashTestWorkerEnv, startWorkerProcess, type WorkerProcess } from '../helpers/worker-process';
+
+/**
+ * The SFT round's crash and fault tests, run on the GRPO and DPO kinds: SIGKILL of real worker processes inside
+ * the reference pass and inside training, and 10 % injected faults; the trainer must apply exactly the planned
+ * steps, once, and nothing may be left holding a GPU.
+ */
+
+let temporal: TestTemporal;
+let bundleFile: string;
+
+beforeAll(async () => {
+  temporal = await connectTestTemporal();
+  bundleFile = await bundleToFile();
+});
+
+afterAll(async () => {
+  await temporal?.close();
+});
+
+const KINDS = {
+  grpo: (baseUrl: string, campaignId: string) =>
+    arithmeticRoundInput({
+      baseUrl,
+      campaignId,
+      yaml: `training: { epochs: 2, batchSize: 8, learningRate: 0.002, loraRank: 8, maxSeqLen: 64, segmentSteps: 4 }
+sampling: { maxTokens: 3, temperature: 1 }
+advanced: { heartbeatTimeoutSeconds: 2 }
+round: { kind: grpo, grpo: { groupSize: 4, reward: { kind: numeric }, maxStepsOffPolicy: 1 } }`,
+    }),
+  dpo: (baseUrl: string, campaignId: string) =>
+    arithmeticRoundInput({
+      baseUrl,
+      campaignId,
+      tickets: true,
+      yaml: `training: { epochs: 2, batchSize: 8, learningRate: 0.01, loraRank: 8, maxSeqLen: 64, segmentSteps: 4 }
+sampling: { maxTokens: 3 }
+advanced: { heartbeatTimeoutSeconds: 2 }
+round: { kind: dpo, dpo: { beta: 0.5 } }`,
+    }),
+} satisfies Record<string, (baseUrl: string, campaignId: string) => RoundInput>;
+
+const PLANNED = { grpo: 20, dpo: 16 };
+
+async function progressOf(handle: WorkflowHandle): Promise<RoundProgress | undefined> {
+  try {
+    return await handle.query(roundProgressQuery);
+  } catch {
+    return undefined; // no worker right now
+  }
+}
+
+describe.each(['grpo', 'dpo'] as const)('%s round', (kind) => {
+  test('SIGKILL of the worker in the baseline/reference pass and inside training: exactly the planned steps, nothing left active', async () => {
+    const emulator: RunningEmulator = await startTestEmulator({ provisioningDelayMs: 300, operationLatencyMs: 40 });
+    const taskQueue = uniqueTaskQueue(`crash-${kind}`);
+    const input = KINDS[kind](emulator.url, `crash-${kind}-${taskQueue}`);
+    const env = crashTestWorkerEnv(taskQueue, bundleFile);
+    const random = seededRandom(kind === 'grpo' ? 8 : 88);
+    const planned = PLANNED[kind];
+    const killPoints: { name: string; when: (p: RoundProgress) => boolean }[] = [
+      { name: 'baseline', when: (p) => p.phase === 'baseline' },
+      ...[1, 4, 7, 11, 14].map((s) => ({ name: `training ≥ step ${s}`, when: (p: RoundProgress) => p.phase === 'training' && p.step >= s })),
+    ];
+    let worker: WorkerProcess = startWorkerProcess(env);
+    const kills: string[] = [];
+    try {
+      await worker.ready;
+      const handle = await temporal.client.workflow.start('roundWorkflow', { taskQueue, workflowId: `round-${input.campaignId}`, args: [input] });
+      for (const point of killPoints) {
+        const deadline = Date.now() + 60_000;
+        let hit: RoundProgress | undefined;
+        while (!hit && Date.now() < deadline) {
+          const p = await progressOf(handle);
+          if (p && point.when(p)) hit = p;
+          else if (p && ['checkpointing', 'sampling', 'evaluating', 'cleanup', 'completed', 'failed'].includes(p.phase)) break;
+          else await new Promise((r) => setTimeout(r, 20));
+        }
+        if (!hit) continue;
+        await new Promise((r) => setTimeout(r, Math.floor(random() * 250))); // land inside a step
+        await worker.kill();
+        kills.push(`${point.name} (phase ${hit.phase}, step ${hit.step})`);
+        worker = startWorkerProcess(env);
+        await worker.ready;
+      }
+      const result: RoundResult = await handle.result();
+      process.stderr.write(`[crash ${kind}] ${kills.length} kills: ${kills.join('; ')}\n`);
+      expect(kills.length).toBeGreaterThanOrEqual(4);
+      expect(result).toMatchObject({ status: 'completed', kind, stepsApplied: planned, totalSteps: planned });
+      const l = await ledger(emulator);
+      expect(l.resources).toHaveLength(1);
+      expect(l.totals.optimizerSteps).toBe(planned); // none lost, none doubled
+      expect(l.active).toEqual([]);
+      process.stderr.write(`[crash ${kind}] duplicates absorbed by idempotency keys: ${l.totals.duplicatesAbsorbed}\n`);
+      const report = JSON.parse(fs.readFileSync(result.reportPath, 'utf8'));
+      expect(report.steps.map((s: { step: number }) => s.step)).toEqual(Array.from({ length: planned }, (_v, i) => i + 1));
+      if (kind === 'grpo') expect(report.steps.every((s: { stepsOffPolicy: number }) => s.stepsOffPolicy <= 1)).toBe(true);
+    } finally {
+      await worker.stop();
+      await emulator.close();
+    }
+  }, 240_000);
+
+  test('with 429/5xx/resets/lost responses injected at 10% the round completes with the exact step count', async () => {
+    const emulator = await startTestEmulator({ provisioningDelayMs: 100 });
+    const providers = new ProviderRegistry({ stateDir: fs.mkdtempSync(path.join(os.tmpdir(), 'rh-faults-')) });
+    try {
+      await setFaults(emulator, {
+        seed: kind === 'grpo' ? 12 : 13,
+        rules: [
+          { kind: 'http-429', rate: 0.1, max: 1000, retryAfterMs: 5 },
+          { kind: 'http-500', rate: 0.1, max: 1000 },
+          { kind: 'http-503', rate: 0.1, max: 1000, retryAfterMs: 5 },
+          { kind: 'reset', rate: 0.1, max: 1000 },
+          { kind: 'lose-response', rate: 0.1, max: 1000 },
+        ],
+      });
+      const taskQueue = uniqueTaskQueue(`faults-${kind}`);
+      const input = KINDS[kind](emulator.url, `faults-${kind}-${taskQueue}`);
+      const worker = await createRoundhouseWorker({ connection: temporal.nativeConnection, namespace: temporal.settings.namespace, taskQueue, workflowBundle: { codePath: bundleFile }, providers });
+      const result: RoundResult = await worker.runUntil(temporal.client.workflow.execute('roundWorkflow', { taskQueue, workflowId: `round-${input.campaignId}`, args: [input] }));
+      expect(result).toMatchObject({ status: 'completed', stepsApplied: PLANNED[kind] });
+      const fired = ((await (await fetch(`${emulator.url}/_emulator/faults`)).json()) as { fired: { kind: string; fired: number }[] }).fired;
+      process.stderr.write(`[faults ${kind}] injected: ${fired.map((f) => `${f.kind}=${f.fired}`).join(' ')}\n`);
+      expect(fired.reduce((a, f) => a + f.fired, 0)).toBeGreaterThan(10);
+      await setFaults(emulator, {});
+      const l = await ledger(emulator);
+      expect(l.totals.optimizerSteps).toBe(PLANNED[kind]);
+      expect(l.active).toEqual([]);
+      expect(l.resources).toHaveLength(1);
+    } finally {
+      await providers.close();
+      await emulator.close();
+    }
+  }, 240_000);
+});
