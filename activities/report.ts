@@ -20,8 +20,15 @@ interface RoundReportFile {
   error_type: string | null;
   train_path: string;
   train_sha256: string;
-  evaluations: { line: number; prompt: string; expected: string; completion: string; match: boolean }[];
-  steps: { step: number; loss: number; tokens: number }[];
+  /** SFT/GRPO: sampled answers scored; DPO: eval pairs with their margin. */
+  evaluations: { line: number; prompt: string; expected?: string; completion?: string; chosen?: string; margin?: number; match: boolean }[];
+  /** GRPO steps add `meanReward`; DPO steps add `margin` and `accuracy`. */
+  steps: { step: number; loss: number; tokens: number; meanReward?: number; margin?: number; accuracy?: number }[];
+  kind?: 'sft' | 'grpo' | 'dpo';
+  first_reward?: number | null;
+  latest_reward?: number | null;
+  baseline_margin?: number | null;
+  trained_margin?: number | null;
 }
 
 export interface CampaignReportData {
@@ -60,7 +67,8 @@ export function loadCampaignReportData(campaignDir: string, options: { temporalU
     for (const e of after.evaluations) {
       const p = previous.get(e.line);
       if (!p || p.match === e.match) continue;
-      const flip = { line: e.line, prompt: e.prompt, expected: e.expected, before: p.completion, after: e.completion };
+      const shown = (x: typeof e) => x.completion ?? (x.margin === undefined ? '' : `margin ${x.margin.toFixed(3)}`);
+      const flip = { line: e.line, prompt: e.prompt, expected: e.expected ?? e.chosen ?? '', before: shown(p), after: shown(e) };
       (e.match ? fixed : regressed).push(flip);
     }
     return { from: before.round, to: after.round, fixed, regressed };
@@ -88,7 +96,14 @@ export function renderCampaignHtml(data: CampaignReportData): string {
     baseline: data.rounds.map((r) => r.baseline_loss),
     trained: data.rounds.map((r) => r.trained_loss),
     steps: data.rounds.map((r) => ({ round: r.round, points: r.steps.map((s) => ({ x: s.step, y: s.tokens ? s.loss / s.tokens : s.loss })) })),
+    rewards: stepSeries(data, 'meanReward'),
+    margins: stepSeries(data, 'margin'),
+    preference: stepSeries(data, 'accuracy'),
   };
+  const policyCharts = [
+    chartData.rewards.length ? '<div><h2>GRPO: mean reward per step</h2><div class="chart"><canvas id="reward"></canvas></div></div>' : '',
+    chartData.margins.length ? '<div><h2>DPO: preference margin and accuracy per step</h2><div class="chart"><canvas id="margin"></canvas></div></div>' : '',
+  ].join('');
   const rows = data.rounds
     .map(
       (r) => `<tr><td>${r.round}</td><td class="${r.status}">${escapeHtml(r.status)}${r.error_type ? ` (${escapeHtml(r.error_type)})` : ''}</td><td>${pct(r.accuracy)}</td>` +
@@ -123,7 +138,8 @@ td,th{border:1px solid #d0d7de;padding:.3rem .6rem;text-align:left;vertical-alig
 <div><h2>Metric per round</h2><div class="chart"><canvas id="accuracy"></canvas></div></div>
 <div><h2>Eval loss per round (baseline vs trained)</h2><div class="chart"><canvas id="evalLoss"></canvas></div></div>
 </div>
-<h2>Training loss per step (per trained token)</h2><div class="chart"><canvas id="stepLoss"></canvas></div>
+<h2>Training loss per step (per trained token; DPO: mean loss per pair)</h2><div class="chart"><canvas id="stepLoss"></canvas></div>
+${policyCharts ? `<div class="charts">${policyCharts}</div>` : ''}
 <h2>Rounds</h2>
 <table><tr><th>round</th><th>status</th><th>accuracy</th><th>eval loss (baseline → trained)</th><th>steps</th><th>GPU-min</th><th>est. cost</th><th>workflow</th><th>train sha256</th></tr>
 ${rows}</table>
@@ -138,10 +154,20 @@ const common = { responsive: true, maintainAspectRatio: false, animation: false 
 new Chart(document.getElementById('accuracy'), { type: 'line', data: { labels: d.rounds.map((r) => 'round ' + r), datasets: [{ label: 'accuracy', data: d.accuracy, borderColor: colors[0], backgroundColor: colors[0] }] }, options: { ...common, scales: { y: { min: 0, max: 1 } } } });
 new Chart(document.getElementById('evalLoss'), { type: 'bar', data: { labels: d.rounds.map((r) => 'round ' + r), datasets: [{ label: 'baseline', data: d.baseline, backgroundColor: '#8c959f' }, { label: 'trained', data: d.trained, backgroundColor: colors[1] }] }, options: common });
 new Chart(document.getElementById('stepLoss'), { type: 'line', data: { datasets: d.steps.map((s, i) => ({ label: 'round ' + s.round, data: s.points, borderColor: colors[i % colors.length], pointRadius: 0 })) }, options: { ...common, parsing: true, scales: { x: { type: 'linear', title: { display: true, text: 'step' } }, y: { title: { display: true, text: 'loss / token' } } } } });
+const perStep = (id, series, label, extra = []) => document.getElementById(id) && new Chart(document.getElementById(id), { type: 'line', data: { datasets: [...series.map((s, i) => ({ label: label + ' (round ' + s.round + ')', data: s.points, borderColor: colors[i % colors.length], pointRadius: 0 })), ...extra] }, options: { ...common, scales: { x: { type: 'linear', title: { display: true, text: 'step' } } } } });
+perStep('reward', d.rewards, 'mean reward');
+perStep('margin', d.margins, 'margin (nats)', d.preference.map((s, i) => ({ label: 'preference accuracy (round ' + s.round + ')', data: s.points, borderColor: colors[(i + 3) % colors.length], borderDash: [4, 4], pointRadius: 0 })));
 document.body.dataset.rendered = String(Chart.instances ? Object.keys(Chart.instances).length : 0);
 </script>
 </body></html>
 `;
+}
+
+/** Per-step series of one field, for the rounds whose steps carry it. */
+function stepSeries(data: CampaignReportData, field: 'meanReward' | 'margin' | 'accuracy'): { round: number; points: { x: number; y: number }[] }[] {
+  return data.rounds
+    .filter((r) => r.steps.some((s) => typeof s[field] === 'number'))
+    .map((r) => ({ round: r.round, points: r.steps.filter((s) => typeof s[field] === 'number').map((s) => ({ x: s.step, y: s[field]! })) }));
 }
 
 export function renderCampaignMarkdown(data: CampaignReportData): string {
@@ -154,6 +180,12 @@ export function renderCampaignMarkdown(data: CampaignReportData): string {
       (r) => `| ${r.round} | ${r.status}${r.error_type ? ` (${r.error_type})` : ''} | ${pct(r.accuracy)} | ${fmt(r.baseline_loss)} → ${fmt(r.trained_loss)} | ${r.steps_applied}/${r.steps_planned} | ${fmt(r.gpu_minutes, 2)} | ${r.estimated_cost_usd === null ? '–' : `$${r.estimated_cost_usd.toFixed(2)}`} |`,
     ),
     '',
+    ...data.rounds
+      .filter((r) => r.kind === 'grpo' && typeof r.first_reward === 'number')
+      .map((r) => `- round ${r.round} (grpo): mean reward ${fmt(r.first_reward)} at its first step → ${fmt(r.latest_reward)} at its last`),
+    ...data.rounds
+      .filter((r) => r.kind === 'dpo' && typeof r.trained_margin === 'number')
+      .map((r) => `- round ${r.round} (dpo): eval preference margin ${fmt(r.baseline_margin)} → ${fmt(r.trained_margin)} nats, preference accuracy ${pct(r.accuracy)}`),
     ...data.flips.map((f) => `- round ${f.from} → ${f.to}: ${f.fixed.length} examples fixed, ${f.regressed.length} regressed`),
     '',
     `Total: ${fmt(data.gpuMinutes, 2)} GPU-minutes${data.costUsd !== undefined && data.costUsd !== null ? `, estimated $${data.costUsd.toFixed(2)}` : ''}.`,
