@@ -90,15 +90,17 @@ export async function roundWorkflow(input: RoundInput): Promise<RoundResult> {
   setHandler(resumeRoundSignal, () => void (pauseRequested = false));
   setHandler(setRoundBudgetSignal, (b) => void (budget = { ...budget, ...b }));
 
-  // Segment ends reach the parent at most every 30 s: each signal adds 5 history events, more than a segment's 6
-  // would allow under 0.1 event per step (phase changes always go).
-  let lastToldMs: number | undefined;
+  // Phase changes and the first segment end always reach the parent; later segment ends at most every 30 s: a
+  // signal adds 5 history events, and a segment's own 6 leave room for fewer under 0.1 event per step.
+  let segmentEndToldMs: number | undefined;
   const tellParent = async (phase: RoundProgress['phase'], options: { segmentEnd?: boolean } = {}) => {
     progress.phase = phase;
     if (!parent) return;
-    const recent = lastToldMs !== undefined && Date.now() - lastToldMs < 30_000;
-    if (options.segmentEnd && recent && patched('throttle-segment-progress-signals')) return;
-    lastToldMs = Date.now();
+    if (options.segmentEnd) {
+      const recent = segmentEndToldMs !== undefined && Date.now() - segmentEndToldMs < 30_000;
+      if (recent && patched('throttle-segment-progress-signals')) return;
+      segmentEndToldMs = Date.now();
+    }
     await getExternalWorkflowHandle(parent.workflowId, parent.runId).signal(roundProgressSignal, snapshot()).catch(() => undefined);
   };
 
