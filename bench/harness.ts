@@ -144,6 +144,7 @@ export async function withWorker<T>(ctx: BenchContext, taskQueue: string, fn: (w
 const EVENT = {
   activityScheduled: 10,
   activityCompleted: 12,
+  workflowTaskCompleted: 7,
 } as const;
 
 function eventMs(e: HistoryEvent): number {
@@ -157,8 +158,10 @@ function activityName(e: HistoryEvent): string | undefined {
 
 /**
  * The training phase of a round, read from the server's history: from the first `trainSegment` scheduled to
- * the next activity scheduled after the last one (the checkpoint). Events in that span are the ones training
- * adds (segments, their workflow tasks, progress signals); time runs to the last segment's completion.
+ * the workflow task that handles the last one's completion. Events in that span are the ones training adds
+ * (segments, their workflow tasks, progress signals between segments); time runs to the last segment's
+ * completion. Everything else is the round's fixed cost (validate, provision, baseline, checkpoint, sample,
+ * cleanup, phase signals).
  */
 export function trainingPhase(history: History): { events: number; segments: number; ms: number; totalEvents: number } {
   const events = history.events ?? [];
@@ -176,8 +179,8 @@ export function trainingPhase(history: History): { events: number; segments: num
   if (first < 0 || lastCompleted < 0) throw new Error('no completed trainSegment in this history');
   let end = events.length;
   for (let i = lastCompleted + 1; i < events.length; i++) {
-    if (events[i]!.eventType === EVENT.activityScheduled) {
-      end = i;
+    if (events[i]!.eventType === EVENT.workflowTaskCompleted) {
+      end = i + 1;
       break;
     }
   }

@@ -18,8 +18,9 @@ const BENCHMARKS: Record<string, (ctx: BenchContext, report: Report) => Promise<
   cleanup: cleanupBenchmark,
 };
 
-/** Everything must finish well inside the 10-minute budget; a benchmark past its own bound fails. */
+/** A benchmark past its own bound fails, and the whole run stops at the issue's 10-minute budget. */
 const BENCHMARK_TIMEOUT_MS = 8 * 60_000;
+const RUN_BUDGET_MS = 10 * 60_000;
 
 export async function main(argv: string[]): Promise<number> {
   const args = argv.slice(2);
@@ -43,11 +44,13 @@ export async function main(argv: string[]): Promise<number> {
   try {
     for (const name of selected) {
       const t0 = Date.now();
+      const bound = Math.min(BENCHMARK_TIMEOUT_MS, started + RUN_BUDGET_MS - t0);
       let timer: NodeJS.Timeout | undefined;
       try {
+        if (bound <= 0) throw new Error('not run: the 10-minute budget of the whole run is spent');
         await Promise.race([
           BENCHMARKS[name]!(ctx, report),
-          new Promise((_r, reject) => (timer = setTimeout(() => reject(new Error(`over ${BENCHMARK_TIMEOUT_MS / 60_000} minutes`)), BENCHMARK_TIMEOUT_MS))),
+          new Promise((_r, reject) => (timer = setTimeout(() => reject(new Error(`not finished after ${Math.round(bound / 1000)} s`)), bound))),
         ]);
       } catch (err) {
         failed += 1;

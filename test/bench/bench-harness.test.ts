@@ -1,0 +1,45 @@
+import { spawn } from 'node:child_process';
+import path from 'node:path';
+
+const root = path.resolve(__dirname, '../..');
+/** `name: value (target)`, the target ending in ", met" / ", MISSED" when the figure has one. */
+const FIGURE = /^([a-z0-9_.]+): (-?[0-9.]+|"[^"]*") \(([^()]+?)(, met|, MISSED)?\)$/;
+
+function runBench(args: string[], timeoutMs: number): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, [require.resolve('tsx/cli'), 'bench/run.ts', ...args], { cwd: root, timeout: timeoutMs });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d) => (stdout += d));
+    child.stderr.on('data', (d) => (stderr += d));
+    child.on('close', (code) => resolve({ code, stdout, stderr }));
+  });
+}
+
+// Not a speed test: the figures' values are whatever this machine gives; this only keeps the harness working.
+test('`bench -- history --quick` runs a real round and campaign and prints well-formed figure lines', async () => {
+  const { code, stdout, stderr } = await runBench(['history', '--quick'], 90_000);
+  // The dev server writes its banner to the inherited stdout; every figure line has the figure shape.
+  const figures = stdout.split('\n').filter((l) => /^[a-z0-9_]+\.[a-z0-9_.]+: /.test(l));
+  if (code !== 0) throw new Error(`bench exited ${code}:\n${stdout}\n${stderr.slice(-3000)}`);
+  expect(figures.length).toBeGreaterThanOrEqual(8);
+  for (const line of figures) expect(line).toMatch(FIGURE);
+  const names = figures.map((l) => l.slice(0, l.indexOf(':')));
+  expect(names).toEqual(
+    expect.arrayContaining([
+      'history.round.20_steps.events_per_step',
+      'history.campaign_round.20_steps.events_per_step',
+      'history.round.growth_40_over_20',
+      'history.round.marginal_events_per_step',
+    ]),
+  );
+  expect(names.some((n) => n.endsWith('.error'))).toBe(false);
+  const perStep = Number(FIGURE.exec(figures.find((l) => l.startsWith('history.round.40_steps.events_per_step'))!)![2]);
+  expect(perStep).toBeGreaterThan(0); // counted from a real history, not a placeholder
+}, 100_000);
+
+test('an unknown benchmark name is refused with the list of known ones', async () => {
+  const { code, stderr } = await runBench(['nosuch'], 30_000);
+  expect(code).toBe(2);
+  expect(stderr).toContain('known: overhead, history, recovery, scale, cleanup');
+}, 40_000);
