@@ -178,6 +178,11 @@ export const RoundsSpecSchema = z
       .default({ policy: 'mistakes', replayShare: 0.3 }),
     /** Round N+1 starts from round N's training checkpoint with optimizer state, or fresh from the base model. */
     continueFrom: z.enum(['checkpoint', 'base']).default('checkpoint'),
+    /**
+     * The campaign's starting point instead of the bare base model: a training checkpoint (e.g. an SFT round's
+     * `training_checkpoint_id` to warm-start GRPO or DPO). Weights only unless `loadOptimizer`.
+     */
+    startFrom: z.object({ checkpointId: z.string().min(1), loadOptimizer: z.boolean().default(false) }).strict().optional(),
   })
   .strict();
 

@@ -135,7 +135,7 @@ export async function campaignWorkflow(input: CampaignInput): Promise<CampaignRe
       round,
       spec: { name: spec.name, provider: spec.provider, training: spec.training, sampling: spec.sampling, evaluation: spec.evaluation, advanced: spec.advanced, round: spec.round },
       data: { train: state.nextTrain.path, eval: spec.data.eval, trainSha256: state.nextTrain.sha256 },
-      startFrom: spec.rounds.continueFrom === 'checkpoint' && state.lastCheckpointId ? { checkpointId: state.lastCheckpointId, loadOptimizer: true } : undefined,
+      startFrom: spec.rounds.continueFrom === 'checkpoint' && state.lastCheckpointId ? { checkpointId: state.lastCheckpointId, loadOptimizer: true } : spec.rounds.startFrom,
       reportDir: campaignDir,
       budget: roundBudget(),
       pool: spec.rounds.nextData.policy === 'mistakes' ? spec.data.train : undefined,

@@ -2,10 +2,10 @@ import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { ProviderRegistry } from '../../workers/providers';
+import { LOCAL_EMULATOR_KEY, ProviderRegistry } from '../../workers/providers';
 import { createRoundhouseWorker } from '../../workers/worker';
 import type { CampaignInput, CampaignResult } from '../../workflows/campaign-contract';
-import { startTestEmulator } from '../helpers/emulator';
+import { startTestEmulator, togetherProvider } from '../helpers/emulator';
 import { ticketCampaignSpec } from '../helpers/campaign';
 import { parseCampaignSpec } from '../../config/spec';
 import { writeArithmeticData } from '../../examples/arithmetic/generate';
@@ -67,7 +67,7 @@ training: { epochs: 1, batchSize: 16, learningRate: 0.002, loraRank: 8, maxSeqLe
 sampling: { maxTokens: 3, temperature: 1 }
 evaluation: { scorer: numeric }
 round: { kind: grpo, grpo: { groupSize: 4, reward: { kind: numeric } } }
-rounds: { max: 2, nextData: { policy: mistakes } }`,
+rounds: { max: 2, nextData: { policy: mistakes }, startFrom: { checkpointId: CHECKPOINT } }`,
     summary: /round 1 \(grpo\): mean reward [\d.]+ at its first step → [\d.]+ at its last/,
   },
   dpo: {
@@ -88,7 +88,15 @@ test.each(['grpo', 'dpo'] as const)('a %s campaign of two rounds reports its per
   try {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), `rh-${kind}-campaign-`));
     KIND_CAMPAIGNS[kind].write(dir);
-    const text = `name: ${kind}-campaign\nprovider: { kind: local, baseUrl: "${emulator.url}", model: roundhouse/tiny-chat }\nadvanced: { heartbeatTimeoutSeconds: 5 }\n${KIND_CAMPAIGNS[kind].yaml}\n`;
+    // A warm start: the campaign's first round opens from a training checkpoint made beforehand.
+    const provider = togetherProvider(emulator, LOCAL_EMULATOR_KEY); // the account the worker uses on a local provider
+    const resource = await provider.provision({ model: 'roundhouse/tiny-chat', ownerTag: 'warm-start' });
+    await provider.waitReady(resource.id, { pollIntervalMs: 20 });
+    const session = await provider.openSession({ resourceId: resource.id, loraRank: 8 });
+    const checkpoint = await provider.awaitOperation(await provider.submitTrainingCheckpoint(session.id, 'warm-start'));
+    await provider.deactivate(resource.id);
+    await provider.close();
+    const text = `name: ${kind}-campaign\nprovider: { kind: local, baseUrl: "${emulator.url}", model: roundhouse/tiny-chat }\nadvanced: { heartbeatTimeoutSeconds: 5 }\n${KIND_CAMPAIGNS[kind].yaml.replace('CHECKPOINT', checkpoint.checkpointId)}\n`;
     fs.writeFileSync(path.join(dir, 'campaign.yaml'), text);
     const spec = parseCampaignSpec(text, path.join(dir, 'campaign.yaml'));
     const taskQueue = uniqueTaskQueue(`report-${kind}`);
@@ -106,6 +114,7 @@ test.each(['grpo', 'dpo'] as const)('a %s campaign of two rounds reports its per
     const series = kind === 'grpo' ? data.rewards : data.margins;
     expect(series.map((s: { round: number }) => s.round)).toEqual([1, 2]);
     const round1 = JSON.parse(fs.readFileSync(result.rounds[0]!.reportPath, 'utf8'));
+    if (kind === 'grpo') expect(round1.started_from_checkpoint).toBe(checkpoint.checkpointId);
     expect(series[0].points.map((p: { y: number }) => p.y)).toEqual(round1.steps.map((s: { meanReward?: number; margin?: number }) => (kind === 'grpo' ? s.meanReward : s.margin)));
     const rendered = renderedCharts(path.join(campaignDir, 'report.html'));
     expect(rendered.charts).toBe(4); // metric, eval loss, step loss, and the kind's own curve

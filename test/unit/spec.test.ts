@@ -73,6 +73,8 @@ describe('campaign spec', () => {
     expect(parseCampaignSpec(valid, 'c.yaml').round).toEqual({ kind: 'sft' });
     expect(parseCampaignSpec(grpo, 'c.yaml').round.grpo).toMatchObject({ groupSize: 4, reward: { kind: 'numeric' }, loss: { type: 'grpo', beta: 0 }, maxStepsOffPolicy: 0 });
     expect(parseCampaignSpec(`${valid}round:\n  kind: dpo\n`, 'c.yaml').round).toEqual({ kind: 'dpo' });
+    const warm = parseCampaignSpec(`${grpo}rounds:\n  startFrom: { checkpointId: ckpt-sft-1 }\n`, 'c.yaml');
+    expect(warm.rounds.startFrom).toEqual({ checkpointId: 'ckpt-sft-1', loadOptimizer: false });
     const evaluationLess = valid.replace(/evaluation:\n {2}scorer: exact\n/, '');
     expect(parseCampaignSpec(evaluationLess, 'c.yaml').evaluation.scorer).toBe('exact');
   });
