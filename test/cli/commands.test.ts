@@ -97,6 +97,26 @@ describe('bad input: documented exit codes and messages', () => {
     expect((await ledger(emulator)).resources.length).toBe(before);
   });
 
+  test.each([
+    ['a grpo round without rewards', 'round: { kind: grpo }', /round\.grpo: is required when round\.kind is grpo/],
+    ['a KL penalty without reference logprobs', 'round: { kind: grpo, grpo: { reward: { kind: exact }, loss: { beta: 0.1 } } }', /round\.grpo\.loss\.beta: is above 0 but no reference logprobs/],
+  ])('run: %s is refused with file, line and field before anything starts', async (_what, round, message) => {
+    const dir = path.dirname(specFile);
+    const bad = path.join(dir, 'bad-kind.yaml');
+    fs.writeFileSync(bad, `${fs.readFileSync(specFile, 'utf8').replace(/temperature: 0/, 'temperature: 1')}\n${round}\n`);
+    const run = await roundhouse('run', bad);
+    expectUsageError(run, message);
+    expect(run.stderr).toMatch(/bad-kind\.yaml:\d+ round\./);
+  });
+
+  test('run: dpo rows missing rejected name the data file line and field', async () => {
+    const dir = path.dirname(specFile);
+    fs.writeFileSync(path.join(dir, 'pairs-bad.jsonl'), '{"prompt": "a", "chosen": "b", "rejected": "c"}\n{"prompt": "d", "chosen": "e"}\n');
+    const bad = path.join(dir, 'bad-dpo.yaml');
+    fs.writeFileSync(bad, `${fs.readFileSync(specFile, 'utf8').replace('train: train.jsonl', 'train: pairs-bad.jsonl').replace('eval: eval.jsonl', 'eval: pairs-bad.jsonl')}\nround: { kind: dpo }\n`);
+    expectUsageError(await roundhouse('run', bad), /pairs-bad\.jsonl:2 rejected: is required/);
+  });
+
   test.each([['status'], ['watch'], ['pause'], ['resume'], ['stop'], ['report']])('%s: an unknown campaign id', async (command) => {
     expectUsageError(await roundhouse(command, 'no-such-campaign'), /no-such-campaign: no campaign/);
   });
