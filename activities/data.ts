@@ -43,27 +43,39 @@ export function sha256File(file: string): string {
   return createHash('sha256').update(fs.readFileSync(file)).digest('hex');
 }
 
-/** Reads a JSONL dataset; collects every malformed row as `file:line field: problem`. */
-export function readDataset(file: string, problems: string[]): Dataset {
+/**
+ * Reads a JSONL file: each non-blank line parsed and handed to `row` with its 1-based line number; unreadable
+ * files and lines that are not JSON become problems. Returns the file's sha256 ('' if it could not be read).
+ */
+function readJsonl(file: string, problems: string[], row: (json: unknown, line: number) => void): string {
   let bytes: Buffer;
   try {
     bytes = fs.readFileSync(file);
   } catch (err) {
     problems.push(`${file}: ${(err as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such file' : (err as Error).message}`);
-    return { path: file, sha256: '', rows: [] };
+    return '';
   }
+  bytes
+    .toString('utf8')
+    .split('\n')
+    .forEach((text, index) => {
+      if (text.trim() === '') return;
+      let json: unknown;
+      try {
+        json = JSON.parse(text);
+      } catch (err) {
+        problems.push(`${file}:${index + 1}: not valid JSON (${(err as Error).message})`);
+        return;
+      }
+      row(json, index + 1);
+    });
+  return createHash('sha256').update(bytes).digest('hex');
+}
+
+/** Reads a JSONL dataset; collects every malformed row as `file:line field: problem`. */
+export function readDataset(file: string, problems: string[]): Dataset {
   const rows: DataRow[] = [];
-  const lines = bytes.toString('utf8').split('\n');
-  lines.forEach((text, index) => {
-    const line = index + 1;
-    if (text.trim() === '') return;
-    let json: unknown;
-    try {
-      json = JSON.parse(text);
-    } catch (err) {
-      problems.push(`${file}:${line}: not valid JSON (${(err as Error).message})`);
-      return;
-    }
+  const sha256 = readJsonl(file, problems, (json, line) => {
     if (json && typeof json === 'object' && 'messages' in json) {
       const chat = ChatRow.safeParse(json);
       if (!chat.success) {
@@ -95,7 +107,7 @@ export function readDataset(file: string, problems: string[]): Dataset {
     rows.push({ line, prompt: pa.data.prompt, answer: pa.data.answer });
   });
   if (rows.length === 0 && !problems.some((p) => p.startsWith(file))) problems.push(`${file}: has no rows`);
-  return { path: file, sha256: createHash('sha256').update(bytes).digest('hex'), rows };
+  return { path: file, sha256, rows };
 }
 
 export interface TokenizedRow extends DataRow {
@@ -206,41 +218,22 @@ export interface TokenizedPair extends PreferenceRow {
 
 /** Reads `{"prompt", "chosen", "rejected"}` rows; every malformed row is a `file:line field: problem`. */
 export function readPreferenceDataset(file: string, problems: string[]): { path: string; sha256: string; rows: PreferenceRow[] } {
-  let bytes: Buffer;
-  try {
-    bytes = fs.readFileSync(file);
-  } catch (err) {
-    problems.push(`${file}: ${(err as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such file' : (err as Error).message}`);
-    return { path: file, sha256: '', rows: [] };
-  }
   const rows: PreferenceRow[] = [];
-  bytes
-    .toString('utf8')
-    .split('\n')
-    .forEach((text, index) => {
-      const line = index + 1;
-      if (text.trim() === '') return;
-      let json: unknown;
-      try {
-        json = JSON.parse(text);
-      } catch (err) {
-        problems.push(`${file}:${line}: not valid JSON (${(err as Error).message})`);
-        return;
-      }
-      const parsed = PreferenceRow.safeParse(json);
-      if (!parsed.success) {
-        const issue = parsed.error.issues[0]!;
-        const field = issue.path.join('.') || '(row)';
-        problems.push(`${file}:${line} ${field}: ${issue.code === 'invalid_type' && /undefined/.test(issue.message) ? 'is required (dpo rows need prompt, chosen and rejected)' : issue.message}`);
-        return;
-      }
-      const row = parsed.data;
-      for (const field of ['prompt', 'chosen', 'rejected'] as const) if (row[field].trim() === '') problems.push(`${file}:${line} ${field}: must not be empty`);
-      if (row.chosen.trim() !== '' && row.chosen === row.rejected) problems.push(`${file}:${line} rejected: is the same text as chosen; the pair teaches nothing`);
-      rows.push({ line, prompt: row.prompt, chosen: row.chosen, rejected: row.rejected });
-    });
+  const sha256 = readJsonl(file, problems, (json, line) => {
+    const parsed = PreferenceRow.safeParse(json);
+    if (!parsed.success) {
+      const issue = parsed.error.issues[0]!;
+      const field = issue.path.join('.') || '(row)';
+      problems.push(`${file}:${line} ${field}: ${issue.code === 'invalid_type' && /undefined/.test(issue.message) ? 'is required (dpo rows need prompt, chosen and rejected)' : issue.message}`);
+      return;
+    }
+    const row = parsed.data;
+    for (const field of ['prompt', 'chosen', 'rejected'] as const) if (row[field].trim() === '') problems.push(`${file}:${line} ${field}: must not be empty`);
+    if (row.chosen.trim() !== '' && row.chosen === row.rejected) problems.push(`${file}:${line} rejected: is the same text as chosen; the pair teaches nothing`);
+    rows.push({ line, prompt: row.prompt, chosen: row.chosen, rejected: row.rejected });
+  });
   if (rows.length === 0 && !problems.some((p) => p.startsWith(file))) problems.push(`${file}: has no rows`);
-  return { path: file, sha256: createHash('sha256').update(bytes).digest('hex'), rows };
+  return { path: file, sha256, rows };
 }
 
 /** A pair as two completions of one prompt, tokenised the way an SFT row is (chat template when the model has one). */

@@ -2,13 +2,12 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { ApplicationFailure, Context } from '@temporalio/activity';
 import { batchRows, learningRateAt } from '../config/schedule';
-import { ProviderError } from '../providers/errors';
 import type { Datum, TrainingProvider } from '../providers/types';
 import { toDatum, type TokenizedPair } from './data';
 import { dpoLossAndGradients } from './dpo';
 import { atBoundary } from './failures';
 import { writeJsonAtomic } from './files';
-import { createPreparer, roundKey, type ActivityDeps, type SegmentInput, type SegmentResult } from './round';
+import { adamAt, checkOptimStep, createPreparer, roundKey, segmentStart, type ActivityDeps, type SegmentInput, type SegmentResult } from './round';
 import type { RoundSpec } from '../workflows/round-contract';
 
 /**
@@ -159,19 +158,8 @@ export function createDpoActivities(deps: ActivityDeps) {
       return atBoundary(async () => {
         const p = await preparedPairs(input.spec, input.data);
         const reference = requireReference(input.referencePath, p);
-        const maxStep = Math.min(input.totalSteps, input.cursor.step + t.segmentSteps);
-        const session = await provider.getSession(input.sessionId);
-        if (session.state !== 'running') {
-          throw new ProviderError('SESSION_NOT_ACTIVE', 'needs-reconcile', `training session ${input.sessionId} is ${session.state}`, { providerCode: 'SESSION_NOT_ACTIVE' });
-        }
-        const applied = session.step - input.stepOffset;
-        if (applied < input.cursor.step || applied > maxStep) {
-          throw ApplicationFailure.create({
-            type: 'StepCounterMismatch',
-            nonRetryable: true,
-            message: `session ${input.sessionId} is at round step ${applied} but the segment starts at ${input.cursor.step} and ends by ${maxStep}; refusing to train over it`,
-          });
-        }
+        // The trainer's step counter is the truth about which steps are applied; it must sit inside this segment.
+        const { applied, maxStep } = await segmentStart(provider, input);
         const key = (...parts: (string | number)[]) => roundKey(input.campaignId, input.round, ...parts);
         const signal = ctx.cancellationSignal;
         const deadline = Date.now() + t.segmentSeconds * 1000;
@@ -217,19 +205,10 @@ export function createDpoActivities(deps: ActivityDeps) {
           const step = confirmed;
           const { datums, gradients, record } = await dpoStep(step);
           const fb = await provider.submitCustomForwardBackward(input.sessionId, key(`s${step}`, 'custom-forward-backward'), datums, gradients);
-          const opt = await provider.submitOptimStep(input.sessionId, key(`s${step}`, 'optim-step'), {
-            learningRate: learningRateAt(step, input.totalSteps, t.learningRate, t.lrSchedule),
-            beta1: t.adam.beta1,
-            beta2: t.adam.beta2,
-            eps: t.adam.eps,
-            weightDecay: t.adam.weightDecay,
-            gradClipNorm: t.adam.gradClipNorm,
-          });
+          const opt = await provider.submitOptimStep(input.sessionId, key(`s${step}`, 'optim-step'), adamAt(t, learningRateAt(step, input.totalSteps, t.learningRate, t.lrSchedule)));
           await provider.awaitOperation(fb, { signal });
           const result = await provider.awaitOperation(opt, { signal });
-          if (result.step - input.stepOffset !== step + 1) {
-            throw ApplicationFailure.create({ type: 'StepCounterMismatch', nonRetryable: true, message: `optim_step for round step ${step + 1} reported provider step ${result.step} (offset ${input.stepOffset})` });
-          }
+          checkOptimStep(result, step, input.stepOffset);
           confirmed = step + 1;
           records.push(record);
           writeJsonAtomic(recordFile(confirmed), [record]);

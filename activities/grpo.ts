@@ -4,13 +4,12 @@ import { ApplicationFailure, Context } from '@temporalio/activity';
 import { batchRows, learningRateAt } from '../config/schedule';
 import type { GrpoSpec } from '../config/spec';
 import type { TextTokenizer } from '../config/tokenizer';
-import { ProviderError } from '../providers/errors';
 import type { Datum, PolicyLoss, TrainingProvider } from '../providers/types';
 import type { TokenizedRow } from './data';
 import { atBoundary } from './failures';
 import { writeJsonAtomic } from './files';
 import { groupAdvantages, rewardFunction } from './rewards';
-import { completionText, createPreparer, roundKey, type ActivityDeps, type SegmentInput, type SegmentResult } from './round';
+import { adamAt, checkOptimStep, completionText, createPreparer, roundKey, segmentStart, type ActivityDeps, type SegmentInput, type SegmentResult } from './round';
 
 /**
  * GRPO: per step, a group of completions per prompt from the generators, a reward for each, group-centred
@@ -112,20 +111,8 @@ export function createGrpoActivities(deps: ActivityDeps) {
       return atBoundary(async () => {
         const p = await prepared(input.spec, input.data);
         const reward = rewardFunction(grpo.reward);
-        const maxStep = Math.min(input.totalSteps, input.cursor.step + t.segmentSteps);
-        const session = await provider.getSession(input.sessionId);
-        if (session.state !== 'running') {
-          throw new ProviderError('SESSION_NOT_ACTIVE', 'needs-reconcile', `training session ${input.sessionId} is ${session.state}`, { providerCode: 'SESSION_NOT_ACTIVE' });
-        }
         // The trainer's step counter is the truth about which steps are applied; it must sit inside this segment.
-        const applied = session.step - input.stepOffset;
-        if (applied < input.cursor.step || applied > maxStep) {
-          throw ApplicationFailure.create({
-            type: 'StepCounterMismatch',
-            nonRetryable: true,
-            message: `session ${input.sessionId} is at round step ${applied} but the segment starts at ${input.cursor.step} and ends by ${maxStep}; refusing to train over it`,
-          });
-        }
+        const { applied, maxStep } = await segmentStart(provider, input);
         const key = (...parts: (string | number)[]) => roundKey(input.campaignId, input.round, ...parts);
         const signal = ctx.cancellationSignal;
         const sync = async (step: number) => (await provider.awaitOperation(await provider.submitWeightsSync(input.sessionId, key(`w${step}`, 'weights-sync')), { signal })).weightsVersion;
@@ -191,21 +178,12 @@ export function createGrpoActivities(deps: ActivityDeps) {
         while (confirmed < maxStep && (Date.now() < deadline || confirmed === applied)) {
           const step = confirmed;
           const { fb, record } = await forwardBackward(step);
-          const opt = await provider.submitOptimStep(input.sessionId, key(`s${step}`, 'optim-step'), {
-            learningRate: learningRateAt(step, input.totalSteps, t.learningRate, t.lrSchedule),
-            beta1: t.adam.beta1,
-            beta2: t.adam.beta2,
-            eps: t.adam.eps,
-            weightDecay: t.adam.weightDecay,
-            gradClipNorm: t.adam.gradClipNorm,
-          });
+          const opt = await provider.submitOptimStep(input.sessionId, key(`s${step}`, 'optim-step'), adamAt(t, learningRateAt(step, input.totalSteps, t.learningRate, t.lrSchedule)));
           // Bounded off-policy: the next steps' groups are drawn now, from the weights this step is improving on.
           for (let ahead = 1; ahead <= grpo.maxStepsOffPolicy && step + ahead < input.totalSteps; ahead++) void samplesFor(step + ahead);
           const loss = (await provider.awaitOperation(fb, { signal })).loss;
           const result = await provider.awaitOperation(opt, { signal });
-          if (result.step - input.stepOffset !== step + 1) {
-            throw ApplicationFailure.create({ type: 'StepCounterMismatch', nonRetryable: true, message: `optim_step for round step ${step + 1} reported provider step ${result.step} (offset ${input.stepOffset})` });
-          }
+          checkOptimStep(result, step, input.stepOffset);
           await sync(step + 1);
           confirmed = step + 1;
           sampling.delete(step);

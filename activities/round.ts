@@ -5,7 +5,7 @@ import type { ProviderSpec } from '../config/spec';
 import { batchRows, learningRateAt, planSteps } from '../config/schedule';
 import { tokenizerFor, type TextTokenizer } from '../config/tokenizer';
 import { ProviderError } from '../providers/errors';
-import type { Datum, ModelInfo, OperationHandle, OptimStepResult, ForwardResult, TrainingProvider } from '../providers/types';
+import type { AdamParams, Datum, ModelInfo, OperationHandle, OptimStepResult, ForwardResult, TrainingProvider } from '../providers/types';
 import type { RoundInput, RoundSpec } from '../workflows/round-contract';
 import { DataValidationError, loadPreferenceData, loadRoundData, readDataset, sha256File, toDatum, tokenizeRow, type TokenizedPair, type TokenizedRow } from './data';
 import { rewardFunction } from './rewards';
@@ -81,6 +81,40 @@ interface PreparedData {
 }
 
 const preparedCache = new Map<string, PreparedData>();
+
+/**
+ * Where a training segment starts, checked against the trainer: the session must be running, and its step counter
+ * must sit inside what this segment may have applied: never behind the cursor (progress lost) and never past the
+ * segment's end (someone else trained this session). `applied` is that counter in round steps.
+ */
+export async function segmentStart(provider: TrainingProvider, input: SegmentInput): Promise<{ applied: number; maxStep: number }> {
+  const maxStep = Math.min(input.totalSteps, input.cursor.step + input.spec.training.segmentSteps);
+  const session = await provider.getSession(input.sessionId);
+  if (session.state !== 'running') {
+    throw new ProviderError('SESSION_NOT_ACTIVE', 'needs-reconcile', `training session ${input.sessionId} is ${session.state}`, { providerCode: 'SESSION_NOT_ACTIVE' });
+  }
+  const applied = session.step - input.stepOffset;
+  if (applied < input.cursor.step || applied > maxStep) {
+    throw ApplicationFailure.create({
+      type: 'StepCounterMismatch',
+      nonRetryable: true,
+      message: `session ${input.sessionId} is at round step ${applied} but the segment starts at ${input.cursor.step} and ends by ${maxStep}; refusing to train over it`,
+    });
+  }
+  return { applied, maxStep };
+}
+
+/** The optimizer step's AdamW parameters at a learning rate. */
+export function adamAt(t: RoundSpec['training'], learningRate: number): AdamParams {
+  return { learningRate, beta1: t.adam.beta1, beta2: t.adam.beta2, eps: t.adam.eps, weightDecay: t.adam.weightDecay, gradClipNorm: t.adam.gradClipNorm };
+}
+
+/** Fails the segment if an optimizer step did not land where the round expects (someone else stepped the session). */
+export function checkOptimStep(result: OptimStepResult, step: number, stepOffset: number): void {
+  if (result.step - stepOffset !== step + 1) {
+    throw ApplicationFailure.create({ type: 'StepCounterMismatch', nonRetryable: true, message: `optim_step for round step ${step + 1} reported provider step ${result.step} (offset ${stepOffset})` });
+  }
+}
 
 export function roundKey(campaignId: string, round: number, ...parts: (string | number)[]): string {
   return [campaignId, `r${round}`, ...parts].join('/');
@@ -348,21 +382,7 @@ export function createRoundActivities(deps: ActivityDeps) {
       return atBoundary(async () => {
         const p = await prepared(input.spec, input.data);
         const previous = ctx.info.heartbeatDetails as SegmentHeartbeat | undefined;
-        const maxStep = Math.min(input.totalSteps, input.cursor.step + t.segmentSteps);
-        const session = await provider.getSession(input.sessionId);
-        if (session.state !== 'running') {
-          throw new ProviderError('SESSION_NOT_ACTIVE', 'needs-reconcile', `training session ${input.sessionId} is ${session.state}`, { providerCode: 'SESSION_NOT_ACTIVE' });
-        }
-        // The provider's own step counter must sit inside what this segment may have applied: never behind the
-        // cursor (progress lost) and never past the segment (someone else trained this session).
-        const providerStep = session.step - input.stepOffset;
-        if (providerStep < input.cursor.step || providerStep > maxStep) {
-          throw ApplicationFailure.create({
-            type: 'StepCounterMismatch',
-            nonRetryable: true,
-            message: `session ${input.sessionId} is at round step ${providerStep} but the segment starts at ${input.cursor.step} and ends by ${maxStep}; refusing to train over it`,
-          });
-        }
+        const { maxStep } = await segmentStart(provider, input);
         let confirmed = Math.max(input.cursor.step, previous?.step ?? input.cursor.step);
         const inFlight: SegmentHeartbeat['inFlight'] = previous?.inFlight?.filter((f) => f.step >= confirmed) ?? [];
         let next = inFlight.length ? inFlight[inFlight.length - 1]!.step + 1 : confirmed;
@@ -375,14 +395,7 @@ export function createRoundActivities(deps: ActivityDeps) {
           const data: Datum[] = rows.map((r) => toDatum(p.train[r]!));
           const lr = learningRateAt(step, input.totalSteps, t.learningRate, t.lrSchedule);
           const fb = await provider.submitForwardBackward(input.sessionId, roundKey(input.campaignId, input.round, `s${step}`, 'forward-backward'), data);
-          const opt = await provider.submitOptimStep(input.sessionId, roundKey(input.campaignId, input.round, `s${step}`, 'optim-step'), {
-            learningRate: lr,
-            beta1: t.adam.beta1,
-            beta2: t.adam.beta2,
-            eps: t.adam.eps,
-            weightDecay: t.adam.weightDecay,
-            gradClipNorm: t.adam.gradClipNorm,
-          });
+          const opt = await provider.submitOptimStep(input.sessionId, roundKey(input.campaignId, input.round, `s${step}`, 'optim-step'), adamAt(t, lr));
           inFlight.push({ step, fb, opt });
           report();
         };
@@ -398,13 +411,7 @@ export function createRoundActivities(deps: ActivityDeps) {
           const options = { signal: ctx.cancellationSignal };
           const fb = await provider.awaitOperation(head.fb, options);
           const opt = await provider.awaitOperation(head.opt, options);
-          if (opt.step - input.stepOffset !== head.step + 1) {
-            throw ApplicationFailure.create({
-              type: 'StepCounterMismatch',
-              nonRetryable: true,
-              message: `optim_step for round step ${head.step + 1} reported provider step ${opt.step} (offset ${input.stepOffset})`,
-            });
-          }
+          checkOptimStep(opt, head.step, input.stepOffset);
           inFlight.shift();
           confirmed = head.step + 1;
           const tokens = batchRows(head.step, p.train.length, t.batchSize, t.seed).rows.reduce((a, r) => a + p.train[r]!.completionTokens.length, 0);

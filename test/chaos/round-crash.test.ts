@@ -6,7 +6,7 @@ import { seededRandom } from '../../config/random';
 import { ProviderRegistry } from '../../workers/providers';
 import { createRoundhouseWorker } from '../../workers/worker';
 import { roundProgressQuery, type RoundProgress, type RoundResult } from '../../workflows/round-contract';
-import { ledger, setFaults, startTestEmulator, type RunningEmulator } from '../helpers/emulator';
+import { firedFaults, ledger, setFaults, startTestEmulator, tenPercentFaults, type RunningEmulator } from '../helpers/emulator';
 import { ticketRoundInput } from '../helpers/round';
 import { ticketCampaignSpec } from '../helpers/campaign';
 import { campaignProgressQuery, type CampaignInput, type CampaignResult } from '../../workflows/campaign-contract';
@@ -112,16 +112,7 @@ test('with 429/5xx/resets/lost responses injected at 10% the round completes wit
   const emulator = await startTestEmulator({ provisioningDelayMs: 100 });
   const providers = new ProviderRegistry({ stateDir: fs.mkdtempSync(path.join(os.tmpdir(), 'rh-faults-')) });
   try {
-    await setFaults(emulator, {
-      seed: 11,
-      rules: [
-        { kind: 'http-429', rate: 0.1, max: 1000, retryAfterMs: 5 },
-        { kind: 'http-500', rate: 0.1, max: 1000 },
-        { kind: 'http-503', rate: 0.1, max: 1000, retryAfterMs: 5 },
-        { kind: 'reset', rate: 0.1, max: 1000 },
-        { kind: 'lose-response', rate: 0.1, max: 1000 },
-      ],
-    });
+    await setFaults(emulator, tenPercentFaults(11));
     const taskQueue = uniqueTaskQueue('faults');
     const input = ticketRoundInput({ baseUrl: emulator.url, campaignId: `faults-${taskQueue}`, trainRows: 48, evalRows: 8 });
     const worker = await createRoundhouseWorker({
@@ -135,10 +126,9 @@ test('with 429/5xx/resets/lost responses injected at 10% the round completes wit
       temporal.client.workflow.execute('roundWorkflow', { taskQueue, workflowId: `round-${taskQueue}`, args: [input] }),
     );
     expect(result).toMatchObject({ status: 'completed', stepsApplied: 12 });
-    const faults = await (await fetch(`${emulator.url}/_emulator/faults`)).json();
-    const fired = (faults as { fired: { kind: string; fired: number }[] }).fired;
-    process.stderr.write(`[faults] injected: ${fired.map((f) => `${f.kind}=${f.fired}`).join(' ')}\n`);
-    expect(fired.reduce((a, f) => a + f.fired, 0)).toBeGreaterThan(10);
+    const fired = await firedFaults(emulator);
+    process.stderr.write(`[faults] injected: ${fired.summary}\n`);
+    expect(fired.total).toBeGreaterThan(10);
     await setFaults(emulator, {});
     const l = await ledger(emulator);
     expect(l.totals.optimizerSteps).toBe(12);

@@ -12,6 +12,26 @@ export function startTestEmulator(options: EmulatorOptions = {}): Promise<Runnin
   return startEmulator({ port: 0, host: '127.0.0.1', ...options });
 }
 
+/** 429, 500, 503, connection resets and lost responses, each on 10 % of requests (seeded). */
+export function tenPercentFaults(seed: number) {
+  return {
+    seed,
+    rules: [
+      { kind: 'http-429', rate: 0.1, max: 1000, retryAfterMs: 5 },
+      { kind: 'http-500', rate: 0.1, max: 1000 },
+      { kind: 'http-503', rate: 0.1, max: 1000, retryAfterMs: 5 },
+      { kind: 'reset', rate: 0.1, max: 1000 },
+      { kind: 'lose-response', rate: 0.1, max: 1000 },
+    ],
+  };
+}
+
+/** How many faults the emulator injected, by kind, and in all. */
+export async function firedFaults(emulator: RunningEmulator): Promise<{ total: number; summary: string }> {
+  const fired = ((await (await fetch(`${emulator.url}/_emulator/faults`)).json()) as { fired: { kind: string; fired: number }[] }).fired;
+  return { total: fired.reduce((a, f) => a + f.fired, 0), summary: fired.map((f) => `${f.kind}=${f.fired}`).join(' ') };
+}
+
 /** A fresh API key: the emulator derives the owner from it, so each test sees only its own resources. */
 export function testApiKey(): string {
   return `test-key-${randomUUID()}`;

@@ -2,7 +2,13 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseCampaignSpec } from '../../config/spec';
-import type { RoundInput } from '../../workflows/round-contract';
+import type { WorkflowBundleWithSourceMap } from '@temporalio/worker';
+import type { EmulatorOptions } from '../../emulator/server';
+import { ProviderRegistry } from '../../workers/providers';
+import { createRoundhouseWorker } from '../../workers/worker';
+import type { RoundInput, RoundResult } from '../../workflows/round-contract';
+import { startTestEmulator, type RunningEmulator } from './emulator';
+import { bundleWorkflows, connectTestTemporal, type TestTemporal } from './temporal';
 import { writeTicketData, writeTicketPreferences } from '../../examples/support-tickets/generate';
 import { writeArithmeticData } from '../../examples/arithmetic/generate';
 
@@ -59,4 +65,28 @@ ${options.yaml}`;
     data: { train: spec.data.train, eval: spec.data.eval },
     reportDir: path.join(dir, `report-${options.campaignId.replace(/[^A-Za-z0-9]/g, '-')}`),
   };
+}
+
+/**
+ * A jest file's environment for running rounds in-process: the shared dev server, one workflow bundle, an emulator,
+ * and a provider registry; `runRound` runs one round on a fresh worker and returns its result.
+ */
+export function roundTestEnvironment(emulatorOptions: EmulatorOptions = {}) {
+  const env = {} as { temporal: TestTemporal; bundle: WorkflowBundleWithSourceMap; emulator: RunningEmulator; providers: ProviderRegistry };
+  beforeAll(async () => {
+    env.temporal = await connectTestTemporal();
+    env.bundle = await bundleWorkflows();
+    env.emulator = await startTestEmulator(emulatorOptions);
+    env.providers = new ProviderRegistry({ stateDir: fs.mkdtempSync(path.join(os.tmpdir(), 'rh-providers-')) });
+  });
+  afterAll(async () => {
+    await env.providers?.close();
+    await env.emulator?.close();
+    await env.temporal?.close();
+  });
+  const runRound = async (input: RoundInput, taskQueue: string): Promise<RoundResult> => {
+    const worker = await createRoundhouseWorker({ connection: env.temporal.nativeConnection, namespace: env.temporal.settings.namespace, taskQueue, workflowBundle: env.bundle, providers: env.providers });
+    return worker.runUntil(env.temporal.client.workflow.execute('roundWorkflow', { taskQueue, workflowId: `round-${input.campaignId}`, args: [input] }));
+  };
+  return { env, runRound };
 }

@@ -2,36 +2,11 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { WorkflowFailedError } from '@temporalio/client';
-import type { WorkflowBundleWithSourceMap } from '@temporalio/worker';
-import { ProviderRegistry } from '../../workers/providers';
-import { createRoundhouseWorker } from '../../workers/worker';
-import type { RoundResult } from '../../workflows/round-contract';
-import { ledger, startTestEmulator, type RunningEmulator } from '../helpers/emulator';
-import { arithmeticRoundInput } from '../helpers/round';
-import { bundleWorkflows, connectTestTemporal, uniqueTaskQueue, type TestTemporal } from '../helpers/temporal';
+import { ledger } from '../helpers/emulator';
+import { arithmeticRoundInput, roundTestEnvironment } from '../helpers/round';
+import { uniqueTaskQueue } from '../helpers/temporal';
 
-let temporal: TestTemporal;
-let bundle: WorkflowBundleWithSourceMap;
-let emulator: RunningEmulator;
-let providers: ProviderRegistry;
-
-beforeAll(async () => {
-  temporal = await connectTestTemporal();
-  bundle = await bundleWorkflows();
-  emulator = await startTestEmulator({ provisioningDelayMs: 50 });
-  providers = new ProviderRegistry({ stateDir: fs.mkdtempSync(path.join(os.tmpdir(), 'rh-providers-')) });
-});
-
-afterAll(async () => {
-  await providers?.close();
-  await emulator?.close();
-  await temporal?.close();
-});
-
-async function runRound(input: ReturnType<typeof arithmeticRoundInput>, taskQueue: string): Promise<RoundResult> {
-  const worker = await createRoundhouseWorker({ connection: temporal.nativeConnection, namespace: temporal.settings.namespace, taskQueue, workflowBundle: bundle, providers });
-  return worker.runUntil(temporal.client.workflow.execute('roundWorkflow', { taskQueue, workflowId: `round-${input.campaignId}`, args: [input] }));
-}
+const { env, runRound } = roundTestEnvironment({ provisioningDelayMs: 50 });
 
 const report = (r: { reportPath: string }) => JSON.parse(fs.readFileSync(r.reportPath, 'utf8'));
 
@@ -41,7 +16,7 @@ round: { kind: dpo, dpo: { beta: 0.5 } }`;
 
 test('a DPO round on support-ticket preferences widens the chosen-over-rejected margin and raises held-out preference accuracy', async () => {
   const taskQueue = uniqueTaskQueue('dpo');
-  const input = arithmeticRoundInput({ baseUrl: emulator.url, campaignId: `dpo-${taskQueue}`, tickets: true, yaml: dpoYaml });
+  const input = arithmeticRoundInput({ baseUrl: env.emulator.url, campaignId: `dpo-${taskQueue}`, tickets: true, yaml: dpoYaml });
   const result = await runRound(input, taskQueue);
   expect(result).toMatchObject({ status: 'completed', kind: 'dpo', stepsApplied: 16, totalSteps: 16 });
   // The policy starts as its own reference: margin 0, loss log 2, no pair preferred.
@@ -64,23 +39,23 @@ test('a DPO round on support-ticket preferences widens the chosen-over-rejected 
   // The reference logprobs are in a file beside the report, by reference: the history holds its path only.
   const reference = JSON.parse(fs.readFileSync(path.join(input.reportDir, 'round-1.reference-logprobs.json'), 'utf8'));
   expect(reference.train).toHaveLength(64);
-  const history = await temporal.client.workflow.getHandle(`round-${input.campaignId}`).fetchHistory();
+  const history = await env.temporal.client.workflow.getHandle(`round-${input.campaignId}`).fetchHistory();
   expect(JSON.stringify(history)).not.toContain(String(reference.train[0][0]));
 
-  const l = await ledger(emulator);
+  const l = await ledger(env.emulator);
   expect(l.sessions.find((s) => s.id === r.session_id)).toMatchObject({ optimizerSteps: 16 });
   expect(l.active).toEqual([]);
 });
 
 describe('bad input is refused before any trainer is provisioned', () => {
   async function refused(input: ReturnType<typeof arithmeticRoundInput>, taskQueue: string): Promise<string> {
-    const before = (await ledger(emulator)).resources.length;
+    const before = (await ledger(env.emulator)).resources.length;
     const err = await runRound(input, taskQueue).then(
       () => undefined,
       (e: unknown) => e,
     );
     expect(err).toBeInstanceOf(WorkflowFailedError);
-    expect((await ledger(emulator)).resources.length).toBe(before);
+    expect((await ledger(env.emulator)).resources.length).toBe(before);
     const r = report({ reportPath: path.join(input.reportDir, 'round-1.json') });
     expect(r).toMatchObject({ status: 'failed', error_type: 'InvalidInput', resource_id: null });
     return r.error_message as string;
@@ -89,7 +64,7 @@ describe('bad input is refused before any trainer is provisioned', () => {
   test('DPO rows missing rejected: named by file, line and field', async () => {
     const taskQueue = uniqueTaskQueue('dpo-bad');
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rh-dpo-bad-'));
-    const input = arithmeticRoundInput({ baseUrl: emulator.url, campaignId: `dpo-bad-${taskQueue}`, pairs: true, dir, yaml: dpoYaml });
+    const input = arithmeticRoundInput({ baseUrl: env.emulator.url, campaignId: `dpo-bad-${taskQueue}`, pairs: true, dir, yaml: dpoYaml });
     const train = path.join(dir, 'pairs.train.jsonl');
     const lines = fs.readFileSync(train, 'utf8').split('\n');
     lines[2] = JSON.stringify({ prompt: 'What is 1 + 1?', chosen: '2' });
@@ -100,7 +75,7 @@ describe('bad input is refused before any trainer is provisioned', () => {
   test('a GRPO reward module that does not load', async () => {
     const taskQueue = uniqueTaskQueue('grpo-bad');
     const input = arithmeticRoundInput({
-      baseUrl: emulator.url,
+      baseUrl: env.emulator.url,
       campaignId: `grpo-bad-${taskQueue}`,
       yaml: `training: { epochs: 1, batchSize: 8, learningRate: 0.01, loraRank: 8, maxSeqLen: 64 }
 sampling: { maxTokens: 3, temperature: 1 }

@@ -1,36 +1,12 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import type { WorkflowBundleWithSourceMap } from '@temporalio/worker';
-import { ProviderRegistry } from '../../workers/providers';
-import { createRoundhouseWorker } from '../../workers/worker';
 import type { RoundResult } from '../../workflows/round-contract';
-import { ledger, startTestEmulator, type RunningEmulator } from '../helpers/emulator';
-import { arithmeticRoundInput } from '../helpers/round';
-import { bundleWorkflows, connectTestTemporal, uniqueTaskQueue, type TestTemporal } from '../helpers/temporal';
+import { ledger } from '../helpers/emulator';
+import { arithmeticRoundInput, roundTestEnvironment } from '../helpers/round';
+import { uniqueTaskQueue } from '../helpers/temporal';
 
-let temporal: TestTemporal;
-let bundle: WorkflowBundleWithSourceMap;
-let emulator: RunningEmulator;
-let providers: ProviderRegistry;
-
-beforeAll(async () => {
-  temporal = await connectTestTemporal();
-  bundle = await bundleWorkflows();
-  emulator = await startTestEmulator({ provisioningDelayMs: 50 });
-  providers = new ProviderRegistry({ stateDir: fs.mkdtempSync(path.join(os.tmpdir(), 'rh-providers-')) });
-});
-
-afterAll(async () => {
-  await providers?.close();
-  await emulator?.close();
-  await temporal?.close();
-});
-
-async function runRound(input: ReturnType<typeof arithmeticRoundInput>, taskQueue: string): Promise<RoundResult> {
-  const worker = await createRoundhouseWorker({ connection: temporal.nativeConnection, namespace: temporal.settings.namespace, taskQueue, workflowBundle: bundle, providers });
-  return worker.runUntil(temporal.client.workflow.execute('roundWorkflow', { taskQueue, workflowId: `round-${input.campaignId}`, args: [input] }));
-}
+const { env, runRound } = roundTestEnvironment({ provisioningDelayMs: 50 });
 
 const report = (r: RoundResult) => JSON.parse(fs.readFileSync(r.reportPath, 'utf8'));
 const mean = (xs: number[]) => xs.reduce((a, x) => a + x, 0) / Math.max(1, xs.length);
@@ -38,7 +14,7 @@ const mean = (xs: number[]) => xs.reduce((a, x) => a + x, 0) / Math.max(1, xs.le
 async function sftCheckpoint(dir: string, taskQueue: string): Promise<RoundResult> {
   const sft = await runRound(
     arithmeticRoundInput({
-      baseUrl: emulator.url,
+      baseUrl: env.emulator.url,
       campaignId: `sft-${taskQueue}`,
       dir,
       yaml: `training: { epochs: 8, batchSize: 8, learningRate: 0.01, loraRank: 8, maxSeqLen: 64, segmentSteps: 40 }
@@ -52,7 +28,7 @@ sampling: { maxTokens: 3, temperature: 0 }`,
 
 function grpoInput(dir: string, campaignId: string, training: string, grpo: string, startFrom?: RoundResult) {
   const input = arithmeticRoundInput({
-    baseUrl: emulator.url,
+    baseUrl: env.emulator.url,
     campaignId,
     dir,
     yaml: `training: { batchSize: 8, loraRank: 8, maxSeqLen: 64, ${training} }
@@ -90,7 +66,7 @@ test('a GRPO round on arithmetic, warm-started by a short SFT round, raises the 
   // On-policy (maxStepsOffPolicy 0): every step sampled the weights of the step before it, published by a sync.
   expect(steps.every((s) => s.stepsOffPolicy === 0)).toBe(true);
   expect(new Set(steps.map((s) => s.policyVersion)).size).toBe(30);
-  const l = await ledger(emulator);
+  const l = await ledger(env.emulator);
   expect(l.sessions.find((s) => s.id === r.session_id)).toMatchObject({ optimizerSteps: 30 });
   expect(l.active).toEqual([]);
 });
@@ -102,7 +78,7 @@ test('bounded off-policy: with maxStepsOffPolicy 1 the next step is sampled whil
   expect(result).toMatchObject({ status: 'completed', stepsApplied: 10 });
   const steps: GrpoStep[] = report(result).steps;
   expect(steps.map((s) => s.stepsOffPolicy)).toEqual([0, ...Array(9).fill(1)]);
-  const l = await ledger(emulator);
+  const l = await ledger(env.emulator);
   expect(l.sessions.find((s) => s.id === report(result).session_id)).toMatchObject({ optimizerSteps: 10 });
   expect(l.active).toEqual([]);
 });
@@ -113,7 +89,7 @@ test('a KL penalty trains against a frozen reference session on the same trainer
   const result = await runRound(grpoInput(dir, `kl-${taskQueue}`, 'epochs: 1, learningRate: 0.002, segmentSteps: 5', 'reference: start, loss: { type: grpo, beta: 0.05 }'), taskQueue);
   expect(result).toMatchObject({ status: 'completed', stepsApplied: 10 });
   const r = report(result);
-  const l = await ledger(emulator);
+  const l = await ledger(env.emulator);
   const sessions = l.sessions.filter((s) => s.resourceId === r.resource_id);
   expect(sessions).toHaveLength(2);
   expect(sessions.map((s) => s.optimizerSteps).sort()).toEqual([0, 10]); // the reference never steps
