@@ -11,7 +11,7 @@ import { ticketRoundInput } from '../helpers/round';
 import { ticketCampaignSpec } from '../helpers/campaign';
 import { campaignProgressQuery, type CampaignInput, type CampaignResult } from '../../workflows/campaign-contract';
 import { connectTestTemporal, uniqueTaskQueue, type TestTemporal } from '../helpers/temporal';
-import { bundleToFile, crashTestWorkerEnv, startWorkerProcess, type WorkerProcess } from '../helpers/worker-process';
+import { bundleToFile, crashTestWorkerEnv, killAtPoints, startWorkerProcess, type KillPoint, type WorkerProcess } from '../helpers/worker-process';
 
 let temporal: TestTemporal;
 let bundleFile: string;
@@ -59,7 +59,7 @@ test('SIGKILL of the worker at every phase boundary and inside training: a fresh
   input.spec.training.epochs = 3; // 64 / 8 × 3 = 24 steps in segments of 4
   const env = crashWorkerEnv(taskQueue);
   const random = seededRandom(20261129); // seeded, so a failing run can be replayed
-  const killPoints: { name: string; when: (p: RoundProgress) => boolean }[] = [
+  const killPoints: KillPoint<RoundProgress>[] = [
     { name: 'provisioning', when: (p) => p.phase === 'provisioning' },
     { name: 'baseline', when: (p) => p.phase === 'baseline' },
     ...[1, 5, 9, 13, 17].map((s) => ({ name: `training ≥ step ${s}`, when: (p: RoundProgress) => p.phase === 'training' && p.step >= s })),
@@ -70,26 +70,20 @@ test('SIGKILL of the worker at every phase boundary and inside training: a fresh
   ];
 
   let worker: WorkerProcess = startWorkerProcess(env);
-  const kills: string[] = [];
   try {
     await worker.ready;
     const handle = await temporal.client.workflow.start('roundWorkflow', { taskQueue, workflowId: `round-${taskQueue}`, args: [input] });
-    for (const point of killPoints) {
-      const deadline = Date.now() + 90_000;
-      let hit: RoundProgress | undefined;
-      while (!hit && Date.now() < deadline) {
-        const p = await progressOf(handle);
-        if (p && point.when(p)) hit = p;
-        else if (p && ['completed', 'failed', 'cancelled', 'cleanup'].includes(p.phase)) break;
-        else await new Promise((r) => setTimeout(r, 25));
-      }
-      if (!hit) continue; // the round moved past this point while the previous worker restarted
-      if (hit.phase === 'training') await new Promise((r) => setTimeout(r, Math.floor(random() * 300))); // land inside the segment
-      await worker.kill();
-      kills.push(`${point.name} (phase ${hit.phase}, step ${hit.step})`);
-      worker = startWorkerProcess(env);
-      await worker.ready;
-    }
+    const killed = await killAtPoints({
+      points: killPoints,
+      progress: () => progressOf(handle),
+      worker,
+      env,
+      describe: (p) => `phase ${p.phase}, step ${p.step}`,
+      beyond: (p) => ['completed', 'failed', 'cancelled', 'cleanup'].includes(p.phase),
+      jitterMs: (p) => (p.phase === 'training' ? Math.floor(random() * 300) : 0), // land inside the segment
+    });
+    worker = killed.worker;
+    const kills = killed.kills;
     const result: RoundResult = await handle.result();
     process.stderr.write(`[crash] ${kills.length} kills: ${kills.join('; ')}\n`);
     expect(kills.length).toBeGreaterThanOrEqual(10);

@@ -9,7 +9,7 @@ import { roundProgressQuery, type RoundInput, type RoundProgress, type RoundResu
 import { firedFaults, ledger, setFaults, startTestEmulator, tenPercentFaults, type RunningEmulator } from '../helpers/emulator';
 import { arithmeticRoundInput } from '../helpers/round';
 import { connectTestTemporal, uniqueTaskQueue, type TestTemporal } from '../helpers/temporal';
-import { bundleToFile, crashTestWorkerEnv, startWorkerProcess, type WorkerProcess } from '../helpers/worker-process';
+import { bundleToFile, crashTestWorkerEnv, killAtPoints, startWorkerProcess, type KillPoint, type WorkerProcess } from '../helpers/worker-process';
 
 /**
  * The SFT round's crash and fault tests, run on the GRPO and DPO kinds: SIGKILL of real worker processes inside
@@ -69,31 +69,26 @@ describe.each(['grpo', 'dpo'] as const)('%s round', (kind) => {
     const env = crashTestWorkerEnv(taskQueue, bundleFile);
     const random = seededRandom(kind === 'grpo' ? 8 : 88);
     const planned = PLANNED[kind];
-    const killPoints: { name: string; when: (p: RoundProgress) => boolean }[] = [
+    const killPoints: KillPoint<RoundProgress>[] = [
       { name: 'baseline', when: (p) => p.phase === 'baseline' },
       ...[1, 4, 7, 11, 14].map((s) => ({ name: `training ≥ step ${s}`, when: (p: RoundProgress) => p.phase === 'training' && p.step >= s })),
     ];
     let worker: WorkerProcess = startWorkerProcess(env);
-    const kills: string[] = [];
     try {
       await worker.ready;
       const handle = await temporal.client.workflow.start('roundWorkflow', { taskQueue, workflowId: `round-${input.campaignId}`, args: [input] });
-      for (const point of killPoints) {
-        const deadline = Date.now() + 60_000;
-        let hit: RoundProgress | undefined;
-        while (!hit && Date.now() < deadline) {
-          const p = await progressOf(handle);
-          if (p && point.when(p)) hit = p;
-          else if (p && ['checkpointing', 'sampling', 'evaluating', 'cleanup', 'completed', 'failed'].includes(p.phase)) break;
-          else await new Promise((r) => setTimeout(r, 20));
-        }
-        if (!hit) continue;
-        await new Promise((r) => setTimeout(r, Math.floor(random() * 250))); // land inside a step
-        await worker.kill();
-        kills.push(`${point.name} (phase ${hit.phase}, step ${hit.step})`);
-        worker = startWorkerProcess(env);
-        await worker.ready;
-      }
+      const killed = await killAtPoints({
+        points: killPoints,
+        progress: () => progressOf(handle),
+        worker,
+        env,
+        describe: (p) => `phase ${p.phase}, step ${p.step}`,
+        beyond: (p) => ['checkpointing', 'sampling', 'evaluating', 'cleanup', 'completed', 'failed'].includes(p.phase),
+        jitterMs: () => Math.floor(random() * 250), // land inside a step
+        perPointMs: 60_000,
+      });
+      worker = killed.worker;
+      const kills = killed.kills;
       const result: RoundResult = await handle.result();
       process.stderr.write(`[crash ${kind}] ${kills.length} kills: ${kills.join('; ')}\n`);
       expect(kills.length).toBeGreaterThanOrEqual(4);

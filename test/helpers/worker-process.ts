@@ -71,3 +71,46 @@ export function crashTestWorkerEnv(taskQueue: string, bundleFile: string): Recor
     ROUNDHOUSE_STICKY_QUEUE_TIMEOUT_MS: '500',
   };
 }
+
+export interface KillPoint<P> {
+  name: string;
+  when: (progress: P) => boolean;
+}
+
+/**
+ * Walks a workflow through kill points: polls its progress until a point's condition holds, SIGKILLs the worker
+ * process (after `jitterMs` of the hit, to land inside the step), starts a fresh one, and goes on. A point the
+ * workflow passed while a worker restarted, or one it can no longer reach (`beyond`), is skipped. Bounded by
+ * `perPointMs` per point. Returns the worker now running and what was killed where.
+ */
+export async function killAtPoints<P>(options: {
+  points: KillPoint<P>[];
+  progress: () => Promise<P | undefined>;
+  worker: WorkerProcess;
+  env: Record<string, string>;
+  describe: (progress: P) => string;
+  beyond?: (progress: P) => boolean;
+  jitterMs?: (progress: P) => number;
+  perPointMs?: number;
+}): Promise<{ worker: WorkerProcess; kills: string[] }> {
+  let worker = options.worker;
+  const kills: string[] = [];
+  for (const point of options.points) {
+    const deadline = Date.now() + (options.perPointMs ?? 90_000);
+    let hit: P | undefined;
+    while (!hit && Date.now() < deadline) {
+      const p = await options.progress();
+      if (p && point.when(p)) hit = p;
+      else if (p && options.beyond?.(p)) break;
+      else await new Promise((r) => setTimeout(r, 20));
+    }
+    if (!hit) continue;
+    const jitter = options.jitterMs?.(hit) ?? 0;
+    if (jitter > 0) await new Promise((r) => setTimeout(r, jitter));
+    await worker.kill();
+    kills.push(`${point.name} (${options.describe(hit)})`);
+    worker = startWorkerProcess(options.env);
+    await worker.ready;
+  }
+  return { worker, kills };
+}
