@@ -201,7 +201,8 @@ export function createDpoActivities(deps: ActivityDeps) {
           if (!fs.existsSync(recordFile(step + 1))) writeJsonAtomic(recordFile(step + 1), [(await dpoStep(step)).record]);
         }
 
-        while (confirmed < maxStep && (Date.now() < deadline || confirmed === applied)) {
+        // A draining worker (SIGTERM) takes no new step: the cursor goes back and the next segment runs elsewhere.
+        while (confirmed < maxStep && !deps.draining?.() && (Date.now() < deadline || confirmed === applied)) {
           const step = confirmed;
           const { datums, gradients, record } = await dpoStep(step);
           const fb = await provider.submitCustomForwardBackward(input.sessionId, key(`s${step}`, 'custom-forward-backward'), datums, gradients);

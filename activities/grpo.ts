@@ -175,7 +175,8 @@ export function createGrpoActivities(deps: ActivityDeps) {
           writeJsonAtomic(recordFile(step + 1), [record((await provider.awaitOperation(fb, { signal })).loss)]);
         }
 
-        while (confirmed < maxStep && (Date.now() < deadline || confirmed === applied)) {
+        // A draining worker (SIGTERM) takes no new step: the cursor goes back and the next segment runs elsewhere.
+        while (confirmed < maxStep && !deps.draining?.() && (Date.now() < deadline || confirmed === applied)) {
           const step = confirmed;
           const { fb, record } = await forwardBackward(step);
           const opt = await provider.submitOptimStep(input.sessionId, key(`s${step}`, 'optim-step'), adamAt(t, learningRateAt(step, input.totalSteps, t.learningRate, t.lrSchedule)));
