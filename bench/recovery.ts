@@ -15,7 +15,10 @@ export function workerProcessEnv(ctx: BenchContext, taskQueue: string, extra: Re
   };
   // `ROUNDHOUSE_BENCH_CPU_PROF=<dir>`: each worker process writes a V8 CPU profile there when it exits cleanly.
   const profDir = process.env.ROUNDHOUSE_BENCH_CPU_PROF;
-  if (profDir) env.NODE_OPTIONS = `${process.env.NODE_OPTIONS ?? ''} --cpu-prof --cpu-prof-dir=${path.resolve(profDir)}`.trim();
+  if (profDir) {
+    env.ROUNDHOUSE_BENCH_CPU_PROF = path.resolve(profDir);
+    env.NODE_OPTIONS = `${process.env.NODE_OPTIONS ?? ''} --require ${path.join(__dirname, 'cpu-profile.js')}`.trim();
+  }
   return env;
 }
 
