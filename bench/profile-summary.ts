@@ -39,7 +39,7 @@ export function summarise(profile: CpuProfile): { totalMs: number; byPlace: [str
     const name = node.callFrame.functionName || '(anonymous)';
     if (name === '(idle)') continue;
     totalMs += ms;
-    const place = name.startsWith('(') ? name : where(node.callFrame.url);
+    const place = !node.callFrame.url && name.startsWith('(') ? name : where(node.callFrame.url);
     byPlace.set(place, (byPlace.get(place) ?? 0) + ms);
     const fn = `${name} ${node.callFrame.url ? `${where(node.callFrame.url)}:${node.callFrame.lineNumber + 1}` : ''}`.trim();
     byFunction.set(fn, (byFunction.get(fn) ?? 0) + ms);
