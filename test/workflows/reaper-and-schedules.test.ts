@@ -49,7 +49,7 @@ async function waitUntil(what: string, check: () => Promise<boolean>, timeoutMs:
   throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
 }
 
-test('a terminated round leaves its trainer active; the reaper schedule deactivates it within its period + 30 s', async () => {
+test('a terminated round leaves its trainer active; the reaper schedule deactivates it within its period + 30 s, default grace notwithstanding', async () => {
   const taskQueue = uniqueTaskQueue('reaper');
   const input = ticketRoundInput({ baseUrl: emulator.url, campaignId: `reap-${taskQueue}`, trainRows: 400, evalRows: 4 });
   const worker = await createRoundhouseWorker({ connection: temporal.nativeConnection, namespace: temporal.settings.namespace, taskQueue, workflowBundle: bundle, providers });
@@ -65,8 +65,7 @@ test('a terminated round leaves its trainer active; the reaper schedule deactiva
       scheduleId: `reaper-${taskQueue}`,
       taskQueue,
       providers: [{ kind: 'local', baseUrl: emulator.url, model: 'roundhouse/tiny-chat' }],
-      every: `${REAPER_EVERY_SECONDS} seconds`,
-      graceSeconds: 1,
+      every: `${REAPER_EVERY_SECONDS} seconds`, // default grace (300 s): it guards untagged trainers only
     });
     try {
       const took = await waitUntil('the reaper to deactivate the orphan', async () => !(await ledger(emulator)).active.includes(resourceId!), (REAPER_EVERY_SECONDS + 30) * 1000);
