@@ -71,13 +71,13 @@ ${options.yaml}`;
  * A jest file's environment for running rounds in-process: the shared dev server, one workflow bundle, an emulator,
  * and a provider registry; `runRound` runs one round on a fresh worker and returns its result.
  */
-export function roundTestEnvironment(emulatorOptions: EmulatorOptions = {}) {
+export function roundTestEnvironment(emulatorOptions: EmulatorOptions = {}, providerEnv: NodeJS.ProcessEnv = process.env) {
   const env = {} as { temporal: TestTemporal; bundle: WorkflowBundleWithSourceMap; emulator: RunningEmulator; providers: ProviderRegistry };
   beforeAll(async () => {
     env.temporal = await connectTestTemporal();
     env.bundle = await bundleWorkflows();
     env.emulator = await startTestEmulator(emulatorOptions);
-    env.providers = new ProviderRegistry({ stateDir: fs.mkdtempSync(path.join(os.tmpdir(), 'rh-providers-')) });
+    env.providers = new ProviderRegistry({ stateDir: fs.mkdtempSync(path.join(os.tmpdir(), 'rh-providers-')), env: providerEnv });
   });
   afterAll(async () => {
     await env.providers?.close();

@@ -6,7 +6,8 @@ import { ledger } from '../helpers/emulator';
 import { arithmeticRoundInput, roundTestEnvironment } from '../helpers/round';
 import { uniqueTaskQueue } from '../helpers/temporal';
 
-const { env, runRound } = roundTestEnvironment({ provisioningDelayMs: 50 });
+// Baseten rounds reach the same emulator through its Loops dialect, with a key in the worker's environment only.
+const { env, runRound } = roundTestEnvironment({ provisioningDelayMs: 50 }, { ...process.env, BASETEN_API_KEY: 'bt-test-key' });
 
 const report = (r: RoundResult) => JSON.parse(fs.readFileSync(r.reportPath, 'utf8'));
 const mean = (xs: number[]) => xs.reduce((a, x) => a + x, 0) / Math.max(1, xs.length);
@@ -93,5 +94,22 @@ test('a KL penalty trains against a frozen reference session on the same trainer
   const sessions = l.sessions.filter((s) => s.resourceId === r.resource_id);
   expect(sessions).toHaveLength(2);
   expect(sessions.map((s) => s.optimizerSteps).sort()).toEqual([0, 10]); // the reference never steps
+  expect(l.active).toEqual([]);
+});
+
+test('a GRPO round on the Baseten Loops dialect (PPO loss): exact steps, on-policy samples, nothing left active', async () => {
+  const taskQueue = uniqueTaskQueue('grpo-baseten');
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rh-grpo-'));
+  const input = grpoInput(dir, `baseten-${taskQueue}`, 'epochs: 1, learningRate: 0.002, segmentSteps: 5', 'loss: { type: ppo }');
+  input.spec.provider = { ...input.spec.provider, kind: 'baseten', baseUrl: env.emulator.url };
+  const result = await runRound(input, taskQueue);
+  expect(result).toMatchObject({ status: 'completed', kind: 'grpo', stepsApplied: 10 });
+  const r = report(result);
+  const steps: GrpoStep[] = r.steps;
+  expect(steps.map((s) => s.step)).toEqual(Array.from({ length: 10 }, (_v, i) => i + 1));
+  expect(steps.every((s) => s.stepsOffPolicy === 0)).toBe(true);
+  expect(r.provider).toBe('baseten');
+  const l = await ledger(env.emulator);
+  expect(l.resources.find((x) => x.id === r.resource_id)).toBeDefined();
   expect(l.active).toEqual([]);
 });
