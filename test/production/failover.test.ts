@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import type { RoundResult } from '../../workflows/round-contract';
 import { ledger, startTestEmulator, type RunningEmulator } from '../helpers/emulator';
-import { ticketRoundInput } from '../helpers/round';
+import { arithmeticRoundInput, ticketRoundInput } from '../helpers/round';
 import { connectTestTemporal, uniqueTaskQueue, type TestTemporal } from '../helpers/temporal';
 import type { WorkerProcess } from '../helpers/worker-process';
 import { buildDist, progressOf, startDistWorker, trainingWorkerPid, waitFor } from './helpers';
@@ -23,7 +23,7 @@ const GRACE_MS = 8_000;
  * Two compiled workers on one task queue run a 24-step round (segments of 4, 100 ms per operation); once training
  * passes step 5, the worker running the segment gets `signal`. The other worker must finish the round.
  */
-async function roundSurvivesLosingItsWorker(signal: 'SIGKILL' | 'SIGTERM') {
+async function roundSurvivesLosingItsWorker(signal: 'SIGKILL' | 'SIGTERM', kind: 'sft' | 'grpo' = 'sft') {
   const emulator: RunningEmulator = await startTestEmulator({ provisioningDelayMs: 200, operationLatencyMs: 100 });
   const taskQueue = uniqueTaskQueue(`failover-${signal.toLowerCase()}`);
   const env = {
@@ -36,8 +36,18 @@ async function roundSurvivesLosingItsWorker(signal: 'SIGKILL' | 'SIGTERM') {
   try {
     await Promise.all(workers.map((w) => w.ready));
     for (const w of workers) expect(w.output()).not.toContain('Workflow bundle created'); // the prebuilt bundle, no webpack
-    const input = ticketRoundInput({ baseUrl: emulator.url, campaignId: `failover-${taskQueue}`, trainRows: 64, evalRows: 8, heartbeatTimeoutSeconds: 2 });
-    input.spec.training.epochs = 3; // 64 / 8 × 3 = 24 steps
+    const input =
+      kind === 'sft'
+        ? ticketRoundInput({ baseUrl: emulator.url, campaignId: `failover-${taskQueue}`, trainRows: 64, evalRows: 8, heartbeatTimeoutSeconds: 2 })
+        : arithmeticRoundInput({
+            baseUrl: emulator.url,
+            campaignId: `failover-${taskQueue}`,
+            yaml: `training: { epochs: 3, batchSize: 10, learningRate: 0.002, loraRank: 8, maxSeqLen: 64, segmentSteps: 4 }
+sampling: { maxTokens: 3, temperature: 1 }
+advanced: { heartbeatTimeoutSeconds: 2 }
+round: { kind: grpo, grpo: { groupSize: 4, reward: { kind: numeric } } }`,
+          });
+    if (kind === 'sft') input.spec.training.epochs = 3; // 64 / 8 × 3 = 24 steps; grpo: 80 / 10 × 3 = 24
     const handle = await temporal.client.workflow.start('roundWorkflow', { taskQueue, workflowId: `round-${taskQueue}`, args: [input] });
 
     const atSignal = await waitFor('training past step 5', async () => {
@@ -70,7 +80,7 @@ async function roundSurvivesLosingItsWorker(signal: 'SIGKILL' | 'SIGTERM') {
     expect(report.steps.map((s: { step: number }) => s.step)).toEqual(Array.from({ length: 24 }, (_v, i) => i + 1));
     expect(survivor.child.exitCode).toBeNull(); // the other worker finished it
     process.stderr.write(
-      `[failover] ${signal} at step ${atSignal.step}: worker exited in ${exit.ms} ms (code ${exit.code}), training moved on after ${resumed} ms; ` +
+      `[failover] ${kind} ${signal} at step ${atSignal.step}: worker exited in ${exit.ms} ms (code ${exit.code}), training moved on after ${resumed} ms; ` +
         `duplicates absorbed ${l.totals.duplicatesAbsorbed}\n`,
     );
     return { exit, victim: victim!, resumedMs: resumed };
@@ -91,4 +101,10 @@ test('SIGTERM during training: the worker drains and exits within its grace time
   expect(exit.ms).toBeLessThan(GRACE_MS);
   expect(victim.output()).toContain('shutdown requested');
   expect(victim.output()).toContain('worker stopped');
+}, 120_000);
+
+test('SIGTERM during a GRPO round: the worker drains (no new step) and exits within its grace time, the other finishes with exact steps', async () => {
+  const { exit } = await roundSurvivesLosingItsWorker('SIGTERM', 'grpo');
+  expect(exit.code).toBe(0);
+  expect(exit.ms).toBeLessThan(GRACE_MS);
 }, 120_000);

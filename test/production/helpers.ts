@@ -45,7 +45,7 @@ export async function waitFor<T>(what: string, check: () => Promise<T | undefine
 /** The process id of the worker running the round's training segment right now (from the pending activity). */
 export async function trainingWorkerPid(handle: WorkflowHandle): Promise<number | undefined> {
   const description = await handle.describe();
-  const pending = description.raw.pendingActivities?.find((a) => a.activityType?.name === 'trainSegment');
+  const pending = description.raw.pendingActivities?.find((a) => ['trainSegment', 'trainGrpoSegment', 'trainDpoSegment'].includes(a.activityType?.name ?? ''));
   const identity = pending?.lastWorkerIdentity ?? '';
   const pid = Number(identity.split('@')[0]);
   return Number.isInteger(pid) && pid > 0 ? pid : undefined;
