@@ -6,6 +6,7 @@ import type { Datum, TrainingProvider } from '../providers/types';
 import { toDatum, type TokenizedPair } from './data';
 import { dpoLossAndGradients } from './dpo';
 import { atBoundary } from './failures';
+import { recordLatestLoss, recordOptimizerSteps } from './metrics';
 import { writeJsonAtomic } from './files';
 import { adamAt, checkOptimStep, createPreparer, roundKey, segmentStart, type ActivityDeps, type SegmentInput, type SegmentResult } from './round';
 import type { RoundSpec } from '../workflows/round-contract';
@@ -162,6 +163,7 @@ export function createDpoActivities(deps: ActivityDeps) {
         const { applied, maxStep } = await segmentStart(provider, input);
         const key = (...parts: (string | number)[]) => roundKey(input.campaignId, input.round, ...parts);
         const signal = ctx.cancellationSignal;
+        const metricTags = { provider: input.spec.provider.kind, campaign_name: input.spec.name };
         const deadline = Date.now() + t.segmentSeconds * 1000;
         const records: DpoStepRecord[] = [];
         let confirmed = applied;
@@ -213,6 +215,8 @@ export function createDpoActivities(deps: ActivityDeps) {
           confirmed = step + 1;
           records.push(record);
           writeJsonAtomic(recordFile(confirmed), [record]);
+          recordOptimizerSteps(1, metricTags);
+          recordLatestLoss(record.loss, metricTags);
           ctx.heartbeat({ step: confirmed });
         }
         const last = records[records.length - 1];

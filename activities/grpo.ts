@@ -7,6 +7,7 @@ import type { TextTokenizer } from '../config/tokenizer';
 import type { Datum, PolicyLoss, TrainingProvider } from '../providers/types';
 import type { TokenizedRow } from './data';
 import { atBoundary } from './failures';
+import { recordLatestLoss, recordOptimizerSteps } from './metrics';
 import { writeJsonAtomic } from './files';
 import { groupAdvantages, rewardFunction } from './rewards';
 import { adamAt, checkOptimStep, completionText, createPreparer, roundKey, segmentStart, type ActivityDeps, type SegmentInput, type SegmentResult } from './round';
@@ -115,6 +116,7 @@ export function createGrpoActivities(deps: ActivityDeps) {
         const { applied, maxStep } = await segmentStart(provider, input);
         const key = (...parts: (string | number)[]) => roundKey(input.campaignId, input.round, ...parts);
         const signal = ctx.cancellationSignal;
+        const metricTags = { provider: input.spec.provider.kind, campaign_name: input.spec.name };
         const sync = async (step: number) => (await provider.awaitOperation(await provider.submitWeightsSync(input.sessionId, key(`w${step}`, 'weights-sync')), { signal })).weightsVersion;
         // The generators serve the weights of the last applied step (a sync lost with a crashed attempt is redone;
         // a done one is the same keyed operation).
@@ -188,8 +190,11 @@ export function createGrpoActivities(deps: ActivityDeps) {
           await sync(step + 1);
           confirmed = step + 1;
           sampling.delete(step);
-          records.push(record(loss));
-          writeJsonAtomic(recordFile(confirmed), [records[records.length - 1]]);
+          const done = record(loss);
+          records.push(done);
+          writeJsonAtomic(recordFile(confirmed), [done]);
+          recordOptimizerSteps(1, metricTags);
+          recordLatestLoss(done.loss / Math.max(1, done.tokens), metricTags);
           heartbeat({ step: confirmed });
         }
         // Draws started ahead finish (their files are the next segment's input) before the activity returns.

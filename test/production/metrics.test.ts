@@ -6,7 +6,7 @@ import { ownerTagFor } from '../../workflows/round-contract';
 import { LOCAL_EMULATOR_KEY } from '../../workers/providers';
 import { setFaults, startTestEmulator, togetherProvider } from '../helpers/emulator';
 import { freePort } from '../helpers/ports';
-import { ticketRoundInput } from '../helpers/round';
+import { arithmeticRoundInput, ticketRoundInput } from '../helpers/round';
 import { connectTestTemporal, uniqueTaskQueue } from '../helpers/temporal';
 import { bundleToFile, startWorkerProcess } from '../helpers/worker-process';
 import { progressOf, scrape, total, waitFor } from './helpers';
@@ -68,6 +68,16 @@ test('the metrics endpoint serves Temporal worker metrics and Roundhouse metrics
     expect((reaped as { reaped: { resourceId: string }[] }).reaped.map((r) => r.resourceId)).toContain(orphan.id);
     const final = await scrape(address);
     expect(total(final, 'roundhouse_resources_reaped', 'provider="local"')).toBe(1);
+    // Policy-gradient and preference rounds count their steps too.
+    const dpo = arithmeticRoundInput({
+      baseUrl: emulator.url,
+      campaignId: `metrics-dpo-${taskQueue}`,
+      tickets: true,
+      yaml: `training: { epochs: 1, batchSize: 8, learningRate: 0.01, loraRank: 8, maxSeqLen: 64 }\nsampling: { maxTokens: 3 }\nround: { kind: dpo }`,
+    });
+    const dpoResult: RoundResult = await temporal.client.workflow.execute('roundWorkflow', { taskQueue, workflowId: `round-dpo-${taskQueue}`, args: [dpo] });
+    expect(dpoResult).toMatchObject({ status: 'completed', stepsApplied: 8 });
+    expect(total(await scrape(address), 'roundhouse_optimizer_steps')).toBe(12 + 8);
     process.stderr.write(
       `[metrics] during the round: ${steps} steps, latest loss ${loss?.toFixed(3)}, ${temporalMetrics.length} temporal_* series; after: ` +
         `${total(after, 'roundhouse_round_gpu_minutes_sum').toFixed(4)} GPU-minutes, ${total(after, 'roundhouse_provider_errors')} provider errors\n`,
