@@ -21,7 +21,9 @@ export function renderProgress(p: CampaignProgress): string {
   ];
   const c = p.currentRound;
   if (c && !['completed', 'failed', 'cancelled', 'stopped'].includes(c.phase)) {
-    lines.push(`  ${String(c.round).padStart(5)}  ${c.phase.padEnd(9)}  ${bar(c.step, c.totalSteps)} ${c.step}/${c.totalSteps}  loss ${num(c.latestLoss)}  GPU-min ${num(c.gpuMinutes, 2)}`);
+    // GRPO rounds add the latest step's mean reward, DPO rounds its preference margin.
+    const policy = `${c.latestReward !== undefined ? `  reward ${num(c.latestReward)}` : ''}${c.latestMargin !== undefined ? `  margin ${num(c.latestMargin)}` : ''}`;
+    lines.push(`  ${String(c.round).padStart(5)}  ${c.phase.padEnd(9)}  ${bar(c.step, c.totalSteps)} ${c.step}/${c.totalSteps}  loss ${num(c.latestLoss)}${policy}  GPU-min ${num(c.gpuMinutes, 2)}`);
   }
   lines.push(`  summary: ${p.summaryPath}`);
   return `${lines.join('\n')}\n`;

@@ -1,0 +1,20 @@
+import { renderProgress } from '../../cli/progress';
+import type { CampaignProgress } from '../../workflows/campaign-contract';
+import type { RoundProgress } from '../../workflows/round-contract';
+
+const progress = (current: Partial<RoundProgress>): CampaignProgress => ({
+  campaignId: 'c1',
+  status: 'running',
+  rounds: [],
+  currentRound: { campaignId: 'c1', round: 1, phase: 'training', step: 5, totalSteps: 20, gpuMinutes: 0.5, latestLoss: 1.25, ...current },
+  limits: { maxRounds: 1 },
+  gpuMinutes: 0.5,
+  wallMinutes: 1,
+  summaryPath: '/tmp/c1/campaign.json',
+});
+
+test('the live line shows the loss, and the reward of a GRPO round or the margin of a DPO round', () => {
+  expect(renderProgress(progress({}))).toMatch(/5\/20 {2}loss 1\.250 {2}GPU-min 0\.50/);
+  expect(renderProgress(progress({ latestReward: 0.25 }))).toMatch(/loss 1\.250 {2}reward 0\.250 {2}GPU-min/);
+  expect(renderProgress(progress({ latestMargin: 1.5 }))).toMatch(/loss 1\.250 {2}margin 1\.500 {2}GPU-min/);
+});
