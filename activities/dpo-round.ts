@@ -8,7 +8,7 @@ import { dpoLossAndGradients } from './dpo';
 import { atBoundary } from './failures';
 import { recordLatestLoss, recordOptimizerSteps } from './metrics';
 import { writeJsonAtomic } from './files';
-import { adamAt, checkOptimStep, createPreparer, roundKey, segmentStart, type ActivityDeps, type SegmentInput, type SegmentResult } from './round';
+import { adamAt, checkOptimStep, segmentStopper, createPreparer, roundKey, segmentStart, type ActivityDeps, type SegmentInput, type SegmentResult } from './round';
 import type { RoundSpec } from '../workflows/round-contract';
 
 /**
@@ -162,7 +162,8 @@ export function createDpoActivities(deps: ActivityDeps) {
         // The trainer's step counter is the truth about which steps are applied; it must sit inside this segment.
         const { applied, maxStep } = await segmentStart(provider, input);
         const key = (...parts: (string | number)[]) => roundKey(input.campaignId, input.round, ...parts);
-        const signal = ctx.cancellationSignal;
+        const stopper = segmentStopper(deps);
+        const signal = stopper.signal;
         const metricTags = { provider: input.spec.provider.kind, campaign_name: input.spec.name };
         const deadline = Date.now() + t.segmentSeconds * 1000;
         const records: DpoStepRecord[] = [];
@@ -203,8 +204,8 @@ export function createDpoActivities(deps: ActivityDeps) {
           if (!fs.existsSync(recordFile(step + 1))) writeJsonAtomic(recordFile(step + 1), [(await dpoStep(step)).record]);
         }
 
-        // A draining worker (SIGTERM) takes no new step: the cursor goes back and the next segment runs elsewhere.
-        while (confirmed < maxStep && !deps.draining?.() && (Date.now() < deadline || confirmed === applied)) {
+        // Interrupted (pause, budget, stop) or draining (SIGTERM): no new step; the cursor goes back to the workflow.
+        while (confirmed < maxStep && !stopper.stopping() && (Date.now() < deadline || confirmed === applied)) {
           const step = confirmed;
           const { datums, gradients, record } = await dpoStep(step);
           const fb = await provider.submitCustomForwardBackward(input.sessionId, key(`s${step}`, 'custom-forward-backward'), datums, gradients);

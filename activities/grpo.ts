@@ -10,7 +10,7 @@ import { atBoundary } from './failures';
 import { recordLatestLoss, recordOptimizerSteps } from './metrics';
 import { writeJsonAtomic } from './files';
 import { groupAdvantages, rewardFunction } from './rewards';
-import { adamAt, checkOptimStep, completionText, createPreparer, roundKey, segmentStart, type ActivityDeps, type SegmentInput, type SegmentResult } from './round';
+import { adamAt, checkOptimStep, segmentStopper, completionText, createPreparer, roundKey, segmentStart, type ActivityDeps, type SegmentInput, type SegmentResult } from './round';
 
 /**
  * GRPO: per step, a group of completions per prompt from the generators, a reward for each, group-centred
@@ -105,7 +105,6 @@ export function createGrpoActivities(deps: ActivityDeps) {
      */
     async trainGrpoSegment(input: GrpoSegmentInput): Promise<GrpoSegmentResult> {
       const provider = await deps.providerFor(input.spec.provider);
-      const ctx = Context.current();
       const t = input.spec.training;
       const grpo = input.spec.round?.grpo;
       if (!grpo) throw ApplicationFailure.create({ type: 'InvalidInput', nonRetryable: true, message: 'round.grpo: is required when round.kind is grpo' });
@@ -115,7 +114,8 @@ export function createGrpoActivities(deps: ActivityDeps) {
         // The trainer's step counter is the truth about which steps are applied; it must sit inside this segment.
         const { applied, maxStep } = await segmentStart(provider, input);
         const key = (...parts: (string | number)[]) => roundKey(input.campaignId, input.round, ...parts);
-        const signal = ctx.cancellationSignal;
+        const stopper = segmentStopper(deps);
+        const signal = stopper.signal;
         const metricTags = { provider: input.spec.provider.kind, campaign_name: input.spec.name };
         const sync = async (step: number) => (await provider.awaitOperation(await provider.submitWeightsSync(input.sessionId, key(`w${step}`, 'weights-sync')), { signal })).weightsVersion;
         // The generators serve the weights of the last applied step (a sync lost with a crashed attempt is redone;
@@ -177,8 +177,8 @@ export function createGrpoActivities(deps: ActivityDeps) {
           writeJsonAtomic(recordFile(step + 1), [record((await provider.awaitOperation(fb, { signal })).loss)]);
         }
 
-        // A draining worker (SIGTERM) takes no new step: the cursor goes back and the next segment runs elsewhere.
-        while (confirmed < maxStep && !deps.draining?.() && (Date.now() < deadline || confirmed === applied)) {
+        // Interrupted (pause, budget, stop) or draining (SIGTERM): no new step; the cursor goes back to the workflow.
+        while (confirmed < maxStep && !stopper.stopping() && (Date.now() < deadline || confirmed === applied)) {
           const step = confirmed;
           const { fb, record } = await forwardBackward(step);
           const opt = await provider.submitOptimStep(input.sessionId, key(`s${step}`, 'optim-step'), adamAt(t, learningRateAt(step, input.totalSteps, t.learningRate, t.lrSchedule)));

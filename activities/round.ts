@@ -104,6 +104,20 @@ export async function segmentStart(provider: TrainingProvider, input: SegmentInp
   return { applied, maxStep };
 }
 
+/**
+ * How a training segment stops early and cleanly: it submits no new step once the worker drains (SIGTERM) or the
+ * workflow interrupts the segment (a cancellation: pause, budget, stop), and it gives the steps already in flight
+ * `drainMs` to land before their waits are aborted. It then returns its cursor like any segment end.
+ */
+export function segmentStopper(deps: ActivityDeps, drainMs = 30_000): { stopping(): boolean; signal: AbortSignal } {
+  const cancelled = Context.current().cancellationSignal;
+  const window = new AbortController();
+  const startWindow = () => setTimeout(() => window.abort(cancelled.reason), drainMs).unref();
+  if (cancelled.aborted) startWindow();
+  else cancelled.addEventListener('abort', startWindow, { once: true });
+  return { stopping: () => cancelled.aborted || (deps.draining?.() ?? false), signal: window.signal };
+}
+
 /** The optimizer step's AdamW parameters at a learning rate. */
 export function adamAt(t: RoundSpec['training'], learningRate: number): AdamParams {
   return { learningRate, beta1: t.adam.beta1, beta2: t.adam.beta2, eps: t.adam.eps, weightDecay: t.adam.weightDecay, gradClipNorm: t.adam.gradClipNorm };
@@ -401,14 +415,15 @@ export function createRoundActivities(deps: ActivityDeps) {
         };
 
         const metricTags = { provider: input.spec.provider.kind, campaign_name: input.spec.name };
+        const stopper = segmentStopper(deps);
         while (confirmed < maxStep) {
-          while (next < maxStep && inFlight.length < t.pipelineDepth && !deps.draining?.() && (Date.now() < deadline || next === confirmed)) {
+          while (next < maxStep && inFlight.length < t.pipelineDepth && !stopper.stopping() && (Date.now() < deadline || next === confirmed)) {
             await submit(next);
             next += 1;
           }
-          if (inFlight.length === 0) break; // out of time, or the worker is shutting down
+          if (inFlight.length === 0) break; // out of time, interrupted, or the worker is shutting down
           const head = inFlight[0]!;
-          const options = { signal: ctx.cancellationSignal };
+          const options = { signal: stopper.signal };
           const fb = await provider.awaitOperation(head.fb, options);
           const opt = await provider.awaitOperation(head.opt, options);
           checkOptimStep(opt, head.step, input.stepOffset);

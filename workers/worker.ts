@@ -50,6 +50,8 @@ export async function createRoundhouseWorker(options: RoundhouseWorkerOptions): 
     ...(options.dataConverter ? { dataConverter: options.dataConverter } : {}),
     ...(options.workflowBundle ? { workflowBundle: options.workflowBundle } : workflowSource()),
     shutdownGraceTime: options.shutdownGraceTime ?? options.tuning?.shutdownGraceMs ?? '20 seconds',
+    // Heartbeats reach the server at least every 2 s: a pause's cancellation reaches a training segment that soon.
+    maxHeartbeatThrottleInterval: '2 seconds',
     // Past the grace time activities are cancelled; should anything still hang, give up so the process can exit.
     ...(options.tuning ? { shutdownForceTime: options.tuning.shutdownGraceMs + 10_000 } : {}),
     ...(options.tuning?.maxConcurrentActivities !== undefined ? { maxConcurrentActivityTaskExecutions: options.tuning.maxConcurrentActivities } : {}),

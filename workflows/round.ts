@@ -1,6 +1,7 @@
 import {
   ActivityFailure,
   ApplicationFailure,
+  CancelledFailure,
   CancellationScope,
   condition,
   getExternalWorkflowHandle,
@@ -52,6 +53,14 @@ export async function roundWorkflow(input: RoundInput): Promise<RoundResult> {
     startToCloseTimeout: '24 hours',
     heartbeatTimeout,
     cancellationType: 'TRY_CANCEL',
+    retry: { initialInterval: '1 second', maximumInterval: '30 seconds', maximumAttempts: 20 },
+  });
+  // A training segment a pause interrupts: cancelled, it takes no new step, lets the steps in flight land and returns
+  // its cursor, so the workflow waits for that answer instead of abandoning the activity.
+  const segments = proxyActivities<Activities>({
+    startToCloseTimeout: '24 hours',
+    heartbeatTimeout,
+    cancellationType: 'WAIT_CANCELLATION_COMPLETED',
     retry: { initialInterval: '1 second', maximumInterval: '30 seconds', maximumAttempts: 20 },
   });
   // Provisioning is never abandoned: on cancel the workflow waits for the activity, which either reports the
@@ -188,6 +197,8 @@ export async function roundWorkflow(input: RoundInput): Promise<RoundResult> {
     }
 
     await tellParent('training');
+    // A pause interrupts the running segment (within about a step) rather than waiting for its end.
+    const interruptible = patched('pause-interrupts-segments');
     let cursor = { step: 0 };
     while (cursor.step < plan.totalSteps) {
       result.stopReason = overBudget();
@@ -195,6 +206,11 @@ export async function roundWorkflow(input: RoundInput): Promise<RoundResult> {
       if (pauseRequested) {
         // Finish cleanly: checkpoint at this step, give the GPU back, wait, then come back to the same step.
         const checkpoint = await long.saveTrainingCheckpoint({ spec, sessionId: session.sessionId, key: key('pause', `s${cursor.step}`) });
+        // The checkpoint's step is the trainer's own count: the truth, should an interrupted segment not have said.
+        if (interruptible) {
+          cursor = { step: checkpoint.step - stepOffset };
+          progress.step = result.stepsApplied = cursor.step;
+        }
         await releaseNow();
         await tellParent('paused');
         progress.paused = true;
@@ -205,12 +221,15 @@ export async function roundWorkflow(input: RoundInput): Promise<RoundResult> {
         await tellParent('training');
       }
       const segmentInput = { campaignId, round, spec, data, sessionId: session.sessionId, stepOffset, cursor, totalSteps: plan.totalSteps, stepsDir };
-      const segment: SegmentOutcome =
+      const proxy = interruptible ? segments : long;
+      const train = (): Promise<SegmentOutcome> =>
         kind === 'grpo'
-          ? await long.trainGrpoSegment({ ...segmentInput, samplesDir, referenceSessionId })
+          ? proxy.trainGrpoSegment({ ...segmentInput, samplesDir, referenceSessionId })
           : kind === 'dpo'
-            ? await long.trainDpoSegment({ ...segmentInput, referencePath })
-            : await long.trainSegment(segmentInput);
+            ? proxy.trainDpoSegment({ ...segmentInput, referencePath })
+            : proxy.trainSegment(segmentInput);
+      const segment = interruptible ? await untilPaused(train, () => pauseRequested) : await train();
+      if (!segment) continue; // interrupted without an answer: the pause checkpoint says where the trainer is
       cursor = segment.cursor;
       progress.step = result.stepsApplied = cursor.step;
       if (segment.latestLoss !== undefined) progress.latestLoss = segment.latestLoss;
@@ -299,6 +318,37 @@ export async function roundWorkflow(input: RoundInput): Promise<RoundResult> {
     });
   }
   return result;
+}
+
+/**
+ * Runs a segment that `stop()` may interrupt: when it turns true the segment's activity is cancelled; it drains and
+ * returns its cursor (the result), or ends without one (undefined). A cancellation of the round itself is passed
+ * on as a cancellation whatever the segment ended with.
+ */
+async function untilPaused<T>(run: () => Promise<T>, stop: () => boolean): Promise<T | undefined> {
+  const scope = new CancellationScope();
+  let settled = false;
+  let interrupted = false;
+  const running = scope.run(run);
+  running.then(
+    () => void (settled = true),
+    () => void (settled = true),
+  );
+  condition(() => settled || stop()).then(
+    () => {
+      if (settled) return;
+      interrupted = true;
+      scope.cancel();
+    },
+    () => undefined, // the round itself was cancelled: its scope cancels the segment
+  );
+  try {
+    return await running;
+  } catch (err) {
+    if (CancellationScope.current().consideredCancelled) throw isCancellation(err) ? err : new CancelledFailure('round cancelled while its segment was stopping');
+    if (interrupted) return undefined;
+    throw err;
+  }
 }
 
 /** What any kind's training segment reports. */

@@ -5,7 +5,7 @@ import { WorkflowFailedError } from '@temporalio/client';
 import { Worker, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import { ProviderRegistry } from '../../workers/providers';
 import { createRoundhouseWorker } from '../../workers/worker';
-import { roundProgressQuery, type RoundResult } from '../../workflows/round-contract';
+import { pauseRoundSignal, resumeRoundSignal, roundProgressQuery, type RoundProgress, type RoundResult } from '../../workflows/round-contract';
 import { ledger, setFaults, startTestEmulator, type RunningEmulator } from '../helpers/emulator';
 import { ticketRoundInput } from '../helpers/round';
 import { bundleWorkflows, connectTestTemporal, uniqueTaskQueue, type TestTemporal } from '../helpers/temporal';
@@ -117,6 +117,48 @@ test('a cancelled round releases its trainer within 10 s and reports cancelled',
   });
   const report = JSON.parse(fs.readFileSync(path.join(input.reportDir, 'round-1.json'), 'utf8'));
   expect(report).toMatchObject({ status: 'cancelled', error_type: 'Cancelled', cleanup_status: 'deactivated' });
+});
+
+test('a pause interrupts a long segment within about a step: checkpoint, GPU released; resume ends with exact steps', async () => {
+  const slow = await startTestEmulator({ provisioningDelayMs: 100, operationLatencyMs: 100 });
+  try {
+    const taskQueue = uniqueTaskQueue('round-pause');
+    // One segment could hold the whole round (60 steps, at most 10 minutes): only an interruption stops it early.
+    const input = ticketRoundInput({ baseUrl: slow.url, campaignId: `pause-${taskQueue}`, trainRows: 240, evalRows: 4 });
+    Object.assign(input.spec.training, { epochs: 2, segmentSteps: 1000, segmentSeconds: 600 });
+    const workflowId = `round-${taskQueue}`;
+    await withWorker(taskQueue, async () => {
+      const handle = await temporal.client.workflow.start('roundWorkflow', { taskQueue, workflowId, args: [input] });
+      const reached = async (what: string, test: (p: RoundProgress) => boolean, timeoutMs = 60_000) => {
+        for (const until = Date.now() + timeoutMs; Date.now() < until; await new Promise((r) => setTimeout(r, 25))) {
+          const p = await handle.query(roundProgressQuery);
+          if (test(p)) return p;
+        }
+        throw new Error(`timed out waiting for ${what}`);
+      };
+      await reached('training', (p) => p.phase === 'training');
+      await new Promise((r) => setTimeout(r, 1_000)); // a few steps into the one segment
+      const pausedAt = Date.now();
+      await handle.signal(pauseRoundSignal);
+      const paused = await reached('paused', (p) => p.phase === 'paused');
+      const pauseMs = Date.now() - pausedAt;
+      expect((await ledger(slow)).active).toEqual([]); // the GPU is released while paused
+      process.stderr.write(`[round] paused ${pauseMs} ms after the signal, at step ${paused.step} of 60 (one segment of up to 1000 steps)\n`);
+      expect(paused.step).toBeGreaterThan(0);
+      expect(paused.step).toBeLessThan(45);
+      await handle.signal(resumeRoundSignal);
+      const result: RoundResult = await handle.result();
+      expect(result).toMatchObject({ status: 'completed', stepsApplied: 60, totalSteps: 60 });
+      const report = readReport(result);
+      expect(report.steps.map((s: { step: number }) => s.step)).toEqual(Array.from({ length: 60 }, (_v, i) => i + 1));
+      const l = await ledger(slow);
+      expect(l.totals.optimizerSteps).toBe(60); // none lost, none doubled across the interruption
+      expect(l.active).toEqual([]);
+      expect(report.deactivated_ids).toHaveLength(2);
+    });
+  } finally {
+    await slow.close();
+  }
 });
 
 test('a round whose loss goes non-finite fails with that error type, releases the trainer and still reports', async () => {
