@@ -123,7 +123,7 @@ function controlCommand(name: 'pause' | 'resume', description: string, update: t
 }
 
 export function pauseCommand(): Command {
-  return controlCommand('pause', 'Pause: the running round finishes its segment, checkpoints and releases the GPU', pauseCampaignUpdate);
+  return controlCommand('pause', 'Pause: the running round interrupts its segment, checkpoints and releases the GPU', pauseCampaignUpdate);
 }
 
 export function resumeCommand(): Command {

@@ -69,7 +69,7 @@ export interface CampaignResult extends CampaignProgress {
 }
 
 export const campaignProgressQuery = defineQuery<CampaignProgress>('campaignProgress');
-/** Pause: the running round finishes its segment, checkpoints and releases the GPU; no new round starts. */
+/** Pause: the running round interrupts its segment, checkpoints and releases the GPU; no new round starts. */
 export const pauseCampaignUpdate = defineUpdate<CampaignProgress>('pauseCampaign');
 /** Resume: the paused round re-provisions and continues from its checkpoint at the same step. */
 export const resumeCampaignUpdate = defineUpdate<CampaignProgress>('resumeCampaign');

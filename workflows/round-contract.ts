@@ -120,7 +120,7 @@ export function ownerOfTag(tag: string | undefined): string | undefined {
 }
 
 export const roundProgressQuery = defineQuery<RoundProgress>('roundProgress');
-/** Finish the current segment, save a training checkpoint, release the GPU, and wait. */
+/** Interrupt the running segment (its in-flight steps land), save a training checkpoint, release the GPU, and wait. */
 export const pauseRoundSignal = defineSignal('pauseRound');
 /** Re-provision, reopen from the pause checkpoint (with optimizer), continue at the same step. */
 export const resumeRoundSignal = defineSignal('resumeRound');
