@@ -44,8 +44,12 @@ function payloadsIn(node: unknown, out: { metadata: Record<string, string>; data
   if (Array.isArray(node)) node.forEach((n) => payloadsIn(n, out));
   else if (node && typeof node === 'object') {
     const o = node as Record<string, unknown>;
+    // The SDK core writes its patch markers' details (the patch id) as plain JSON, outside the payload codec.
+    if (o.markerName === 'core_patch') return out;
     if (o.metadata && typeof o.metadata === 'object' && 'encoding' in (o.metadata as object)) out.push(o as { metadata: Record<string, string>; data?: string });
-    else Object.values(o).forEach((v) => payloadsIn(v, out));
+    // Search attributes are indexed by the server, so no codec touches them: the SDK's patches upsert
+    // `TemporalChangeVersion` (code-version names such as 'pause-interrupts-segments'); no data of ours is in them.
+    else Object.entries(o).forEach(([k, v]) => k !== 'searchAttributes' && payloadsIn(v, out));
   }
   return out;
 }
