@@ -97,7 +97,11 @@ export async function roundWorkflow(input: RoundInput): Promise<RoundResult> {
   let budget: RoundBudget = { ...input.budget };
   setHandler(pauseRoundSignal, () => void (pauseRequested = true));
   setHandler(resumeRoundSignal, () => void (pauseRequested = false));
-  setHandler(setRoundBudgetSignal, (b) => void (budget = { ...budget, ...b }));
+  let budgetVersion = 0;
+  setHandler(setRoundBudgetSignal, (b) => {
+    budget = { ...budget, ...b };
+    budgetVersion += 1;
+  });
 
   // Phase changes and the first segment end always reach the parent; later segment ends at most every 30 s: a
   // signal adds 5 history events, and a segment's own 6 leave room for fewer under 0.1 event per step.
@@ -172,6 +176,34 @@ export async function roundWorkflow(input: RoundInput): Promise<RoundResult> {
     if (budget.maxGpuMinutes !== undefined && gpuMinutes() >= budget.maxGpuMinutes) return 'GPU-minute budget reached';
     return undefined;
   };
+  /** How long until a limit is reached at the current rate (GPU time runs only while a trainer is held). */
+  const msUntilOverBudget = (): number | undefined => {
+    const waits: number[] = [];
+    if (budget.deadlineMs !== undefined) waits.push(budget.deadlineMs - Date.now());
+    if (budget.maxGpuMinutes !== undefined && readyAtMs !== undefined) waits.push(((budget.maxGpuMinutes - gpuMinutes()) * 60_000) / gpuCount);
+    return waits.length ? Math.max(0, Math.min(...waits)) : undefined;
+  };
+  // While training, one timer stands for the moment the budget runs out (re-armed when the budget or the trainer
+  // changes), so a limit interrupts the running segment like a pause does instead of waiting for its end.
+  let budgetHit = false;
+  let trainingOver = false;
+  const watchBudget = async () => {
+    while (!trainingOver) {
+      const version = budgetVersion;
+      const held = readyAtMs;
+      const changed = () => trainingOver || budgetVersion !== version || readyAtMs !== held;
+      budgetHit = overBudget() !== undefined;
+      const ms = budgetHit ? undefined : msUntilOverBudget();
+      if (ms === undefined) await condition(changed);
+      else if (!(await condition(changed, Math.max(1, Math.ceil(ms))))) budgetHit = overBudget() !== undefined;
+      if (budgetHit) await condition(changed);
+    }
+  };
+  /** The trainer's own step count from a checkpoint, when it is one this round can have reached; else the cursor. */
+  const trainerStep = (checkpointStep: number, stepOffset: number, cursor: { step: number }, totalSteps: number) => {
+    const step = checkpointStep - stepOffset;
+    return step >= cursor.step && step <= totalSteps ? { step } : cursor;
+  };
 
   try {
     const plan = await quick.prepareRound({ spec, data: input.data });
@@ -197,8 +229,10 @@ export async function roundWorkflow(input: RoundInput): Promise<RoundResult> {
     }
 
     await tellParent('training');
-    // A pause interrupts the running segment (within about a step) rather than waiting for its end.
+    // A pause interrupts the running segment (within about a step) rather than waiting for its end; so does a limit.
     const interruptible = patched('pause-interrupts-segments');
+    const budgetInterrupts = interruptible && patched('budget-interrupts-segments');
+    if (budgetInterrupts) void watchBudget().catch(() => undefined); // ends with training, or with the round's cancellation
     let cursor = { step: 0 };
     while (cursor.step < plan.totalSteps) {
       result.stopReason = overBudget();
@@ -208,7 +242,7 @@ export async function roundWorkflow(input: RoundInput): Promise<RoundResult> {
         const checkpoint = await long.saveTrainingCheckpoint({ spec, sessionId: session.sessionId, key: key('pause', `s${cursor.step}`) });
         // The checkpoint's step is the trainer's own count: the truth, should an interrupted segment not have said.
         if (interruptible) {
-          cursor = { step: checkpoint.step - stepOffset };
+          cursor = trainerStep(checkpoint.step, stepOffset, cursor, plan.totalSteps);
           progress.step = result.stepsApplied = cursor.step;
         }
         await releaseNow();
@@ -228,8 +262,8 @@ export async function roundWorkflow(input: RoundInput): Promise<RoundResult> {
           : kind === 'dpo'
             ? proxy.trainDpoSegment({ ...segmentInput, referencePath })
             : proxy.trainSegment(segmentInput);
-      const segment = interruptible ? await untilPaused(train, () => pauseRequested) : await train();
-      if (!segment) continue; // interrupted without an answer: the pause checkpoint says where the trainer is
+      const segment = interruptible ? await untilPaused(train, () => pauseRequested || budgetHit) : await train();
+      if (!segment) continue; // interrupted without an answer: the next checkpoint says where the trainer is
       cursor = segment.cursor;
       progress.step = result.stepsApplied = cursor.step;
       if (segment.latestLoss !== undefined) progress.latestLoss = segment.latestLoss;
@@ -241,8 +275,13 @@ export async function roundWorkflow(input: RoundInput): Promise<RoundResult> {
       await tellParent('training', { segmentEnd: true });
     }
 
+    trainingOver = true;
     await tellParent('checkpointing');
     const checkpoint = await long.saveTrainingCheckpoint({ spec, sessionId: session.sessionId, key: key('training-checkpoint', `s${cursor.step}`) });
+    if (budgetInterrupts) {
+      cursor = trainerStep(checkpoint.step, stepOffset, cursor, plan.totalSteps);
+      progress.step = result.stepsApplied = cursor.step;
+    }
     result.trainingCheckpointId = checkpoint.checkpointId;
     if (result.stopReason) {
       result.status = 'stopped'; // over budget: keep the checkpoint, skip sampling, release the GPU now
@@ -281,6 +320,7 @@ export async function roundWorkflow(input: RoundInput): Promise<RoundResult> {
     result.errorType = errorTypeOf(err);
     log.warn('round did not complete', { status: result.status, errorType: result.errorType });
   } finally {
+    trainingOver = true;
     progress.phase = 'cleanup';
     // Runs even when the workflow is cancelled: a cleanup started in a cancelled scope would be cancelled too.
     await CancellationScope.nonCancellable(async () => {

@@ -161,6 +161,30 @@ test('a pause interrupts a long segment within about a step: checkpoint, GPU rel
   }
 });
 
+test('a GPU-minute budget interrupts a long segment when it runs out: stopped, checkpointed, overrun within seconds', async () => {
+  const slow = await startTestEmulator({ provisioningDelayMs: 100, operationLatencyMs: 100 });
+  try {
+    const taskQueue = uniqueTaskQueue('round-budget');
+    const input = ticketRoundInput({ baseUrl: slow.url, campaignId: `budget-${taskQueue}`, trainRows: 240, evalRows: 4 });
+    Object.assign(input.spec.training, { epochs: 4, segmentSteps: 1000, segmentSeconds: 600 }); // one segment could hold all 120 steps (~17 s)
+    input.budget = { maxGpuMinutes: 0.08 }; // 4.8 s of the trainer
+    const result: RoundResult = await withWorker(taskQueue, () => temporal.client.workflow.execute('roundWorkflow', { taskQueue, workflowId: `round-${taskQueue}`, args: [input] }));
+    process.stderr.write(`[round] budget 0.08 GPU-min: stopped at step ${result.stepsApplied} of 120 with ${result.gpuMinutes.toFixed(3)} GPU-min\n`);
+    expect(result).toMatchObject({ status: 'stopped', stopReason: 'GPU-minute budget reached', totalSteps: 120 });
+    expect(result.stepsApplied).toBeGreaterThan(0);
+    expect(result.stepsApplied).toBeLessThan(120);
+    expect(result.gpuMinutes).toBeLessThan(0.08 + 0.07); // overrun: heartbeat delivery (≤ 2 s), steps in flight, checkpoint, release
+    expect(result.trainingCheckpointId).toBeDefined();
+    const report = readReport(result);
+    expect(report.steps.map((s: { step: number }) => s.step)).toEqual(Array.from({ length: result.stepsApplied }, (_v, i) => i + 1));
+    const l = await ledger(slow);
+    expect(l.totals.optimizerSteps).toBe(result.stepsApplied);
+    expect(l.active).toEqual([]);
+  } finally {
+    await slow.close();
+  }
+});
+
 test('a round whose loss goes non-finite fails with that error type, releases the trainer and still reports', async () => {
   const taskQueue = uniqueTaskQueue('round-fail');
   const input = ticketRoundInput({ baseUrl: emulator.url, campaignId: `fail-${taskQueue}`, trainRows: 16, evalRows: 4 });
