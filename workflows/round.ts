@@ -363,7 +363,7 @@ export async function roundWorkflow(input: RoundInput): Promise<RoundResult> {
 /**
  * Runs a segment that `stop()` may interrupt: when it turns true the segment's activity is cancelled; it drains and
  * returns its cursor (the result), or ends without one (undefined). A cancellation of the round itself is passed
- * on as a cancellation whatever the segment ended with.
+ * on at once as a cancellation, without waiting for the segment.
  */
 async function untilPaused<T>(run: () => Promise<T>, stop: () => boolean): Promise<T | undefined> {
   const scope = new CancellationScope();
@@ -383,7 +383,8 @@ async function untilPaused<T>(run: () => Promise<T>, stop: () => boolean): Promi
     () => undefined, // the round itself was cancelled: its scope cancels the segment
   );
   try {
-    return await running;
+    // A cancellation of the round itself does not wait for the segment to drain: cleanup releases the trainer now.
+    return await Promise.race([running, CancellationScope.current().cancelRequested]);
   } catch (err) {
     if (CancellationScope.current().consideredCancelled) throw isCancellation(err) ? err : new CancelledFailure('round cancelled while its segment was stopping');
     if (interrupted) return undefined;
