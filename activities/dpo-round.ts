@@ -8,7 +8,7 @@ import { dpoLossAndGradients } from './dpo';
 import { atBoundary } from './failures';
 import { recordLatestLoss, recordOptimizerSteps } from './metrics';
 import { writeJsonAtomic } from './files';
-import { adamAt, checkOptimStep, segmentStopper, createPreparer, roundKey, segmentStart, type ActivityDeps, type SegmentInput, type SegmentResult } from './round';
+import { adamAt, checkOptimStep, createPreparer, lossSummary, roundKey, segmentStart, segmentStopper, type ActivityDeps, type SegmentInput, type SegmentResult } from './round';
 import type { RoundSpec } from '../workflows/round-contract';
 
 /**
@@ -223,9 +223,7 @@ export function createDpoActivities(deps: ActivityDeps) {
         const last = records[records.length - 1];
         return {
           cursor: { step: confirmed },
-          stepsApplied: records.length,
-          latestLoss: last?.loss,
-          meanLoss: records.length ? records.reduce((a, r) => a + r.loss, 0) / records.length : undefined,
+          ...lossSummary(records), // tokens is 1: the mean DPO loss per pair
           latestMargin: last?.margin,
           latestAccuracy: last?.accuracy,
         };

@@ -10,7 +10,7 @@ import { atBoundary } from './failures';
 import { recordLatestLoss, recordOptimizerSteps } from './metrics';
 import { writeJsonAtomic } from './files';
 import { groupAdvantages, rewardFunction } from './rewards';
-import { adamAt, checkOptimStep, segmentStopper, completionText, createPreparer, roundKey, segmentStart, type ActivityDeps, type SegmentInput, type SegmentResult } from './round';
+import { adamAt, checkOptimStep, completionText, createPreparer, lossSummary, roundKey, segmentStart, segmentStopper, type ActivityDeps, type SegmentInput, type SegmentResult } from './round';
 
 /**
  * GRPO: per step, a group of completions per prompt from the generators, a reward for each, group-centred
@@ -199,14 +199,11 @@ export function createGrpoActivities(deps: ActivityDeps) {
         }
         // Draws started ahead finish (their files are the next segment's input) before the activity returns.
         await Promise.allSettled(sampling.values());
-        const last = records[records.length - 1];
         return {
           cursor: { step: confirmed },
-          stepsApplied: records.length,
-          latestLoss: last ? last.loss / Math.max(1, last.tokens) : undefined,
-          meanLoss: records.length ? records.reduce((a, r) => a + r.loss / Math.max(1, r.tokens), 0) / records.length : undefined,
+          ...lossSummary(records),
           firstReward: records[0]?.meanReward,
-          latestReward: last?.meanReward,
+          latestReward: records[records.length - 1]?.meanReward,
           meanReward: records.length ? records.reduce((a, r) => a + r.meanReward, 0) / records.length : undefined,
         };
       });

@@ -118,6 +118,17 @@ export function segmentStopper(deps: ActivityDeps, drainMs = 30_000): { stopping
   return { stopping: () => cancelled.aborted || (deps.draining?.() ?? false), signal: window.signal };
 }
 
+/** What a segment says of the steps it confirmed: how many, and the loss per trained token (latest and mean). */
+export function lossSummary(steps: { loss: number; tokens: number }[]): Omit<SegmentResult, 'cursor'> {
+  const perToken = (s: { loss: number; tokens: number }) => s.loss / Math.max(1, s.tokens);
+  const last = steps[steps.length - 1];
+  return {
+    stepsApplied: steps.length,
+    latestLoss: last ? perToken(last) : undefined,
+    meanLoss: steps.length ? steps.reduce((a, s) => a + perToken(s), 0) / steps.length : undefined,
+  };
+}
+
 /** The optimizer step's AdamW parameters at a learning rate. */
 export function adamAt(t: RoundSpec['training'], learningRate: number): AdamParams {
   return { learningRate, beta1: t.adam.beta1, beta2: t.adam.beta2, eps: t.adam.eps, weightDecay: t.adam.weightDecay, gradClipNorm: t.adam.gradClipNorm };
@@ -439,13 +450,7 @@ export function createRoundActivities(deps: ActivityDeps) {
           fs.mkdirSync(input.stepsDir, { recursive: true });
           writeJsonAtomic(path.join(input.stepsDir, `steps-${String(losses[0]!.step).padStart(7, '0')}.json`), losses);
         }
-        const last = losses[losses.length - 1];
-        return {
-          cursor: { step: confirmed },
-          stepsApplied: losses.length,
-          latestLoss: last ? last.loss / Math.max(1, last.tokens) : undefined,
-          meanLoss: losses.length ? losses.reduce((a, l) => a + l.loss / Math.max(1, l.tokens), 0) / losses.length : undefined,
-        };
+        return { cursor: { step: confirmed }, ...lossSummary(losses) };
       });
     },
 

@@ -49,28 +49,21 @@ export async function roundWorkflow(input: RoundInput): Promise<RoundResult> {
     startToCloseTimeout: '2 minutes',
     retry: { maximumAttempts: 5, initialInterval: '1 second' },
   });
-  const long = proxyActivities<Activities>({
-    startToCloseTimeout: '24 hours',
-    heartbeatTimeout,
-    cancellationType: 'TRY_CANCEL',
-    retry: { initialInterval: '1 second', maximumInterval: '30 seconds', maximumAttempts: 20 },
-  });
+  // Long, heartbeating activities; they differ only in what a cancellation does.
+  const heartbeating = (cancellationType: 'TRY_CANCEL' | 'WAIT_CANCELLATION_COMPLETED') =>
+    proxyActivities<Activities>({
+      startToCloseTimeout: '24 hours',
+      heartbeatTimeout,
+      cancellationType,
+      retry: { initialInterval: '1 second', maximumInterval: '30 seconds', maximumAttempts: 20 },
+    });
+  const long = heartbeating('TRY_CANCEL');
   // A training segment a pause interrupts: cancelled, it takes no new step, lets the steps in flight land and returns
   // its cursor, so the workflow waits for that answer instead of abandoning the activity.
-  const segments = proxyActivities<Activities>({
-    startToCloseTimeout: '24 hours',
-    heartbeatTimeout,
-    cancellationType: 'WAIT_CANCELLATION_COMPLETED',
-    retry: { initialInterval: '1 second', maximumInterval: '30 seconds', maximumAttempts: 20 },
-  });
+  const segments = heartbeating('WAIT_CANCELLATION_COMPLETED');
   // Provisioning is never abandoned: on cancel the workflow waits for the activity, which either reports the
   // resource it made (so cleanup releases it) or releases it itself before acknowledging the cancel.
-  const provisioning = proxyActivities<Activities>({
-    startToCloseTimeout: '24 hours',
-    heartbeatTimeout,
-    cancellationType: 'WAIT_CANCELLATION_COMPLETED',
-    retry: { initialInterval: '1 second', maximumInterval: '30 seconds', maximumAttempts: 20 },
-  });
+  const provisioning = heartbeating('WAIT_CANCELLATION_COMPLETED');
   const cleanup = proxyActivities<Activities>({
     startToCloseTimeout: '2 minutes',
     retry: { initialInterval: '1 second', maximumInterval: '30 seconds', maximumAttempts: 30 },

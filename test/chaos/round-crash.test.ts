@@ -1,13 +1,12 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import type { WorkflowHandle } from '@temporalio/client';
 import { seededRandom } from '../../config/random';
 import { ProviderRegistry } from '../../workers/providers';
 import { createRoundhouseWorker } from '../../workers/worker';
-import { roundProgressQuery, type RoundProgress, type RoundResult } from '../../workflows/round-contract';
+import type { RoundProgress, RoundResult } from '../../workflows/round-contract';
 import { firedFaults, ledger, setFaults, startTestEmulator, tenPercentFaults, type RunningEmulator } from '../helpers/emulator';
-import { ticketRoundInput } from '../helpers/round';
+import { progressOf, ticketRoundInput } from '../helpers/round';
 import { ticketCampaignSpec } from '../helpers/campaign';
 import { campaignProgressQuery, type CampaignInput, type CampaignResult } from '../../workflows/campaign-contract';
 import { connectTestTemporal, uniqueTaskQueue, type TestTemporal } from '../helpers/temporal';
@@ -26,14 +25,6 @@ afterAll(async () => {
 });
 
 const crashWorkerEnv = (taskQueue: string) => crashTestWorkerEnv(taskQueue, bundleFile);
-
-async function progressOf(handle: WorkflowHandle): Promise<RoundProgress | undefined> {
-  try {
-    return await handle.query(roundProgressQuery);
-  } catch {
-    return undefined; // no worker right now
-  }
-}
 
 test('SIGKILL of the worker at every phase boundary and inside training: a fresh worker finishes with exactly the planned steps and nothing left active', async () => {
   const emulator: RunningEmulator = await startTestEmulator({ provisioningDelayMs: 1500, operationLatencyMs: 60 });

@@ -1,13 +1,12 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import type { WorkflowHandle } from '@temporalio/client';
 import { seededRandom } from '../../config/random';
 import { ProviderRegistry } from '../../workers/providers';
 import { createRoundhouseWorker } from '../../workers/worker';
-import { roundProgressQuery, type RoundInput, type RoundProgress, type RoundResult } from '../../workflows/round-contract';
+import type { RoundInput, RoundProgress, RoundResult } from '../../workflows/round-contract';
 import { firedFaults, ledger, setFaults, startTestEmulator, tenPercentFaults, type RunningEmulator } from '../helpers/emulator';
-import { arithmeticRoundInput } from '../helpers/round';
+import { arithmeticRoundInput, progressOf } from '../helpers/round';
 import { connectTestTemporal, uniqueTaskQueue, type TestTemporal } from '../helpers/temporal';
 import { bundleToFile, crashTestWorkerEnv, killAtPoints, startWorkerProcess, type KillPoint, type WorkerProcess } from '../helpers/worker-process';
 
@@ -52,14 +51,6 @@ round: { kind: dpo, dpo: { beta: 0.5 } }`,
 } satisfies Record<string, (baseUrl: string, campaignId: string) => RoundInput>;
 
 const PLANNED = { grpo: 20, dpo: 16 };
-
-async function progressOf(handle: WorkflowHandle): Promise<RoundProgress | undefined> {
-  try {
-    return await handle.query(roundProgressQuery);
-  } catch {
-    return undefined; // no worker right now
-  }
-}
 
 describe.each(['grpo', 'dpo'] as const)('%s round', (kind) => {
   test('SIGKILL of the worker in the baseline/reference pass and inside training: exactly the planned steps, nothing left active', async () => {

@@ -6,7 +6,8 @@ import type { WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import type { EmulatorOptions } from '../../emulator/server';
 import { ProviderRegistry } from '../../workers/providers';
 import { createRoundhouseWorker } from '../../workers/worker';
-import type { RoundInput, RoundResult } from '../../workflows/round-contract';
+import type { WorkflowHandle } from '@temporalio/client';
+import { roundProgressQuery, type RoundInput, type RoundProgress, type RoundResult } from '../../workflows/round-contract';
 import { startTestEmulator, type RunningEmulator } from './emulator';
 import { bundleWorkflows, connectTestTemporal, type TestTemporal } from './temporal';
 import { writeTicketData, writeTicketPreferences } from '../../examples/support-tickets/generate';
@@ -89,4 +90,13 @@ export function roundTestEnvironment(emulatorOptions: EmulatorOptions = {}, prov
     return worker.runUntil(env.temporal.client.workflow.execute('roundWorkflow', { taskQueue, workflowId: `round-${input.campaignId}`, args: [input] }));
   };
   return { env, runRound };
+}
+
+/** A round's progress, or undefined while no worker can answer the query (e.g. between a kill and a restart). */
+export async function progressOf(handle: WorkflowHandle): Promise<RoundProgress | undefined> {
+  try {
+    return await handle.query(roundProgressQuery);
+  } catch {
+    return undefined;
+  }
 }

@@ -3,7 +3,6 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import type { WorkflowHandle } from '@temporalio/client';
-import { roundProgressQuery, type RoundProgress } from '../../workflows/round-contract';
 import { startWorkerProcess, type WorkerProcess } from '../helpers/worker-process';
 
 export const root = path.resolve(__dirname, '../..');
@@ -23,13 +22,7 @@ export function startDistWorker(env: Record<string, string>, args: string[] = []
   return startWorkerProcess({ ROUNDHOUSE_STATE_DIR: fs.mkdtempSync(path.join(os.tmpdir(), 'rh-prod-state-')), ...env }, { script: distCli, args });
 }
 
-export async function progressOf(handle: WorkflowHandle): Promise<RoundProgress | undefined> {
-  try {
-    return await handle.query(roundProgressQuery);
-  } catch {
-    return undefined; // no worker has the workflow right now
-  }
-}
+export { progressOf } from '../helpers/round';
 
 /** Polls until `check` returns a value (bounded by `timeoutMs`). */
 export async function waitFor<T>(what: string, check: () => Promise<T | undefined | false>, timeoutMs = 60_000, everyMs = 25): Promise<T> {
