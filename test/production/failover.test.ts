@@ -4,7 +4,7 @@ import { ledger, startTestEmulator, type RunningEmulator } from '../helpers/emul
 import { arithmeticRoundInput, ticketRoundInput } from '../helpers/round';
 import { connectTestTemporal, uniqueTaskQueue, type TestTemporal } from '../helpers/temporal';
 import type { WorkerProcess } from '../helpers/worker-process';
-import { buildDist, progressOf, startDistWorker, trainingWorkerPid, waitFor } from './helpers';
+import { buildDist, startDistWorker, trainingWorkerPid, waitFor } from './helpers';
 
 let temporal: TestTemporal;
 
@@ -42,7 +42,8 @@ async function roundSurvivesLosingItsWorker(signal: 'SIGKILL' | 'SIGTERM', kind:
         : arithmeticRoundInput({
             baseUrl: emulator.url,
             campaignId: `failover-${taskQueue}`,
-            yaml: `training: { epochs: 3, batchSize: 10, learningRate: 0.002, loraRank: 8, maxSeqLen: 64, segmentSteps: 4 }
+            // One segment for the whole round (~11 s, longer than the grace): only draining lets the worker exit in time.
+            yaml: `training: { epochs: 3, batchSize: 10, learningRate: 0.002, loraRank: 8, maxSeqLen: 64, segmentSteps: 1000, segmentSeconds: 600 }
 sampling: { maxTokens: 3, temperature: 1 }
 advanced: { heartbeatTimeoutSeconds: 2 }
 round: { kind: grpo, grpo: { groupSize: 4, reward: { kind: numeric } } }`,
@@ -50,10 +51,14 @@ round: { kind: grpo, grpo: { groupSize: 4, reward: { kind: numeric } } }`,
     if (kind === 'sft') input.spec.training.epochs = 3; // 64 / 8 × 3 = 24 steps; grpo: 80 / 10 × 3 = 24
     const handle = await temporal.client.workflow.start('roundWorkflow', { taskQueue, workflowId: `round-${taskQueue}`, args: [input] });
 
-    const atSignal = await waitFor('training past step 5', async () => {
-      const p = await progressOf(handle);
-      return p?.phase === 'training' && p.step >= 5 ? p : undefined;
-    });
+    // Steps as the trainer counts them (live, unlike the round's progress, which moves at segment ends).
+    const trainerSteps = async () => (await ledger(emulator)).totals.optimizerSteps;
+    const atSignal = {
+      step: await waitFor('training past step 5', async () => {
+        const steps = await trainerSteps();
+        return steps >= 5 ? steps : undefined;
+      }),
+    };
     const pid = await waitFor('the segment to be on a worker', () => trainingWorkerPid(handle));
     const victim = workers.find((w) => w.child.pid === pid);
     const survivor = workers.find((w) => w.child.pid !== pid)!;
@@ -66,8 +71,7 @@ round: { kind: grpo, grpo: { groupSize: 4, reward: { kind: numeric } } }`,
     victim!.child.kill(signal);
     const exit = await exited;
     const resumed = await waitFor('training to move on', async () => {
-      const p = await progressOf(handle);
-      return p && (p.step > atSignal.step + 4 || p.phase !== 'training') ? Date.now() - signalledAt : undefined;
+      return (await trainerSteps()) > atSignal.step + 4 ? Date.now() - signalledAt : undefined;
     }, 60_000);
 
     const result: RoundResult = await handle.result();
