@@ -1,0 +1,148 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { historyToJSON } from '@temporalio/common/lib/proto-utils';
+import type { WorkflowHandle } from '@temporalio/client';
+import { createRoundhouseWorker } from '../../workers/worker';
+import { campaignProgressQuery, pauseCampaignUpdate, resumeCampaignUpdate, type CampaignInput } from '../../workflows/campaign-contract';
+import { campaignWorkflow, reaperWorkflow, roundWorkflow } from '../../workflows';
+import { ticketCampaignSpec } from '../helpers/campaign';
+import { arithmeticRoundInput, roundTestEnvironment, ticketRoundInput } from '../helpers/round';
+import { uniqueTaskQueue } from '../helpers/temporal';
+
+/**
+ * Records the histories that test/workflows/history-fixtures.test.ts replays: `npm run record-histories` (not part of
+ * `npm test`). Each scenario runs on the current code and saves its history to test/fixtures/histories/<name>.json.
+ */
+const fixturesDir = path.resolve(__dirname, '../fixtures/histories');
+const prefix = process.env.RECORD_HISTORIES_PREFIX ?? '';
+const { env } = roundTestEnvironment({ provisioningDelayMs: 50 });
+
+describe('recording', () => {
+  const save = async (name: string, handle: WorkflowHandle) => {
+    fs.mkdirSync(fixturesDir, { recursive: true });
+    const history = await handle.fetchHistory();
+    fs.writeFileSync(path.join(fixturesDir, `${prefix}${name}.json`), JSON.stringify(JSON.parse(historyToJSON(history)), null, 1));
+  };
+  const withWorker = async <T>(taskQueue: string, body: () => Promise<T>): Promise<T> => {
+    const worker = await createRoundhouseWorker({ connection: env.temporal.nativeConnection, namespace: env.temporal.settings.namespace, taskQueue, workflowBundle: env.bundle, providers: env.providers });
+    return worker.runUntil(body());
+  };
+  const until = async (check: () => Promise<boolean>) => {
+    for (let i = 0; i < 600 && !(await check()); i++) await new Promise((r) => setTimeout(r, 50));
+  };
+
+  test('an SFT round of three segments', async () => {
+    const taskQueue = uniqueTaskQueue('rec-sft');
+    const input = ticketRoundInput({ baseUrl: env.emulator.url, campaignId: `rec-sft-${taskQueue}`, trainRows: 48, evalRows: 6 });
+    await withWorker(taskQueue, async () => {
+      const handle = await env.temporal.client.workflow.start(roundWorkflow, { taskQueue, workflowId: `round-${taskQueue}`, args: [input] });
+      expect((await handle.result()).status).toBe('completed');
+      await save('round-sft', handle);
+    });
+  });
+
+  test('an SFT round that fails on bad data before provisioning', async () => {
+    const taskQueue = uniqueTaskQueue('rec-bad');
+    const input = ticketRoundInput({ baseUrl: env.emulator.url, campaignId: `rec-bad-${taskQueue}`, trainRows: 16, evalRows: 4 });
+    fs.appendFileSync(input.data.train, '{"prompt": "", "answer": "billing"}\n');
+    await withWorker(taskQueue, async () => {
+      const handle = await env.temporal.client.workflow.start(roundWorkflow, { taskQueue, workflowId: `round-${taskQueue}`, args: [input] });
+      await expect(handle.result()).rejects.toThrow();
+      await save('round-sft-invalid-input', handle);
+    });
+  });
+
+  test('a GRPO round with a KL reference session and off-policy sampling', async () => {
+    const taskQueue = uniqueTaskQueue('rec-grpo');
+    const input = arithmeticRoundInput({
+      baseUrl: env.emulator.url,
+      campaignId: `rec-grpo-${taskQueue}`,
+      limit: 32,
+      yaml: `training: { epochs: 1, batchSize: 8, learningRate: 0.002, loraRank: 8, maxSeqLen: 64, segmentSteps: 2 }
+sampling: { maxTokens: 3, temperature: 1 }
+round: { kind: grpo, grpo: { groupSize: 4, reward: { kind: numeric }, maxStepsOffPolicy: 1, reference: start, loss: { type: grpo, beta: 0.05 } } }`,
+    });
+    await withWorker(taskQueue, async () => {
+      const handle = await env.temporal.client.workflow.start(roundWorkflow, { taskQueue, workflowId: `round-${taskQueue}`, args: [input] });
+      expect((await handle.result()).status).toBe('completed');
+      await save('round-grpo-reference', handle);
+    });
+  });
+
+  test('a DPO round', async () => {
+    const taskQueue = uniqueTaskQueue('rec-dpo');
+    const input = arithmeticRoundInput({
+      baseUrl: env.emulator.url,
+      campaignId: `rec-dpo-${taskQueue}`,
+      tickets: true,
+      yaml: `training: { epochs: 1, batchSize: 16, learningRate: 0.01, loraRank: 8, maxSeqLen: 64, segmentSteps: 2 }
+sampling: { maxTokens: 3 }
+round: { kind: dpo, dpo: { beta: 0.5 } }`,
+    });
+    await withWorker(taskQueue, async () => {
+      const handle = await env.temporal.client.workflow.start(roundWorkflow, { taskQueue, workflowId: `round-${taskQueue}`, args: [input] });
+      expect((await handle.result()).status).toBe('completed');
+      await save('round-dpo', handle);
+    });
+  });
+
+  test('a round stopped by its GPU-minute budget in the middle of a segment', async () => {
+    const taskQueue = uniqueTaskQueue('rec-budget');
+    const input = ticketRoundInput({ baseUrl: env.emulator.url, campaignId: `rec-budget-${taskQueue}`, trainRows: 400, evalRows: 4 });
+    input.spec.training.segmentSteps = 200;
+    input.budget = { maxGpuMinutes: 0.02 };
+    await withWorker(taskQueue, async () => {
+      const handle = await env.temporal.client.workflow.start(roundWorkflow, { taskQueue, workflowId: `round-${taskQueue}`, args: [input] });
+      expect((await handle.result()).status).toBe('stopped');
+      await save('round-budget-stopped', handle);
+    });
+  });
+
+  test('a round cancelled while training', async () => {
+    const taskQueue = uniqueTaskQueue('rec-cancel');
+    const input = ticketRoundInput({ baseUrl: env.emulator.url, campaignId: `rec-cancel-${taskQueue}`, trainRows: 200, evalRows: 4 });
+    await withWorker(taskQueue, async () => {
+      const handle = await env.temporal.client.workflow.start(roundWorkflow, { taskQueue, workflowId: `round-${taskQueue}`, args: [input] });
+      await until(async () => ((await handle.query('roundProgress')) as { step: number }).step >= 3);
+      await handle.cancel();
+      await expect(handle.result()).rejects.toThrow();
+      await save('round-cancelled', handle);
+    });
+  });
+
+  test('a campaign of two rounds, one paused and resumed mid-segment (with its child rounds)', async () => {
+    const taskQueue = uniqueTaskQueue('rec-campaign');
+    const { spec, dir } = ticketCampaignSpec({ baseUrl: env.emulator.url, trainRows: 80, evalRows: 5, yaml: 'rounds: { max: 2 }' });
+    spec.training.segmentSteps = 40;
+    const campaignId = `rec-campaign-${taskQueue}`;
+    await withWorker(taskQueue, async () => {
+      const handle = await env.temporal.client.workflow.start(campaignWorkflow, { taskQueue, workflowId: campaignId, args: [{ campaignId, spec, reportRoot: path.join(dir, 'c') } satisfies CampaignInput] });
+      await until(async () => {
+        const p = await handle.query(campaignProgressQuery);
+        return p.currentRound?.phase === 'training' && p.currentRound.step >= 3;
+      });
+      await handle.executeUpdate(pauseCampaignUpdate);
+      await until(async () => (await handle.query(campaignProgressQuery)).currentRound?.phase === 'paused');
+      await handle.executeUpdate(resumeCampaignUpdate);
+      expect((await handle.result()).status).toBe('completed');
+      const runs: { runId: string; startTime: Date }[] = [];
+      for await (const w of env.temporal.client.workflow.list({ query: `WorkflowId = '${campaignId}'` })) runs.push(w);
+      runs.sort((a, b) => a.startTime.getTime() - b.startTime.getTime());
+      for (const [i, run] of runs.entries()) await save(`campaign-run-${i + 1}`, env.temporal.client.workflow.getHandle(campaignId, run.runId));
+      for (const round of [1, 2]) await save(`campaign-child-round-${round}`, env.temporal.client.workflow.getHandle(`${campaignId}-round-${round}`));
+    });
+  });
+
+  test('a reaper pass', async () => {
+    const taskQueue = uniqueTaskQueue('rec-reaper');
+    await withWorker(taskQueue, async () => {
+      const handle = await env.temporal.client.workflow.start(reaperWorkflow, {
+        taskQueue,
+        workflowId: `reaper-${taskQueue}`,
+        args: [{ providers: [{ kind: 'local', baseUrl: env.emulator.url, model: 'roundhouse/tiny-chat' }], graceSeconds: 300 }],
+      });
+      await handle.result();
+      await save('reaper-pass', handle);
+    });
+  });
+});
