@@ -39,6 +39,12 @@ export class DataValidationError extends Error {
   }
 }
 
+/** A row's first schema problem as `file:line field: problem`; a missing field says which fields rows need. */
+function rowProblem(file: string, line: number, issue: z.core.$ZodIssue, needs: string): string {
+  const field = issue.path.join('.') || '(row)';
+  return `${file}:${line} ${field}: ${issue.code === 'invalid_type' && /undefined/.test(issue.message) ? `is required (${needs})` : issue.message}`;
+}
+
 export function sha256File(file: string): string {
   return createHash('sha256').update(fs.readFileSync(file)).digest('hex');
 }
@@ -97,9 +103,7 @@ export function readDataset(file: string, problems: string[]): Dataset {
     }
     const pa = PromptAnswerRow.safeParse(json);
     if (!pa.success) {
-      const issue = pa.error.issues[0]!;
-      const field = issue.path.join('.') || '(row)';
-      problems.push(`${file}:${line} ${field}: ${issue.code === 'invalid_type' && /undefined/.test(issue.message) ? 'is required (rows need prompt and answer, or messages)' : issue.message}`);
+      problems.push(rowProblem(file, line, pa.error.issues[0]!, 'rows need prompt and answer, or messages'));
       return;
     }
     if (pa.data.prompt.trim() === '') problems.push(`${file}:${line} prompt: must not be empty`);
@@ -222,9 +226,7 @@ export function readPreferenceDataset(file: string, problems: string[]): { path:
   const sha256 = readJsonl(file, problems, (json, line) => {
     const parsed = PreferenceRow.safeParse(json);
     if (!parsed.success) {
-      const issue = parsed.error.issues[0]!;
-      const field = issue.path.join('.') || '(row)';
-      problems.push(`${file}:${line} ${field}: ${issue.code === 'invalid_type' && /undefined/.test(issue.message) ? 'is required (dpo rows need prompt, chosen and rejected)' : issue.message}`);
+      problems.push(rowProblem(file, line, parsed.error.issues[0]!, 'dpo rows need prompt, chosen and rejected'));
       return;
     }
     const row = parsed.data;

@@ -1,34 +1,221 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { Context } from '@temporalio/activity';
+import { RoundhouseFailure } from '../config/failures';
+import { batchRows } from '../config/schedule';
+import type { Datum, TrainingProvider } from '../providers/types';
+import type { RoundSpec } from '../workflows/round-contract';
+import { toDatum, type TokenizedPair } from './data';
+import type { ActivityDeps } from './deps';
+import { dpoLossAndGradients } from './dpo-loss';
+import { atBoundary } from './failures';
+import { writeJsonAtomic } from './files';
+import { roundKey } from './keys';
+import { createPreparer, type PreparedPairs } from './prepare';
+import { trainSegmentOf, type SegmentContext, type SegmentInput, type SegmentResult, type StepKind } from './segment';
+
 /**
- * DPO through a custom loss: the trainer gives per-token logprobs (forward), the caller computes the DPO loss and
- * its gradient with respect to each token's logprob, and sends those gradients (custom_forward_backward).
- *
- *   z = β · ((π_chosen − ref_chosen) − (π_rejected − ref_rejected)),   L = −log σ(z)
- *   ∂L/∂π_chosen = −β·σ(−z),   ∂L/∂π_rejected = +β·σ(−z)
- * where π is the summed logprob of a completion's trained tokens; every trained token of a completion gets its
- * completion's derivative (π is a sum), prompt tokens get 0.
+ * DPO rounds through a custom loss: reference logprobs of every pair computed once, before the first step, and kept
+ * in a file (the workflow holds its path, not the numbers); each step a forward for the policy's logprobs, the DPO
+ * loss and its per-token gradients computed here, a custom forward-backward carrying them, and an optimizer step.
  */
-export interface DpoPair {
-  /** Per-token logprobs of the chosen / rejected sequences under the policy, and the trained-token weights. */
-  chosen: { logprobs: number[]; weights: number[]; referenceLogprob: number };
-  rejected: { logprobs: number[]; weights: number[]; referenceLogprob: number };
+
+type Which = 'train' | 'eval';
+
+interface ReferenceFile {
+  trainSha256: string;
+  evalSha256: string;
+  /** Summed reference logprob of [chosen, rejected] per pair, in file order. */
+  train: [number, number][];
+  eval: [number, number][];
 }
 
-const sigmoid = (x: number) => 1 / (1 + Math.exp(-x));
-const logSigmoid = (x: number) => (x >= 0 ? -Math.log1p(Math.exp(-x)) : x - Math.log1p(Math.exp(x)));
-
-function summed(logprobs: number[], weights: number[]): number {
-  return logprobs.reduce((a, lp, i) => a + (weights[i] ? lp * weights[i]! : 0), 0);
+export interface DpoSegmentInput extends SegmentInput {
+  referencePath: string;
 }
 
-export function dpoLossAndGradients(pair: DpoPair, beta: number): { loss: number; margin: number; chosen: number[]; rejected: number[] } {
-  const pc = summed(pair.chosen.logprobs, pair.chosen.weights);
-  const pr = summed(pair.rejected.logprobs, pair.rejected.weights);
-  const z = beta * (pc - pair.chosen.referenceLogprob - (pr - pair.rejected.referenceLogprob));
-  const g = beta * sigmoid(-z);
+export interface DpoStepRecord {
+  step: number;
+  /** Mean DPO loss over the step's pairs (`tokens` is 1 so loss/tokens is that mean). */
+  loss: number;
+  tokens: 1;
+  /** Mean of (policy − reference) chosen minus (policy − reference) rejected, in nats. */
+  margin: number;
+  /** Share of the step's pairs the policy prefers the chosen answer of, relative to the reference. */
+  accuracy: number;
+}
+
+export interface DpoEvaluation {
+  loss: number;
+  accuracy: number;
+  meanMargin: number;
+  pairs: number;
+}
+
+/** A pair as the two datums the trainer sees: [chosen, rejected]. */
+export function pairDatums(pair: Pick<TokenizedPair, 'promptTokens' | 'chosenTokens' | 'rejectedTokens'>): [Datum, Datum] {
+  return [toDatum({ promptTokens: pair.promptTokens, completionTokens: pair.chosenTokens }), toDatum({ promptTokens: pair.promptTokens, completionTokens: pair.rejectedTokens })];
+}
+
+/** Margins within float32 noise of 0 (the policy is still its reference) prefer neither answer. */
+const PREFERENCE_EPSILON = 1e-3;
+
+const summed = (logprobs: number[], d: Datum) => logprobs.reduce((a, lp, i) => a + lp * (d.weights[i] ?? 0), 0);
+
+/** Summed logprobs of each pair's chosen and rejected answers under a session's current weights. */
+const pairLogprobs = async (provider: TrainingProvider, sessionId: string, pairs: TokenizedPair[], batchPairs: number, keyOf: (batch: number) => string) => {
+  const signal = Context.current().cancellationSignal;
+  const handles = [];
+  for (let b = 0; b * batchPairs < pairs.length; b++) {
+    const datums = pairs.slice(b * batchPairs, (b + 1) * batchPairs).flatMap(pairDatums);
+    handles.push({ datums, handle: await provider.submitForwardBackward(sessionId, keyOf(b), datums, { forwardOnly: true, returnLogprobs: true }) });
+  }
+  const out: { sums: [number, number]; logprobs: [number[], number[]]; datums: [Datum, Datum] }[] = [];
+  for (const { datums, handle } of handles) {
+    const result = await provider.awaitOperation(handle, { signal });
+    for (let i = 0; i < datums.length; i += 2) {
+      const lc = result.logprobs?.[i] ?? [];
+      const lr = result.logprobs?.[i + 1] ?? [];
+      out.push({ sums: [summed(lc, datums[i]!), summed(lr, datums[i + 1]!)], logprobs: [lc, lr], datums: [datums[i]!, datums[i + 1]!] });
+    }
+    Context.current().heartbeat();
+  }
+  return out;
+};
+
+const readReference = (file: string, data: { trainSha256: string; evalSha256: string }): ReferenceFile | undefined => {
+  if (!fs.existsSync(file)) return undefined;
+  const ref = JSON.parse(fs.readFileSync(file, 'utf8')) as ReferenceFile;
+  return ref.trainSha256 === data.trainSha256 && ref.evalSha256 === data.evalSha256 ? ref : undefined;
+};
+
+const requireReference = (file: string, data: { trainSha256: string; evalSha256: string }): ReferenceFile => {
+  const ref = readReference(file, data);
+  if (!ref) throw new RoundhouseFailure('ReferenceLogprobsMissing', `reference logprobs ${file} are missing or for other data; the round cannot compute its DPO loss`);
+  return ref;
+};
+
+const evaluate = (spec: RoundSpec, pairs: TokenizedPair[], reference: [number, number][], policy: { sums: [number, number] }[]) => {
+  const beta = spec.round?.dpo?.beta ?? 0.1;
+  return pairs.map((pair, i) => {
+    const [rc, rr] = reference[i]!;
+    const [pc, pr] = policy[i]!.sums;
+    const margin = pc - rc - (pr - rr);
+    const z = beta * margin;
+    return { line: pair.line, prompt: pair.prompt, chosen: pair.chosen, rejected: pair.rejected, margin, loss: z >= 0 ? Math.log1p(Math.exp(-z)) : -z + Math.log1p(Math.exp(z)), match: margin > PREFERENCE_EPSILON };
+  });
+};
+
+export function createDpoActivities(deps: ActivityDeps) {
+  const { preparedPairs } = createPreparer(deps);
+
   return {
-    loss: -logSigmoid(z),
-    margin: z / beta,
-    chosen: pair.chosen.weights.map((w) => (w ? -g * w : 0)),
-    rejected: pair.rejected.weights.map((w) => (w ? g * w : 0)),
+    /**
+     * Reference logprobs of every train and eval pair under the round's starting weights, written once. Called
+     * before the first step; a retry finds the file. If the file is gone after training began, the reference is
+     * lost (the starting weights are no longer the session's): that fails the round rather than compare to the wrong one.
+     */
+    async computeDpoReference(input: { campaignId: string; round: number; spec: RoundSpec; data: SegmentInput['data']; sessionId: string; stepOffset: number; outputPath: string }): Promise<{ path: string; pairs: number }> {
+      const provider = await deps.providerFor(input.spec.provider);
+      return atBoundary(async () => {
+        const p = await preparedPairs(input.spec, input.data);
+        if (readReference(input.outputPath, p)) return { path: input.outputPath, pairs: p.train.length + p.eval.length };
+        const session = await provider.getSession(input.sessionId);
+        if (session.step !== input.stepOffset) {
+          throw new RoundhouseFailure('ReferenceLogprobsMissing', `reference logprobs ${input.outputPath} are missing and the session already trained ${session.step - input.stepOffset} steps`);
+        }
+        const batch = Math.max(1, input.spec.training.batchSize);
+        const of = async (which: Which) =>
+          (await pairLogprobs(provider, input.sessionId, p[which], batch, (b) => roundKey(input.campaignId, input.round, 'reference', which, `b${b}`))).map((r) => r.sums);
+        const reference: ReferenceFile = { trainSha256: p.trainSha256, evalSha256: p.evalSha256, train: await of('train'), eval: await of('eval') };
+        fs.mkdirSync(path.dirname(input.outputPath), { recursive: true });
+        writeJsonAtomic(input.outputPath, reference);
+        return { path: input.outputPath, pairs: p.train.length + p.eval.length };
+      });
+    },
+
+    /** Preference accuracy, mean margin and DPO loss of the eval pairs under the current weights (forward only). */
+    async evaluateDpo(input: { campaignId: string; round: number; label: string; spec: RoundSpec; data: SegmentInput['data']; sessionId: string; referencePath: string; outputPath?: string }): Promise<DpoEvaluation> {
+      const provider = await deps.providerFor(input.spec.provider);
+      return atBoundary(async () => {
+        const p = await preparedPairs(input.spec, input.data);
+        const reference = requireReference(input.referencePath, p);
+        const policy = await pairLogprobs(provider, input.sessionId, p.eval, Math.max(1, input.spec.training.batchSize), (b) => roundKey(input.campaignId, input.round, input.label, `b${b}`));
+        const rows = evaluate(input.spec, p.eval, reference.eval, policy);
+        if (input.outputPath) writeJsonAtomic(input.outputPath, rows);
+        const n = Math.max(1, rows.length);
+        return {
+          loss: rows.reduce((a, r) => a + r.loss, 0) / n,
+          accuracy: rows.filter((r) => r.match).length / n,
+          meanMargin: rows.reduce((a, r) => a + r.margin, 0) / n,
+          pairs: rows.length,
+        };
+      });
+    },
+
+    /** DPO steps from the cursor until the segment's step or time bound (activities/segment.ts). */
+    async trainDpoSegment(input: DpoSegmentInput): Promise<SegmentResult & { latestMargin?: number; latestAccuracy?: number }> {
+      return atBoundary(async () => {
+        const { result, records } = await trainSegmentOf<DpoStepRecord, Record<string, never>>(deps, input, async (ctx) => {
+          const p = await preparedPairs(input.spec, input.data);
+          return dpoStep(input, p, requireReference(input.referencePath, p), ctx);
+        });
+        const last = records[records.length - 1];
+        return { ...result, latestMargin: last?.margin, latestAccuracy: last?.accuracy }; // loss per pair: tokens is 1
+      });
+    },
+  };
+}
+
+/**
+ * A DPO step for the segment driver: a keyed forward for the policy's logprobs at the step's weights, the DPO loss and
+ * its per-token gradients computed here, and a custom forward-backward carrying them. Every attempt computes the
+ * same gradients from the same (deduplicated) forward, so the keyed custom forward-backward is the same request.
+ */
+function dpoStep(input: DpoSegmentInput, p: PreparedPairs, reference: ReferenceFile, { provider, key }: SegmentContext): StepKind<DpoStepRecord, Record<string, never>> {
+  const t = input.spec.training;
+  const beta = input.spec.round?.dpo?.beta ?? 0.1;
+  const computed = new Map<number, Promise<{ datums: Datum[]; gradients: number[][]; record: DpoStepRecord }>>();
+  const compute = async (step: number) => {
+    const { rows } = batchRows(step, p.train.length, t.batchSize, t.seed);
+    const pairs = rows.map((r) => p.train[r]!);
+    const policy = await pairLogprobs(provider, input.sessionId, pairs, pairs.length, () => key(`s${step}`, 'forward'));
+    const datums: Datum[] = [];
+    const gradients: number[][] = [];
+    let loss = 0;
+    let margin = 0;
+    let preferred = 0;
+    policy.forEach((pol, i) => {
+      const [rc, rr] = reference.train[rows[i]!]!;
+      const dpo = dpoLossAndGradients(
+        { chosen: { logprobs: pol.logprobs[0], weights: pol.datums[0].weights, referenceLogprob: rc }, rejected: { logprobs: pol.logprobs[1], weights: pol.datums[1].weights, referenceLogprob: rr } },
+        beta,
+      );
+      datums.push(...pol.datums);
+      // The step's loss is the mean over its pairs: so is its gradient.
+      gradients.push(dpo.chosen.map((g) => g / pairs.length), dpo.rejected.map((g) => g / pairs.length));
+      loss += dpo.loss / pairs.length;
+      margin += dpo.margin / pairs.length;
+      if (dpo.margin > PREFERENCE_EPSILON) preferred += 1;
+    });
+    const record: DpoStepRecord = { step: step + 1, loss, tokens: 1, margin, accuracy: preferred / Math.max(1, pairs.length) };
+    return { datums, gradients, record };
+  };
+  const stepOf = (step: number) => {
+    let pending = computed.get(step);
+    if (!pending) computed.set(step, (pending = compute(step)));
+    return pending;
+  };
+  return {
+    depth: 1, // the next step's forward needs this step's weights
+    async submitForwardBackward(step) {
+      const { datums, gradients } = await stepOf(step);
+      return provider.submitCustomForwardBackward(input.sessionId, key(`s${step}`, 'custom-forward-backward'), datums, gradients);
+    },
+    async record(step) {
+      const { record } = await stepOf(step);
+      computed.delete(step);
+      return record;
+    },
   };
 }

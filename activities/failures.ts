@@ -1,42 +1,42 @@
 import { ApplicationFailure } from '@temporalio/activity';
 import { ConfigError } from '../config/errors';
+import { isRetryableFailure, RoundhouseFailure, type FailureType } from '../config/failures';
 import { TokenizerNotFoundError } from '../config/tokenizer';
 import { ProviderError } from '../providers/errors';
 import { DataValidationError } from './data';
 import { recordProviderError } from './metrics';
 
 /**
- * The one place provider and input errors become Temporal failures. The failure `type` is what workflows and
- * reports see as the error type.
- * - bad input (spec, data, tokenizer): non-retryable `InvalidInput`
- * - provider `non-retryable`: non-retryable, typed by the provider's code (e.g. `NON_FINITE_LOSS`)
- * - provider `retryable`: retried by Temporal, after the provider's `retry-after` when it gave one
- * - provider `needs-reconcile`: non-retryable `NeedsReconcile:<code>`; the caller must look before acting
+ * Where errors are caught (the contract): helpers and providers throw domain errors (`RoundhouseFailure`,
+ * `ProviderError`, `DataValidationError`, `ConfigError`); every activity body runs in `atBoundary`, the one place
+ * they become Temporal failures whose `type` is one of config/failures.ts's closed set; workflows catch only activity
+ * failures and read their type (workflows/failures.ts). The round's workflow catches everything on purpose:
+ * releasing the GPU matters more than retrying a stuck workflow task.
  */
 export function toActivityFailure(err: unknown, details: Record<string, unknown> = {}): unknown {
   if (err instanceof ApplicationFailure) return err;
+  if (err instanceof RoundhouseFailure) return failure(err.type, err.message, { ...details, ...err.details });
   if (err instanceof DataValidationError || err instanceof ConfigError || err instanceof TokenizerNotFoundError) {
-    return ApplicationFailure.create({ type: 'InvalidInput', message: err.message, nonRetryable: true, details: [details] });
+    return failure('InvalidInput', err.message, details);
   }
   if (err instanceof ProviderError) {
     recordProviderError(err.errorClass, err.code);
-    const type = err.providerCode && /^[A-Z_]+$/.test(err.providerCode) ? err.providerCode : err.code;
-    const detail = { ...details, code: err.code, status: err.status, operationId: err.operationId };
-    if (err.errorClass === 'retryable') {
-      return ApplicationFailure.create({
-        type,
-        message: err.message,
-        nonRetryable: false,
-        details: [detail],
-        nextRetryDelay: err.retryAfterMs !== undefined ? Math.max(err.retryAfterMs, 100) : undefined,
-      });
-    }
-    if (err.errorClass === 'needs-reconcile') {
-      return ApplicationFailure.create({ type: `NeedsReconcile:${type}`, message: err.message, nonRetryable: true, details: [detail] });
-    }
-    return ApplicationFailure.create({ type, message: err.message, nonRetryable: true, details: [detail] });
+    const detail = { ...details, code: err.providerCode ?? err.code, status: err.status, operationId: err.operationId };
+    const retryAfterMs = err.errorClass === 'retryable' && err.retryAfterMs !== undefined ? Math.max(err.retryAfterMs, 100) : undefined;
+    return failure(providerFailureType(err), err.message, detail, retryAfterMs);
   }
   return err;
+}
+
+/** A provider error's place in the closed set, by its class and, for rejections, its code. */
+export function providerFailureType(err: ProviderError): FailureType {
+  if (err.errorClass === 'retryable') return 'ProviderUnavailable';
+  if (err.errorClass === 'needs-reconcile') return 'NeedsReconcile';
+  return err.providerCode === 'NON_FINITE_LOSS' ? 'NonFiniteLoss' : 'ProviderRejected';
+}
+
+function failure(type: FailureType, message: string, details: Record<string, unknown>, nextRetryDelay?: number): ApplicationFailure {
+  return ApplicationFailure.create({ type, message, nonRetryable: !isRetryableFailure(type), details: [details], nextRetryDelay });
 }
 
 /** Runs an activity body, translating errors at the boundary. */

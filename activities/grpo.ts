@@ -1,25 +1,23 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import { ApplicationFailure, Context } from '@temporalio/activity';
-import { batchRows, learningRateAt } from '../config/schedule';
+import { RoundhouseFailure } from '../config/failures';
+import { batchRows } from '../config/schedule';
 import type { GrpoSpec } from '../config/spec';
 import type { TextTokenizer } from '../config/tokenizer';
 import type { Datum, PolicyLoss, TrainingProvider } from '../providers/types';
 import type { TokenizedRow } from './data';
+import type { ActivityDeps } from './deps';
 import { atBoundary } from './failures';
-import { recordLatestLoss, recordOptimizerSteps } from './metrics';
 import { writeJsonAtomic } from './files';
+import { createPreparer, type PreparedData } from './prepare';
 import { groupAdvantages, rewardFunction } from './rewards';
-import { adamAt, checkOptimStep, completionText, createPreparer, lossSummary, roundKey, segmentStart, segmentStopper, type ActivityDeps, type SegmentInput, type SegmentResult } from './round';
+import { completionText } from './scoring';
+import { trainSegmentOf, type SegmentContext, type SegmentInput, type SegmentResult, type StepKind } from './segment';
 
 /**
  * GRPO: per step, a group of completions per prompt from the generators, a reward for each, group-centred
  * advantages (constant-reward groups dropped), a policy-gradient forward-backward on the sampled tokens with the
  * sampler's logprobs, an optimizer step, and a weights sync so the next step samples the new policy.
- *
- * Durability: the trainer's step counter says which steps are applied; each step's samples are written to a file
- * (atomically) before its forward-backward, so a retried step trains on exactly the samples it first drew, and the
- * keyed submits it repeats are the same requests (deduplicated by the provider).
  */
 
 export interface GrpoSegmentInput extends SegmentInput {
@@ -100,108 +98,16 @@ export function createGrpoActivities(deps: ActivityDeps) {
 
   return {
     /**
-     * Trains GRPO steps from the cursor until the segment's step or time bound. Sampling of the next
-     * `maxStepsOffPolicy` steps overlaps this step's training (bounded off-policy); 0 keeps it strictly on-policy.
+     * Trains GRPO steps from the cursor until the segment's step or time bound (activities/segment.ts). Sampling of
+     * the next `maxStepsOffPolicy` steps overlaps this step's training (bounded off-policy); 0 keeps it on-policy.
      */
     async trainGrpoSegment(input: GrpoSegmentInput): Promise<GrpoSegmentResult> {
-      const provider = await deps.providerFor(input.spec.provider);
-      const t = input.spec.training;
       const grpo = input.spec.round?.grpo;
-      if (!grpo) throw ApplicationFailure.create({ type: 'InvalidInput', nonRetryable: true, message: 'round.grpo: is required when round.kind is grpo' });
       return atBoundary(async () => {
-        const p = await prepared(input.spec, input.data);
-        const reward = rewardFunction(grpo.reward);
-        // The trainer's step counter is the truth about which steps are applied; it must sit inside this segment.
-        const { applied, maxStep } = await segmentStart(provider, input);
-        const key = (...parts: (string | number)[]) => roundKey(input.campaignId, input.round, ...parts);
-        const stopper = segmentStopper(deps);
-        const signal = stopper.signal;
-        const metricTags = { provider: input.spec.provider.kind, campaign_name: input.spec.name };
-        const sync = async (step: number) => (await provider.awaitOperation(await provider.submitWeightsSync(input.sessionId, key(`w${step}`, 'weights-sync')), { signal })).weightsVersion;
-        // The generators serve the weights of the last applied step (a sync lost with a crashed attempt is redone;
-        // a done one is the same keyed operation).
-        await sync(applied);
-        fs.mkdirSync(input.samplesDir, { recursive: true });
-        fs.mkdirSync(input.stepsDir, { recursive: true });
-
-        const sampling = new Map<number, Promise<StepSamples>>();
-        const samplesFor = (step: number): Promise<StepSamples> => {
-          let pending = sampling.get(step);
-          if (!pending) {
-            pending = drawSamples(provider, input, p, step, key, reward, signal);
-            pending.catch(() => undefined); // awaited where it is used
-            sampling.set(step, pending);
-          }
-          return pending;
-        };
-
-        let confirmed = applied;
-        const deadline = Date.now() + t.segmentSeconds * 1000;
-        const records: GrpoStepRecord[] = [];
-        heartbeat({ step: confirmed });
-        /** A step's keyed forward-backward: the same request on every attempt (same samples, same key). */
-        const forwardBackward = async (step: number) => {
-          const samples = await samplesFor(step);
-          const { datums, groupsKept } = grpoDatums(samples, grpo.normalizeAdvantages);
-          if (datums.length === 0) throw ApplicationFailure.create({ type: 'EmptySamples', nonRetryable: true, message: `step ${step}: the generators returned only empty completions` });
-          if (input.referenceSessionId) {
-            const ref = await provider.awaitOperation(
-              await provider.submitForwardBackward(input.referenceSessionId, key(`s${step}`, 'reference-logprobs'), datums.map(({ modelInput, targetTokens, weights }) => ({ modelInput, targetTokens, weights })), { forwardOnly: true, returnLogprobs: true }),
-              { signal },
-            );
-            datums.forEach((d, i) => (d.referenceLogprobs = ref.logprobs?.[i] ?? d.weights.map(() => 0)));
-          }
-          const fb = await provider.submitForwardBackward(input.sessionId, key(`s${step}`, 'forward-backward'), datums, { loss: policyLossOf(grpo) });
-          const record = (loss: number): GrpoStepRecord => {
-            const rewards = samples.groups.flatMap((g) => g.completions.map((c) => c.reward));
-            return {
-              step: step + 1,
-              loss,
-              tokens: datums.reduce((a, d) => a + d.weights.filter((w) => w !== 0).length, 0),
-              meanReward: rewards.reduce((a, r) => a + r, 0) / Math.max(1, rewards.length),
-              groupsKept,
-              groups: samples.groups.length,
-              policyVersion: samples.policyVersion,
-              stepsOffPolicy: samples.policyVersion === undefined ? undefined : step + input.stepOffset - samples.policyVersion,
-            };
-          };
-          return { fb, record };
-        };
-        const recordFile = (step: number) => path.join(input.stepsDir, `steps-${String(step).padStart(7, '0')}.json`);
-
-        // Steps the trainer applied whose attempt died before recording them: asking their keyed forward-backward
-        // again returns the original operation (nothing is applied twice), and its loss completes the record.
-        for (let step = input.cursor.step; step < applied; step++) {
-          if (fs.existsSync(recordFile(step + 1))) continue;
-          const { fb, record } = await forwardBackward(step);
-          writeJsonAtomic(recordFile(step + 1), [record((await provider.awaitOperation(fb, { signal })).loss)]);
-        }
-
-        // Interrupted (pause, budget, stop) or draining (SIGTERM): no new step; the cursor goes back to the workflow.
-        while (confirmed < maxStep && !stopper.stopping() && (Date.now() < deadline || confirmed === applied)) {
-          const step = confirmed;
-          const { fb, record } = await forwardBackward(step);
-          const opt = await provider.submitOptimStep(input.sessionId, key(`s${step}`, 'optim-step'), adamAt(t, learningRateAt(step, input.totalSteps, t.learningRate, t.lrSchedule)));
-          // Bounded off-policy: the next steps' groups are drawn now, from the weights this step is improving on.
-          for (let ahead = 1; ahead <= grpo.maxStepsOffPolicy && step + ahead < input.totalSteps; ahead++) void samplesFor(step + ahead);
-          const loss = (await provider.awaitOperation(fb, { signal })).loss;
-          const result = await provider.awaitOperation(opt, { signal });
-          checkOptimStep(result, step, input.stepOffset);
-          await sync(step + 1);
-          confirmed = step + 1;
-          sampling.delete(step);
-          const done = record(loss);
-          records.push(done);
-          writeJsonAtomic(recordFile(confirmed), [done]);
-          recordOptimizerSteps(1, metricTags);
-          recordLatestLoss(done.loss / Math.max(1, done.tokens), metricTags);
-          heartbeat({ step: confirmed });
-        }
-        // Draws started ahead finish (their files are the next segment's input) before the activity returns.
-        await Promise.allSettled(sampling.values());
+        if (!grpo) throw new RoundhouseFailure('InvalidInput', 'round.grpo: is required when round.kind is grpo');
+        const { result, records } = await trainSegmentOf<GrpoStepRecord>(deps, input, async (ctx) => grpoStep(input, grpo, await prepared(input.spec, input.data), ctx));
         return {
-          cursor: { step: confirmed },
-          ...lossSummary(records),
+          ...result,
           firstReward: records[0]?.meanReward,
           latestReward: records[records.length - 1]?.meanReward,
           meanReward: records.length ? records.reduce((a, r) => a + r.meanReward, 0) / records.length : undefined,
@@ -211,8 +117,77 @@ export function createGrpoActivities(deps: ActivityDeps) {
   };
 }
 
-function heartbeat(details?: unknown): void {
-  Context.current().heartbeat(details);
+/**
+ * A GRPO step for the segment driver. Durability: each step's samples are written to a file (atomically) before its
+ * forward-backward, so a retried step trains on exactly the samples it first drew, and the keyed submits it repeats
+ * are the same requests (deduplicated by the provider).
+ */
+function grpoStep(input: GrpoSegmentInput, grpo: GrpoSpec, p: PreparedData, { provider, key, signal }: SegmentContext): StepKind<GrpoStepRecord> {
+  const reward = rewardFunction(grpo.reward);
+  const sampling = new Map<number, Promise<StepSamples>>();
+  const samplesFor = (step: number): Promise<StepSamples> => {
+    let pending = sampling.get(step);
+    if (!pending) {
+      pending = drawSamples(provider, input, p, step, key, reward, signal);
+      pending.catch(() => undefined); // awaited where it is used
+      sampling.set(step, pending);
+    }
+    return pending;
+  };
+  const sync = async (step: number) => (await provider.awaitOperation(await provider.submitWeightsSync(input.sessionId, key(`w${step}`, 'weights-sync')), { signal })).weightsVersion;
+  const datumsOf = async (step: number) => {
+    const samples = await samplesFor(step);
+    return { samples, ...grpoDatums(samples, grpo.normalizeAdvantages) };
+  };
+
+  return {
+    depth: 1, // the next step samples this step's weights
+    async begin(applied) {
+      // The generators serve the weights of the last applied step (a sync lost with a crashed attempt is redone; a
+      // done one is the same keyed operation).
+      await sync(applied);
+      fs.mkdirSync(input.samplesDir, { recursive: true });
+    },
+    async submitForwardBackward(step) {
+      const { datums } = await datumsOf(step);
+      if (datums.length === 0) throw new RoundhouseFailure('EmptySamples', `step ${step}: the generators returned only empty completions`);
+      if (input.referenceSessionId) {
+        const forward = datums.map(({ modelInput, targetTokens, weights }) => ({ modelInput, targetTokens, weights }));
+        const ref = await provider.awaitOperation(
+          await provider.submitForwardBackward(input.referenceSessionId, key(`s${step}`, 'reference-logprobs'), forward, { forwardOnly: true, returnLogprobs: true }),
+          { signal },
+        );
+        datums.forEach((d, i) => (d.referenceLogprobs = ref.logprobs?.[i] ?? d.weights.map(() => 0)));
+      }
+      return provider.submitForwardBackward(input.sessionId, key(`s${step}`, 'forward-backward'), datums, { loss: policyLossOf(grpo) });
+    },
+    submitted(step) {
+      // Bounded off-policy: the next steps' groups are drawn now, from the weights this step is improving on.
+      for (let ahead = 1; ahead <= grpo.maxStepsOffPolicy && step + ahead < input.totalSteps; ahead++) void samplesFor(step + ahead);
+    },
+    async confirmed(step) {
+      await sync(step + 1);
+    },
+    async record(step, fb) {
+      const { samples, datums, groupsKept } = await datumsOf(step);
+      sampling.delete(step);
+      const rewards = samples.groups.flatMap((g) => g.completions.map((c) => c.reward));
+      return {
+        step: step + 1,
+        loss: fb.loss,
+        tokens: datums.reduce((a, d) => a + d.weights.filter((w) => w !== 0).length, 0),
+        meanReward: rewards.reduce((a, r) => a + r, 0) / Math.max(1, rewards.length),
+        groupsKept,
+        groups: samples.groups.length,
+        policyVersion: samples.policyVersion,
+        stepsOffPolicy: samples.policyVersion === undefined ? undefined : step + input.stepOffset - samples.policyVersion,
+      };
+    },
+    async end() {
+      // Draws started ahead finish (their files are the next segment's input) before the activity returns.
+      await Promise.allSettled(sampling.values());
+    },
+  };
 }
 
 /** A step's samples: from its file when an earlier attempt drew them, else drawn now, scored, and written. */

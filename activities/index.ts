@@ -1,18 +1,23 @@
 // Every activity the worker registers. Activities that call providers get them from the worker's registry.
 import { createCampaignActivities } from './campaign';
-import { createDpoActivities } from './dpo-round';
+import type { ActivityDeps } from './deps';
+import { createDpoActivities } from './dpo';
 import { createGrpoActivities } from './grpo';
 import { createReaperActivities } from './reaper';
-import { createRoundActivities, type ActivityDeps } from './round';
+import { createRoundActivities } from './round';
+import { createSftActivities } from './sft';
+import { createTrainerActivities } from './trainer';
 import { describeWorker } from './worker-info';
 
 export { describeWorker } from './worker-info';
-export type { ActivityDeps } from './round';
+export type { ActivityDeps } from './deps';
 
 export function createActivities(deps: ActivityDeps) {
   return {
     describeWorker,
     ...createRoundActivities(deps),
+    ...createTrainerActivities(deps),
+    ...createSftActivities(deps),
     ...createGrpoActivities(deps),
     ...createDpoActivities(deps),
     ...createCampaignActivities(),

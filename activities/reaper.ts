@@ -2,7 +2,7 @@ import { Context, log } from '@temporalio/activity';
 import { WorkflowNotFoundError, type Client } from '@temporalio/client';
 import type { ProviderSpec } from '../config/spec';
 import type { TrainerResource } from '../providers/types';
-import type { ActivityDeps } from './round';
+import type { ActivityDeps } from './deps';
 import { atBoundary } from './failures';
 import { recordResource } from './metrics';
 import { ownerOfTag } from '../workflows/round-contract';

@@ -1,4 +1,5 @@
 import type { EvaluationSpec } from '../config/spec';
+import type { TextTokenizer } from '../config/tokenizer';
 
 function normalize(text: string, spec: EvaluationSpec): string {
   let out = spec.normalizeWhitespace ? text.trim().replace(/\s+/g, ' ') : text;
@@ -38,4 +39,16 @@ export function finalNumber(text: string): number | undefined {
   const numbers = tail.replace(/(\d),(?=\d{3}\b)/g, '$1').match(/-?\d+(?:\.\d+)?/g);
   if (!numbers?.length) return undefined;
   return Number(marked >= 0 ? numbers[0] : numbers[numbers.length - 1]);
+}
+
+/** The completion as text: up to the first end-of-sequence token or stop string, without them. */
+export function completionText(tokenizer: TextTokenizer, tokens: number[], stop?: string[]): string {
+  const eos = new Set(tokenizer.eosTokenIds);
+  const end = tokens.findIndex((t) => eos.has(t));
+  let text = tokenizer.decode(end >= 0 ? tokens.slice(0, end) : tokens, { skipSpecialTokens: true });
+  for (const s of stop ?? []) {
+    const at = text.indexOf(s);
+    if (at >= 0) text = text.slice(0, at);
+  }
+  return text;
 }

@@ -2,7 +2,8 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { MockActivityEnvironment } from '@temporalio/testing';
-import { createRoundActivities, type SegmentInput } from '../../activities/round';
+import { createActivities } from '../../activities';
+import { readStepRecords, type SegmentInput } from '../../activities/segment';
 import { ProviderRegistry } from '../../workers/providers';
 import { ledger, startTestEmulator, type RunningEmulator } from '../helpers/emulator';
 import { ticketRoundInput } from '../helpers/round';
@@ -28,7 +29,7 @@ afterAll(async () => {
 /** A provisioned trainer with an open session and a segment input for the ticket data (16 rows, batch 8, 2 epochs = 4 steps). */
 async function setup(campaignId: string) {
   const input = ticketRoundInput({ baseUrl: emulator.url, campaignId, trainRows: 16, evalRows: 4 });
-  const activities = createRoundActivities(providers);
+  const activities = createActivities(providers);
   const env = new MockActivityEnvironment();
   const plan = await run(env, activities.prepareRound, { spec: input.spec, data: input.data });
   const trainer = await run(env, activities.provisionTrainer, { spec: input.spec, ownerTag: campaignId });
@@ -58,7 +59,7 @@ test('a segment trains from its cursor to its bound, heartbeating the cursor aft
   expect((await ledger(emulator)).sessions.find((s) => s.id === session.sessionId)!.optimizerSteps).toBe(2);
 });
 
-test('a retried attempt resumes from its last heartbeat; steps applied after it are resubmitted under the same keys, not applied twice', async () => {
+test("a retried attempt trusts the trainer's step counter over a stale heartbeat: nothing is applied twice", async () => {
   const { activities, segment, session } = await setup('seg-resume');
   // The first attempt applied steps 1 and 2, but the last heartbeat the server kept said step 1 (throttled).
   await run(new MockActivityEnvironment(), activities.trainSegment, segment);
@@ -67,7 +68,20 @@ test('a retried attempt resumes from its last heartbeat; steps applied after it 
   expect(result.cursor.step).toBe(2);
   const entry = (await ledger(emulator)).sessions.find((s) => s.id === session.sessionId)!;
   expect(entry.optimizerSteps).toBe(2);
-  expect(entry.duplicatesAbsorbed).toBe(2); // step 2's forward_backward and optim_step
+  expect(readStepRecords(segment.stepsDir).map((r) => r.step)).toEqual([1, 2]);
+});
+
+test('steps an attempt applied but never recorded are recorded from their keyed operations, not applied again', async () => {
+  const { activities, segment, session } = await setup('seg-unrecorded');
+  await run(new MockActivityEnvironment(), activities.trainSegment, segment);
+  const recorded = readStepRecords(segment.stepsDir);
+  fs.rmSync(segment.stepsDir, { recursive: true }); // the attempt died after the trainer applied both steps, before writing
+  const result = await run(new MockActivityEnvironment({ attempt: 2 }), activities.trainSegment, segment);
+  expect(result.cursor.step).toBe(2);
+  const entry = (await ledger(emulator)).sessions.find((s) => s.id === session.sessionId)!;
+  expect(entry.optimizerSteps).toBe(2);
+  expect(entry.duplicatesAbsorbed).toBe(2); // steps 1 and 2's forward_backward, asked again under their keys
+  expect(readStepRecords(segment.stepsDir)).toEqual(recorded); // the same losses as the first attempt saw
 });
 
 test('a provider step counter outside the segment fails loudly instead of training over it', async () => {

@@ -1,4 +1,4 @@
-import { dpoLossAndGradients } from '../../activities/dpo';
+import { dpoLossAndGradients } from '../../activities/dpo-loss';
 import type { Datum } from '../../providers/types';
 import { basetenProvider, startTestEmulator, togetherProvider, type RunningEmulator } from '../helpers/emulator';
 

@@ -3,7 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { DataValidationError, loadRoundData, toDatum, tokenizeRow } from '../../activities/data';
 import { scoreCompletion } from '../../activities/scoring';
-import { completionText } from '../../activities/round';
+import { completionText } from '../../activities/scoring';
 import { tokenizerFor } from '../../config/tokenizer';
 
 const tokenizer = tokenizerFor('roundhouse/tiny-chat', undefined);

@@ -1,4 +1,4 @@
-import { dpoLossAndGradients, type DpoPair } from '../../activities/dpo';
+import { dpoLossAndGradients, type DpoPair } from '../../activities/dpo-loss';
 
 const pair = (chosen: number[], rejected: number[], refChosen = 0, refRejected = 0): DpoPair => ({
   chosen: { logprobs: chosen, weights: chosen.map((_v, i) => (i === 0 ? 0 : 1)), referenceLogprob: refChosen },

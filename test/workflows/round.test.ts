@@ -195,12 +195,12 @@ test('a round whose loss goes non-finite fails with that error type, releases th
       return handle.result().catch((e: unknown) => e);
     });
     expect(err).toBeInstanceOf(WorkflowFailedError);
-    expect((err as WorkflowFailedError).cause).toMatchObject({ type: 'NON_FINITE_LOSS' });
+    expect((err as WorkflowFailedError).cause).toMatchObject({ type: 'NonFiniteLoss' });
   } finally {
     await setFaults(emulator, {});
   }
   const report = JSON.parse(fs.readFileSync(path.join(input.reportDir, 'round-1.json'), 'utf8'));
-  expect(report).toMatchObject({ status: 'failed', error_type: 'NON_FINITE_LOSS', cleanup_status: 'deactivated' });
+  expect(report).toMatchObject({ status: 'failed', error_type: 'NonFiniteLoss', cleanup_status: 'deactivated' });
   expect((await ledger(emulator)).active).not.toContain(report.resource_id);
 });
 

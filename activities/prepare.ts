@@ -1,0 +1,105 @@
+import type { ProviderSpec } from '../config/spec';
+import { RoundhouseFailure } from '../config/failures';
+import { tokenizerFor, type TextTokenizer } from '../config/tokenizer';
+import type { ModelInfo, TrainingProvider } from '../providers/types';
+import type { RoundInput, RoundSpec } from '../workflows/round-contract';
+import { DataValidationError, loadPreferenceData, loadRoundData, readDataset, sha256File, tokenizeRow, type TokenizedPair, type TokenizedRow } from './data';
+import type { ActivityDeps } from './deps';
+
+/**
+ * Data preparation shared by every round kind: the model's limits from the provider, the data loaded, checked and
+ * tokenised (cached per file hash, so a worker prepares a round's data once), and the hashes the workflow recorded
+ * checked again.
+ */
+export interface PreparedData {
+  tokenizer: TextTokenizer;
+  model: ModelInfo;
+  train: TokenizedRow[];
+  eval: TokenizedRow[];
+  trainSha256: string;
+  evalSha256: string;
+}
+
+export interface PreparedPairs {
+  tokenizer: TextTokenizer;
+  model: ModelInfo;
+  train: TokenizedPair[];
+  eval: TokenizedPair[];
+  trainSha256: string;
+  evalSha256: string;
+}
+
+const preparedCache = new Map<string, PreparedData>();
+const preparedPairsCache = new Map<string, PreparedPairs>();
+
+export function createPreparer(deps: ActivityDeps) {
+  const modelInfo = async (provider: TrainingProvider, spec: ProviderSpec): Promise<ModelInfo> => {
+    const models = await provider.supportedModels();
+    const model = models.find((m) => m.name === spec.model);
+    if (!model) {
+      throw new RoundhouseFailure('InvalidInput', `provider.model: '${spec.model}' is not supported by ${provider.kind}; supported: ${models.map((m) => m.name).join(', ')}`);
+    }
+    return model;
+  };
+
+  /** Loads, validates and tokenises prompt/answer rows, cached per file hash. */
+  const prepared = async (spec: RoundSpec, data: RoundInput['data']): Promise<PreparedData> =>
+    cachedLoad(preparedCache, spec, data, (tokenizer, limits) => {
+      const loaded = loadRoundData(data.train, data.eval, tokenizer, limits);
+      return { train: loaded.train.rows, eval: loaded.eval.rows };
+    });
+
+  /** DPO's preference pairs, checked and cached the same way. */
+  const preparedPairs = async (spec: RoundSpec, data: RoundInput['data']): Promise<PreparedPairs> =>
+    cachedLoad(preparedPairsCache, spec, data, (tokenizer, limits) => {
+      const loaded = loadPreferenceData(data.train, data.eval, tokenizer, limits);
+      return { train: loaded.train, eval: loaded.eval };
+    });
+
+  async function cachedLoad<T extends { train: unknown[]; eval: unknown[] }>(
+    cache: Map<string, T & Omit<PreparedData, 'train' | 'eval'>>,
+    spec: RoundSpec,
+    data: RoundInput['data'],
+    load: (tokenizer: TextTokenizer, limits: { maxSeqLen: number; modelMaxSeqLen: number }) => T,
+  ): Promise<T & Omit<PreparedData, 'train' | 'eval'>> {
+    const provider = await deps.providerFor(spec.provider);
+    const model = await modelInfo(provider, spec.provider);
+    const { trainSha256, evalSha256 } = checkHashes(data);
+    const key = [data.train, trainSha256, data.eval, evalSha256, spec.provider.model, spec.provider.tokenizer ?? '', spec.training.maxSeqLen].join('|');
+    const cached = cache.get(key);
+    if (cached) return cached;
+    const tokenizer = tokenizerFor(spec.provider.model, model.tokenizer, spec.provider.tokenizer);
+    const loaded = load(tokenizer, { maxSeqLen: spec.training.maxSeqLen, modelMaxSeqLen: model.maxSeqLen });
+    checkLoraRank(spec, model);
+    const result = { tokenizer, model, ...loaded, trainSha256, evalSha256 };
+    cache.set(key, result);
+    return result;
+  }
+
+  return { modelInfo, prepared, preparedPairs };
+}
+
+function checkHashes(data: RoundInput['data']): { trainSha256: string; evalSha256: string } {
+  const trainSha256 = sha256File(data.train);
+  const evalSha256 = sha256File(data.eval);
+  for (const [which, expected, actual] of [['train', data.trainSha256, trainSha256], ['eval', data.evalSha256, evalSha256]] as const) {
+    if (expected && expected !== actual) {
+      throw new RoundhouseFailure('InvalidInput', `data.${which}: ${data[which]} changed since the round started (sha256 ${actual.slice(0, 12)}…, expected ${expected.slice(0, 12)}…)`);
+    }
+  }
+  return { trainSha256, evalSha256 };
+}
+
+function checkLoraRank(spec: RoundSpec, model: ModelInfo): void {
+  if (spec.training.loraRank > model.maxLoraRank) {
+    throw new RoundhouseFailure('InvalidInput', `training.loraRank: ${spec.training.loraRank} is over ${model.name}'s maximum of ${model.maxLoraRank}`);
+  }
+}
+
+/** Rows of a JSONL file, tokenised (for scoring files other than the round's train and eval sets). */
+export function tokenizedFile(file: string, tokenizer: TextTokenizer): TokenizedRow[] {
+  const problems: string[] = [];
+  const dataset = readDataset(file, problems);
+  if (problems.length) throw new DataValidationError(problems);
+  return dataset.rows.map((r) => tokenizeRow(r, tokenizer));
+}

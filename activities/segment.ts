@@ -1,0 +1,263 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { Context } from '@temporalio/activity';
+import { learningRateAt } from '../config/schedule';
+import { RoundhouseFailure } from '../config/failures';
+import { ProviderError } from '../providers/errors';
+import type { AdamParams, ForwardResult, OperationHandle, OptimStepResult, TrainingProvider } from '../providers/types';
+import type { RoundSpec } from '../workflows/round-contract';
+import type { ActivityDeps } from './deps';
+import { writeJsonAtomic } from './files';
+import { roundKey } from './keys';
+import { recordLatestLoss, recordOptimizerSteps } from './metrics';
+
+/**
+ * The one segment driver: where a training step is submitted and confirmed, for every round kind. A segment trains
+ * from the workflow's cursor until its step or time bound; each kind (sft.ts, grpo.ts, dpo.ts) supplies only what
+ * its step's forward-backward is and what its record says. The driver owns the protocol:
+ *   - the start check against the trainer's own step counter (never train over a mismatch);
+ *   - steps the trainer applied but no attempt recorded are recorded from their keyed (deduplicated) operations;
+ *   - forward_backward and optim_step submitted back to back (pipelined up to the kind's depth), keys from
+ *     business identity, so a retried attempt gets the original operations back;
+ *   - the cursor and operations in flight in every heartbeat (the next attempt re-polls them);
+ *   - a deadline, and a clean stop when the workflow interrupts the segment (pause, budget) or the worker drains;
+ *   - the optimizer step checked against the round's step; step records written atomically; metrics.
+ */
+
+export interface TrainingCursor {
+  /** Round-local optimizer steps confirmed applied. */
+  step: number;
+}
+
+export interface SegmentInput {
+  campaignId: string;
+  round: number;
+  spec: RoundSpec;
+  data: { train: string; eval: string; trainSha256: string; evalSha256: string };
+  sessionId: string;
+  /** The provider's step counter when the session opened (non-zero when resumed from a checkpoint). */
+  stepOffset: number;
+  cursor: TrainingCursor;
+  totalSteps: number;
+  /** Where the segment's step records are written (atomically). */
+  stepsDir: string;
+}
+
+export interface SegmentResult {
+  cursor: TrainingCursor;
+  stepsApplied: number;
+  latestLoss?: number;
+  meanLoss?: number;
+}
+
+/** What every kind's step record holds: its round step (1-based, after the step) and its summed loss over `tokens`. */
+export interface StepRecord {
+  step: number;
+  loss: number;
+  tokens: number;
+}
+
+/** What a round kind supplies to the driver: what its step is. */
+export interface StepKind<R extends StepRecord, F = ForwardResult> {
+  /** How many steps may be in flight at once (1 for kinds whose next step needs this one's weights). */
+  depth: number;
+  /** Before the first step, with the round step the trainer is at (GRPO: the generators get those weights). */
+  begin?(applied: number): Promise<void>;
+  /** Submits a step's forward-backward under its business key: the same request on every attempt. */
+  submitForwardBackward(step: number): Promise<OperationHandle<F>>;
+  /** Right after a step's optimizer step is submitted (GRPO: draw the next steps' groups meanwhile). */
+  submitted?(step: number): void;
+  /** After a step is confirmed applied (GRPO: sync the generators to the new weights). */
+  confirmed?(step: number): Promise<void>;
+  /** A confirmed step's record, from its forward-backward's result and the step's durable inputs. */
+  record(step: number, forwardBackward: F): Promise<R> | R;
+  /** Before the segment returns (GRPO: let draws started ahead finish). */
+  end?(): Promise<void>;
+}
+
+/** What the driver hands a kind: the provider, the key of a step's operation, and the signal that ends waits. */
+export interface SegmentContext {
+  provider: TrainingProvider;
+  key(...parts: (string | number)[]): string;
+  signal: AbortSignal;
+}
+
+/** Heartbeat details of a training segment: the resume cursor and the operations in flight. */
+interface SegmentHeartbeat<F> {
+  step: number;
+  inFlight: InFlightStep<F>[];
+}
+
+interface InFlightStep<F> {
+  step: number;
+  fb: OperationHandle<F>;
+  opt: OperationHandle<OptimStepResult>;
+}
+
+/** Trains one segment of a kind's steps; returns the cursor (for the workflow) and the confirmed steps' records. */
+export async function trainSegmentOf<R extends StepRecord, F = ForwardResult>(
+  deps: ActivityDeps,
+  input: SegmentInput,
+  kindFor: (ctx: SegmentContext) => Promise<StepKind<R, F>>,
+): Promise<{ result: SegmentResult; records: R[] }> {
+  const provider = await deps.providerFor(input.spec.provider);
+  const t = input.spec.training;
+  const stopper = segmentStopper(deps);
+  const ctx: SegmentContext = { provider, key: (...parts) => roundKey(input.campaignId, input.round, ...parts), signal: stopper.signal };
+  const kind = await kindFor(ctx);
+  const { applied, maxStep } = await segmentStart(provider, input);
+  const previous = Context.current().info.heartbeatDetails as SegmentHeartbeat<F> | undefined;
+  const records = new StepRecords<R>(input.stepsDir);
+  const metricTags = { provider: input.spec.provider.kind, campaign_name: input.spec.name };
+
+  await kind.begin?.(applied);
+  // Steps the trainer applied whose attempt died before recording them: their keyed forward-backward returns the
+  // original operation (nothing is applied twice), and its result completes the record.
+  for (const step of records.missing(input.cursor.step, applied)) {
+    const fb = await provider.awaitOperation(await kind.submitForwardBackward(step), { signal: stopper.signal });
+    records.add(await kind.record(step, fb));
+  }
+
+  let confirmed = applied;
+  const inFlight = previous?.inFlight?.filter((f) => f.step >= confirmed) ?? [];
+  let next = inFlight.length ? inFlight[inFlight.length - 1]!.step + 1 : confirmed;
+  const deadline = Date.now() + t.segmentSeconds * 1000;
+  const report = () => Context.current().heartbeat({ step: confirmed, inFlight } satisfies SegmentHeartbeat<F>);
+  report();
+
+  try {
+    while (confirmed < maxStep) {
+      while (next < maxStep && inFlight.length < kind.depth && !stopper.stopping() && (Date.now() < deadline || next === confirmed)) {
+        const fb = await kind.submitForwardBackward(next);
+        const opt = await provider.submitOptimStep(input.sessionId, ctx.key(`s${next}`, 'optim-step'), adamAt(t, learningRateAt(next, input.totalSteps, t.learningRate, t.lrSchedule)));
+        kind.submitted?.(next);
+        inFlight.push({ step: next, fb, opt });
+        next += 1;
+        report();
+      }
+      if (inFlight.length === 0) break; // out of time, interrupted, or the worker is shutting down
+      const head = inFlight[0]!;
+      const fb = await provider.awaitOperation(head.fb, { signal: stopper.signal });
+      checkOptimStep(await provider.awaitOperation(head.opt, { signal: stopper.signal }), head.step, input.stepOffset);
+      inFlight.shift();
+      confirmed = head.step + 1;
+      await kind.confirmed?.(head.step);
+      const record = records.add(await kind.record(head.step, fb));
+      report();
+      recordOptimizerSteps(1, metricTags);
+      recordLatestLoss(record.loss / Math.max(1, record.tokens), metricTags);
+    }
+    await kind.end?.();
+  } finally {
+    records.flush(); // what was confirmed stays recorded even when the segment fails or is cut short
+  }
+  const confirmedRecords = records.since(input.cursor.step);
+  return { result: { cursor: { step: confirmed }, ...lossSummary(confirmedRecords) }, records: confirmedRecords };
+}
+
+/**
+ * Step records of a round: one JSON file per segment write (`steps-<first step>.json`), read back as one list. A
+ * step is recorded when any file holds it; the report keeps one record per step.
+ */
+class StepRecords<R extends StepRecord> {
+  private readonly recorded = new Set<number>();
+  private readonly pending: R[] = [];
+  private readonly all: R[] = [];
+
+  constructor(private readonly dir: string) {
+    for (const r of readStepRecords(dir)) this.recorded.add(r.step);
+  }
+
+  /** Round steps (0-based, as submitted) in [from, to) that no record holds. */
+  missing(from: number, to: number): number[] {
+    const out: number[] = [];
+    for (let step = from; step < to; step++) if (!this.recorded.has(step + 1)) out.push(step);
+    return out;
+  }
+
+  add(record: R): R {
+    this.recorded.add(record.step);
+    this.pending.push(record);
+    this.all.push(record);
+    return record;
+  }
+
+  since(cursorStep: number): R[] {
+    return this.all.filter((r) => r.step > cursorStep).sort((a, b) => a.step - b.step);
+  }
+
+  flush(): void {
+    if (this.pending.length === 0) return;
+    const first = Math.min(...this.pending.map((r) => r.step));
+    writeJsonAtomic(path.join(this.dir, `steps-${String(first).padStart(7, '0')}.json`), this.pending.sort((a, b) => a.step - b.step));
+    this.pending.length = 0;
+  }
+}
+
+/** Every step record of a round, one per step (a later write of the same step wins), in step order. */
+export function readStepRecords<R extends StepRecord = StepRecord>(dir: string): R[] {
+  if (!fs.existsSync(dir)) return [];
+  const byStep = new Map<number, R>();
+  for (const f of fs.readdirSync(dir).filter((name) => name.endsWith('.json')).sort()) {
+    for (const r of JSON.parse(fs.readFileSync(path.join(dir, f), 'utf8')) as R[]) byStep.set(r.step, r);
+  }
+  return [...byStep.values()].sort((a, b) => a.step - b.step);
+}
+
+/**
+ * Where a training segment starts, checked against the trainer: the session must be running, and its step counter
+ * must sit inside what this segment may have applied: never behind the cursor (progress lost) and never past the
+ * segment's end (someone else trained this session). `applied` is that counter in round steps.
+ */
+export async function segmentStart(provider: TrainingProvider, input: SegmentInput): Promise<{ applied: number; maxStep: number }> {
+  const maxStep = Math.min(input.totalSteps, input.cursor.step + input.spec.training.segmentSteps);
+  const session = await provider.getSession(input.sessionId);
+  if (session.state !== 'running') {
+    throw new ProviderError('SESSION_NOT_ACTIVE', 'needs-reconcile', `training session ${input.sessionId} is ${session.state}`, { providerCode: 'SESSION_NOT_ACTIVE' });
+  }
+  const applied = session.step - input.stepOffset;
+  if (applied < input.cursor.step || applied > maxStep) {
+    throw new RoundhouseFailure(
+      'StepCounterMismatch',
+      `session ${input.sessionId} is at round step ${applied} but the segment starts at ${input.cursor.step} and ends by ${maxStep}; refusing to train over it`,
+    );
+  }
+  return { applied, maxStep };
+}
+
+/**
+ * How a training segment stops early and cleanly: it submits no new step once the worker drains (SIGTERM) or the
+ * workflow interrupts the segment (a cancellation: pause, budget, stop), and it gives the steps already in flight
+ * `drainMs` to land before their waits are aborted. It then returns its cursor like any segment end.
+ */
+export function segmentStopper(deps: ActivityDeps, drainMs = 30_000): { stopping(): boolean; signal: AbortSignal } {
+  const cancelled = Context.current().cancellationSignal;
+  const window = new AbortController();
+  const startWindow = () => setTimeout(() => window.abort(cancelled.reason), drainMs).unref();
+  if (cancelled.aborted) startWindow();
+  else cancelled.addEventListener('abort', startWindow, { once: true });
+  return { stopping: () => cancelled.aborted || (deps.draining?.() ?? false), signal: window.signal };
+}
+
+/** What a segment says of the steps it confirmed: how many, and the loss per trained token (latest and mean). */
+export function lossSummary(steps: StepRecord[]): Omit<SegmentResult, 'cursor'> {
+  const perToken = (s: StepRecord) => s.loss / Math.max(1, s.tokens);
+  const last = steps[steps.length - 1];
+  return {
+    stepsApplied: steps.length,
+    latestLoss: last ? perToken(last) : undefined,
+    meanLoss: steps.length ? steps.reduce((a, s) => a + perToken(s), 0) / steps.length : undefined,
+  };
+}
+
+/** The optimizer step's AdamW parameters at a learning rate. */
+export function adamAt(t: RoundSpec['training'], learningRate: number): AdamParams {
+  return { learningRate, beta1: t.adam.beta1, beta2: t.adam.beta2, eps: t.adam.eps, weightDecay: t.adam.weightDecay, gradClipNorm: t.adam.gradClipNorm };
+}
+
+/** Fails the segment if an optimizer step did not land where the round expects (someone else stepped the session). */
+export function checkOptimStep(result: OptimStepResult, step: number, stepOffset: number): void {
+  if (result.step - stepOffset !== step + 1) {
+    throw new RoundhouseFailure('StepCounterMismatch', `optim_step for round step ${step + 1} reported provider step ${result.step} (offset ${stepOffset})`);
+  }
+}

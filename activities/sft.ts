@@ -1,0 +1,34 @@
+import { batchRows } from '../config/schedule';
+import type { Datum } from '../providers/types';
+import { toDatum } from './data';
+import type { ActivityDeps } from './deps';
+import { atBoundary } from './failures';
+import { createPreparer } from './prepare';
+import { trainSegmentOf, type SegmentInput, type SegmentResult, type StepRecord } from './segment';
+
+/** SFT: a step is cross-entropy on a batch of prompt/answer rows (answers weighted), pipelined `pipelineDepth` deep. */
+export function createSftActivities(deps: ActivityDeps) {
+  const { prepared } = createPreparer(deps);
+
+  return {
+    /** Trains one segment of SFT steps from the cursor (see activities/segment.ts for the protocol). */
+    async trainSegment(input: SegmentInput): Promise<SegmentResult> {
+      return atBoundary(async () => {
+        const { result } = await trainSegmentOf<StepRecord>(deps, input, async ({ provider, key }) => {
+          const p = await prepared(input.spec, input.data);
+          const t = input.spec.training;
+          const rowsOf = (step: number) => batchRows(step, p.train.length, t.batchSize, t.seed).rows.map((r) => p.train[r]!);
+          return {
+            depth: t.pipelineDepth,
+            submitForwardBackward: (step) => {
+              const data: Datum[] = rowsOf(step).map(toDatum);
+              return provider.submitForwardBackward(input.sessionId, key(`s${step}`, 'forward-backward'), data);
+            },
+            record: (step, fb) => ({ step: step + 1, loss: fb.loss, tokens: rowsOf(step).reduce((a, r) => a + r.completionTokens.length, 0) }),
+          };
+        });
+        return result;
+      });
+    },
+  };
+}
