@@ -2,6 +2,7 @@ import type { WorkflowHandle } from '@temporalio/client';
 import type { RunningEmulator } from '../emulator/server';
 import { ensureReaperSchedule } from '../workers/schedules';
 import { benchRoundInput, note, startBenchEmulator, waitFor, withWorker, type BenchContext, type Report } from './harness';
+import { roundWorkflow } from '../workflows';
 
 const ACTIVITY_TASK_FAILED = 13;
 
@@ -34,7 +35,7 @@ export async function cleanupBenchmark(ctx: BenchContext, report: Report): Promi
   const emulator = await startBenchEmulator({ operationLatencyMs: 50 });
   const taskQueue = `bench-cleanup-${Date.now()}`;
   const input = (name: string) => benchRoundInput({ baseUrl: emulator.url, campaignId: `cleanup-${name}-${taskQueue}`, steps: 200, batchSize: 2 });
-  const start = (name: string): Promise<WorkflowHandle> => ctx.client.workflow.start('roundWorkflow', { taskQueue, workflowId: `round-${name}-${taskQueue}`, args: [input(name)] });
+  const start = (name: string): Promise<WorkflowHandle> => ctx.client.workflow.start(roundWorkflow, { taskQueue, workflowId: `round-${name}-${taskQueue}`, args: [input(name)] });
   try {
     await withWorker(ctx, taskQueue, async () => {
       // Failure: the 6th forward_backward fails as invalid input (not retried).

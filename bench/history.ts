@@ -8,6 +8,7 @@ import { LOCAL_EMULATOR_KEY, ProviderRegistry } from '../workers/providers';
 import type { CampaignInput, CampaignResult } from '../workflows/campaign-contract';
 import type { RoundResult } from '../workflows/round-contract';
 import { benchRoundInput, note, startBenchEmulator, trainingPhase, withWorker, type BenchContext, type Report } from './harness';
+import { campaignWorkflow, roundWorkflow } from '../workflows';
 
 const TARGET = 0.1;
 
@@ -51,7 +52,7 @@ export async function historyBenchmark(ctx: BenchContext, report: Report): Promi
           // Standalone round.
           const input = benchRoundInput({ baseUrl: emulator.url, campaignId: `history-${steps}-${taskQueue}`, steps, batchSize: 2, segmentSteps: ctx.quick ? 10 : undefined });
           const roundId = `round-${steps}-${taskQueue}`;
-          const result: RoundResult = await ctx.client.workflow.execute('roundWorkflow', { taskQueue, workflowId: roundId, args: [input] });
+          const result: RoundResult = await ctx.client.workflow.execute(roundWorkflow, { taskQueue, workflowId: roundId, args: [input] });
           if (result.stepsApplied !== steps) throw new Error(`round of ${steps} steps applied ${result.stepsApplied}`);
           const phase = trainingPhase(await ctx.client.workflow.getHandle(roundId).fetchHistory());
           note(`history round ${steps} steps: ${phase.totalEvents} events in all, ${phase.events} in training over ${phase.segments} segment(s), ${(phase.ms / 1000).toFixed(1)} s training`);
@@ -62,7 +63,7 @@ export async function historyBenchmark(ctx: BenchContext, report: Report): Promi
 
           // The same round, run by a one-round campaign: its progress signals to the campaign add events.
           const campaignId = `campaign-${steps}-${taskQueue}`;
-          const result2: CampaignResult = await ctx.client.workflow.execute('campaignWorkflow', {
+          const result2: CampaignResult = await ctx.client.workflow.execute(campaignWorkflow, {
             taskQueue,
             workflowId: campaignId,
             args: [campaignInputLike(input, path.join(ctx.scratch, 'campaigns'))],

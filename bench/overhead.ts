@@ -1,6 +1,7 @@
 import type { RoundResult } from '../workflows/round-contract';
 import { runDirectLoop } from './direct';
 import { benchRoundInput, note, startBenchEmulator, trainingPhase, withWorker, type BenchContext, type Report } from './harness';
+import { roundWorkflow } from '../workflows';
 
 interface Mode {
   name: string;
@@ -32,7 +33,7 @@ export async function overheadBenchmark(ctx: BenchContext, report: Report): Prom
       const taskQueue = `bench-overhead-${mode.name}-${Date.now()}`;
       const roundInput = input('round');
       const workflowId = `round-${taskQueue}`;
-      const result: RoundResult = await withWorker(ctx, taskQueue, () => ctx.client.workflow.execute('roundWorkflow', { taskQueue, workflowId, args: [roundInput] }));
+      const result: RoundResult = await withWorker(ctx, taskQueue, () => ctx.client.workflow.execute(roundWorkflow, { taskQueue, workflowId, args: [roundInput] }));
       if (result.status !== 'completed' || result.stepsApplied !== steps) throw new Error(`round ended ${result.status} with ${result.stepsApplied}/${steps} steps`);
       const phase = trainingPhase(await ctx.client.workflow.getHandle(workflowId).fetchHistory());
       note(`overhead ${mode.name}: ${steps} steps — naive ${naive.trainingMs} ms, pipelined ${pipelined.trainingMs} ms, round ${phase.ms} ms (${phase.segments} segment(s))`);

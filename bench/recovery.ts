@@ -3,6 +3,7 @@ import path from 'node:path';
 import type { RoundResult } from '../workflows/round-contract';
 import { startWorkerProcess, type WorkerProcess } from '../test/helpers/worker-process';
 import { benchRoundInput, note, sleep, startBenchEmulator, waitFor, type BenchContext, type Report } from './harness';
+import { roundWorkflow } from '../workflows';
 
 /** The environment of a real `roundhouse worker` process on the bench's dev server. */
 export function workerProcessEnv(ctx: BenchContext, taskQueue: string, extra: Record<string, string> = {}): Record<string, string> {
@@ -40,7 +41,7 @@ export async function recoveryBenchmark(ctx: BenchContext, report: Report): Prom
   try {
     await worker.ready;
     const input = benchRoundInput({ baseUrl: emulator.url, campaignId: `recovery-${taskQueue}`, steps, segmentSteps, heartbeatTimeoutSeconds, batchSize: 2 });
-    const handle = await ctx.client.workflow.start('roundWorkflow', { taskQueue, workflowId: `round-${taskQueue}`, args: [input] });
+    const handle = await ctx.client.workflow.start(roundWorkflow, { taskQueue, workflowId: `round-${taskQueue}`, args: [input] });
     const applied = () => emulator.engine.ledger().totals.optimizerSteps;
     await waitFor(`optimizer step ${killAtStep}`, () => (applied() >= killAtStep ? true : undefined), 120_000, 5);
     const killedAt = Date.now();

@@ -4,6 +4,7 @@ import { startWorkerProcess } from '../test/helpers/worker-process';
 import { runDirectLoop } from './direct';
 import { benchRoundInput, childPids, cpuMeter, note, startBenchEmulator, trainingPhase, type BenchContext, type Report } from './harness';
 import { workerProcessEnv } from './recovery';
+import { roundWorkflow } from '../workflows';
 
 const GIB = 2 ** 30;
 
@@ -38,7 +39,7 @@ export async function scaleBenchmark(ctx: BenchContext, report: Report): Promise
         const handles = await Promise.all(
           Array.from({ length: n }, (_v, i) => {
             const input = benchRoundInput({ baseUrl: emulator.url, campaignId: `scale-${n}-${i}-${taskQueue}`, steps, batchSize: 2, evalRows: 2 });
-            return ctx.client.workflow.start('roundWorkflow', { taskQueue, workflowId: `round-${i}-${taskQueue}`, args: [input] });
+            return ctx.client.workflow.start(roundWorkflow, { taskQueue, workflowId: `round-${i}-${taskQueue}`, args: [input] });
           }),
         );
         const results: RoundResult[] = await Promise.all(handles.map((h) => h.result()));

@@ -12,6 +12,7 @@ import {
 import { cliClient, cliContext, reportRoot, unknownId, CliFailure } from './context';
 import { renderProgress, watchCampaign } from './progress';
 import { validateCampaignLocally } from './validate';
+import { campaignWorkflow } from '../workflows';
 
 function campaignIdFor(name: string): string {
   return `${name}-${new Date().toISOString().replace(/[-:.TZ]/g, '').slice(0, 14)}`;
@@ -49,7 +50,7 @@ export function runCommand(): Command {
       const { client, address, close } = await cliClient(settings);
       try {
         const input: CampaignInput = { campaignId, spec, reportRoot: reportRoot(settings) };
-        const handle = await client.workflow.start('campaignWorkflow', {
+        const handle = await client.workflow.start(campaignWorkflow, {
           taskQueue: settings.taskQueue,
           workflowId: campaignId,
           args: [input],

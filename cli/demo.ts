@@ -9,6 +9,7 @@ import type { CampaignInput, CampaignResult } from '../workflows/campaign-contra
 import { cliContext, reportRoot } from './context';
 import { watchCampaign } from './progress';
 import { validateCampaignLocally } from './validate';
+import { campaignWorkflow } from '../workflows';
 
 /**
  * `npm start`: the embedded default — a persistent dev server, the emulator and a worker in this process — runs
@@ -35,7 +36,7 @@ export function demoCommand(): Command {
         const input: CampaignInput = { campaignId, spec, reportRoot: reportRoot(settings) };
         process.stdout.write(`Running campaign ${campaignId}: ${spec.rounds.max} rounds at most on the embedded emulator (${spec.provider.model})\n`);
         const result = (await worker.runUntil(async () => {
-          const handle = await client.workflow.start('campaignWorkflow', { taskQueue: settings.taskQueue, workflowId: campaignId, args: [input] });
+          const handle = await client.workflow.start(campaignWorkflow, { taskQueue: settings.taskQueue, workflowId: campaignId, args: [input] });
           return watchCampaign(handle, process.stdout, 1000);
         })) as CampaignResult;
         const accuracy = result.rounds.map((r) => (r.accuracy === undefined ? '–' : `${(r.accuracy * 100).toFixed(0)}%`)).join(' → ');

@@ -3,6 +3,7 @@ import type { Duration } from '@temporalio/common';
 import type { CampaignSpec, ProviderSpec } from '../config/spec';
 import type { ReaperInput } from '../activities/reaper';
 import type { CampaignInput } from '../workflows/campaign-contract';
+import { campaignWorkflow, reaperWorkflow } from '../workflows';
 
 export type OverlapName = 'skip' | 'buffer-one' | 'buffer-all' | 'cancel-other' | 'allow-all';
 
@@ -38,8 +39,8 @@ export async function upsertCampaignSchedule(client: Client, options: CampaignSc
   const scheduleSpec = { intervals: options.every ? [{ every: options.every as Duration }] : undefined, cronExpressions: options.cron };
   const action = {
     type: 'startWorkflow' as const,
-    workflowType: 'campaignWorkflow',
-    args: [input],
+    workflowType: campaignWorkflow,
+    args: [input] as [CampaignInput],
     taskQueue: options.taskQueue,
     workflowId: options.scheduleId,
   };
@@ -65,7 +66,7 @@ export async function ensureReaperSchedule(
   const scheduleId = options.scheduleId ?? REAPER_SCHEDULE_ID;
   const input: ReaperInput = { providers: options.providers, graceSeconds: options.graceSeconds ?? 300 };
   const scheduleSpec = { intervals: [{ every: (options.every ?? "1 minute") as Duration }] };
-  const action = { type: 'startWorkflow' as const, workflowType: 'reaperWorkflow', args: [input], taskQueue: options.taskQueue, workflowId: scheduleId };
+  const action = { type: 'startWorkflow' as const, workflowType: reaperWorkflow, args: [input] as [ReaperInput], taskQueue: options.taskQueue, workflowId: scheduleId };
   const handle = client.schedule.getHandle(scheduleId);
   try {
     await handle.describe();

@@ -1,12 +1,9 @@
 import {
-  ApplicationFailure,
   CancellationScope,
-  ChildWorkflowFailure,
   ParentClosePolicy,
   allHandlersFinished,
   condition,
   continueAsNew,
-  isCancellation,
   proxyActivities,
   setHandler,
   startChild,
@@ -25,7 +22,10 @@ import {
   type CampaignResult,
   type CampaignState,
   type RoundSummary,
+  validateCampaignLimits,
+  validateStopRequest,
 } from './campaign-contract';
+import { childRoundResultOf, failureTypeOf, isCancellation } from './failures';
 import { pauseRoundSignal, resumeRoundSignal, roundProgressSignal, setRoundBudgetSignal, type RoundInput, type RoundProgress, type RoundResult } from './round-contract';
 import { roundWorkflow } from './round';
 
@@ -99,16 +99,24 @@ export async function campaignWorkflow(input: CampaignInput): Promise<CampaignRe
     if (child) await child.signal(resumeRoundSignal);
     return progress();
   });
-  setHandler(stopCampaignUpdate, ({ mode }) => {
-    state.stop = mode;
-    if (mode === 'now') childScope?.cancel();
-    return progress();
-  });
-  setHandler(setCampaignLimitsUpdate, async (limits) => {
-    state.limits = { ...state.limits, ...limits };
-    if (child) await child.signal(setRoundBudgetSignal, roundBudget());
-    return progress();
-  });
+  setHandler(
+    stopCampaignUpdate,
+    ({ mode }) => {
+      state.stop = mode;
+      if (mode === 'now') childScope?.cancel();
+      return progress();
+    },
+    { validator: validateStopRequest },
+  );
+  setHandler(
+    setCampaignLimitsUpdate,
+    async (limits) => {
+      state.limits = { ...state.limits, ...limits };
+      if (child) await child.signal(setRoundBudgetSignal, roundBudget());
+      return progress();
+    },
+    { validator: validateCampaignLimits },
+  );
 
   /** Why the campaign should not start another round, if it should not. Checked before each round. */
   const reasonToStop = (): string | undefined => {
@@ -163,9 +171,8 @@ export async function campaignWorkflow(input: CampaignInput): Promise<CampaignRe
         await CancellationScope.nonCancellable(() => activities.writeCampaignSummary({ path: summaryPath, summary: progress() }));
         throw err;
       }
-      const details = err instanceof ChildWorkflowFailure && err.cause instanceof ApplicationFailure ? (err.cause.details?.[0] as RoundResult | undefined) : undefined;
-      result = details ?? undefined;
-      if (!result) summary = { ...summary, status: isCancellation(err) || state.stop === 'now' ? 'cancelled' : 'failed', errorType: errorTypeOf(err), gpuMinutes: current?.gpuMinutes ?? 0 };
+      result = childRoundResultOf<RoundResult>(err);
+      if (!result) summary = { ...summary, status: isCancellation(err) || state.stop === 'now' ? 'cancelled' : 'failed', errorType: failureTypeOf(err), gpuMinutes: current?.gpuMinutes ?? 0 };
     }
     if (result) {
       summary = {
@@ -213,11 +220,4 @@ export async function campaignWorkflow(input: CampaignInput): Promise<CampaignRe
   await activities.writeCampaignSummary({ path: summaryPath, summary: final });
   await condition(allHandlersFinished);
   return final;
-}
-
-function errorTypeOf(err: unknown): string {
-  if (isCancellation(err)) return 'Cancelled';
-  const cause = err instanceof ChildWorkflowFailure ? err.cause : err;
-  if (cause instanceof ApplicationFailure && cause.type) return cause.type;
-  return cause instanceof Error ? cause.name : 'Unknown';
 }

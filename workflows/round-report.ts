@@ -1,0 +1,57 @@
+import { workflowInfo } from '@temporalio/workflow';
+import type { RoundInput, RoundProgress, RoundResult } from './round-contract';
+
+/** The round's report (round-N.json) as the workflow knows it; the report activity merges in evaluations and steps. */
+export function roundReport(
+  input: RoundInput,
+  result: RoundResult,
+  data: { train: string; eval: string; trainSha256: string; evalSha256: string },
+  progress: RoundProgress,
+  released: string[],
+  cleanupStatus: string,
+  failureMessage: string | undefined,
+): Record<string, unknown> {
+  const info = workflowInfo();
+  return {
+    campaign_id: input.campaignId,
+    round: input.round,
+    name: input.spec.name,
+    workflow_id: info.workflowId,
+    run_id: info.runId,
+    provider: input.spec.provider.kind,
+    base_model: input.spec.provider.model,
+    resource_id: progress.resourceId ?? null,
+    session_id: progress.sessionId ?? null,
+    train_path: data.train,
+    eval_path: data.eval,
+    train_sha256: data.trainSha256,
+    eval_sha256: data.evalSha256,
+    started_from_checkpoint: input.startFrom?.checkpointId ?? null,
+    baseline_loss: result.baselineLoss ?? null,
+    trained_loss: result.trainedLoss ?? null,
+    kind: result.kind ?? 'sft',
+    loss_unit:
+      result.kind === 'dpo'
+        ? 'mean DPO loss (−log σ(β·margin)) over the eval pairs'
+        : 'mean cross-entropy per trained (answer) token of the eval set, in nats',
+    first_reward: result.firstReward ?? null,
+    latest_reward: result.latestReward ?? null,
+    baseline_preference_accuracy: result.baselineAccuracy ?? null,
+    baseline_margin: result.baselineMargin ?? null,
+    trained_margin: result.trainedMargin ?? null,
+    accuracy: result.accuracy ?? null,
+    pool_accuracy: result.poolAccuracy ?? null,
+    training_checkpoint_id: result.trainingCheckpointId ?? null,
+    sampler_checkpoint_id: result.samplerCheckpointId ?? null,
+    steps_applied: result.stepsApplied,
+    steps_planned: result.totalSteps,
+    gpu_minutes: result.gpuMinutes,
+    estimated_cost_usd: result.costUsd ?? null,
+    status: result.status,
+    stop_reason: result.stopReason ?? null,
+    error_type: result.errorType ?? null,
+    error_message: failureMessage ?? null,
+    cleanup_status: cleanupStatus,
+    deactivated_ids: released,
+  };
+}

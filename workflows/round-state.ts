@@ -1,0 +1,162 @@
+import { condition, getExternalWorkflowHandle, patched, setHandler, workflowInfo } from '@temporalio/workflow';
+import {
+  pauseRoundSignal,
+  resumeRoundSignal,
+  roundProgressQuery,
+  roundProgressSignal,
+  setRoundBudgetSignal,
+  type RoundBudget,
+  type RoundInput,
+  type RoundPhase,
+  type RoundProgress,
+  type RoundResult,
+} from './round-contract';
+
+/**
+ * What a round knows while it runs: its progress (answered to queries, told to the parent), the GPU time it has
+ * held, its budget and whether a pause was asked for. Message handlers are registered by the constructor.
+ */
+export class RoundState {
+  readonly kind: NonNullable<RoundResult['kind']>;
+  readonly progress: RoundProgress;
+  readonly result: RoundResult;
+  /** Trainers released so far (pause, budget, cleanup). */
+  readonly released: string[] = [];
+  failure: unknown;
+  pauseRequested = false;
+  /** True once training is over (the budget watch ends). */
+  trainingOver = false;
+  /** True while the budget is spent (set by the budget watch). */
+  budgetHit = false;
+
+  private budget: RoundBudget;
+  private budgetVersion = 0;
+  private heldMs = 0;
+  private readyAtMs: number | undefined;
+  private gpuCount = 1;
+  private pricePerHour: number | undefined;
+  private segmentEndToldMs: number | undefined;
+
+  constructor(private readonly input: RoundInput) {
+    const { campaignId, round } = input;
+    this.kind = input.spec.round?.kind ?? 'sft';
+    this.budget = { ...input.budget };
+    this.progress = { campaignId, round, phase: 'validating', step: 0, totalSteps: 0, gpuMinutes: 0 };
+    this.result = { campaignId, round, kind: this.kind, status: 'failed', reportPath: `${input.reportDir}/round-${round}.json`, stepsApplied: 0, totalSteps: 0, gpuMinutes: 0 };
+    setHandler(roundProgressQuery, () => this.snapshot());
+    setHandler(pauseRoundSignal, () => void (this.pauseRequested = true));
+    setHandler(resumeRoundSignal, () => void (this.pauseRequested = false));
+    setHandler(setRoundBudgetSignal, (b) => {
+      this.budget = { ...this.budget, ...b };
+      this.budgetVersion += 1;
+    });
+  }
+
+  /** An idempotency key of this round: `${campaignId}/r${round}/…parts`. */
+  key(...parts: (string | number)[]): string {
+    return [this.input.campaignId, `r${this.input.round}`, ...parts].join('/');
+  }
+
+  /** A path beside the round's report: `round-N.<suffix>`. */
+  file(suffix: string): string {
+    return `${this.input.reportDir}/round-${this.input.round}.${suffix}`;
+  }
+
+  pricing(plan: { gpuCount: number; pricePerHour?: number }): void {
+    this.gpuCount = plan.gpuCount;
+    this.pricePerHour = plan.pricePerHour;
+  }
+
+  /** The confirmed step (progress and result move together). */
+  setStep(step: number): void {
+    this.progress.step = this.result.stepsApplied = step;
+  }
+
+  trainerReady(resourceId: string, readyAtMs: number): void {
+    this.readyAtMs = readyAtMs;
+    this.progress.resourceId = resourceId;
+  }
+
+  /** A trainer was released: its GPU time stops counting. */
+  trainerReleased(resourceId: string): void {
+    this.released.push(resourceId);
+    this.heldMs = this.heldNowMs();
+    this.readyAtMs = undefined;
+  }
+
+  /** GPU-minutes and cost as final figures on the result (at cleanup). */
+  settleCost(): void {
+    this.heldMs = this.heldNowMs();
+    this.readyAtMs = undefined;
+    this.result.gpuMinutes = this.gpuMinutes();
+    this.result.costUsd = this.costUsd();
+  }
+
+  snapshot(): RoundProgress {
+    return { ...this.progress, gpuMinutes: this.gpuMinutes(), costUsd: this.costUsd() };
+  }
+
+  /**
+   * Tells the parent campaign the phase. Phase changes and the first segment end always reach it; later segment ends
+   * at most every 30 s: a signal adds 5 history events, and a segment's own 6 leave room for fewer under 0.1 event
+   * per step.
+   */
+  async tell(phase: RoundPhase, options: { segmentEnd?: boolean } = {}): Promise<void> {
+    this.progress.phase = phase;
+    const parent = workflowInfo().parent;
+    if (!parent) return;
+    if (options.segmentEnd) {
+      const recent = this.segmentEndToldMs !== undefined && Date.now() - this.segmentEndToldMs < 30_000;
+      if (recent && patched('throttle-segment-progress-signals')) return;
+      this.segmentEndToldMs = Date.now();
+    }
+    await getExternalWorkflowHandle(parent.workflowId, parent.runId)
+      .signal(roundProgressSignal, this.snapshot())
+      .catch(() => undefined);
+  }
+
+  /** Why training must stop now, if a limit is reached. */
+  overBudget(): string | undefined {
+    if (this.budget.deadlineMs !== undefined && Date.now() >= this.budget.deadlineMs) return 'wall-time budget reached';
+    if (this.budget.maxGpuMinutes !== undefined && this.gpuMinutes() >= this.budget.maxGpuMinutes) return 'GPU-minute budget reached';
+    return undefined;
+  }
+
+  /**
+   * While training, one timer stands for the moment the budget runs out (re-armed when the budget or the trainer
+   * changes), so a limit interrupts the running segment like a pause does instead of waiting for its end.
+   */
+  async watchBudget(): Promise<void> {
+    while (!this.trainingOver) {
+      const version = this.budgetVersion;
+      const held = this.readyAtMs;
+      const changed = () => this.trainingOver || this.budgetVersion !== version || this.readyAtMs !== held;
+      this.budgetHit = this.overBudget() !== undefined;
+      const ms = this.budgetHit ? undefined : this.msUntilOverBudget();
+      if (ms === undefined) await condition(changed);
+      else if (!(await condition(changed, Math.max(1, Math.ceil(ms))))) this.budgetHit = this.overBudget() !== undefined;
+      if (this.budgetHit) await condition(changed);
+    }
+  }
+
+  /** How long until a limit is reached at the current rate (GPU time runs only while a trainer is held). */
+  private msUntilOverBudget(): number | undefined {
+    const waits: number[] = [];
+    if (this.budget.deadlineMs !== undefined) waits.push(this.budget.deadlineMs - Date.now());
+    if (this.budget.maxGpuMinutes !== undefined && this.readyAtMs !== undefined) waits.push(((this.budget.maxGpuMinutes - this.gpuMinutes()) * 60_000) / this.gpuCount);
+    return waits.length ? Math.max(0, Math.min(...waits)) : undefined;
+  }
+
+  /** GPU time: the finished holds plus the current one (from ready until now). */
+  private heldNowMs(): number {
+    return this.heldMs + (this.readyAtMs === undefined ? 0 : Math.max(0, Date.now() - this.readyAtMs));
+  }
+
+  private gpuMinutes(): number {
+    return (this.heldNowMs() / 60_000) * this.gpuCount;
+  }
+
+  private costUsd(): number | undefined {
+    return this.pricePerHour === undefined ? undefined : (this.heldNowMs() / 3_600_000) * this.pricePerHour;
+  }
+}
