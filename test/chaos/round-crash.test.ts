@@ -11,6 +11,7 @@ import { ticketCampaignSpec } from '../helpers/campaign';
 import { campaignProgressQuery, type CampaignInput, type CampaignResult } from '../../workflows/campaign-contract';
 import { connectTestTemporal, uniqueTaskQueue, type TestTemporal } from '../helpers/temporal';
 import { bundleToFile, crashTestWorkerEnv, killAtPoints, startWorkerProcess, type KillPoint, type WorkerProcess } from '../helpers/worker-process';
+import { campaignWorkflow, roundWorkflow } from '../../workflows';
 
 let temporal: TestTemporal;
 let bundleFile: string;
@@ -63,7 +64,7 @@ test('SIGKILL of the worker at every phase boundary and inside training: a fresh
   let worker: WorkerProcess = startWorkerProcess(env);
   try {
     await worker.ready;
-    const handle = await temporal.client.workflow.start('roundWorkflow', { taskQueue, workflowId: `round-${taskQueue}`, args: [input] });
+    const handle = await temporal.client.workflow.start(roundWorkflow, { taskQueue, workflowId: `round-${taskQueue}`, args: [input] });
     const killed = await killAtPoints({
       points: killPoints,
       progress: () => progressOf(handle),
@@ -108,7 +109,7 @@ test('with 429/5xx/resets/lost responses injected at 10% the round completes wit
       providers,
     });
     const result: RoundResult = await worker.runUntil(
-      temporal.client.workflow.execute('roundWorkflow', { taskQueue, workflowId: `round-${taskQueue}`, args: [input] }),
+      temporal.client.workflow.execute(roundWorkflow, { taskQueue, workflowId: `round-${taskQueue}`, args: [input] }),
     );
     expect(result).toMatchObject({ status: 'completed', stepsApplied: 12 });
     const fired = await firedFaults(emulator);
@@ -136,7 +137,7 @@ test('SIGKILL of the worker between rounds and around continue-as-new: the campa
   const kills: string[] = [];
   try {
     await worker.ready;
-    const handle = await temporal.client.workflow.start('campaignWorkflow', { taskQueue, workflowId: campaignId, args: [{ campaignId, spec, reportRoot: dir } satisfies CampaignInput] });
+    const handle = await temporal.client.workflow.start(campaignWorkflow, { taskQueue, workflowId: campaignId, args: [{ campaignId, spec, reportRoot: dir } satisfies CampaignInput] });
     // Kill as each round finishes (before the campaign records it and continues as new), and right after.
     for (const point of [1, 2]) {
       for (const moment of ['round finishing', 'new run']) {

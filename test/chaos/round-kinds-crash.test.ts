@@ -9,6 +9,7 @@ import { firedFaults, ledger, setFaults, startTestEmulator, tenPercentFaults, ty
 import { arithmeticRoundInput, progressOf } from '../helpers/round';
 import { connectTestTemporal, uniqueTaskQueue, type TestTemporal } from '../helpers/temporal';
 import { bundleToFile, crashTestWorkerEnv, killAtPoints, startWorkerProcess, type KillPoint, type WorkerProcess } from '../helpers/worker-process';
+import { roundWorkflow } from '../../workflows';
 
 /**
  * The SFT round's crash and fault tests, run on the GRPO and DPO kinds: SIGKILL of real worker processes inside
@@ -67,7 +68,7 @@ describe.each(['grpo', 'dpo'] as const)('%s round', (kind) => {
     let worker: WorkerProcess = startWorkerProcess(env);
     try {
       await worker.ready;
-      const handle = await temporal.client.workflow.start('roundWorkflow', { taskQueue, workflowId: `round-${input.campaignId}`, args: [input] });
+      const handle = await temporal.client.workflow.start(roundWorkflow, { taskQueue, workflowId: `round-${input.campaignId}`, args: [input] });
       const killed = await killAtPoints({
         points: killPoints,
         progress: () => progressOf(handle),
@@ -106,7 +107,7 @@ describe.each(['grpo', 'dpo'] as const)('%s round', (kind) => {
       const taskQueue = uniqueTaskQueue(`faults-${kind}`);
       const input = KINDS[kind](emulator.url, `faults-${kind}-${taskQueue}`);
       const worker = await createRoundhouseWorker({ connection: temporal.nativeConnection, namespace: temporal.settings.namespace, taskQueue, workflowBundle: { codePath: bundleFile }, providers });
-      const result: RoundResult = await worker.runUntil(temporal.client.workflow.execute('roundWorkflow', { taskQueue, workflowId: `round-${input.campaignId}`, args: [input] }));
+      const result: RoundResult = await worker.runUntil(temporal.client.workflow.execute(roundWorkflow, { taskQueue, workflowId: `round-${input.campaignId}`, args: [input] }));
       expect(result).toMatchObject({ status: 'completed', stepsApplied: PLANNED[kind] });
       const fired = await firedFaults(emulator);
       process.stderr.write(`[faults ${kind}] injected: ${fired.summary}\n`);

@@ -11,6 +11,7 @@ import { parseCampaignSpec } from '../../config/spec';
 import { writeArithmeticData } from '../../examples/arithmetic/generate';
 import { writeTicketPreferences } from '../../examples/support-tickets/generate';
 import { bundleWorkflows, connectTestTemporal, uniqueTaskQueue } from '../helpers/temporal';
+import { campaignWorkflow } from '../../workflows';
 
 const CHROMIUM = '/usr/bin/chromium';
 
@@ -24,7 +25,7 @@ test('a campaign writes report.html and summary.md; the HTML renders its charts 
     const campaignId = `report-${taskQueue}`;
     const worker = await createRoundhouseWorker({ connection: temporal.nativeConnection, namespace: 'default', taskQueue, workflowBundle: await bundleWorkflows(), providers });
     const result: CampaignResult = await worker.runUntil(
-      temporal.client.workflow.execute('campaignWorkflow', { taskQueue, workflowId: campaignId, args: [{ campaignId, spec, reportRoot: dir } satisfies CampaignInput] }),
+      temporal.client.workflow.execute(campaignWorkflow, { taskQueue, workflowId: campaignId, args: [{ campaignId, spec, reportRoot: dir } satisfies CampaignInput] }),
     );
     const campaignDir = path.dirname(result.summaryPath);
     const html = fs.readFileSync(path.join(campaignDir, 'report.html'), 'utf8');
@@ -103,7 +104,7 @@ test.each(['grpo', 'dpo'] as const)('a %s campaign of two rounds reports its per
     const campaignId = `report-${taskQueue}`;
     const worker = await createRoundhouseWorker({ connection: temporal.nativeConnection, namespace: 'default', taskQueue, workflowBundle: await bundleWorkflows(), providers });
     const result: CampaignResult = await worker.runUntil(
-      temporal.client.workflow.execute('campaignWorkflow', { taskQueue, workflowId: campaignId, args: [{ campaignId, spec, reportRoot: dir } satisfies CampaignInput] }),
+      temporal.client.workflow.execute(campaignWorkflow, { taskQueue, workflowId: campaignId, args: [{ campaignId, spec, reportRoot: dir } satisfies CampaignInput] }),
     );
     expect(result.rounds.map((r) => [r.round, r.status])).toEqual([[1, 'completed'], [2, 'completed']]);
     const campaignDir = path.dirname(result.summaryPath);

@@ -12,6 +12,7 @@ import { startTestEmulator, type RunningEmulator } from './emulator';
 import { bundleWorkflows, connectTestTemporal, type TestTemporal } from './temporal';
 import { writeTicketData, writeTicketPreferences } from '../../examples/support-tickets/generate';
 import { writeArithmeticData } from '../../examples/arithmetic/generate';
+import { roundWorkflow } from '../../workflows';
 
 /** A round input for the support-ticket example at a given size, against an emulator URL. */
 export function ticketRoundInput(options: {
@@ -87,7 +88,7 @@ export function roundTestEnvironment(emulatorOptions: EmulatorOptions = {}, prov
   });
   const runRound = async (input: RoundInput, taskQueue: string): Promise<RoundResult> => {
     const worker = await createRoundhouseWorker({ connection: env.temporal.nativeConnection, namespace: env.temporal.settings.namespace, taskQueue, workflowBundle: env.bundle, providers: env.providers });
-    return worker.runUntil(env.temporal.client.workflow.execute('roundWorkflow', { taskQueue, workflowId: `round-${input.campaignId}`, args: [input] }));
+    return worker.runUntil(env.temporal.client.workflow.execute(roundWorkflow, { taskQueue, workflowId: `round-${input.campaignId}`, args: [input] }));
   };
   return { env, runRound };
 }

@@ -6,6 +6,7 @@ import { connectClient, connectionOptions, connectWorker, temporalClient } from 
 import { createRoundhouseWorker } from '../../workers/worker';
 import { bundleWorkflows, uniqueTaskQueue } from '../helpers/temporal';
 import { makeTestPki, startTlsFront, type TestPki } from './tls-front';
+import { preflightWorkflow } from '../../workflows';
 
 /**
  * Temporal Cloud's two ways in, end to end: the worker's and the client's connections are built from the environment
@@ -30,7 +31,7 @@ async function preflightThrough(settings: WorkerSettings): Promise<unknown> {
     const taskQueue = uniqueTaskQueue('cloud');
     const worker = await createRoundhouseWorker({ connection: workerConnection, namespace: settings.namespace, taskQueue, workflowBundle: bundle });
     return await worker.runUntil(
-      temporalClient(settings, clientConnection).workflow.execute('preflightWorkflow', { taskQueue, workflowId: `preflight-${taskQueue}`, args: ['over TLS'] }),
+      temporalClient(settings, clientConnection).workflow.execute(preflightWorkflow, { taskQueue, workflowId: `preflight-${taskQueue}`, args: ['over TLS'] }),
     );
   } finally {
     await clientConnection.close();

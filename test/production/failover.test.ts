@@ -5,6 +5,7 @@ import { arithmeticRoundInput, ticketRoundInput } from '../helpers/round';
 import { connectTestTemporal, uniqueTaskQueue, type TestTemporal } from '../helpers/temporal';
 import type { WorkerProcess } from '../helpers/worker-process';
 import { buildDist, startDistWorker, trainingWorkerPid, waitFor } from './helpers';
+import { roundWorkflow } from '../../workflows';
 
 let temporal: TestTemporal;
 
@@ -49,7 +50,7 @@ advanced: { heartbeatTimeoutSeconds: 2 }
 round: { kind: grpo, grpo: { groupSize: 4, reward: { kind: numeric } } }`,
           });
     if (kind === 'sft') input.spec.training.epochs = 3; // 64 / 8 × 3 = 24 steps; grpo: 80 / 10 × 3 = 24
-    const handle = await temporal.client.workflow.start('roundWorkflow', { taskQueue, workflowId: `round-${taskQueue}`, args: [input] });
+    const handle = await temporal.client.workflow.start(roundWorkflow, { taskQueue, workflowId: `round-${taskQueue}`, args: [input] });
 
     // Steps as the trainer counts them (live, unlike the round's progress, which moves at segment ends).
     const trainerSteps = async () => (await ledger(emulator)).totals.optimizerSteps;

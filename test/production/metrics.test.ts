@@ -10,6 +10,7 @@ import { arithmeticRoundInput, ticketRoundInput } from '../helpers/round';
 import { connectTestTemporal, uniqueTaskQueue } from '../helpers/temporal';
 import { bundleToFile, startWorkerProcess } from '../helpers/worker-process';
 import { progressOf, scrape, total, waitFor } from './helpers';
+import { reaperWorkflow, roundWorkflow } from '../../workflows';
 
 test('the metrics endpoint serves Temporal worker metrics and Roundhouse metrics, scraped during and after a round', async () => {
   const temporal = await connectTestTemporal();
@@ -28,7 +29,7 @@ test('the metrics endpoint serves Temporal worker metrics and Roundhouse metrics
   try {
     await worker.ready;
     const input = ticketRoundInput({ baseUrl: emulator.url, campaignId: `metrics-${taskQueue}`, trainRows: 48, evalRows: 8 });
-    const handle = await temporal.client.workflow.start('roundWorkflow', { taskQueue, workflowId: `round-${taskQueue}`, args: [input] });
+    const handle = await temporal.client.workflow.start(roundWorkflow, { taskQueue, workflowId: `round-${taskQueue}`, args: [input] });
 
     // During training
     await waitFor('training past step 3', async () => {
@@ -60,7 +61,7 @@ test('the metrics endpoint serves Temporal worker metrics and Roundhouse metrics
     const orphanMaker = togetherProvider(emulator, LOCAL_EMULATOR_KEY);
     const orphan = await orphanMaker.provision({ model: 'roundhouse/tiny-chat', ownerTag: ownerTagFor(`gone-${taskQueue}`), generatorReplicas: 1, inactiveTimeoutSeconds: 600 });
     await orphanMaker.close();
-    const reaped = await temporal.client.workflow.execute('reaperWorkflow', {
+    const reaped = await temporal.client.workflow.execute(reaperWorkflow, {
       taskQueue,
       workflowId: `reaper-${taskQueue}`,
       args: [{ providers: [{ kind: 'local', baseUrl: emulator.url, model: '' }], graceSeconds: 0 }],
@@ -75,7 +76,7 @@ test('the metrics endpoint serves Temporal worker metrics and Roundhouse metrics
       tickets: true,
       yaml: `training: { epochs: 1, batchSize: 8, learningRate: 0.01, loraRank: 8, maxSeqLen: 64 }\nsampling: { maxTokens: 3 }\nround: { kind: dpo }`,
     });
-    const dpoResult: RoundResult = await temporal.client.workflow.execute('roundWorkflow', { taskQueue, workflowId: `round-dpo-${taskQueue}`, args: [dpo] });
+    const dpoResult: RoundResult = await temporal.client.workflow.execute(roundWorkflow, { taskQueue, workflowId: `round-dpo-${taskQueue}`, args: [dpo] });
     expect(dpoResult).toMatchObject({ status: 'completed', stepsApplied: 8 });
     expect(total(await scrape(address), 'roundhouse_optimizer_steps')).toBe(12 + 8);
     process.stderr.write(

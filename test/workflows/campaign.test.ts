@@ -17,6 +17,7 @@ import { ledger, startTestEmulator, type RunningEmulator } from '../helpers/emul
 import { ticketCampaignSpec } from '../helpers/campaign';
 import { loadCampaignSpec } from '../../config/spec';
 import { bundleWorkflows, connectTestTemporal, uniqueTaskQueue, type TestTemporal } from '../helpers/temporal';
+import { campaignWorkflow } from '../../workflows';
 
 let temporal: TestTemporal;
 let bundle: WorkflowBundleWithSourceMap;
@@ -50,9 +51,9 @@ test('a 3-round campaign trains each round from the last checkpoint on its mista
   const campaignId = `camp-${taskQueue}`;
   const input: CampaignInput = { campaignId, spec, reportRoot: path.join(dir, 'campaigns') };
   const result: CampaignResult = await withWorker(taskQueue, async () => {
-    const handle = await temporal.client.workflow.start('campaignWorkflow', { taskQueue, workflowId: campaignId, args: [input] });
+    const handle = await temporal.client.workflow.start(campaignWorkflow, { taskQueue, workflowId: campaignId, args: [input] });
     // Starting the same campaign id again attaches to the running one.
-    const again = await temporal.client.workflow.start('campaignWorkflow', { taskQueue, workflowId: campaignId, args: [input], workflowIdConflictPolicy: 'USE_EXISTING' });
+    const again = await temporal.client.workflow.start(campaignWorkflow, { taskQueue, workflowId: campaignId, args: [input], workflowIdConflictPolicy: 'USE_EXISTING' });
     expect(again.firstExecutionRunId).toBe(handle.firstExecutionRunId);
     return handle.result();
   });
@@ -90,7 +91,7 @@ test('pause mid-training releases the GPU; resume continues at the same step, no
   const { spec, dir } = ticketCampaignSpec({ baseUrl: emulator.url, trainRows: 120, evalRows: 5, yaml: 'rounds: { max: 1, nextData: { policy: static } }' });
   const campaignId = `pause-${taskQueue}`;
   await withWorker(taskQueue, async () => {
-    const handle = await temporal.client.workflow.start('campaignWorkflow', {
+    const handle = await temporal.client.workflow.start(campaignWorkflow, {
       taskQueue,
       workflowId: campaignId,
       args: [{ campaignId, spec, reportRoot: path.join(dir, 'campaigns') } satisfies CampaignInput],
@@ -135,7 +136,7 @@ test('stop now cancels the running round, which releases its GPU; the campaign e
   const { spec, dir } = ticketCampaignSpec({ baseUrl: emulator.url, trainRows: 120, evalRows: 5, yaml: 'rounds: { max: 3 }' });
   const campaignId = `stop-${taskQueue}`;
   await withWorker(taskQueue, async () => {
-    const handle = await temporal.client.workflow.start('campaignWorkflow', { taskQueue, workflowId: campaignId, args: [{ campaignId, spec, reportRoot: path.join(dir, 'c') } satisfies CampaignInput] });
+    const handle = await temporal.client.workflow.start(campaignWorkflow, { taskQueue, workflowId: campaignId, args: [{ campaignId, spec, reportRoot: path.join(dir, 'c') } satisfies CampaignInput] });
     for (let i = 0; i < 300; i++) {
       const p = await handle.query(campaignProgressQuery);
       if (p.currentRound?.phase === 'training') break;
@@ -155,7 +156,7 @@ test('a GPU-minute limit lowered mid-round stops training at the next segment; t
   const { spec, dir } = ticketCampaignSpec({ baseUrl: emulator.url, trainRows: 200, evalRows: 5, yaml: 'rounds: { max: 3 }\nbudget: { maxGpuMinutes: 1000 }' });
   const campaignId = `budget-${taskQueue}`;
   await withWorker(taskQueue, async () => {
-    const handle = await temporal.client.workflow.start('campaignWorkflow', { taskQueue, workflowId: campaignId, args: [{ campaignId, spec, reportRoot: dir } satisfies CampaignInput] });
+    const handle = await temporal.client.workflow.start(campaignWorkflow, { taskQueue, workflowId: campaignId, args: [{ campaignId, spec, reportRoot: dir } satisfies CampaignInput] });
     for (let i = 0; i < 300; i++) {
       const p = await handle.query(campaignProgressQuery);
       if (p.currentRound?.phase === 'training' && p.currentRound.step >= 4) break;

@@ -4,6 +4,7 @@ import { historyToJSON } from '@temporalio/common/lib/proto-utils';
 import type { WorkflowHandle } from '@temporalio/client';
 import { createRoundhouseWorker } from '../../workers/worker';
 import { campaignProgressQuery, pauseCampaignUpdate, resumeCampaignUpdate, type CampaignInput } from '../../workflows/campaign-contract';
+import { roundProgressQuery } from '../../workflows/round-contract';
 import { campaignWorkflow, reaperWorkflow, roundWorkflow } from '../../workflows';
 import { ticketCampaignSpec } from '../helpers/campaign';
 import { arithmeticRoundInput, roundTestEnvironment, ticketRoundInput } from '../helpers/round';
@@ -103,7 +104,7 @@ round: { kind: dpo, dpo: { beta: 0.5 } }`,
     const input = ticketRoundInput({ baseUrl: env.emulator.url, campaignId: `rec-cancel-${taskQueue}`, trainRows: 200, evalRows: 4 });
     await withWorker(taskQueue, async () => {
       const handle = await env.temporal.client.workflow.start(roundWorkflow, { taskQueue, workflowId: `round-${taskQueue}`, args: [input] });
-      await until(async () => ((await handle.query('roundProgress')) as { step: number }).step >= 3);
+      await until(async () => (await handle.query(roundProgressQuery)).step >= 3);
       await handle.cancel();
       await expect(handle.result()).rejects.toThrow();
       await save('round-cancelled', handle);

@@ -7,6 +7,7 @@ import { connectClient, connectWorker, startTemporal } from '../../workers/tempo
 import { createRoundhouseWorker } from '../../workers/worker';
 import { bundleWorkflows, uniqueTaskQueue } from '../helpers/temporal';
 import { freePort } from '../helpers/ports';
+import { preflightWorkflow } from '../../workflows';
 
 test('a workflow started before the whole stack stops completes after it restarts on the same state folder', async () => {
   const stateDir = fs.mkdtempSync(path.join(os.tmpdir(), 'rh-state-'));
@@ -20,7 +21,7 @@ test('a workflow started before the whole stack stops completes after it restart
   const first = await startTemporal(settings, { persistent: true, port, uiPort });
   expect(first.dbFile).toBe(path.join(stateDir, 'temporal.db'));
   const c1 = await connectClient(settings, first.address);
-  await new Client({ connection: c1 }).workflow.start('preflightWorkflow', { taskQueue, workflowId, args: ['survived'] });
+  await new Client({ connection: c1 }).workflow.start(preflightWorkflow, { taskQueue, workflowId, args: ['survived'] });
   await c1.close();
   await first.stop();
   expect(fs.statSync(path.join(stateDir, 'temporal.db')).size).toBeGreaterThan(0);

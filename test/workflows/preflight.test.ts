@@ -1,6 +1,7 @@
 import type { WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import { createRoundhouseWorker } from '../../workers/worker';
 import { bundleWorkflows, connectTestTemporal, uniqueTaskQueue, type TestTemporal } from '../helpers/temporal';
+import { preflightWorkflow } from '../../workflows';
 
 let temporal: TestTemporal;
 let bundle: WorkflowBundleWithSourceMap;
@@ -24,7 +25,7 @@ test('a workflow runs its activity on a real worker and returns the activity res
   });
   const workflowId = `preflight-${taskQueue}`;
   const result = await worker.runUntil(
-    temporal.client.workflow.execute('preflightWorkflow', { taskQueue, workflowId, args: ['ping'] }),
+    temporal.client.workflow.execute(preflightWorkflow, { taskQueue, workflowId, args: ['ping'] }),
   );
   expect(result).toEqual({ workflowId, workerPid: process.pid, workerNode: process.version, greeting: 'ping' });
 

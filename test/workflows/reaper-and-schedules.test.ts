@@ -14,6 +14,7 @@ import { ledger, startTestEmulator, type RunningEmulator } from '../helpers/emul
 import { ticketCampaignSpec } from '../helpers/campaign';
 import { ticketRoundInput } from '../helpers/round';
 import { bundleWorkflows, connectTestTemporal, uniqueTaskQueue, type TestTemporal } from '../helpers/temporal';
+import { campaignWorkflow, roundWorkflow } from '../../workflows';
 
 let temporal: TestTemporal;
 let bundle: WorkflowBundleWithSourceMap;
@@ -54,7 +55,7 @@ test('a terminated round leaves its trainer active; the reaper schedule deactiva
   const input = ticketRoundInput({ baseUrl: emulator.url, campaignId: `reap-${taskQueue}`, trainRows: 400, evalRows: 4 });
   const worker = await createRoundhouseWorker({ connection: temporal.nativeConnection, namespace: temporal.settings.namespace, taskQueue, workflowBundle: bundle, providers });
   await worker.runUntil(async () => {
-    const handle = await temporal.client.workflow.start('roundWorkflow', { taskQueue, workflowId: `round-${taskQueue}`, args: [input] });
+    const handle = await temporal.client.workflow.start(roundWorkflow, { taskQueue, workflowId: `round-${taskQueue}`, args: [input] });
     await waitUntil('training', async () => (await handle.query(roundProgressQuery)).phase === 'training', 30_000);
     const { resourceId } = await handle.query(roundProgressQuery);
     terminateWithCli(handle.workflowId);
@@ -86,7 +87,7 @@ test('terminating a campaign cancels its running round (REQUEST_CANCEL), which r
   const campaignId = `term-${taskQueue}`;
   const worker = await createRoundhouseWorker({ connection: temporal.nativeConnection, namespace: temporal.settings.namespace, taskQueue, workflowBundle: bundle, providers });
   await worker.runUntil(async () => {
-    const handle = await temporal.client.workflow.start('campaignWorkflow', { taskQueue, workflowId: campaignId, args: [{ campaignId, spec, reportRoot: dir } satisfies CampaignInput] });
+    const handle = await temporal.client.workflow.start(campaignWorkflow, { taskQueue, workflowId: campaignId, args: [{ campaignId, spec, reportRoot: dir } satisfies CampaignInput] });
     await waitUntil('training', async () => (await handle.query(campaignProgressQuery)).currentRound?.phase === 'training', 30_000);
     const { resourceId } = (await handle.query(campaignProgressQuery)).currentRound!;
     terminateWithCli(campaignId);

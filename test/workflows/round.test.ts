@@ -9,6 +9,7 @@ import { pauseRoundSignal, resumeRoundSignal, roundProgressQuery, type RoundProg
 import { ledger, setFaults, startTestEmulator, type RunningEmulator } from '../helpers/emulator';
 import { ticketRoundInput } from '../helpers/round';
 import { bundleWorkflows, connectTestTemporal, uniqueTaskQueue, type TestTemporal } from '../helpers/temporal';
+import { roundWorkflow } from '../../workflows';
 
 let temporal: TestTemporal;
 let bundle: WorkflowBundleWithSourceMap;
@@ -49,7 +50,7 @@ test('a round on the support-ticket example trains (trained < baseline), scores,
   const input = ticketRoundInput({ baseUrl: emulator.url, campaignId: `tickets-${taskQueue}`, trainRows: 48, evalRows: 10 });
   const workflowId = `round-${taskQueue}`;
   const result: RoundResult = await withWorker(taskQueue, async () => {
-    const handle = await temporal.client.workflow.start('roundWorkflow', { taskQueue, workflowId, args: [input] });
+    const handle = await temporal.client.workflow.start(roundWorkflow, { taskQueue, workflowId, args: [input] });
     return handle.result();
   });
 
@@ -94,7 +95,7 @@ test('a cancelled round releases its trainer within 10 s and reports cancelled',
   const input = ticketRoundInput({ baseUrl: emulator.url, campaignId: `cancel-${taskQueue}`, trainRows: 400, evalRows: 4 });
   const workflowId = `round-${taskQueue}`;
   await withWorker(taskQueue, async () => {
-    const handle = await temporal.client.workflow.start('roundWorkflow', { taskQueue, workflowId, args: [input] });
+    const handle = await temporal.client.workflow.start(roundWorkflow, { taskQueue, workflowId, args: [input] });
     for (let i = 0; i < 600; i++) {
       const p = await handle.query(roundProgressQuery);
       if (p.phase === 'training' && p.step >= 4) break;
@@ -128,7 +129,7 @@ test('a pause interrupts a long segment within about a step: checkpoint, GPU rel
     Object.assign(input.spec.training, { epochs: 2, segmentSteps: 1000, segmentSeconds: 600 });
     const workflowId = `round-${taskQueue}`;
     await withWorker(taskQueue, async () => {
-      const handle = await temporal.client.workflow.start('roundWorkflow', { taskQueue, workflowId, args: [input] });
+      const handle = await temporal.client.workflow.start(roundWorkflow, { taskQueue, workflowId, args: [input] });
       const reached = async (what: string, test: (p: RoundProgress) => boolean, timeoutMs = 60_000) => {
         for (const until = Date.now() + timeoutMs; Date.now() < until; await new Promise((r) => setTimeout(r, 25))) {
           const p = await handle.query(roundProgressQuery);
@@ -168,7 +169,7 @@ test('a GPU-minute budget interrupts a long segment when it runs out: stopped, c
     const input = ticketRoundInput({ baseUrl: slow.url, campaignId: `budget-${taskQueue}`, trainRows: 240, evalRows: 4 });
     Object.assign(input.spec.training, { epochs: 4, segmentSteps: 1000, segmentSeconds: 600 }); // one segment could hold all 120 steps (~17 s)
     input.budget = { maxGpuMinutes: 0.08 }; // 4.8 s of the trainer
-    const result: RoundResult = await withWorker(taskQueue, () => temporal.client.workflow.execute('roundWorkflow', { taskQueue, workflowId: `round-${taskQueue}`, args: [input] }));
+    const result: RoundResult = await withWorker(taskQueue, () => temporal.client.workflow.execute(roundWorkflow, { taskQueue, workflowId: `round-${taskQueue}`, args: [input] }));
     process.stderr.write(`[round] budget 0.08 GPU-min: stopped at step ${result.stepsApplied} of 120 with ${result.gpuMinutes.toFixed(3)} GPU-min\n`);
     expect(result).toMatchObject({ status: 'stopped', stopReason: 'GPU-minute budget reached', totalSteps: 120 });
     expect(result.stepsApplied).toBeGreaterThan(0);
@@ -191,7 +192,7 @@ test('a round whose loss goes non-finite fails with that error type, releases th
   await setFaults(emulator, { rules: [{ kind: 'fail-operation', operation: 'optim-step', errorCode: 'NON_FINITE_LOSS', max: 1 }] });
   try {
     const err = await withWorker(taskQueue, async () => {
-      const handle = await temporal.client.workflow.start('roundWorkflow', { taskQueue, workflowId: `round-${taskQueue}`, args: [input] });
+      const handle = await temporal.client.workflow.start(roundWorkflow, { taskQueue, workflowId: `round-${taskQueue}`, args: [input] });
       return handle.result().catch((e: unknown) => e);
     });
     expect(err).toBeInstanceOf(WorkflowFailedError);
@@ -210,7 +211,7 @@ test('bad data fails before anything is provisioned, naming file, line and field
   fs.appendFileSync(input.data.train, '{"prompt": "", "answer": "billing"}\n');
   const before = (await ledger(emulator)).resources.length;
   const err = await withWorker(taskQueue, async () => {
-    const handle = await temporal.client.workflow.start('roundWorkflow', { taskQueue, workflowId: `round-${taskQueue}`, args: [input] });
+    const handle = await temporal.client.workflow.start(roundWorkflow, { taskQueue, workflowId: `round-${taskQueue}`, args: [input] });
     return handle.result().catch((e: unknown) => e);
   });
   expect((err as WorkflowFailedError).cause).toMatchObject({ type: 'InvalidInput' });
@@ -229,7 +230,7 @@ test('history grows with segments, not steps: twice the steps in the same number
     input.spec.training.segmentSteps = segmentSteps;
     const workflowId = `round-${taskQueue}`;
     const result: RoundResult = await withWorker(taskQueue, async () =>
-      (await temporal.client.workflow.start('roundWorkflow', { taskQueue, workflowId, args: [input] })).result(),
+      (await temporal.client.workflow.start(roundWorkflow, { taskQueue, workflowId, args: [input] })).result(),
     );
     const history = await temporal.client.workflow.getHandle(workflowId).fetchHistory();
     completedHistories.push({ workflowId, history });

@@ -13,6 +13,7 @@ import { ledger, startTestEmulator } from '../helpers/emulator';
 import { ticketRoundInput } from '../helpers/round';
 import { connectTestTemporal, uniqueTaskQueue } from '../helpers/temporal';
 import { bundleToFile, startWorkerProcess } from '../helpers/worker-process';
+import { roundWorkflow } from '../../workflows';
 
 /** A history exported by the real Temporal CLI: `temporal workflow show --output json`. */
 function exportedHistory(workflowId: string): { text: string; json: unknown } {
@@ -77,7 +78,7 @@ test('an API key from the worker environment reaches the provider but never a wo
     const input = ticketRoundInput({ baseUrl: emulator.url, campaignId: `secrets-${taskQueue}`, trainRows: 16, evalRows: 4 });
     input.spec.provider.kind = 'together'; // a real provider kind: the worker must use TOGETHER_API_KEY
     const workflowId = `round-${taskQueue}`;
-    const result: RoundResult = await temporal.client.workflow.execute('roundWorkflow', { taskQueue, workflowId, args: [input] });
+    const result: RoundResult = await temporal.client.workflow.execute(roundWorkflow, { taskQueue, workflowId, args: [input] });
     expect(result.status).toBe('completed');
 
     // The key was used: the emulator derived the resource's owner from it.
@@ -121,7 +122,7 @@ test('with payload encryption on, a history exported by the Temporal CLI has no 
     const input = ticketRoundInput({ baseUrl: emulator.url, campaignId, trainRows: 16, evalRows: 4 });
     input.spec.provider.kind = 'together';
     const workflowId = `round-${taskQueue}`;
-    const result: RoundResult = await client.workflow.execute('roundWorkflow', { taskQueue, workflowId, args: [input] });
+    const result: RoundResult = await client.workflow.execute(roundWorkflow, { taskQueue, workflowId, args: [input] });
     expect(result.status).toBe('completed');
     const owner = `user-${createHash('sha256').update(secret).digest('hex').slice(0, 10)}`;
     const resources = (await ledger(emulator)).resources;
