@@ -17,10 +17,10 @@ export interface CliContextOptions {
   /** Commands that run a worker serve metrics (ROUNDHOUSE_METRICS_ADDRESS). */
   serveMetrics?: boolean;
   /**
-   * The least level of the Temporal SDK's own lines (worker state changes and the like) unless ROUNDHOUSE_LOG_LEVEL
-   * asks for more detail: the demo shows a person only the SDK's warnings.
+   * At the default level (info), show the Temporal SDK's own lines (worker state changes, the bundle summary) only
+   * from warn up: the demo speaks to a person. `ROUNDHOUSE_LOG_LEVEL=debug` still shows them all.
    */
-  sdkLevel?: 'warn';
+  quietSdk?: boolean;
 }
 
 /** Validates the environment first (a bad variable is a ConfigError → exit 2), then sets up logging. */
@@ -30,8 +30,7 @@ export function cliContext(options: CliContextOptions = {}): CliContext {
   for (const key of settings.encryption?.keys.values() ?? []) for (const form of ['base64', 'hex'] as const) registerSecret(key.toString(form));
   const logger = createLogger({ level: settings.logLevel, format: settings.logFormat });
   if (!installed) {
-    const quieter = options.sdkLevel !== undefined && logger.levels.values[options.sdkLevel]! > logger.levelVal;
-    const sdkLogger = logger.child({ component: 'temporal' }, quieter ? { level: options.sdkLevel } : {});
+    const sdkLogger = logger.child({ component: 'temporal' }, options.quietSdk && settings.logLevel === 'info' ? { level: 'warn' } : {});
     installRuntimeLogger(sdkLogger, { metricsAddress: options.serveMetrics ? settings.metricsAddress : undefined });
     installed = true;
   }
