@@ -26,7 +26,9 @@ RUN npm ci --omit=dev --ignore-scripts --no-audit --no-fund && npm cache clean -
 
 # --- runtime ---
 FROM node:20-bookworm-slim
+# JSON log lines: in a container a log collector reads them, not a person.
 ENV NODE_ENV=production \
+    ROUNDHOUSE_LOG_FORMAT=json \
     ROUNDHOUSE_STATE_DIR=/var/lib/roundhouse \
     ROUNDHOUSE_WORKFLOW_BUNDLE=/app/dist/workflow-bundle.js
 WORKDIR /app

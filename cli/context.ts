@@ -13,17 +13,25 @@ export interface CliContext {
 
 let installed = false;
 
-/**
- * Validates the environment first (a bad variable is a ConfigError → exit 2), then sets up logging; commands that
- * run a worker also serve metrics (ROUNDHOUSE_METRICS_ADDRESS).
- */
-export function cliContext(options: { serveMetrics?: boolean } = {}): CliContext {
+export interface CliContextOptions {
+  /** Commands that run a worker serve metrics (ROUNDHOUSE_METRICS_ADDRESS). */
+  serveMetrics?: boolean;
+  /**
+   * At the default level (info), show the Temporal SDK's own lines (worker state changes, the bundle summary) only
+   * from warn up: the demo speaks to a person. `ROUNDHOUSE_LOG_LEVEL=debug` still shows them all.
+   */
+  quietSdk?: boolean;
+}
+
+/** Validates the environment first (a bad variable is a ConfigError → exit 2), then sets up logging. */
+export function cliContext(options: CliContextOptions = {}): CliContext {
   const settings = loadWorkerSettings();
   registerSecret(settings.apiKey);
   for (const key of settings.encryption?.keys.values() ?? []) for (const form of ['base64', 'hex'] as const) registerSecret(key.toString(form));
-  const logger = createLogger({ level: settings.logLevel });
+  const logger = createLogger({ level: settings.logLevel, format: settings.logFormat });
   if (!installed) {
-    installRuntimeLogger(logger.child({ component: 'temporal' }), { metricsAddress: options.serveMetrics ? settings.metricsAddress : undefined });
+    const sdkLogger = logger.child({ component: 'temporal' }, options.quietSdk && settings.logLevel === 'info' ? { level: 'warn' } : {});
+    installRuntimeLogger(sdkLogger, { metricsAddress: options.serveMetrics ? settings.metricsAddress : undefined });
     installed = true;
   }
   return { settings, logger };

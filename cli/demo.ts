@@ -21,7 +21,7 @@ export function demoCommand(): Command {
     .option('--spec <file>', 'campaign spec to run', path.join(packageRoot(), 'examples', 'support-tickets', 'campaign.yaml'))
     .addHelpText('after', '\nExample:\n  npm start        # same as: roundhouse demo')
     .action(async (opts: { spec: string }) => {
-      const { settings, logger } = cliContext();
+      const { settings, logger } = cliContext({ quietSdk: true });
       const spec = loadCampaignSpec(opts.spec);
       validateCampaignLocally(spec);
       const server = await startTemporal(settings, { persistent: true });

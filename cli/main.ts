@@ -1,5 +1,6 @@
 import { Command, CommanderError } from 'commander';
 import { ConfigError } from '../config/errors';
+import { logFormatOf } from '../config/worker-env';
 import { createLogger, redactText } from '../config/logging';
 import { CliFailure } from './context';
 import { upCommand } from './up';
@@ -57,7 +58,7 @@ export async function main(argv: string[]): Promise<number> {
       process.stderr.write(`roundhouse: ${redactText(err.message)}\n`);
       return EXIT_FAILED;
     }
-    createLogger({ name: 'roundhouse', destination: process.stderr.isTTY ? undefined : process.stderr }).error(
+    createLogger({ name: 'roundhouse', destination: process.stderr, format: logFormatOf() }).error(
       { err },
       'command failed',
     );

@@ -1,5 +1,6 @@
 import pino, { type DestinationStream, type Logger, type LoggerOptions } from 'pino';
 import pretty from 'pino-pretty';
+import type { LogFormat } from './worker-env';
 
 export type { Logger } from 'pino';
 
@@ -38,9 +39,38 @@ export function redactValue(value: unknown, depth = 0): unknown {
 export interface LoggerSettings {
   level?: string;
   name?: string;
-  /** Where lines go; defaults to stdout, pretty-printed when stdout is a terminal. */
+  /** Where lines go; defaults to stdout. Colours only when it is a terminal. */
   destination?: DestinationStream;
-  pretty?: boolean;
+  /** `text` (default): plain lines for people, terminal or not; `json`: JSON lines for log collectors. */
+  format?: LogFormat;
+}
+
+/** Fields every line carries that a person reading one process's output does not need. */
+const CONTEXT_FIELDS = ['pid', 'hostname', 'name', 'component', 'sdkComponent'];
+const NOT_SHOWN = new Set(['level', 'time', ...CONTEXT_FIELDS]);
+const ERROR_LEVEL = 50;
+
+function shown(value: unknown): string {
+  if (typeof value === 'string') return /^[^\s"=]+$/.test(value) ? value : JSON.stringify(value);
+  return JSON.stringify(value) ?? String(value);
+}
+
+function isErrorLike(value: unknown): value is { message: string; stack?: string } {
+  return typeof value === 'object' && value !== null && typeof (value as { message?: unknown }).message === 'string' && 'stack' in value;
+}
+
+/** The message, then each field as key=value; an error keeps its message inline and, at level error, its stack below. */
+function textLine(log: Record<string, unknown>, messageKey: string): string {
+  let stacks = '';
+  const fields = Object.entries(log)
+    .filter(([key, value]) => !NOT_SHOWN.has(key) && key !== messageKey && value !== undefined)
+    .map(([key, value]) => {
+      if (!isErrorLike(value)) return `${key}=${shown(value)}`;
+      if (Number(log.level) >= ERROR_LEVEL && value.stack) stacks += `\n    ${value.stack.split('\n').join('\n    ')}`;
+      return `${key}=${shown(value.message)}`;
+    });
+  const message = typeof log[messageKey] === 'string' ? (log[messageKey] as string) : '';
+  return [message, ...fields].filter(Boolean).join(' ') + stacks;
 }
 
 export function createLogger(settings: LoggerSettings = {}): Logger {
@@ -54,9 +84,16 @@ export function createLogger(settings: LoggerSettings = {}): Logger {
       },
     },
   };
-  const usePretty = settings.pretty ?? (!settings.destination && Boolean(process.stdout.isTTY));
-  const destination = usePretty
-    ? pretty({ colorize: true, sync: true, destination: settings.destination ?? 1 })
-    : settings.destination ?? pino.destination({ dest: 1, sync: true });
-  return pino(options, destination);
+  if (settings.format === 'json') return pino(options, settings.destination ?? pino.destination({ dest: 1, sync: true }));
+  const terminal = settings.destination ? Boolean((settings.destination as { isTTY?: boolean }).isTTY) : Boolean(process.stdout.isTTY);
+  const text = pretty({
+    colorize: terminal,
+    sync: true,
+    destination: settings.destination ?? 1,
+    translateTime: 'SYS:HH:MM:ss',
+    ignore: CONTEXT_FIELDS.join(','),
+    hideObject: true,
+    messageFormat: (log, messageKey) => textLine(log, messageKey),
+  });
+  return pino(options, text);
 }

@@ -25,6 +25,9 @@ const boolFlag = z
 const KEY_ID = /^[A-Za-z0-9._-]{1,64}$/;
 
 export const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'] as const;
+/** `text`: one plain line per event, for people (the default); `json`: pino's JSON lines, for log collectors. */
+export const LOG_FORMATS = ['text', 'json'] as const;
+export type LogFormat = (typeof LOG_FORMATS)[number];
 
 /** The environment a worker, the CLI or a test reads. Each key is the variable's own name. */
 export const WorkerEnvSchema = z.object({
@@ -40,6 +43,7 @@ export const WorkerEnvSchema = z.object({
   TEMPORAL_TLS_CA_PATH: existingFile.optional(),
   TEMPORAL_TLS_SERVER_NAME: z.string().trim().min(1).optional(),
   ROUNDHOUSE_LOG_LEVEL: z.enum(LOG_LEVELS, { message: `expected one of ${LOG_LEVELS.join(', ')}` }).default('info'),
+  ROUNDHOUSE_LOG_FORMAT: z.enum(LOG_FORMATS, { message: `expected one of ${LOG_FORMATS.join(', ')}` }).default('text'),
   ROUNDHOUSE_STATE_DIR: z.string().trim().min(1).default('.roundhouse'),
   ROUNDHOUSE_EMULATOR_URL: z.url({ protocol: /^https?$/ }).optional(),
   ROUNDHOUSE_MAX_CONCURRENT_ACTIVITIES: z.coerce.number().int().min(1).max(10_000).optional(),
@@ -69,6 +73,7 @@ export interface WorkerSettings {
   apiKey?: string;
   tls?: TemporalTls;
   logLevel: (typeof LOG_LEVELS)[number];
+  logFormat: LogFormat;
   stateDir: string;
   emulatorUrl?: string;
   tuning: {
@@ -111,6 +116,12 @@ export function parseEncryptionKeys(text: string, variable: string, currentKeyId
   const current = currentKeyId ?? [...keys.keys()][0]!;
   if (!keys.has(current)) throw new ConfigError('ROUNDHOUSE_ENCRYPTION_KEY_ID', `'${current}' is not among the keys`);
   return { currentKeyId: current, keys };
+}
+
+/** The log format the environment asks for, for a path that must log even when the rest of the environment is bad. */
+export function logFormatOf(env: NodeJS.ProcessEnv = process.env): LogFormat {
+  const parsed = WorkerEnvSchema.shape.ROUNDHOUSE_LOG_FORMAT.safeParse(env.ROUNDHOUSE_LOG_FORMAT || undefined);
+  return parsed.success ? parsed.data : 'text';
 }
 
 /** Reads and validates the worker environment; throws a ConfigError naming the first bad variable. */
@@ -173,6 +184,7 @@ export function loadWorkerSettings(env: NodeJS.ProcessEnv = process.env): Worker
     apiKey,
     tls,
     logLevel: e.ROUNDHOUSE_LOG_LEVEL,
+    logFormat: e.ROUNDHOUSE_LOG_FORMAT,
     stateDir: path.resolve(e.ROUNDHOUSE_STATE_DIR),
     emulatorUrl: e.ROUNDHOUSE_EMULATOR_URL,
     tuning: {

@@ -11,6 +11,7 @@ export class EmulatorStore {
   private readonly file: string;
   private timer: NodeJS.Timeout | undefined;
   private dirty = false;
+  private saving: Promise<void> = Promise.resolve();
 
   constructor(
     dir: string,
@@ -39,7 +40,13 @@ export class EmulatorStore {
     this.timer.unref();
   }
 
-  async save(): Promise<void> {
+  /** Writes the state if it changed. Saves run one at a time: overlapping ones would share the temporary file. */
+  save(): Promise<void> {
+    this.saving = this.saving.catch(() => undefined).then(() => this.write());
+    return this.saving;
+  }
+
+  private async write(): Promise<void> {
     if (this.timer) {
       clearTimeout(this.timer);
       this.timer = undefined;

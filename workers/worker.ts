@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import type { DataConverter } from '@temporalio/common';
-import { NativeConnection, Worker, type WorkerOptions } from '@temporalio/worker';
+import { bundleWorkflowCode, NativeConnection, Runtime, Worker, type LogLevel, type Logger as TemporalLogger, type WorkerOptions } from '@temporalio/worker';
 import { createActivities } from '../activities';
 import { ProviderRegistry } from './providers';
 import type { WorkerSettings } from '../config/worker-env';
@@ -12,14 +12,31 @@ export function prebuiltBundlePath(): string {
   return path.join(packageRoot(), 'dist', 'workflow-bundle.js');
 }
 
-export function workflowSource(): Pick<WorkerOptions, 'workflowBundle' | 'workflowsPath'> {
+export async function workflowSource(): Promise<Pick<WorkerOptions, 'workflowBundle'>> {
   const bundle = prebuiltBundlePath();
   const explicit = process.env.ROUNDHOUSE_WORKFLOW_BUNDLE;
   if (explicit) return { workflowBundle: { codePath: explicit } };
   // Only compiled code (dist/) uses it: a checkout running the TypeScript sources must never load a stale bundle.
   const compiled = __filename.endsWith('.js');
   if (compiled && process.env.ROUNDHOUSE_PREBUILT_BUNDLE !== 'false' && fs.existsSync(bundle)) return { workflowBundle: { codePath: bundle } };
-  return { workflowsPath: require.resolve('../workflows') };
+  const { code } = await bundleWorkflowCode({ workflowsPath: require.resolve('../workflows'), logger: bundlerLogger(Runtime.instance().logger) });
+  return { workflowBundle: { code } };
+}
+
+/** The one line of the SDK's bundler that stays at info; the rest is webpack's build report. */
+const BUNDLE_SUMMARY = 'Workflow bundle created';
+
+/** The SDK's bundler logs webpack's whole build report (dozens of lines) at info: it goes to debug. */
+function bundlerLogger(logger: TemporalLogger): TemporalLogger {
+  const level = (requested: LogLevel, message: string): LogLevel => (requested === 'INFO' && message !== BUNDLE_SUMMARY ? 'DEBUG' : requested);
+  return {
+    log: (requested, message, meta) => logger.log(level(requested, message), message, meta),
+    trace: (message, meta) => logger.trace(message, meta),
+    debug: (message, meta) => logger.debug(message, meta),
+    info: (message, meta) => logger.log(level('INFO', message), message, meta),
+    warn: (message, meta) => logger.warn(message, meta),
+    error: (message, meta) => logger.error(message, meta),
+  };
 }
 
 export interface RoundhouseWorkerOptions {
@@ -48,7 +65,7 @@ export async function createRoundhouseWorker(options: RoundhouseWorkerOptions): 
     taskQueue: options.taskQueue,
     activities: createActivities({ providerFor: (spec) => providers.providerFor(spec), draining }),
     ...(options.dataConverter ? { dataConverter: options.dataConverter } : {}),
-    ...(options.workflowBundle ? { workflowBundle: options.workflowBundle } : workflowSource()),
+    ...(options.workflowBundle ? { workflowBundle: options.workflowBundle } : await workflowSource()),
     shutdownGraceTime: options.shutdownGraceTime ?? options.tuning?.shutdownGraceMs ?? '20 seconds',
     // Heartbeats reach the server at least every 2 s: a pause's cancellation reaches a training segment that soon.
     maxHeartbeatThrottleInterval: '2 seconds',

@@ -201,12 +201,12 @@ describe('happy paths against a running stack', () => {
   });
 });
 
-test('the demo (npm start) runs a campaign end to end on a smaller config, shows accuracy by round and writes the report', async () => {
+test('the demo (npm start) runs a campaign end to end on a smaller config, shows accuracy by round and writes the report, in plain lines when stdout is a pipe', async () => {
   const { dir } = ticketCampaignSpec({ baseUrl: emulator.url, trainRows: 40, evalRows: 10, yaml: 'rounds: { max: 2, nextData: { policy: all } }' });
   const demoState = fs.mkdtempSync(path.join(os.tmpdir(), 'rh-demo-'));
   const run = await new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) => {
     const child = spawn(process.execPath, [bin, 'demo', '--spec', path.join(dir, 'campaign.yaml')], {
-      env: { ...process.env, ...env, ROUNDHOUSE_TASK_QUEUE: uniqueTaskQueue('demo'), ROUNDHOUSE_STATE_DIR: demoState },
+      env: { ...process.env, ...env, ROUNDHOUSE_TASK_QUEUE: uniqueTaskQueue('demo'), ROUNDHOUSE_STATE_DIR: demoState, ROUNDHOUSE_LOG_LEVEL: 'info' },
       timeout: 180_000,
     });
     let stdout = '';
@@ -221,4 +221,9 @@ test('the demo (npm start) runs a campaign end to end on a smaller config, shows
   const report = /Report: (.*report\.html)/.exec(run.stdout)![1]!;
   expect(report.startsWith(demoState)).toBe(true);
   expect(fs.existsSync(report)).toBe(true);
+  // What a person reads in a CI log or `npm start | tee`: log lines as text, no JSON, no webpack build report.
+  const output = `${run.stdout}${run.stderr}`;
+  expect(output).toMatch(/^\[[\d:]+\] INFO: Temporal server ready address=\S+/m);
+  expect(output.split('\n').filter((line) => line.trimStart().startsWith('{'))).toEqual([]);
+  expect(output).not.toMatch(/webpack|workflow-bundle|Workflow bundle created|modules by path/);
 });

@@ -14,7 +14,7 @@ function capture(): { stream: Writable; lines: () => string } {
 
 test('key-like fields at any depth, bearer tokens and registered secret values never reach the log', () => {
   const out = capture();
-  const logger = createLogger({ destination: out.stream, pretty: false });
+  const logger = createLogger({ destination: out.stream, format: 'json' });
   registerSecret('tgp_live_0123456789abcdef');
   logger.info(
     { apiKey: 'k1-should-vanish', provider: { headers: { authorization: 'Bearer abc.def' }, api_key: 'k2-gone' }, steps: 3 },
@@ -29,4 +29,13 @@ test('key-like fields at any depth, bearer tokens and registered secret values n
   expect(first.steps).toBe(3);
   expect(first.apiKey).toBe('[redacted]');
   expect(first.msg).toBe('calling with Bearer [redacted] and key [redacted]');
+});
+
+test('the default text format is one plain line per event: time, level, message and key=value fields, still redacted', () => {
+  const out = capture();
+  const logger = createLogger({ destination: out.stream });
+  logger.info({ address: '127.0.0.1:7233', note: 'two words', apiKey: 'k3-never-shown' }, 'Temporal server ready');
+  const [line, ...rest] = out.lines().split('\n');
+  expect(line).toMatch(/^\[\d\d:\d\d:\d\d\] INFO: Temporal server ready address=127\.0\.0\.1:7233 note="two words" apiKey=\[redacted\]$/);
+  expect(rest.join('')).toBe('');
 });

@@ -24,9 +24,9 @@ fs.writeFileSync(certFile, 'CERT');
 fs.writeFileSync(keyFile, 'KEY');
 
 describe('worker settings from the environment', () => {
-  test('defaults: no address (a dev server is started), namespace default, task queue roundhouse, level info', () => {
+  test('defaults: no address (a dev server is started), namespace default, task queue roundhouse, level info, text logs', () => {
     const s = loadWorkerSettings({});
-    expect(s).toMatchObject({ address: undefined, namespace: 'default', taskQueue: 'roundhouse', logLevel: 'info' });
+    expect(s).toMatchObject({ address: undefined, namespace: 'default', taskQueue: 'roundhouse', logLevel: 'info', logFormat: 'text' });
     expect(s.stateDir).toBe(path.resolve('.roundhouse'));
     expect(s.tls).toBeUndefined();
   });
@@ -49,8 +49,9 @@ describe('worker settings from the environment', () => {
     expectConfigError({ TEMPORAL_ADDRESS: 'a:1', TEMPORAL_TLS_CERT_PATH: certFile }, 'TEMPORAL_TLS_KEY_PATH', /both/);
   });
 
-  test('an unknown log level and an invalid namespace are rejected by name', () => {
+  test('an unknown log level or format and an invalid namespace are rejected by name', () => {
     expectConfigError({ ROUNDHOUSE_LOG_LEVEL: 'loud' }, 'ROUNDHOUSE_LOG_LEVEL', /one of trace/);
+    expectConfigError({ ROUNDHOUSE_LOG_FORMAT: 'pretty' }, 'ROUNDHOUSE_LOG_FORMAT', /one of text, json/);
     expectConfigError({ TEMPORAL_NAMESPACE: 'has space' }, 'TEMPORAL_NAMESPACE', /namespace/);
   });
 
