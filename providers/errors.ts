@@ -55,7 +55,7 @@ export function classifyOperationError(code: string): ProviderErrorClass {
     case 'TIMEOUT':
     case 'INTERNAL_ERROR':
     case 'UNSPECIFIED':
-      return 'retryable'; // not applied; resubmit under a new key derived from the failed operation
+      return 'retryable'; // not applied; only a new key would run it again (the old one returns this failed record)
     case 'SESSION_NOT_ACTIVE':
       return 'needs-reconcile'; // the session (or its resource) is gone: reopen from a checkpoint
     default:
