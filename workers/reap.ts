@@ -19,7 +19,9 @@ export interface ReapOnceOptions {
 export async function reapOnce(client: Client, options: ReapOnceOptions): Promise<ReaperResult> {
   const providers = new ProviderRegistry({ stateDir: options.stateDir });
   try {
-    const localUrl = options.kinds.includes('local') ? (options.baseUrl ?? (await providers.localEmulatorUrl({ start: false }))) : undefined;
+    const localUrl = options.kinds.includes('local')
+      ? (options.baseUrl ?? (await providers.localEmulatorUrl({ start: false })))
+      : undefined;
     return await reapOrphans(providers, client, {
       providers: options.kinds.map((kind) => ({ kind, baseUrl: kind === 'local' ? localUrl : options.baseUrl, model: '' })),
       graceSeconds: options.graceSeconds,
