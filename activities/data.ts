@@ -1,8 +1,11 @@
 import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import { z } from 'zod';
+import { DataValidationError } from '../config/errors';
 import type { TextTokenizer } from '../config/tokenizer';
 import type { Datum } from '../providers/types';
+
+export { DataValidationError };
 
 /**
  * Training and eval data: JSONL files with `{"prompt", "answer"}` rows (the Baseten guide's format) or chat-style
@@ -29,14 +32,6 @@ export interface Dataset {
   path: string;
   sha256: string;
   rows: DataRow[];
-}
-
-export class DataValidationError extends Error {
-  readonly code = 'INVALID_DATA';
-  constructor(readonly problems: string[]) {
-    super(problems.length === 1 ? problems[0]! : `${problems.length} problems in the data:\n  ${problems.slice(0, 20).join('\n  ')}${problems.length > 20 ? `\n  … and ${problems.length - 20} more` : ''}`);
-    this.name = 'DataValidationError';
-  }
 }
 
 /** A row's first schema problem as `file:line field: problem`; a missing field says which fields rows need. */

@@ -5,7 +5,7 @@ import type { TrainerResource } from '../providers/types';
 import type { ActivityDeps } from './deps';
 import { atBoundary } from './failures';
 import { recordResource } from './metrics';
-import { ownerOfTag } from '../workflows/round-contract';
+import { ownerOfTag } from '../config/owner-tag';
 
 export interface ReaperInput {
   providers: Pick<ProviderSpec, 'kind' | 'baseUrl' | 'model'>[];

@@ -34,6 +34,7 @@ export function rewardFunction(spec: RewardSpec, baseDir = process.cwd()): Rewar
       };
     }
     case 'module': {
+      // eslint-disable-next-line @typescript-eslint/no-require-imports -- the user's reward module, loaded by path at run time
       const loaded = require(path.resolve(baseDir, spec.path)) as Record<string, unknown>;
       const fn = loaded[spec.export ?? 'reward'] ?? loaded.default;
       if (typeof fn !== 'function') throw new Error(`${spec.path}: exports no function '${spec.export ?? 'reward'}' (or default)`);

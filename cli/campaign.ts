@@ -11,7 +11,7 @@ import {
 } from '../workflows/campaign-contract';
 import { cliClient, cliContext, reportRoot, unknownId, CliFailure } from './context';
 import { renderProgress, watchCampaign } from './progress';
-import { validateCampaignLocally } from './validate';
+import { validateCampaignLocally } from '../workers/validate';
 import { campaignWorkflow } from '../workflows';
 
 function campaignIdFor(name: string): string {

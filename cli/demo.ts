@@ -8,7 +8,7 @@ import { dataConverterFor } from '../workers/encryption';
 import type { CampaignInput, CampaignResult } from '../workflows/campaign-contract';
 import { cliContext, reportRoot } from './context';
 import { watchCampaign } from './progress';
-import { validateCampaignLocally } from './validate';
+import { validateCampaignLocally } from '../workers/validate';
 import { campaignWorkflow } from '../workflows';
 
 /**

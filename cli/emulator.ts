@@ -1,6 +1,5 @@
 import { Command, InvalidArgumentError } from 'commander';
-import { startEmulator } from '../emulator/server';
-import { FAULT_KINDS } from '../emulator/faults';
+import { FAULT_KINDS, serveEmulatorUntilSignal } from '../workers/emulator-process';
 
 function integer(name: string, min: number, max: number) {
   return (value: string): number => {
@@ -61,7 +60,7 @@ export function emulatorCommand(): Command {
       ]
         .filter((r) => r.rate > 0)
         .map((r) => ({ ...r, max: flags.faultMax }));
-      const emulator = await startEmulator({
+      await serveEmulatorUntilSignal({
         port: flags.port,
         host: flags.host,
         provisioningDelayMs: flags.provisioningDelayMs,
@@ -70,12 +69,5 @@ export function emulatorCommand(): Command {
         stateDir: flags.stateDir,
         faults: { seed: flags.faultSeed, latencyMs: flags.latencyMs, rules },
       });
-      process.stdout.write(`roundhouse emulator listening on ${emulator.url}\n`);
-      await new Promise<void>((resolve) => {
-        const stop = () => resolve();
-        process.once('SIGINT', stop);
-        process.once('SIGTERM', stop);
-      });
-      await emulator.close();
     });
 }

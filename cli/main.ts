@@ -1,5 +1,5 @@
 import { Command, CommanderError } from 'commander';
-import { ConfigError } from '../config/errors';
+import { ConfigError, DataValidationError } from '../config/errors';
 import { logFormatOf } from '../config/worker-env';
 import { createLogger, redactText } from '../config/logging';
 import { CliFailure } from './context';
@@ -12,7 +12,6 @@ import { pauseCommand, resumeCommand, runCommand, statusCommand, stopCommand, wa
 import { scheduleCommand } from './schedule';
 import { reapCommand } from './reap';
 import { reportCommand } from './report';
-import { DataValidationError } from '../activities/data';
 
 export const EXIT_OK = 0;
 export const EXIT_FAILED = 1;

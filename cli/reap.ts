@@ -1,6 +1,5 @@
 import { Command, InvalidArgumentError } from 'commander';
-import { reapOrphans } from '../activities/reaper';
-import { ProviderRegistry } from '../workers/providers';
+import { reapOnce } from '../workers/reap';
 import { cliClient, cliContext } from './context';
 
 export function reapCommand(): Command {
@@ -18,21 +17,14 @@ export function reapCommand(): Command {
     .action(async (opts: { apply?: boolean; grace: number; provider: string[]; baseUrl?: string }) => {
       const { settings } = cliContext();
       const kinds = (opts.provider.length ? opts.provider : ['local']) as ('local' | 'together' | 'baseten')[];
-      const providers = new ProviderRegistry({ stateDir: settings.stateDir });
       const { client, close } = await cliClient(settings);
       try {
-        const localUrl = kinds.includes('local') ? (opts.baseUrl ?? (await providers.localEmulatorUrl({ start: false }))) : undefined;
-        const result = await reapOrphans(providers, client, {
-          providers: kinds.map((kind) => ({ kind, baseUrl: kind === 'local' ? localUrl : opts.baseUrl, model: '' })),
-          graceSeconds: opts.grace,
-          dryRun: !opts.apply,
-        });
+        const result = await reapOnce(client, { stateDir: settings.stateDir, kinds, baseUrl: opts.baseUrl, graceSeconds: opts.grace, dryRun: !opts.apply });
         for (const r of result.reaped) process.stdout.write(`${r.action}  ${r.provider}  ${r.resourceId}  owner ${r.owner ?? 'unknown'} (${r.ownerStatus})\n`);
         for (const r of result.kept) process.stdout.write(`kept  ${r.provider}  ${r.resourceId}  owner ${r.owner ?? 'unknown'} (${r.ownerStatus})\n`);
         process.stdout.write(`${result.checked} active resources checked, ${result.reaped.length} ${opts.apply ? 'deactivated' : 'would be deactivated (dry run; --apply to act)'}\n`);
       } finally {
         await close();
-        await providers.close();
       }
     });
 }

@@ -1,10 +1,8 @@
 import path from 'node:path';
 import { spawn } from 'node:child_process';
 import { Command } from 'commander';
-import { writeCampaignReports } from '../activities/report';
-import { ConfigError } from '../config/errors';
+import { rewriteCampaignReport } from '../workers/report';
 import { cliContext, reportRoot } from './context';
-import fs from 'node:fs';
 
 export function reportCommand(): Command {
   return new Command('report')
@@ -15,8 +13,7 @@ export function reportCommand(): Command {
     .action(async (id: string, opts: { open?: boolean }) => {
       const { settings } = cliContext();
       const dir = path.join(reportRoot(settings), id);
-      if (!fs.existsSync(path.join(dir, 'campaign.json'))) throw new ConfigError(id, `no campaign report under ${dir}`);
-      const written = writeCampaignReports(dir, { temporalUiUrl: process.env.ROUNDHOUSE_UI_URL ?? 'http://127.0.0.1:8233', namespace: settings.namespace });
+      const written = rewriteCampaignReport(id, dir, { temporalUiUrl: process.env.ROUNDHOUSE_UI_URL ?? 'http://127.0.0.1:8233', namespace: settings.namespace });
       process.stdout.write(`${written.html}\n${written.markdown}\n`);
       if (opts.open) spawn(process.platform === 'darwin' ? 'open' : 'xdg-open', [written.html], { detached: true, stdio: 'ignore' }).on('error', () => undefined).unref();
     });

@@ -4,7 +4,7 @@ import { ConfigError } from '../config/errors';
 import { loadCampaignSpec } from '../config/spec';
 import { upsertCampaignSchedule, type OverlapName } from '../workers/schedules';
 import { cliClient, cliContext, reportRoot } from './context';
-import { validateCampaignLocally } from './validate';
+import { validateCampaignLocally } from '../workers/validate';
 
 async function withClient<T>(body: (c: Awaited<ReturnType<typeof cliClient>>) => Promise<T>): Promise<T> {
   const { settings } = cliContext();

@@ -10,3 +10,12 @@ export class ConfigError extends Error {
     this.where = where;
   }
 }
+
+/** Bad training data, every problem listed by file, line and field: found before anything is provisioned, exit code 2. */
+export class DataValidationError extends Error {
+  readonly code = 'INVALID_DATA';
+  constructor(readonly problems: string[]) {
+    super(problems.length === 1 ? problems[0]! : `${problems.length} problems in the data:\n  ${problems.slice(0, 20).join('\n  ')}${problems.length > 20 ? `\n  … and ${problems.length - 20} more` : ''}`);
+    this.name = 'DataValidationError';
+  }
+}

@@ -207,10 +207,16 @@ function errorBody(text: string): { message?: string; code?: string } {
     const inner = typeof json.error === 'object' && json.error ? json.error : undefined;
     const message = inner?.message ?? (typeof json.error === 'string' ? json.error : json.message);
     const code = inner?.code ?? json.code;
-    return { message: message === undefined ? undefined : String(message), code: code === undefined ? undefined : String(code) };
+    return { message: bodyText(message), code: bodyText(code) };
   } catch {
     return { message: text.slice(0, 300) || undefined };
   }
+}
+
+/** A field of an error body as text: a nested object is shown as JSON, not as `[object Object]`. */
+function bodyText(value: unknown): string | undefined {
+  if (value === undefined) return undefined;
+  return typeof value === 'string' ? value : JSON.stringify(value);
 }
 
 export interface PollOptions {

@@ -2,7 +2,6 @@ import { loadWorkerSettings } from '../config/worker-env';
 import { startTemporal, type TemporalServer } from '../workers/temporal-server';
 
 declare global {
-  // eslint-disable-next-line no-var
   var __roundhouseTemporal: TemporalServer | undefined;
 }
 

@@ -73,7 +73,7 @@ export async function startCodecServer(options: CodecServerOptions): Promise<Run
       if (size > MAX_BODY_BYTES) req.destroy();
       else chunks.push(chunk);
     });
-    req.on('end', async () => {
+    const respond = async () => {
       try {
         const body = JSON.parse(Buffer.concat(chunks).toString('utf8')) as { payloads?: JsonPayload[] };
         if (!Array.isArray(body.payloads)) throw new Error('payloads: expected an array');
@@ -83,7 +83,9 @@ export async function startCodecServer(options: CodecServerOptions): Promise<Run
       } catch (err) {
         reply(400, { error: { code: 'BAD_PAYLOADS', message: (err as Error).message } });
       }
-    });
+    };
+    // respond() answers every failure itself (400), so the promise it returns is never rejected.
+    req.on('end', () => void respond());
   });
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);

@@ -22,7 +22,8 @@ export class RoundState {
   readonly result: RoundResult;
   /** Trainers released so far (pause, budget, cleanup). */
   readonly released: string[] = [];
-  failure: unknown;
+  /** Why the round did not complete, once it did not. */
+  failure: Error | undefined;
   pauseRequested = false;
   /** True once training is over (the budget watch ends). */
   trainingOver = false;

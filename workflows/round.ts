@@ -53,7 +53,7 @@ export async function roundWorkflow(input: RoundInput): Promise<RoundResult> {
       result.status = 'completed';
     }
   } catch (err) {
-    state.failure = err;
+    state.failure = err instanceof Error ? err : new Error(String(err));
     result.status = isCancellation(err) ? 'cancelled' : 'failed';
     result.errorType = failureTypeOf(err);
     log.warn('round did not complete', { status: result.status, errorType: result.errorType });
@@ -70,7 +70,7 @@ export async function roundWorkflow(input: RoundInput): Promise<RoundResult> {
       message: `round ${input.round} of ${input.campaignId} failed (${result.errorType}): ${failureMessageOf(state.failure)}; report: ${result.reportPath}`,
       nonRetryable: true,
       details: [result],
-      cause: state.failure instanceof Error ? state.failure : undefined,
+      cause: state.failure,
     });
   }
   return result;

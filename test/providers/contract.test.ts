@@ -1,5 +1,5 @@
 import { ProviderError } from '../../providers/errors';
-import type { Datum, TrainerResource, TrainingProvider } from '../../providers/types';
+import type { Datum, TrainingProvider } from '../../providers/types';
 import { basetenProvider, ledger, setFaults, startTestEmulator, togetherProvider, type RunningEmulator } from '../helpers/emulator';
 
 /**
@@ -296,7 +296,7 @@ describe.each(FIXTURES)('$name provider against the emulator over loopback HTTP'
     test('a lost create response is never blindly resent: listing finds exactly one resource, and deactivating it leaves none active', async () => {
       const provider = fx.make(emulator);
       await setFaults(emulator, { rules: [{ kind: 'lose-response', method: 'POST', path: fx.paths.create, max: 1 }] });
-      const outcome: TrainerResource | unknown = await provider.provision({ model: MODEL, ownerTag: 'lost' }).catch((e: unknown) => e);
+      const outcome: unknown = await provider.provision({ model: MODEL, ownerTag: 'lost' }).catch((e: unknown) => e);
       if (fx.lostCreate === 'needs-reconcile') {
         expect(outcome).toBeInstanceOf(ProviderError);
         expect(outcome).toMatchObject({ errorClass: 'needs-reconcile', code: 'RESPONSE_LOST' });

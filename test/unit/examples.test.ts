@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { loadCampaignSpec } from '../../config/spec';
-import { validateCampaignLocally } from '../../cli/validate';
+import { validateCampaignLocally } from '../../workers/validate';
 
 const root = path.resolve(__dirname, '../../examples');
 const specs = fs.readdirSync(root).flatMap((dir) => fs.readdirSync(path.join(root, dir)).filter((f) => f.endsWith('.yaml')).map((f) => path.join(dir, f)));

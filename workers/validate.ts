@@ -1,6 +1,7 @@
+import { DataValidationError } from '../config/errors';
 import type { CampaignSpec } from '../config/spec';
 import { bundledTokenizerDir, huggingFaceCacheDir, tokenizerFor } from '../config/tokenizer';
-import { DataValidationError, heldOutProblems, loadPreferenceData, loadRoundData, readDataset, readPreferenceDataset } from '../activities/data';
+import { heldOutProblems, loadPreferenceData, loadRoundData, readDataset, readPreferenceDataset } from '../activities/data';
 import { rewardFunction } from '../activities/rewards';
 import { findModel } from '../emulator/models';
 

@@ -1,0 +1,150 @@
+// ESLint (flat config): typescript-eslint with type information, and the import walls of DESIGN.md's layout table.
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import js from '@eslint/js';
+import { defineConfig, globalIgnores } from 'eslint/config';
+import globals from 'globals';
+import tseslint from 'typescript-eslint';
+
+const root = path.dirname(fileURLToPath(import.meta.url));
+
+// ---------------------------------------------------------------------------------------------------------------
+// Import walls. Each folder gets exactly one `no-restricted-imports` setting (a later setting of a rule replaces an
+// earlier one, it does not merge). Imports between our folders are relative, so `(\.\./)+name(/|$)` is the import of
+// the top-level folder `name` from any depth below another top-level folder.
+// ---------------------------------------------------------------------------------------------------------------
+const folder = (...names) => `^(\\.\\./)+(${names.join('|')})(/|$)`;
+const temporal = (...packages) => `^@temporalio/(${packages.join('|')})(/|$)`;
+const wall = (regex, message, { types = false } = {}) => ({ regex, message, allowTypeImports: types });
+
+/** config/ modules a workflow may import at runtime: no Node builtins, no npm packages, nothing that does I/O. */
+const PURE_CONFIG_MODULES = ['errors', 'random', 'schedule', 'owner-tag'];
+const workflowRuntimeAllowed = [
+  '@temporalio/workflow$',
+  '\\./', // sibling workflow modules
+  `\\.\\./config/(${PURE_CONFIG_MODULES.join('|')})$`,
+];
+const ORCHESTRATOR = ['activities', 'providers', 'emulator', 'workers', 'cli'];
+
+const walls = {
+  config: [
+    wall(
+      folder('activities', 'workflows', 'providers', 'emulator', 'workers', 'cli'),
+      'config/ imports nothing of ours (DESIGN.md layout).',
+    ),
+    wall(temporal('.+'), 'config/ never knows Temporal: providers/ and workflows/ load it.'),
+  ],
+  workflows: [
+    wall(
+      folder(...ORCHESTRATOR),
+      'workflows/ import activities/, providers/, emulator/, workers/, cli/ only as types (`import type`): workflow code runs in the deterministic sandbox.',
+      { types: true },
+    ),
+    wall(
+      `^(?!${workflowRuntimeAllowed.join('|')}|${folder(...ORCHESTRATOR)})`,
+      `workflows/ import at runtime only @temporalio/workflow, sibling workflows and pure config modules (${PURE_CONFIG_MODULES.join(', ')}); Node builtins, npm packages and other config modules only as types.`,
+      { types: true },
+    ),
+  ],
+  activities: [
+    wall(folder('workflows'), 'activities/ import workflows/ only as types (`import type`); shared runtime values belong in config/.', {
+      types: true,
+    }),
+    wall(temporal('workflow'), 'activities/ import @temporalio/workflow only as types: its functions work only inside a workflow.', {
+      types: true,
+    }),
+    wall(folder('emulator', 'workers', 'cli'), 'activities/ import providers/ and config/ only (DESIGN.md layout).'),
+  ],
+  providers: [
+    wall(folder('activities', 'workflows', 'emulator', 'workers', 'cli'), 'providers/ import config/ only (DESIGN.md layout).'),
+    wall(temporal('.+'), 'providers/ never know Temporal (DESIGN.md layout): map provider errors to Temporal failures in activities/.'),
+  ],
+  emulator: [
+    wall(
+      folder('config', 'activities', 'workflows', 'providers', 'workers', 'cli'),
+      'emulator/ imports nothing of the orchestrator: it shares no code or schemas with the clients it stands in for.',
+    ),
+    wall(temporal('.+'), 'emulator/ imports nothing of the orchestrator, Temporal included.'),
+  ],
+  workers: [wall(folder('cli'), 'workers/ import everything but cli/ (DESIGN.md layout).')],
+  cli: [
+    wall(
+      folder('activities', 'emulator', 'providers'),
+      'cli/ reaches activities/, emulator/ and providers/ only through workers/ entry points (DESIGN.md layout).',
+    ),
+    wall(
+      '^(\\.\\./)+workflows/(?![^/]+-contract$).*$',
+      'cli/ imports workflows/ at runtime from the index (workflow functions, to start them by typed reference) and the contracts (workflows/*-contract.ts); other workflow modules only as types.',
+      { types: true },
+    ),
+    wall(
+      temporal('worker', 'activity', 'workflow', 'testing'),
+      'cli/ uses the Temporal client; workers/ own the worker, activity and test-server packages.',
+      {
+        types: true,
+      },
+    ),
+  ],
+};
+
+const wallConfigs = Object.entries(walls).map(([name, patterns]) => ({
+  name: `roundhouse/walls/${name}`,
+  files: [`${name}/**/*.ts`],
+  rules: { 'no-restricted-imports': ['error', { patterns }] },
+}));
+
+export default defineConfig(
+  globalIgnores(['dist/', 'node_modules/', '.roundhouse/', 'coverage/', 'test/fixtures/'], 'roundhouse/ignores'),
+  js.configs.recommended,
+  tseslint.configs.recommendedTypeChecked,
+  {
+    name: 'roundhouse/typescript',
+    languageOptions: {
+      parserOptions: { projectService: true, tsconfigRootDir: root },
+    },
+    linterOptions: { reportUnusedDisableDirectives: 'error' },
+    rules: {
+      // The bugs this linter is here for: a promise nobody awaits (its rejection is lost, its work races the next
+      // step) and a promise where a callback's void return is expected. Mark a deliberate fire-and-forget `void`.
+      '@typescript-eslint/no-floating-promises': 'error',
+      '@typescript-eslint/no-misused-promises': 'error',
+      // `let worker; const draining = () => worker...; worker = await create(...)`: the closure reads it first.
+      'prefer-const': ['error', { ignoreReadBeforeAssign: true }],
+      // Style noise for this codebase (hundreds of hits, no bugs among them): JSON.parse results and jest matchers are
+      // `any` by nature; `xs[i]!` is its habit (ready for noUncheckedIndexedAccess); async methods that do not await
+      // implement async interfaces (PayloadCodec, TrainingProvider); activities are objects of plain functions,
+      // handed around unbound by Temporal's own convention.
+      '@typescript-eslint/no-unsafe-assignment': 'off',
+      '@typescript-eslint/no-unsafe-member-access': 'off',
+      '@typescript-eslint/no-unsafe-call': 'off',
+      '@typescript-eslint/no-unsafe-return': 'off',
+      '@typescript-eslint/no-unsafe-argument': 'off',
+      '@typescript-eslint/no-unnecessary-type-assertion': 'off',
+      '@typescript-eslint/require-await': 'off',
+      '@typescript-eslint/unbound-method': 'off',
+    },
+  },
+  {
+    name: 'roundhouse/tests-and-benchmarks',
+    files: ['test/**/*.ts', 'bench/**/*.ts'],
+    rules: {
+      // Tests and benchmarks read raw history events by their numeric type, without a runtime dependency on the protos.
+      '@typescript-eslint/no-unsafe-enum-comparison': 'off',
+      '@typescript-eslint/no-explicit-any': 'off',
+    },
+  },
+  {
+    name: 'roundhouse/javascript',
+    files: ['**/*.js', '**/*.cjs'],
+    extends: [tseslint.configs.disableTypeChecked],
+    languageOptions: { sourceType: 'commonjs', globals: globals.node },
+    rules: { '@typescript-eslint/no-require-imports': 'off' },
+  },
+  {
+    name: 'roundhouse/esm-javascript',
+    files: ['**/*.mjs'],
+    extends: [tseslint.configs.disableTypeChecked],
+    languageOptions: { globals: globals.node },
+  },
+  ...wallConfigs,
+);

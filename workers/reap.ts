@@ -1,0 +1,33 @@
+import type { Client } from '@temporalio/client';
+import type { ProviderSpec } from '../config/spec';
+import { reapOrphans, type ReaperResult } from '../activities/reaper';
+import { ProviderRegistry } from './providers';
+
+export interface ReapOnceOptions {
+  /** The worker's state dir: where an embedded emulator wrote its URL (`local` without a base URL). */
+  stateDir: string;
+  kinds: ProviderSpec['kind'][];
+  baseUrl?: string;
+  graceSeconds: number;
+  dryRun: boolean;
+}
+
+/**
+ * One reaper pass in this process, outside any workflow (`roundhouse reap`): the reaper activity's own code, with
+ * providers built from this process's environment (API keys never leave it).
+ */
+export async function reapOnce(client: Client, options: ReapOnceOptions): Promise<ReaperResult> {
+  const providers = new ProviderRegistry({ stateDir: options.stateDir });
+  try {
+    const localUrl = options.kinds.includes('local')
+      ? (options.baseUrl ?? (await providers.localEmulatorUrl({ start: false })))
+      : undefined;
+    return await reapOrphans(providers, client, {
+      providers: options.kinds.map((kind) => ({ kind, baseUrl: kind === 'local' ? localUrl : options.baseUrl, model: '' })),
+      graceSeconds: options.graceSeconds,
+      dryRun: options.dryRun,
+    });
+  } finally {
+    await providers.close();
+  }
+}
