@@ -1,7 +1,8 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { permutation } from '../config/schedule';
-import { sha256File, DataValidationError } from './data';
+import { DataValidationError } from '../config/errors';
+import { sha256File } from './data';
 import { Context } from '@temporalio/activity';
 import { atBoundary } from './failures';
 import { writeCampaignReports } from './report';

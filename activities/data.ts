@@ -5,8 +5,6 @@ import { DataValidationError } from '../config/errors';
 import type { TextTokenizer } from '../config/tokenizer';
 import type { Datum } from '../providers/types';
 
-export { DataValidationError };
-
 /**
  * Training and eval data: JSONL files with `{"prompt", "answer"}` rows (the Baseten guide's format) or chat-style
  * `{"messages": [{role, content}, …]}` rows whose last message is the assistant's answer. Every problem names the

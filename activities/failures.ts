@@ -1,9 +1,8 @@
 import { ApplicationFailure } from '@temporalio/activity';
-import { ConfigError } from '../config/errors';
+import { ConfigError, DataValidationError } from '../config/errors';
 import { isRetryableFailure, RoundhouseFailure, type FailureType } from '../config/failures';
 import { TokenizerNotFoundError } from '../config/tokenizer';
 import { ProviderError } from '../providers/errors';
-import { DataValidationError } from './data';
 import { recordProviderError } from './metrics';
 
 /**

@@ -1,9 +1,10 @@
 import type { ProviderSpec } from '../config/spec';
+import { DataValidationError } from '../config/errors';
 import { RoundhouseFailure } from '../config/failures';
 import { tokenizerFor, type TextTokenizer } from '../config/tokenizer';
 import type { ModelInfo, TrainingProvider } from '../providers/types';
 import type { RoundInput, RoundSpec } from '../workflows/round-contract';
-import { DataValidationError, loadPreferenceData, loadRoundData, readDataset, sha256File, tokenizeRow, type TokenizedPair, type TokenizedRow } from './data';
+import { loadPreferenceData, loadRoundData, readDataset, sha256File, tokenizeRow, type TokenizedPair, type TokenizedRow } from './data';
 import type { ActivityDeps } from './deps';
 
 /**

@@ -1,7 +1,8 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { DataValidationError, loadRoundData, toDatum, tokenizeRow } from '../../activities/data';
+import { DataValidationError } from '../../config/errors';
+import { loadRoundData, toDatum, tokenizeRow } from '../../activities/data';
 import { scoreCompletion } from '../../activities/scoring';
 import { completionText } from '../../activities/scoring';
 import { tokenizerFor } from '../../config/tokenizer';
