@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { CheckpointRef, Engine, OperationErrorCode, OperationInput, OperationRecord, ResourceRecord } from '../engine';
 import { EmulatorHttpError } from '../errors';
 import type { EmulatorRequest, Handler, JsonReply, Router } from '../http';
-import { bundledTokenizer } from '../models';
+import { bundledTokenizer } from '../tokenizer';
 import { deploymentStatus, loopsRoute } from './control';
 import {
   TRAINER_OPS,

@@ -1,8 +1,8 @@
 import type { Engine, CheckpointRecord, OperationKind, OperationRecord, ResourceRecord, ResourceStatus, SessionRecord, SessionStatus } from '../engine';
 import { EmulatorHttpError, badRequest } from '../errors';
 import type { EmulatorRequest, Router } from '../http';
-import { bundledTokenizerDir, tokenizerFor } from '../../config/tokenizer';
 import { EMULATED_MODELS, findModel } from '../models';
+import { bundledTokenizer } from '../tokenizer';
 import {
   ExtendExpiryBody,
   ResourceCreateBody,
@@ -379,10 +379,8 @@ export function addTogetherRoutes(router: Router, engine: Engine, ownerOf: Owner
 
 /** Stop strings become token sequences with the model's own tokenizer, where the emulator ships one. */
 function stopEncoder(model: string): ((text: string) => number[]) | undefined {
-  const dir = bundledTokenizerDir(model);
-  if (!dir) return undefined;
-  const tokenizer = tokenizerFor(model, undefined, dir);
-  return (text) => tokenizer.encode(text);
+  const tokenizer = bundledTokenizer(model);
+  return tokenizer && ((text) => tokenizer.encode(text));
 }
 
 function headerValue(h: string | string[] | undefined): string | undefined {
