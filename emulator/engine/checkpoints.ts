@@ -1,8 +1,7 @@
 import { Learner, LearnerInputError } from '../learner';
-import { notFound } from '../errors';
 import { shortId } from './ids';
 import type { CheckpointRecord, CheckpointRef, SessionRecord } from './records';
-import { learnerOptions, newestFirst, type EngineState, type SessionRuntime } from './state';
+import { learnerOptions, newestFirst, ownedOrNotFound, type EngineState, type SessionRuntime } from './state';
 
 export interface CheckpointFilter {
   owner?: string;
@@ -34,9 +33,7 @@ export class Checkpoints {
   }
 
   get(id: string, owner?: string): CheckpointRecord {
-    const c = this.state.checkpoints.get(id);
-    if (!c || (owner !== undefined && c.owner !== owner)) throw notFound('checkpoint', id);
-    return c;
+    return ownedOrNotFound(this.state.checkpoints.get(id), owner, 'checkpoint', id);
   }
 
   /** The checkpoints a session saved, in the order it saved them. */

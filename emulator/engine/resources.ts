@@ -1,9 +1,9 @@
-import { badRequest, notFound } from '../errors';
+import { badRequest } from '../errors';
 import { findModel } from '../models';
 import { shortId } from './ids';
 import type { Lifecycle } from './lifecycle';
 import type { ResourceRecord, ResourceStatus } from './records';
-import { ACTIVE_RESOURCE, newestFirst, type EngineState } from './state';
+import { ACTIVE_RESOURCE, newestFirst, ownedOrNotFound, type EngineState } from './state';
 
 export interface ResourceInput {
   /** A dialect-shaped id; generated when absent. */
@@ -60,9 +60,7 @@ export class Resources {
 
   get(id: string, owner?: string): ResourceRecord {
     this.lifecycle.refresh();
-    const r = this.state.resources.get(id);
-    if (!r || (owner !== undefined && r.owner !== owner)) throw notFound('model resource', id);
-    return r;
+    return ownedOrNotFound(this.state.resources.get(id), owner, 'model resource', id);
   }
 
   list(filter: ResourceFilter): ResourceRecord[] {

@@ -1,10 +1,10 @@
 import { Learner } from '../learner';
-import { badRequest, notFound, tooManyRequests } from '../errors';
+import { badRequest, tooManyRequests } from '../errors';
 import { shortId } from './ids';
 import type { Lifecycle } from './lifecycle';
 import type { CheckpointRecord, LoraSettings, ResourceRecord, SessionRecord, SessionStatus } from './records';
 import type { Resources } from './resources';
-import { LIVE_SESSION, learnerOptions, newestFirst, type EngineState } from './state';
+import { LIVE_SESSION, learnerOptions, newestFirst, ownedOrNotFound, type EngineState } from './state';
 
 export interface SessionInput {
   /** A dialect-shaped id; generated when absent. */
@@ -87,8 +87,7 @@ export class Sessions {
       if (input.loadOptimizer !== undefined) throw badRequest('load_optimizer requires resume_from_checkpoint_id');
       return undefined;
     }
-    const checkpoint = this.state.checkpoints.get(input.resumeFromCheckpointId);
-    if (!checkpoint || checkpoint.owner !== input.owner) throw notFound('checkpoint', input.resumeFromCheckpointId);
+    const checkpoint = ownedOrNotFound(this.state.checkpoints.get(input.resumeFromCheckpointId), input.owner, 'checkpoint', input.resumeFromCheckpointId);
     if (checkpoint.baseModel !== r.model.name) {
       throw badRequest(`checkpoint ${checkpoint.id} was trained on ${checkpoint.baseModel}, not ${r.model.name}`);
     }
@@ -100,9 +99,7 @@ export class Sessions {
 
   get(id: string, owner?: string): SessionRecord {
     this.lifecycle.refresh();
-    const s = this.state.sessions.get(id);
-    if (!s || (owner !== undefined && s.owner !== owner)) throw notFound('training session', id);
-    return s;
+    return ownedOrNotFound(this.state.sessions.get(id), owner, 'training session', id);
   }
 
   list(filter: SessionFilter): SessionRecord[] {

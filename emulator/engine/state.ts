@@ -1,3 +1,4 @@
+import { notFound } from '../errors';
 import type { Learner, LearnerOptions } from '../learner';
 import type { EmulatedModel } from '../models';
 import type { CheckpointRecord, LoraSettings, OperationRecord, ResourceRecord, ResourceStatus, SessionRecord, SessionStatus } from './records';
@@ -101,6 +102,12 @@ export function learnerOptions(model: EmulatedModel, lora: LoraSettings): Learne
     loraSeed: lora.seed,
     trainUnembed: lora.trainUnembed,
   };
+}
+
+/** A record the owner may see (any owner when `owner` is undefined), else 404 naming what was asked for. */
+export function ownedOrNotFound<T extends { owner: string }>(record: T | undefined, owner: string | undefined, what: string, id: string): T {
+  if (!record || (owner !== undefined && record.owner !== owner)) throw notFound(what, id);
+  return record;
 }
 
 /** Newest first; ties by id, so listings are stable. */
