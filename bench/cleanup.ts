@@ -1,4 +1,5 @@
 import type { WorkflowHandle } from '@temporalio/client';
+import type { SessionRecord } from '../emulator/engine';
 import type { RunningEmulator } from '../emulator/server';
 import { ensureReaperSchedule } from '../workers/schedules';
 import { benchRoundInput, note, startBenchEmulator, waitFor, withWorker, type BenchContext, type Report } from './harness';
@@ -6,11 +7,15 @@ import { roundWorkflow } from '../workflows';
 
 const ACTIVITY_TASK_FAILED = 13;
 
+/** The first session a round opened (its display name ends with the round's workflow id). */
+function firstSessionOf(emulator: RunningEmulator, workflowId: string): SessionRecord | undefined {
+  return emulator.engine.listSessions({}).filter((s) => s.displayName?.endsWith(workflowId)).at(-1); // listings are newest first
+}
+
 /** The one resource a round created (its tag names the round's workflow id) and when its stop was requested. */
 function resourceOf(emulator: RunningEmulator, workflowId: string): { id: string; stopRequestedAt?: number } | undefined {
-  const sessions = [...emulator.engine.sessions.values()].filter((s) => s.displayName?.endsWith(workflowId));
-  const resource = sessions.length ? emulator.engine.resources.get(sessions[0]!.resourceId) : undefined;
-  if (resource) emulator.engine.refresh();
+  const first = firstSessionOf(emulator, workflowId);
+  const resource = first && emulator.engine.getResource(first.resourceId);
   return resource && { id: resource.id, stopRequestedAt: resource.stopRequestedAt };
 }
 
@@ -20,7 +25,7 @@ async function stoppedAt(emulator: RunningEmulator, workflowId: string, timeoutM
 
 async function inTraining(emulator: RunningEmulator, workflowId: string): Promise<void> {
   await waitFor(`${workflowId} to train`, () => {
-    const s = [...emulator.engine.sessions.values()].find((x) => x.displayName?.endsWith(workflowId));
+    const s = firstSessionOf(emulator, workflowId);
     return s && s.optimizerSteps >= 3 ? true : undefined;
   }, 60_000);
 }

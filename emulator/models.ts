@@ -1,4 +1,3 @@
-import { bundledTokenizerDir, tokenizerFor, type TextTokenizer } from '../config/tokenizer';
 import { hashString } from './random';
 
 /** A base model the emulator can host. Real models' names and vocabulary sizes; a seeded stand-in behind each. */
@@ -35,10 +34,4 @@ export const EMULATED_MODELS: readonly EmulatedModel[] = [
 
 export function findModel(name: string): EmulatedModel | undefined {
   return EMULATED_MODELS.find((m) => m.name === name);
-}
-
-/** The tokenizer that ships with one of the emulator's own models (stop strings, completion text); else undefined. */
-export function bundledTokenizer(model: string): TextTokenizer | undefined {
-  const dir = bundledTokenizerDir(model);
-  return dir ? tokenizerFor(model, undefined, dir) : undefined;
 }

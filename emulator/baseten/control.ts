@@ -201,7 +201,7 @@ export interface FileSigner {
 
 export function addLoopsControlRoutes(router: Router, engine: Engine, state: LoopsState, signer: FileSigner): void {
   const add = (method: string, path: string, handler: (req: EmulatorRequest) => Promise<JsonReply> | JsonReply) => router.add(method, path, loopsRoute(handler));
-  const owned = (c: CheckpointRecord) => engine.resources.get(c.resourceId)?.dialect === 'baseten' && c.name !== undefined;
+  const owned = (c: CheckpointRecord) => engine.findResource(c.resourceId)?.dialect === 'baseten' && c.name !== undefined;
 
   add('GET', '/v1/teams', (req) => ({ body: { teams: [{ id: 'team-emulator', name: 'default', owner: loopsOwner(req) }] } }));
 
@@ -452,7 +452,7 @@ export function addLoopsControlRoutes(router: Router, engine: Engine, state: Loo
   });
 
   add('GET', '/baseten/files/:id/:file', (req) => {
-    const c = engine.checkpoints.get(req.params.id!);
+    const c = engine.findCheckpoint({ id: req.params.id! });
     const file = c && checkpointFiles(c).find((f) => f.name === req.params.file);
     if (!c || !file || req.query.get('signature') !== signer.sign(c.id, file.name)) throw notFound('file', `${req.params.id}/${req.params.file}`);
     return { body: file.content };

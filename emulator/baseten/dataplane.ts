@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { CheckpointRef, Engine, OperationErrorCode, OperationInput, OperationRecord, ResourceRecord } from '../engine';
 import { EmulatorHttpError } from '../errors';
 import type { EmulatorRequest, Handler, JsonReply, Router } from '../http';
-import { bundledTokenizer } from '../models';
+import { bundledTokenizer } from '../tokenizer';
 import { deploymentStatus, loopsRoute } from './control';
 import {
   TRAINER_OPS,
@@ -96,13 +96,13 @@ export function addLoopsDataRoutes(router: Router, engine: Engine, state: LoopsS
 
   router.add('GET', `${T}/policy_version`, loopsRoute((req) => {
     const { run } = trainer(req);
-    const session = engine.sessions.get(run.id);
+    const session = engine.findSession(run.id);
     return { body: { policy_version: session ? engine.sessionStep(session) : 0 } };
   }));
 
   router.add('GET', `${T}/status`, loopsRoute((req) => {
     const { run } = trainer(req);
-    const session = engine.sessions.get(run.id);
+    const session = engine.findSession(run.id);
     return {
       body: {
         step: session ? engine.sessionStep(session) : 0,
@@ -227,7 +227,7 @@ export function addLoopsDataRoutes(router: Router, engine: Engine, state: LoopsS
 
   router.add('GET', `${S}/sync/trainers_policy_version`, loopsRoute((req) => {
     const { resource } = samplerOf(req);
-    return { body: { policy_version: engine.sessions.get(resource.id)?.weightsVersion ?? 0 } };
+    return { body: { policy_version: engine.findSession(resource.id)?.weightsVersion ?? 0 } };
   }));
 
   router.add('POST', `${S}/sync/sample`, vllmRoute(async (req) => {

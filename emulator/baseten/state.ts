@@ -98,11 +98,11 @@ export class LoopsState {
   constructor(readonly engine: Engine) {}
 
   newId(): string {
-    return loopsId((id) => this.engine.resources.has(id) || this.sessions.has(id) || this.samplerIdTaken(id));
+    return loopsId((id) => this.engine.findResource(id) !== undefined || this.sessions.has(id) || this.samplerIdTaken(id));
   }
 
   private samplerIdTaken(id: string): boolean {
-    return [...this.engine.resources.values()].some((r) => r.dialect === 'baseten' && (r.extra as { sampler?: SamplerInfo }).sampler?.id === id);
+    return this.engine.listResources({ dialect: 'baseten' }).some((r) => (r.extra as { sampler?: SamplerInfo }).sampler?.id === id);
   }
 
   createSession(owner: string): { id: string; createdAt: number } {
@@ -126,7 +126,7 @@ export class LoopsState {
 
   run(id: string, owner: string): ResourceRecord {
     this.engine.refresh();
-    const r = this.engine.resources.get(id);
+    const r = this.engine.findResource(id);
     if (!r || r.owner !== owner || r.dialect !== 'baseten' || r.extra.kind !== 'trainer') throw notFound('run', id);
     return r;
   }
@@ -165,7 +165,7 @@ export class LoopsState {
 
   /** The run's (or sampler's) engine session, created on first use with a fresh adapter (or the run's `path`). */
   async ensureSession(r: ResourceRecord): Promise<SessionRecord> {
-    const existing = this.engine.sessions.get(r.id);
+    const existing = this.engine.findSession(r.id);
     if (existing) return existing;
     let creating = this.creatingSessions.get(r.id);
     if (!creating) {

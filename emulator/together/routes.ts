@@ -1,8 +1,8 @@
 import type { Engine, CheckpointRecord, OperationKind, OperationRecord, ResourceRecord, ResourceStatus, SessionRecord, SessionStatus } from '../engine';
 import { EmulatorHttpError, badRequest } from '../errors';
 import type { EmulatorRequest, Router } from '../http';
-import { bundledTokenizerDir, tokenizerFor } from '../../config/tokenizer';
 import { EMULATED_MODELS, findModel } from '../models';
+import { bundledTokenizer } from '../tokenizer';
 import {
   ExtendExpiryBody,
   ResourceCreateBody,
@@ -66,9 +66,9 @@ function inferenceCheckpointJson(c: CheckpointRecord): Record<string, unknown> {
 }
 
 function sessionJson(engine: Engine, s: SessionRecord): Record<string, unknown> {
-  const r = engine.resources.get(s.resourceId)!;
+  const r = engine.resourceOf(s);
   const step = engine.sessionStep(s);
-  const checkpoints = s.checkpointIds.map((id) => engine.checkpoints.get(id)!).filter(Boolean);
+  const checkpoints = engine.sessionCheckpoints(s);
   return {
     id: s.id,
     base_model: r.model.name,
@@ -324,7 +324,8 @@ export function addTogetherRoutes(router: Router, engine: Engine, ownerOf: Owner
     const owner = ownerOf(req);
     const kind = operationKind(req.params.kind!);
     const session = engine.getSession(req.params.sid!, owner);
-    const model = engine.resources.get(session.resourceId)!.model;
+    const resource = engine.resourceOf(session);
+    const model = resource.model;
     const key = headerValue(req.headers['idempotency-key']);
     const op = engine.submitOperation(session.id, owner, key, req.rawBody, () => {
       switch (kind) {
@@ -338,7 +339,7 @@ export function addTogetherRoutes(router: Router, engine: Engine, ownerOf: Owner
           parseBody(WeightsSyncBody, req.body, 'weights-sync');
           return { kind: 'weights-sync' };
         case 'sample':
-          if (engine.resources.get(session.resourceId)!.numGeneratorReplicas === 0) {
+          if (resource.numGeneratorReplicas === 0) {
             throw badRequest('this model resource has no generator replicas (num_generator_replicas is 0)', 'FAILED_PRECONDITION');
           }
           return parseSample(req.body, model.vocabSize, stopEncoder(model.name));
@@ -378,10 +379,8 @@ export function addTogetherRoutes(router: Router, engine: Engine, ownerOf: Owner
 
 /** Stop strings become token sequences with the model's own tokenizer, where the emulator ships one. */
 function stopEncoder(model: string): ((text: string) => number[]) | undefined {
-  const dir = bundledTokenizerDir(model);
-  if (!dir) return undefined;
-  const tokenizer = tokenizerFor(model, undefined, dir);
-  return (text) => tokenizer.encode(text);
+  const tokenizer = bundledTokenizer(model);
+  return tokenizer && ((text) => tokenizer.encode(text));
 }
 
 function headerValue(h: string | string[] | undefined): string | undefined {

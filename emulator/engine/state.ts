@@ -1,0 +1,116 @@
+import { notFound } from '../errors';
+import type { Learner, LearnerOptions } from '../learner';
+import type { EmulatedModel } from '../models';
+import type { CheckpointRecord, LoraSettings, OperationRecord, ResourceRecord, ResourceStatus, SessionRecord, SessionStatus } from './records';
+
+export interface EngineOptions {
+  /** PENDING → CREATING → READY takes this long (half each). */
+  provisioningDelayMs?: number;
+  /** STOPPING → STOPPED. */
+  stopDelayMs?: number;
+  /** A RUNNING session expires after this long without operations. */
+  sessionIdleExpiryMs?: number;
+  /** Concurrent LoRA sessions per resource (a full-weight resource takes 1). */
+  sessionCap?: number;
+  /** Simulated compute time of each operation. */
+  operationLatencyMs?: number;
+  /** Clock-cycle mode: operations run only on ticks of this period, as hosted trainers batch work. */
+  clockCycleMs?: number;
+  /** Default inactivity auto-stop of a resource. */
+  defaultInactiveTimeoutMs?: number;
+  now?: () => number;
+}
+
+export const ACTIVE_RESOURCE: ReadonlySet<ResourceStatus> = new Set(['PENDING', 'CREATING', 'READY']);
+export const LIVE_SESSION: ReadonlySet<SessionStatus> = new Set(['CREATING', 'RUNNING', 'STOPPING']);
+
+/** A live session's learners and queue: memory only, rebuilt from the snapshot on restore. */
+export interface SessionRuntime {
+  learner: Learner;
+  generator: Learner;
+  queue: OperationRecord[];
+  pumping: boolean;
+  /** A learner holding a checkpoint's weights, kept for repeated sampling from it. */
+  pinned?: { checkpointId: string; learner: Learner };
+}
+
+/**
+ * What every part of the engine shares: the records, the live sessions' runtimes, the clock and the options.
+ * Only the engine's own modules hold it; dialects go through the `Engine` facade.
+ */
+export class EngineState {
+  readonly options: Required<Omit<EngineOptions, 'now'>>;
+  readonly now: () => number;
+  readonly resources = new Map<string, ResourceRecord>();
+  readonly sessions = new Map<string, SessionRecord>();
+  readonly checkpoints = new Map<string, CheckpointRecord>();
+  readonly operations = new Map<string, OperationRecord>();
+  /** Operations by `operationKey(session, idempotency key)`. */
+  readonly operationsByKey = new Map<string, OperationRecord>();
+  readonly runtimes = new Map<string, SessionRuntime>();
+  private readonly listeners = new Set<() => void>();
+
+  constructor(options: EngineOptions) {
+    this.now = options.now ?? Date.now;
+    this.options = {
+      provisioningDelayMs: options.provisioningDelayMs ?? 0,
+      stopDelayMs: options.stopDelayMs ?? 0,
+      sessionIdleExpiryMs: options.sessionIdleExpiryMs ?? 60 * 60 * 1000,
+      sessionCap: options.sessionCap ?? 5,
+      operationLatencyMs: options.operationLatencyMs ?? 0,
+      clockCycleMs: options.clockCycleMs ?? 0,
+      defaultInactiveTimeoutMs: options.defaultInactiveTimeoutMs ?? 60 * 60 * 1000,
+    };
+  }
+
+  onChange(listener: () => void): void {
+    this.listeners.add(listener);
+  }
+
+  /** Called after every state change that should be persisted. */
+  changed(): void {
+    for (const l of this.listeners) l();
+  }
+
+  /** The resource a session runs on (it exists for as long as the session does). */
+  resourceOf(s: SessionRecord): ResourceRecord {
+    return this.resources.get(s.resourceId)!;
+  }
+
+  /** Sessions on a resource that are not over yet. */
+  liveSessionsOn(resourceId: string): SessionRecord[] {
+    return [...this.sessions.values()].filter((s) => s.resourceId === resourceId && LIVE_SESSION.has(s.status));
+  }
+
+  /** The trainer's optimizer step (continues across a resume with optimizer state). */
+  sessionStep(s: SessionRecord): number {
+    return this.runtimes.get(s.id)?.learner.step ?? s.optimizerSteps;
+  }
+}
+
+/** Idempotency keys are scoped to a session. */
+export function operationKey(sessionId: string, key: string): string {
+  return `${sessionId}\u0000${key}`;
+}
+
+export function learnerOptions(model: EmulatedModel, lora: LoraSettings): LearnerOptions {
+  return {
+    vocabSize: model.vocabSize,
+    seed: model.seed,
+    loraRank: lora.rank,
+    loraAlpha: lora.alpha,
+    loraSeed: lora.seed,
+    trainUnembed: lora.trainUnembed,
+  };
+}
+
+/** A record the owner may see (any owner when `owner` is undefined), else 404 naming what was asked for. */
+export function ownedOrNotFound<T extends { owner: string }>(record: T | undefined, owner: string | undefined, what: string, id: string): T {
+  if (!record || (owner !== undefined && record.owner !== owner)) throw notFound(what, id);
+  return record;
+}
+
+/** Newest first; ties by id, so listings are stable. */
+export function newestFirst(a: { createdAt: number; id: string }, b: { createdAt: number; id: string }): number {
+  return b.createdAt - a.createdAt || (a.id < b.id ? 1 : -1);
+}

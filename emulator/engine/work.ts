@@ -1,0 +1,110 @@
+import { Learner, LearnerInputError, crossEntropyLoss, linearLogprobLoss, policyGradientLoss } from '../learner';
+import type { Checkpoints } from './checkpoints';
+import type { LoraSettings, OperationInput, OperationOutput, SessionRecord } from './records';
+import { learnerOptions, type EngineState, type SessionRuntime } from './state';
+
+type Input<K extends OperationInput['kind']> = Extract<OperationInput, { kind: K }>;
+type Output<K extends OperationOutput['kind']> = Extract<OperationOutput, { kind: K }>;
+
+/** What each operation does to a session's learners: the work itself, once the queue reaches it. */
+export class OperationWork {
+  constructor(
+    private readonly state: EngineState,
+    private readonly checkpoints: Checkpoints,
+  ) {}
+
+  async run(s: SessionRecord, rt: SessionRuntime, input: OperationInput): Promise<OperationOutput> {
+    switch (input.kind) {
+      case 'forward-backward':
+        return forwardBackward(rt, input);
+      case 'custom-forward-backward': {
+        const result = rt.learner.forwardBackward(input.sequences, linearLogprobLoss(input.gradients));
+        return { kind: 'custom-forward-backward', loss: result.loss, logprobs: result.logprobs };
+      }
+      case 'optim-step': {
+        const { step, gradNorm } = rt.learner.optimStep(input.adam);
+        s.optimizerSteps += 1;
+        return { kind: 'optim-step', step, gradNorm };
+      }
+      case 'weights-sync':
+        return this.syncWeights(s, rt);
+      case 'sample':
+        return this.sample(s, rt, input);
+      case 'trainer-reset':
+        return this.resetTrainer(s, rt, input);
+      case 'load-checkpoint':
+        return this.loadCheckpoint(s, rt, input);
+      case 'training-checkpoint':
+      case 'inference-checkpoint': {
+        const checkpoint = this.checkpoints.save(s, rt, input.kind === 'training-checkpoint' ? 'training' : 'inference', input.name);
+        if (input.kind === 'inference-checkpoint' && input.publish) await this.syncWeights(s, rt);
+        return { kind: input.kind, checkpointId: checkpoint.id };
+      }
+    }
+  }
+
+  /** The generators start serving the trainer's current weights. */
+  private async syncWeights(s: SessionRecord, rt: SessionRuntime): Promise<Output<'weights-sync'>> {
+    const options = learnerOptions(this.state.resourceOf(s).model, s.lora);
+    const state = rt.learner.exportState({ withOptimizer: false });
+    const previous = rt.generator;
+    rt.generator = await Learner.fromState(options, state, { optimizer: false });
+    previous.dispose();
+    delete s.generatorLora;
+    s.weightsVersion = rt.learner.step;
+    return { kind: 'weights-sync', weightsVersion: s.weightsVersion };
+  }
+
+  private async sample(s: SessionRecord, rt: SessionRuntime, input: Input<'sample'>): Promise<Output<'sample'>> {
+    const eosTokenIds = this.state.resourceOf(s).model.eosTokenIds;
+    const params = eosTokenIds && !input.params.eosTokenIds ? { ...input.params, eosTokenIds } : input.params;
+    const pinned = input.fromCheckpoint ? await this.checkpoints.pinnedLearner(s, rt, input.fromCheckpoint) : undefined;
+    const generator = pinned?.learner ?? rt.generator;
+    const results = input.prompts.map((prompt) => ({
+      sequences: generator.sample(prompt, params, input.numSamples),
+      promptLogprobs: input.promptLogprobs ? generator.promptLogprobs(prompt) : undefined,
+      policyVersion: pinned ? pinned.step : s.weightsVersion,
+    }));
+    return { kind: 'sample', results };
+  }
+
+  private async resetTrainer(s: SessionRecord, rt: SessionRuntime, input: Input<'trainer-reset'>): Promise<Output<'trainer-reset'>> {
+    const learner = await Learner.create(learnerOptions(this.state.resourceOf(s).model, input.lora));
+    this.replaceTrainer(s, rt, learner, input.lora);
+    return { kind: 'trainer-reset', step: learner.step, loraRank: input.lora.rank };
+  }
+
+  private async loadCheckpoint(s: SessionRecord, rt: SessionRuntime, input: Input<'load-checkpoint'>): Promise<Output<'load-checkpoint'>> {
+    const checkpoint = this.checkpoints.resolve(s, input.checkpoint);
+    if (input.optimizer && !checkpoint.withOptimizer) {
+      throw new LearnerInputError(`checkpoint ${checkpoint.name ?? checkpoint.id} holds no optimizer state; load its weights only`);
+    }
+    const lora: LoraSettings = { ...s.lora, rank: checkpoint.loraRank };
+    const learner = await Learner.fromState(learnerOptions(this.state.resourceOf(s).model, lora), checkpoint.state, { optimizer: input.optimizer });
+    this.replaceTrainer(s, rt, learner, lora);
+    return { kind: 'load-checkpoint', step: learner.step, checkpointId: checkpoint.id };
+  }
+
+  /** The trainer changes in place; the generators keep serving what they served (and remember its adapter). */
+  private replaceTrainer(s: SessionRecord, rt: SessionRuntime, learner: Learner, lora: LoraSettings): void {
+    rt.learner.dispose();
+    rt.learner = learner;
+    s.generatorLora ??= s.lora;
+    s.lora = lora;
+  }
+}
+
+function forwardBackward(rt: SessionRuntime, input: Input<'forward-backward'>): Output<'forward-backward'> {
+  const spec = input.loss;
+  const loss =
+    spec.type === 'cross_entropy'
+      ? crossEntropyLoss(spec.weights)
+      : spec.type === 'policy_gradient'
+        ? policyGradientLoss(spec.config)
+        : linearLogprobLoss(spec.gradients);
+  const result = input.forwardOnly ? rt.learner.forward(input.sequences, loss) : rt.learner.forwardBackward(input.sequences, loss);
+  const weights = spec.type === 'cross_entropy' ? spec.weights : spec.type === 'policy_gradient' ? spec.config.weights : undefined;
+  const tokens = weights ? weights.flat().filter((w) => w !== 0).length : 0;
+  const counted = weights ? weights.map((w) => w.map((v) => v !== 0)) : result.logprobs.map((l) => l.map(() => true));
+  return { kind: 'forward-backward', loss: result.loss, logprobs: result.logprobs, counted, tokens, returnOutputs: input.returnOutputs };
+}
