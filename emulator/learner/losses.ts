@@ -37,14 +37,14 @@ export function evaluateTokenLoss(
 ): { value: number; gradient: Float32Array | undefined } {
   let value = 0;
   let gradient: Float32Array | undefined;
-  let failure: unknown;
+  let failure: Error | undefined;
   tf.tidy(() => {
     const apply = (input: tf.Tensor): tf.Scalar => {
       try {
         return requireScalar(loss(input as tf.Tensor1D, segments));
       } catch (err) {
         // Rethrown below: TF.js leaks its gradient tape's tensors when the function it differentiates throws.
-        failure = err;
+        failure = err instanceof Error ? err : new Error(String(err));
         return tf.sum(input);
       }
     };

@@ -54,7 +54,7 @@ export function decodeState(state: LearnerState, options: StateOptions): Decoded
   const fail = (message: string): never => {
     throw new LearnerInputError(`learner state: ${message}`);
   };
-  if (state?.format !== STATE_FORMAT) fail(`unknown format ${String(state?.format)} (expected ${STATE_FORMAT})`);
+  if (state?.format !== STATE_FORMAT) fail(`unknown format ${String(state?.format)} (expected ${String(STATE_FORMAT)})`);
   const expected = modelOf(options);
   for (const key of Object.keys(expected) as Array<keyof typeof expected>) {
     if (state.model?.[key] !== expected[key]) fail(`was made for ${key} = ${String(state.model?.[key])}, this learner has ${String(expected[key])}`);
