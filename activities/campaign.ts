@@ -57,7 +57,10 @@ export const NEXT_DATA_POLICIES: Record<NextDataPolicy, (input: NextDataInput) =
 };
 
 function poolLines(pool: string): string[] {
-  return fs.readFileSync(pool, 'utf8').split('\n').filter((l) => l.trim() !== '');
+  return fs
+    .readFileSync(pool, 'utf8')
+    .split('\n')
+    .filter((l) => l.trim() !== '');
 }
 
 export function createCampaignActivities() {
@@ -67,7 +70,8 @@ export function createCampaignActivities() {
       return atBoundary(async () => {
         const chosen = NEXT_DATA_POLICIES[input.policy](input);
         if (chosen === 'unchanged') return { path: input.pool, sha256: sha256File(input.pool), rows: poolLines(input.pool).length };
-        if (chosen.lines.length === 0) throw new DataValidationError([`${input.pool}: the ${input.policy} policy chose no rows for round ${input.round}`]);
+        if (chosen.lines.length === 0)
+          throw new DataValidationError([`${input.pool}: the ${input.policy} policy chose no rows for round ${input.round}`]);
         const file = path.join(input.outDir, `round-${input.round}.train.jsonl`);
         fs.mkdirSync(input.outDir, { recursive: true });
         const partial = `${file}.${process.pid}.partial`;

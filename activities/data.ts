@@ -13,7 +13,9 @@ import type { Datum } from '../providers/types';
 
 const PromptAnswerRow = z.object({ prompt: z.string(), answer: z.string() }).passthrough();
 const ChatRow = z
-  .object({ messages: z.array(z.object({ role: z.enum(['system', 'user', 'assistant', 'tool']), content: z.string() }).passthrough()).min(2) })
+  .object({
+    messages: z.array(z.object({ role: z.enum(['system', 'user', 'assistant', 'tool']), content: z.string() }).passthrough()).min(2),
+  })
   .passthrough();
 
 export interface DataRow {
@@ -88,8 +90,12 @@ export function readDataset(file: string, problems: string[]): Dataset {
         problems.push(`${file}:${line} messages.${messages.length - 1}.role: the last message must be the assistant's answer`);
         return;
       }
-      const prompt = messages.slice(0, -1).map((m) => m.content).join('\n');
-      if (last.content.trim() === '') problems.push(`${file}:${line} messages.${messages.length - 1}.content: the answer must not be empty`);
+      const prompt = messages
+        .slice(0, -1)
+        .map((m) => m.content)
+        .join('\n');
+      if (last.content.trim() === '')
+        problems.push(`${file}:${line} messages.${messages.length - 1}.content: the answer must not be empty`);
       if (prompt.trim() === '') problems.push(`${file}:${line} messages: the prompt messages must not be empty`);
       rows.push({ line, prompt, answer: last.content, messages });
       return;
@@ -155,7 +161,8 @@ export function heldOutProblems(train: Dataset, evalSet: Dataset): string[] {
   const problems: string[] = [];
   for (const r of evalSet.rows) {
     const other = trainPrompts.get(r.prompt.trim());
-    if (other !== undefined) problems.push(`${evalSet.path}:${r.line} prompt: also in the training data (${train.path}:${other}); eval rows must be held out`);
+    if (other !== undefined)
+      problems.push(`${evalSet.path}:${r.line} prompt: also in the training data (${train.path}:${other}); eval rows must be held out`);
   }
   return problems;
 }
@@ -186,7 +193,9 @@ export function loadRoundData(
       const t = tokenizeRow(row, tokenizer);
       const length = t.promptTokens.length + t.completionTokens.length;
       if (length > limit) {
-        problems.push(`${d.path}:${row.line} prompt: ${length} tokens with the answer, over the limit of ${limit} (training.maxSeqLen${limits.modelMaxSeqLen !== undefined && limits.modelMaxSeqLen < limits.maxSeqLen ? ' / the model' : ''})`);
+        problems.push(
+          `${d.path}:${row.line} prompt: ${length} tokens with the answer, over the limit of ${limit} (training.maxSeqLen${limits.modelMaxSeqLen !== undefined && limits.modelMaxSeqLen < limits.maxSeqLen ? ' / the model' : ''})`,
+        );
       }
       return t;
     });
@@ -223,8 +232,10 @@ export function readPreferenceDataset(file: string, problems: string[]): { path:
       return;
     }
     const row = parsed.data;
-    for (const field of ['prompt', 'chosen', 'rejected'] as const) if (row[field].trim() === '') problems.push(`${file}:${line} ${field}: must not be empty`);
-    if (row.chosen.trim() !== '' && row.chosen === row.rejected) problems.push(`${file}:${line} rejected: is the same text as chosen; the pair teaches nothing`);
+    for (const field of ['prompt', 'chosen', 'rejected'] as const)
+      if (row[field].trim() === '') problems.push(`${file}:${line} ${field}: must not be empty`);
+    if (row.chosen.trim() !== '' && row.chosen === row.rejected)
+      problems.push(`${file}:${line} rejected: is the same text as chosen; the pair teaches nothing`);
     rows.push({ line, prompt: row.prompt, chosen: row.chosen, rejected: row.rejected });
   });
   if (rows.length === 0 && !problems.some((p) => p.startsWith(file))) problems.push(`${file}: has no rows`);
@@ -251,7 +262,8 @@ export function loadPreferenceData(
   const trainPrompts = new Map(train.rows.map((r) => [r.prompt.trim(), r.line]));
   for (const r of evalSet.rows) {
     const other = trainPrompts.get(r.prompt.trim());
-    if (other !== undefined) problems.push(`${evalFile}:${r.line} prompt: also in the training data (${trainFile}:${other}); eval rows must be held out`);
+    if (other !== undefined)
+      problems.push(`${evalFile}:${r.line} prompt: also in the training data (${trainFile}:${other}); eval rows must be held out`);
   }
   const limit = Math.min(limits.maxSeqLen, limits.modelMaxSeqLen ?? Infinity);
   const tokenize = (file: string, rows: PreferenceRow[]) =>
@@ -259,7 +271,8 @@ export function loadPreferenceData(
       const pair = tokenizePair(row, tokenizer);
       for (const which of ['chosen', 'rejected'] as const) {
         const length = pair.promptTokens.length + pair[`${which}Tokens`].length;
-        if (length > limit) problems.push(`${file}:${row.line} ${which}: ${length} tokens with the prompt, over the limit of ${limit} (training.maxSeqLen)`);
+        if (length > limit)
+          problems.push(`${file}:${row.line} ${which}: ${length} tokens with the prompt, over the limit of ${limit} (training.maxSeqLen)`);
       }
       return pair;
     });

@@ -54,7 +54,10 @@ export interface DpoEvaluation {
 
 /** A pair as the two datums the trainer sees: [chosen, rejected]. */
 export function pairDatums(pair: Pick<TokenizedPair, 'promptTokens' | 'chosenTokens' | 'rejectedTokens'>): [Datum, Datum] {
-  return [toDatum({ promptTokens: pair.promptTokens, completionTokens: pair.chosenTokens }), toDatum({ promptTokens: pair.promptTokens, completionTokens: pair.rejectedTokens })];
+  return [
+    toDatum({ promptTokens: pair.promptTokens, completionTokens: pair.chosenTokens }),
+    toDatum({ promptTokens: pair.promptTokens, completionTokens: pair.rejectedTokens }),
+  ];
 }
 
 /** Margins within float32 noise of 0 (the policy is still its reference) prefer neither answer. */
@@ -63,12 +66,21 @@ const PREFERENCE_EPSILON = 1e-3;
 const summed = (logprobs: number[], d: Datum) => logprobs.reduce((a, lp, i) => a + lp * (d.weights[i] ?? 0), 0);
 
 /** Summed logprobs of each pair's chosen and rejected answers under a session's current weights. */
-const pairLogprobs = async (provider: TrainingProvider, sessionId: string, pairs: TokenizedPair[], batchPairs: number, keyOf: (batch: number) => string) => {
+const pairLogprobs = async (
+  provider: TrainingProvider,
+  sessionId: string,
+  pairs: TokenizedPair[],
+  batchPairs: number,
+  keyOf: (batch: number) => string,
+) => {
   const signal = Context.current().cancellationSignal;
   const handles = [];
   for (let b = 0; b * batchPairs < pairs.length; b++) {
     const datums = pairs.slice(b * batchPairs, (b + 1) * batchPairs).flatMap(pairDatums);
-    handles.push({ datums, handle: await provider.submitForwardBackward(sessionId, keyOf(b), datums, { forwardOnly: true, returnLogprobs: true }) });
+    handles.push({
+      datums,
+      handle: await provider.submitForwardBackward(sessionId, keyOf(b), datums, { forwardOnly: true, returnLogprobs: true }),
+    });
   }
   const out: { sums: [number, number]; logprobs: [number[], number[]]; datums: [Datum, Datum] }[] = [];
   for (const { datums, handle } of handles) {
@@ -91,7 +103,11 @@ const readReference = (file: string, data: { trainSha256: string; evalSha256: st
 
 const requireReference = (file: string, data: { trainSha256: string; evalSha256: string }): ReferenceFile => {
   const ref = readReference(file, data);
-  if (!ref) throw new RoundhouseFailure('ReferenceLogprobsMissing', `reference logprobs ${file} are missing or for other data; the round cannot compute its DPO loss`);
+  if (!ref)
+    throw new RoundhouseFailure(
+      'ReferenceLogprobsMissing',
+      `reference logprobs ${file} are missing or for other data; the round cannot compute its DPO loss`,
+    );
   return ref;
 };
 
@@ -102,7 +118,15 @@ const evaluate = (spec: RoundSpec, pairs: TokenizedPair[], reference: [number, n
     const [pc, pr] = policy[i]!.sums;
     const margin = pc - rc - (pr - rr);
     const z = beta * margin;
-    return { line: pair.line, prompt: pair.prompt, chosen: pair.chosen, rejected: pair.rejected, margin, loss: z >= 0 ? Math.log1p(Math.exp(-z)) : -z + Math.log1p(Math.exp(z)), match: margin > PREFERENCE_EPSILON };
+    return {
+      line: pair.line,
+      prompt: pair.prompt,
+      chosen: pair.chosen,
+      rejected: pair.rejected,
+      margin,
+      loss: z >= 0 ? Math.log1p(Math.exp(-z)) : -z + Math.log1p(Math.exp(z)),
+      match: margin > PREFERENCE_EPSILON,
+    };
   });
 };
 
@@ -115,19 +139,39 @@ export function createDpoActivities(deps: ActivityDeps) {
      * before the first step; a retry finds the file. If the file is gone after training began, the reference is
      * lost (the starting weights are no longer the session's): that fails the round rather than compare to the wrong one.
      */
-    async computeDpoReference(input: { campaignId: string; round: number; spec: RoundSpec; data: SegmentInput['data']; sessionId: string; stepOffset: number; outputPath: string }): Promise<{ path: string; pairs: number }> {
+    async computeDpoReference(input: {
+      campaignId: string;
+      round: number;
+      spec: RoundSpec;
+      data: SegmentInput['data'];
+      sessionId: string;
+      stepOffset: number;
+      outputPath: string;
+    }): Promise<{ path: string; pairs: number }> {
       const provider = await deps.providerFor(input.spec.provider);
       return atBoundary(async () => {
         const p = await preparedPairs(input.spec, input.data);
         if (readReference(input.outputPath, p)) return { path: input.outputPath, pairs: p.train.length + p.eval.length };
         const session = await provider.getSession(input.sessionId);
         if (session.step !== input.stepOffset) {
-          throw new RoundhouseFailure('ReferenceLogprobsMissing', `reference logprobs ${input.outputPath} are missing and the session already trained ${session.step - input.stepOffset} steps`);
+          throw new RoundhouseFailure(
+            'ReferenceLogprobsMissing',
+            `reference logprobs ${input.outputPath} are missing and the session already trained ${session.step - input.stepOffset} steps`,
+          );
         }
         const batch = Math.max(1, input.spec.training.batchSize);
         const of = async (which: Which) =>
-          (await pairLogprobs(provider, input.sessionId, p[which], batch, (b) => roundKey(input.campaignId, input.round, 'reference', which, `b${b}`))).map((r) => r.sums);
-        const reference: ReferenceFile = { trainSha256: p.trainSha256, evalSha256: p.evalSha256, train: await of('train'), eval: await of('eval') };
+          (
+            await pairLogprobs(provider, input.sessionId, p[which], batch, (b) =>
+              roundKey(input.campaignId, input.round, 'reference', which, `b${b}`),
+            )
+          ).map((r) => r.sums);
+        const reference: ReferenceFile = {
+          trainSha256: p.trainSha256,
+          evalSha256: p.evalSha256,
+          train: await of('train'),
+          eval: await of('eval'),
+        };
         fs.mkdirSync(path.dirname(input.outputPath), { recursive: true });
         writeJsonAtomic(input.outputPath, reference);
         return { path: input.outputPath, pairs: p.train.length + p.eval.length };
@@ -135,12 +179,23 @@ export function createDpoActivities(deps: ActivityDeps) {
     },
 
     /** Preference accuracy, mean margin and DPO loss of the eval pairs under the current weights (forward only). */
-    async evaluateDpo(input: { campaignId: string; round: number; label: string; spec: RoundSpec; data: SegmentInput['data']; sessionId: string; referencePath: string; outputPath?: string }): Promise<DpoEvaluation> {
+    async evaluateDpo(input: {
+      campaignId: string;
+      round: number;
+      label: string;
+      spec: RoundSpec;
+      data: SegmentInput['data'];
+      sessionId: string;
+      referencePath: string;
+      outputPath?: string;
+    }): Promise<DpoEvaluation> {
       const provider = await deps.providerFor(input.spec.provider);
       return atBoundary(async () => {
         const p = await preparedPairs(input.spec, input.data);
         const reference = requireReference(input.referencePath, p);
-        const policy = await pairLogprobs(provider, input.sessionId, p.eval, Math.max(1, input.spec.training.batchSize), (b) => roundKey(input.campaignId, input.round, input.label, `b${b}`));
+        const policy = await pairLogprobs(provider, input.sessionId, p.eval, Math.max(1, input.spec.training.batchSize), (b) =>
+          roundKey(input.campaignId, input.round, input.label, `b${b}`),
+        );
         const rows = evaluate(input.spec, p.eval, reference.eval, policy);
         if (input.outputPath) writeJsonAtomic(input.outputPath, rows);
         const n = Math.max(1, rows.length);
@@ -172,7 +227,12 @@ export function createDpoActivities(deps: ActivityDeps) {
  * its per-token gradients computed here, and a custom forward-backward carrying them. Every attempt computes the
  * same gradients from the same (deduplicated) forward, so the keyed custom forward-backward is the same request.
  */
-function dpoStep(input: DpoSegmentInput, p: PreparedPairs, reference: ReferenceFile, { provider, key }: SegmentContext): StepKind<DpoStepRecord, Record<string, never>> {
+function dpoStep(
+  input: DpoSegmentInput,
+  p: PreparedPairs,
+  reference: ReferenceFile,
+  { provider, key }: SegmentContext,
+): StepKind<DpoStepRecord, Record<string, never>> {
   const t = input.spec.training;
   const beta = input.spec.round?.dpo?.beta ?? 0.1;
   const computed = new Map<number, Promise<{ datums: Datum[]; gradients: number[][]; record: DpoStepRecord }>>();
@@ -188,12 +248,18 @@ function dpoStep(input: DpoSegmentInput, p: PreparedPairs, reference: ReferenceF
     policy.forEach((pol, i) => {
       const [rc, rr] = reference.train[rows[i]!]!;
       const dpo = dpoLossAndGradients(
-        { chosen: { logprobs: pol.logprobs[0], weights: pol.datums[0].weights, referenceLogprob: rc }, rejected: { logprobs: pol.logprobs[1], weights: pol.datums[1].weights, referenceLogprob: rr } },
+        {
+          chosen: { logprobs: pol.logprobs[0], weights: pol.datums[0].weights, referenceLogprob: rc },
+          rejected: { logprobs: pol.logprobs[1], weights: pol.datums[1].weights, referenceLogprob: rr },
+        },
         beta,
       );
       datums.push(...pol.datums);
       // The step's loss is the mean over its pairs: so is its gradient.
-      gradients.push(dpo.chosen.map((g) => g / pairs.length), dpo.rejected.map((g) => g / pairs.length));
+      gradients.push(
+        dpo.chosen.map((g) => g / pairs.length),
+        dpo.rejected.map((g) => g / pairs.length),
+      );
       loss += dpo.loss / pairs.length;
       margin += dpo.margin / pairs.length;
       if (dpo.margin > PREFERENCE_EPSILON) preferred += 1;

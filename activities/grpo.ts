@@ -105,7 +105,9 @@ export function createGrpoActivities(deps: ActivityDeps) {
       const grpo = input.spec.round?.grpo;
       return atBoundary(async () => {
         if (!grpo) throw new RoundhouseFailure('InvalidInput', 'round.grpo: is required when round.kind is grpo');
-        const { result, records } = await trainSegmentOf<GrpoStepRecord>(deps, input, async (ctx) => grpoStep(input, grpo, await prepared(input.spec, input.data), ctx));
+        const { result, records } = await trainSegmentOf<GrpoStepRecord>(deps, input, async (ctx) =>
+          grpoStep(input, grpo, await prepared(input.spec, input.data), ctx),
+        );
         return {
           ...result,
           firstReward: records[0]?.meanReward,
@@ -122,7 +124,12 @@ export function createGrpoActivities(deps: ActivityDeps) {
  * forward-backward, so a retried step trains on exactly the samples it first drew, and the keyed submits it repeats
  * are the same requests (deduplicated by the provider).
  */
-function grpoStep(input: GrpoSegmentInput, grpo: GrpoSpec, p: PreparedData, { provider, key, signal }: SegmentContext): StepKind<GrpoStepRecord> {
+function grpoStep(
+  input: GrpoSegmentInput,
+  grpo: GrpoSpec,
+  p: PreparedData,
+  { provider, key, signal }: SegmentContext,
+): StepKind<GrpoStepRecord> {
   const reward = rewardFunction(grpo.reward);
   const sampling = new Map<number, Promise<StepSamples>>();
   const samplesFor = (step: number): Promise<StepSamples> => {
@@ -134,7 +141,9 @@ function grpoStep(input: GrpoSegmentInput, grpo: GrpoSpec, p: PreparedData, { pr
     }
     return pending;
   };
-  const sync = async (step: number) => (await provider.awaitOperation(await provider.submitWeightsSync(input.sessionId, key(`w${step}`, 'weights-sync')), { signal })).weightsVersion;
+  const sync = async (step: number) =>
+    (await provider.awaitOperation(await provider.submitWeightsSync(input.sessionId, key(`w${step}`, 'weights-sync')), { signal }))
+      .weightsVersion;
   const datumsOf = async (step: number) => {
     const samples = await samplesFor(step);
     return { samples, ...grpoDatums(samples, grpo.normalizeAdvantages) };
@@ -154,7 +163,10 @@ function grpoStep(input: GrpoSegmentInput, grpo: GrpoSpec, p: PreparedData, { pr
       if (input.referenceSessionId) {
         const forward = datums.map(({ modelInput, targetTokens, weights }) => ({ modelInput, targetTokens, weights }));
         const ref = await provider.awaitOperation(
-          await provider.submitForwardBackward(input.referenceSessionId, key(`s${step}`, 'reference-logprobs'), forward, { forwardOnly: true, returnLogprobs: true }),
+          await provider.submitForwardBackward(input.referenceSessionId, key(`s${step}`, 'reference-logprobs'), forward, {
+            forwardOnly: true,
+            returnLogprobs: true,
+          }),
           { signal },
         );
         datums.forEach((d, i) => (d.referenceLogprobs = ref.logprobs?.[i] ?? d.weights.map(() => 0)));
@@ -220,7 +232,12 @@ async function drawSamples(
     const completions = [];
     for (const seq of results[i]?.sequences ?? []) {
       const text = completionText(data.tokenizer, seq.tokens, s.stop);
-      completions.push({ tokens: seq.tokens, logprobs: seq.logprobs ?? seq.tokens.map(() => 0), text, reward: await reward(text, row.answer, row.prompt) });
+      completions.push({
+        tokens: seq.tokens,
+        logprobs: seq.logprobs ?? seq.tokens.map(() => 0),
+        text,
+        reward: await reward(text, row.answer, row.prompt),
+      });
     }
     samples.groups.push({ line: row.line, promptTokens: row.promptTokens, completions });
   }

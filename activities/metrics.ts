@@ -41,11 +41,14 @@ export function recordLatestLoss(lossPerToken: number, tags: { provider: string;
 }
 
 export function recordRoundGpuMinutes(gpuMinutes: number, tags: { provider: string; status: string }): void {
-  meter()?.createHistogram(METRICS.roundGpuMinutes, 'float', 'min', 'GPU-minutes held by a finished round (sum: total GPU-minutes)').record(gpuMinutes, tags);
+  meter()
+    ?.createHistogram(METRICS.roundGpuMinutes, 'float', 'min', 'GPU-minutes held by a finished round (sum: total GPU-minutes)')
+    .record(gpuMinutes, tags);
 }
 
 export function recordResource(event: 'provisioned' | 'released' | 'reaped', tags: { provider: string }, count = 1): void {
-  const name = event === 'provisioned' ? METRICS.resourcesProvisioned : event === 'released' ? METRICS.resourcesReleased : METRICS.resourcesReaped;
+  const name =
+    event === 'provisioned' ? METRICS.resourcesProvisioned : event === 'released' ? METRICS.resourcesReleased : METRICS.resourcesReaped;
   add(name, count, tags, `Trainer resources ${event}`);
 }
 

@@ -38,7 +38,10 @@ export function createPreparer(deps: ActivityDeps) {
     const models = await provider.supportedModels();
     const model = models.find((m) => m.name === spec.model);
     if (!model) {
-      throw new RoundhouseFailure('InvalidInput', `provider.model: '${spec.model}' is not supported by ${provider.kind}; supported: ${models.map((m) => m.name).join(', ')}`);
+      throw new RoundhouseFailure(
+        'InvalidInput',
+        `provider.model: '${spec.model}' is not supported by ${provider.kind}; supported: ${models.map((m) => m.name).join(', ')}`,
+      );
     }
     return model;
   };
@@ -66,7 +69,15 @@ export function createPreparer(deps: ActivityDeps) {
     const provider = await deps.providerFor(spec.provider);
     const model = await modelInfo(provider, spec.provider);
     const { trainSha256, evalSha256 } = checkHashes(data);
-    const key = [data.train, trainSha256, data.eval, evalSha256, spec.provider.model, spec.provider.tokenizer ?? '', spec.training.maxSeqLen].join('|');
+    const key = [
+      data.train,
+      trainSha256,
+      data.eval,
+      evalSha256,
+      spec.provider.model,
+      spec.provider.tokenizer ?? '',
+      spec.training.maxSeqLen,
+    ].join('|');
     const cached = cache.get(key);
     if (cached) return cached;
     const tokenizer = tokenizerFor(spec.provider.model, model.tokenizer, spec.provider.tokenizer);
@@ -83,9 +94,15 @@ export function createPreparer(deps: ActivityDeps) {
 function checkHashes(data: RoundInput['data']): { trainSha256: string; evalSha256: string } {
   const trainSha256 = sha256File(data.train);
   const evalSha256 = sha256File(data.eval);
-  for (const [which, expected, actual] of [['train', data.trainSha256, trainSha256], ['eval', data.evalSha256, evalSha256]] as const) {
+  for (const [which, expected, actual] of [
+    ['train', data.trainSha256, trainSha256],
+    ['eval', data.evalSha256, evalSha256],
+  ] as const) {
     if (expected && expected !== actual) {
-      throw new RoundhouseFailure('InvalidInput', `data.${which}: ${data[which]} changed since the round started (sha256 ${actual.slice(0, 12)}…, expected ${expected.slice(0, 12)}…)`);
+      throw new RoundhouseFailure(
+        'InvalidInput',
+        `data.${which}: ${data[which]} changed since the round started (sha256 ${actual.slice(0, 12)}…, expected ${expected.slice(0, 12)}…)`,
+      );
     }
   }
   return { trainSha256, evalSha256 };
@@ -93,7 +110,10 @@ function checkHashes(data: RoundInput['data']): { trainSha256: string; evalSha25
 
 function checkLoraRank(spec: RoundSpec, model: ModelInfo): void {
   if (spec.training.loraRank > model.maxLoraRank) {
-    throw new RoundhouseFailure('InvalidInput', `training.loraRank: ${spec.training.loraRank} is over ${model.name}'s maximum of ${model.maxLoraRank}`);
+    throw new RoundhouseFailure(
+      'InvalidInput',
+      `training.loraRank: ${spec.training.loraRank} is over ${model.name}'s maximum of ${model.maxLoraRank}`,
+    );
   }
 }
 

@@ -42,7 +42,12 @@ export interface ReaperResult {
  * the display name of its sessions), and deactivates it when the owner is closed, or when it has no owner and is
  * older than the grace period. Termination and timeouts run no workflow code; this is what cleans up after them.
  */
-export async function reapOrphans(deps: ActivityDeps, client: Client, input: ReaperInput, onResource: () => void = () => {}): Promise<ReaperResult> {
+export async function reapOrphans(
+  deps: ActivityDeps,
+  client: Client,
+  input: ReaperInput,
+  onResource: () => void = () => {},
+): Promise<ReaperResult> {
   const result: ReaperResult = { checked: 0, reaped: [], kept: [] };
   for (const spec of input.providers) {
     const provider = await deps.providerFor({ generatorReplicas: 1, inactiveTimeoutSeconds: 1800, ...spec } as ProviderSpec);

@@ -54,7 +54,14 @@ interface Flip {
 export function loadCampaignReportData(campaignDir: string, options: { temporalUiUrl: string; namespace: string }): CampaignReportData {
   const summaryFile = path.join(campaignDir, 'campaign.json');
   if (!fs.existsSync(summaryFile)) throw new Error(`${summaryFile}: no campaign summary (has a round finished yet?)`);
-  const summary = JSON.parse(fs.readFileSync(summaryFile, 'utf8')) as { campaignId: string; status: string; stopReason?: string; gpuMinutes: number; costUsd?: number; rounds: { round: number; reportPath: string }[] };
+  const summary = JSON.parse(fs.readFileSync(summaryFile, 'utf8')) as {
+    campaignId: string;
+    status: string;
+    stopReason?: string;
+    gpuMinutes: number;
+    costUsd?: number;
+    rounds: { round: number; reportPath: string }[];
+  };
   const rounds = summary.rounds
     .map((r) => r.reportPath)
     .filter((p) => fs.existsSync(p))
@@ -73,10 +80,20 @@ export function loadCampaignReportData(campaignDir: string, options: { temporalU
     }
     return { from: before.round, to: after.round, fixed, regressed };
   });
-  return { campaignId: summary.campaignId, status: summary.status, stopReason: summary.stopReason, rounds, flips, gpuMinutes: summary.gpuMinutes, costUsd: summary.costUsd, ...options };
+  return {
+    campaignId: summary.campaignId,
+    status: summary.status,
+    stopReason: summary.stopReason,
+    rounds,
+    flips,
+    gpuMinutes: summary.gpuMinutes,
+    costUsd: summary.costUsd,
+    ...options,
+  };
 }
 
-const escapeHtml = (text: string) => text.replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!);
+const escapeHtml = (text: string) =>
+  text.replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!);
 const fmt = (v: number | null | undefined, digits = 3) => (v === null || v === undefined ? '–' : v.toFixed(digits));
 const pct = (v: number | null | undefined) => (v === null || v === undefined ? '–' : `${(v * 100).toFixed(1)}%`);
 
@@ -95,18 +112,24 @@ export function renderCampaignHtml(data: CampaignReportData): string {
     accuracy: data.rounds.map((r) => r.accuracy),
     baseline: data.rounds.map((r) => r.baseline_loss),
     trained: data.rounds.map((r) => r.trained_loss),
-    steps: data.rounds.map((r) => ({ round: r.round, points: r.steps.map((s) => ({ x: s.step, y: s.tokens ? s.loss / s.tokens : s.loss })) })),
+    steps: data.rounds.map((r) => ({
+      round: r.round,
+      points: r.steps.map((s) => ({ x: s.step, y: s.tokens ? s.loss / s.tokens : s.loss })),
+    })),
     rewards: stepSeries(data, 'meanReward'),
     margins: stepSeries(data, 'margin'),
     preference: stepSeries(data, 'accuracy'),
   };
   const policyCharts = [
     chartData.rewards.length ? '<div><h2>GRPO: mean reward per step</h2><div class="chart"><canvas id="reward"></canvas></div></div>' : '',
-    chartData.margins.length ? '<div><h2>DPO: preference margin and accuracy per step</h2><div class="chart"><canvas id="margin"></canvas></div></div>' : '',
+    chartData.margins.length
+      ? '<div><h2>DPO: preference margin and accuracy per step</h2><div class="chart"><canvas id="margin"></canvas></div></div>'
+      : '',
   ].join('');
   const rows = data.rounds
     .map(
-      (r) => `<tr><td>${r.round}</td><td class="${r.status}">${escapeHtml(r.status)}${r.error_type ? ` (${escapeHtml(r.error_type)})` : ''}</td><td>${pct(r.accuracy)}</td>` +
+      (r) =>
+        `<tr><td>${r.round}</td><td class="${r.status}">${escapeHtml(r.status)}${r.error_type ? ` (${escapeHtml(r.error_type)})` : ''}</td><td>${pct(r.accuracy)}</td>` +
         `<td>${fmt(r.baseline_loss)} → ${fmt(r.trained_loss)}</td><td>${r.steps_applied}/${r.steps_planned}</td><td>${fmt(r.gpu_minutes, 2)}</td>` +
         `<td>${r.estimated_cost_usd === null ? '–' : `$${r.estimated_cost_usd.toFixed(2)}`}</td>` +
         `<td><a href="${escapeHtml(uiLink(data, r.workflow_id))}">${escapeHtml(r.workflow_id)}</a></td><td><code>${escapeHtml(r.train_sha256.slice(0, 12))}</code></td></tr>`,
@@ -118,7 +141,10 @@ export function renderCampaignHtml(data: CampaignReportData): string {
         items.length === 0
           ? '<p class="none">none</p>'
           : `<table><tr><th>line</th><th>prompt</th><th>expected</th><th>before</th><th>after</th></tr>${items
-              .map((i) => `<tr><td>${i.line}</td><td>${escapeHtml(i.prompt)}</td><td>${escapeHtml(i.expected)}</td><td>${escapeHtml(i.before)}</td><td>${escapeHtml(i.after)}</td></tr>`)
+              .map(
+                (i) =>
+                  `<tr><td>${i.line}</td><td>${escapeHtml(i.prompt)}</td><td>${escapeHtml(i.expected)}</td><td>${escapeHtml(i.before)}</td><td>${escapeHtml(i.after)}</td></tr>`,
+              )
               .join('')}</table>`;
       return `<h3>Round ${f.from} → ${f.to}: ${f.fixed.length} fixed, ${f.regressed.length} regressed</h3><h4>Fixed</h4>${list(f.fixed)}<h4>Regressed</h4>${list(f.regressed)}`;
     })
@@ -164,10 +190,16 @@ document.body.dataset.rendered = String(Chart.instances ? Object.keys(Chart.inst
 }
 
 /** Per-step series of one field, for the rounds whose steps carry it. */
-function stepSeries(data: CampaignReportData, field: 'meanReward' | 'margin' | 'accuracy'): { round: number; points: { x: number; y: number }[] }[] {
+function stepSeries(
+  data: CampaignReportData,
+  field: 'meanReward' | 'margin' | 'accuracy',
+): { round: number; points: { x: number; y: number }[] }[] {
   return data.rounds
     .filter((r) => r.steps.some((s) => typeof s[field] === 'number'))
-    .map((r) => ({ round: r.round, points: r.steps.filter((s) => typeof s[field] === 'number').map((s) => ({ x: s.step, y: s[field]! })) }));
+    .map((r) => ({
+      round: r.round,
+      points: r.steps.filter((s) => typeof s[field] === 'number').map((s) => ({ x: s.step, y: s[field]! })),
+    }));
 }
 
 export function renderCampaignMarkdown(data: CampaignReportData): string {
@@ -177,7 +209,8 @@ export function renderCampaignMarkdown(data: CampaignReportData): string {
     '| round | status | accuracy | eval loss (baseline → trained) | steps | GPU-min | est. cost |',
     '|---|---|---|---|---|---|---|',
     ...data.rounds.map(
-      (r) => `| ${r.round} | ${r.status}${r.error_type ? ` (${r.error_type})` : ''} | ${pct(r.accuracy)} | ${fmt(r.baseline_loss)} → ${fmt(r.trained_loss)} | ${r.steps_applied}/${r.steps_planned} | ${fmt(r.gpu_minutes, 2)} | ${r.estimated_cost_usd === null ? '–' : `$${r.estimated_cost_usd.toFixed(2)}`} |`,
+      (r) =>
+        `| ${r.round} | ${r.status}${r.error_type ? ` (${r.error_type})` : ''} | ${pct(r.accuracy)} | ${fmt(r.baseline_loss)} → ${fmt(r.trained_loss)} | ${r.steps_applied}/${r.steps_planned} | ${fmt(r.gpu_minutes, 2)} | ${r.estimated_cost_usd === null ? '–' : `$${r.estimated_cost_usd.toFixed(2)}`} |`,
     ),
     '',
     ...data.rounds
@@ -185,7 +218,10 @@ export function renderCampaignMarkdown(data: CampaignReportData): string {
       .map((r) => `- round ${r.round} (grpo): mean reward ${fmt(r.first_reward)} at its first step → ${fmt(r.latest_reward)} at its last`),
     ...data.rounds
       .filter((r) => r.kind === 'dpo' && typeof r.trained_margin === 'number')
-      .map((r) => `- round ${r.round} (dpo): eval preference margin ${fmt(r.baseline_margin)} → ${fmt(r.trained_margin)} nats, preference accuracy ${pct(r.accuracy)}`),
+      .map(
+        (r) =>
+          `- round ${r.round} (dpo): eval preference margin ${fmt(r.baseline_margin)} → ${fmt(r.trained_margin)} nats, preference accuracy ${pct(r.accuracy)}`,
+      ),
     ...data.flips.map((f) => `- round ${f.from} → ${f.to}: ${f.fixed.length} examples fixed, ${f.regressed.length} regressed`),
     '',
     `Total: ${fmt(data.gpuMinutes, 2)} GPU-minutes${data.costUsd !== undefined && data.costUsd !== null ? `, estimated $${data.costUsd.toFixed(2)}` : ''}.`,
@@ -194,15 +230,20 @@ export function renderCampaignMarkdown(data: CampaignReportData): string {
 }
 
 /** Writes report.html and summary.md next to campaign.json, atomically. */
-export function writeCampaignReports(campaignDir: string, options: { temporalUiUrl: string; namespace: string }): { html: string; markdown: string } {
+export function writeCampaignReports(
+  campaignDir: string,
+  options: { temporalUiUrl: string; namespace: string },
+): { html: string; markdown: string } {
   const data = loadCampaignReportData(campaignDir, options);
   const html = path.join(campaignDir, 'report.html');
   const markdown = path.join(campaignDir, 'summary.md');
-  for (const [file, text] of [[html, renderCampaignHtml(data)], [markdown, renderCampaignMarkdown(data)]] as const) {
+  for (const [file, text] of [
+    [html, renderCampaignHtml(data)],
+    [markdown, renderCampaignMarkdown(data)],
+  ] as const) {
     const partial = `${file}.${process.pid}.partial`;
     fs.writeFileSync(partial, text);
     fs.renameSync(partial, file);
   }
   return { html, markdown };
 }
-

@@ -51,12 +51,17 @@ export function createRoundActivities(deps: ActivityDeps) {
           try {
             rewardFunction(reward); // loads it now: a bad module fails the round before anything is provisioned
           } catch (err) {
-            throw new RoundhouseFailure('InvalidInput', `round.grpo.reward.path: ${reward.path} does not load: ${(err as Error).message.split('\n')[0]}`);
+            throw new RoundhouseFailure(
+              'InvalidInput',
+              `round.grpo.reward.path: ${reward.path} does not load: ${(err as Error).message.split('\n')[0]}`,
+            );
           }
         }
         const plan = planSteps(p.train.length, input.spec.training.batchSize, input.spec.training.epochs);
         const provider = await deps.providerFor(input.spec.provider);
-        const quote = await provider.estimateCost?.(input.spec.provider.model, input.spec.provider.generatorReplicas).catch(() => undefined);
+        const quote = await provider
+          .estimateCost?.(input.spec.provider.model, input.spec.provider.generatorReplicas)
+          .catch(() => undefined);
         return {
           pricePerHour: quote?.currency === 'USD' ? quote.pricePerHour : undefined,
           trainSha256: p.trainSha256,
@@ -87,7 +92,11 @@ export function createRoundActivities(deps: ActivityDeps) {
         const handles: OperationHandle<ForwardResult>[] = [];
         for (let i = 0; i * batch < rows.length; i++) {
           const data = rows.slice(i * batch, (i + 1) * batch).map(toDatum);
-          handles.push(await provider.submitForwardBackward(input.sessionId, roundKey(input.campaignId, input.round, input.label, `b${i}`), data, { forwardOnly: true }));
+          handles.push(
+            await provider.submitForwardBackward(input.sessionId, roundKey(input.campaignId, input.round, input.label, `b${i}`), data, {
+              forwardOnly: true,
+            }),
+          );
           Context.current().heartbeat(i);
         }
         let lossSum = 0;
@@ -100,14 +109,26 @@ export function createRoundActivities(deps: ActivityDeps) {
       });
     },
 
-    async saveTrainingCheckpoint(input: { spec: RoundSpec; sessionId: string; key: string }): Promise<{ checkpointId: string; step: number }> {
+    async saveTrainingCheckpoint(input: {
+      spec: RoundSpec;
+      sessionId: string;
+      key: string;
+    }): Promise<{ checkpointId: string; step: number }> {
       const provider = await deps.providerFor(input.spec.provider);
-      return atBoundary(async () => provider.awaitOperation(await provider.submitTrainingCheckpoint(input.sessionId, input.key), { signal: Context.current().cancellationSignal }));
+      return atBoundary(async () =>
+        provider.awaitOperation(await provider.submitTrainingCheckpoint(input.sessionId, input.key), {
+          signal: Context.current().cancellationSignal,
+        }),
+      );
     },
 
     async saveSamplerWeights(input: { spec: RoundSpec; sessionId: string; key: string }): Promise<{ checkpointId: string; step: number }> {
       const provider = await deps.providerFor(input.spec.provider);
-      return atBoundary(async () => provider.awaitOperation(await provider.submitSamplerWeights(input.sessionId, input.key), { signal: Context.current().cancellationSignal }));
+      return atBoundary(async () =>
+        provider.awaitOperation(await provider.submitSamplerWeights(input.sessionId, input.key), {
+          signal: Context.current().cancellationSignal,
+        }),
+      );
     },
 
     /** Samples an answer for every eval row, scores it, and writes the evaluations file (data stays out of history). */
@@ -136,13 +157,26 @@ export function createRoundActivities(deps: ActivityDeps) {
             input.sessionId,
             roundKey(input.campaignId, input.round, input.label, `b${i}`),
             rows.map((r) => r.promptTokens),
-            { maxTokens: s.maxTokens, temperature: s.temperature, topP: s.topP, topK: s.topK, stop: s.stop, seed: input.spec.training.seed + i },
+            {
+              maxTokens: s.maxTokens,
+              temperature: s.temperature,
+              topP: s.topP,
+              topK: s.topK,
+              stop: s.stop,
+              seed: input.spec.training.seed + i,
+            },
           );
           const results = await provider.awaitOperation(handle, { signal: Context.current().cancellationSignal });
           rows.forEach((row, j) => {
             const tokens = results[j]?.sequences[0]?.tokens ?? [];
             const completion = completionText(p.tokenizer, tokens, s.stop);
-            evaluations.push({ line: row.line, prompt: row.prompt, expected: row.answer, completion, match: scoreCompletion(input.spec.evaluation, completion, row.answer) });
+            evaluations.push({
+              line: row.line,
+              prompt: row.prompt,
+              expected: row.answer,
+              completion,
+              match: scoreCompletion(input.spec.evaluation, completion, row.answer),
+            });
           });
           Context.current().heartbeat(i);
         }
@@ -153,8 +187,14 @@ export function createRoundActivities(deps: ActivityDeps) {
     },
 
     /** Writes the round's report atomically, with the evaluations and per-step losses merged in. */
-    async writeRoundReport(input: { path: string; report: Record<string, unknown>; evaluationsPath?: string; stepsDir?: string }): Promise<string> {
-      const evaluations = input.evaluationsPath && fs.existsSync(input.evaluationsPath) ? JSON.parse(fs.readFileSync(input.evaluationsPath, 'utf8')) : [];
+    async writeRoundReport(input: {
+      path: string;
+      report: Record<string, unknown>;
+      evaluationsPath?: string;
+      stepsDir?: string;
+    }): Promise<string> {
+      const evaluations =
+        input.evaluationsPath && fs.existsSync(input.evaluationsPath) ? JSON.parse(fs.readFileSync(input.evaluationsPath, 'utf8')) : [];
       const steps = input.stepsDir ? readStepRecords(input.stepsDir) : [];
       writeJsonAtomic(input.path, { ...input.report, evaluations, steps });
       const { gpu_minutes: gpuMinutes, provider, status } = input.report;

@@ -129,7 +129,11 @@ export async function trainSegmentOf<R extends StepRecord, F = ForwardResult>(
     while (confirmed < maxStep) {
       while (next < maxStep && inFlight.length < kind.depth && !stopper.stopping() && (Date.now() < deadline || next === confirmed)) {
         const fb = await kind.submitForwardBackward(next);
-        const opt = await provider.submitOptimStep(input.sessionId, ctx.key(`s${next}`, 'optim-step'), adamAt(t, learningRateAt(next, input.totalSteps, t.learningRate, t.lrSchedule)));
+        const opt = await provider.submitOptimStep(
+          input.sessionId,
+          ctx.key(`s${next}`, 'optim-step'),
+          adamAt(t, learningRateAt(next, input.totalSteps, t.learningRate, t.lrSchedule)),
+        );
         kind.submitted?.(next);
         inFlight.push({ step: next, fb, opt });
         next += 1;
@@ -189,7 +193,10 @@ class StepRecords<R extends StepRecord> {
   flush(): void {
     if (this.pending.length === 0) return;
     const first = Math.min(...this.pending.map((r) => r.step));
-    writeJsonAtomic(path.join(this.dir, `steps-${String(first).padStart(7, '0')}.json`), this.pending.sort((a, b) => a.step - b.step));
+    writeJsonAtomic(
+      path.join(this.dir, `steps-${String(first).padStart(7, '0')}.json`),
+      this.pending.sort((a, b) => a.step - b.step),
+    );
     this.pending.length = 0;
   }
 }
@@ -198,7 +205,10 @@ class StepRecords<R extends StepRecord> {
 export function readStepRecords<R extends StepRecord = StepRecord>(dir: string): R[] {
   if (!fs.existsSync(dir)) return [];
   const byStep = new Map<number, R>();
-  for (const f of fs.readdirSync(dir).filter((name) => name.endsWith('.json')).sort()) {
+  for (const f of fs
+    .readdirSync(dir)
+    .filter((name) => name.endsWith('.json'))
+    .sort()) {
     for (const r of JSON.parse(fs.readFileSync(path.join(dir, f), 'utf8')) as R[]) byStep.set(r.step, r);
   }
   return [...byStep.values()].sort((a, b) => a.step - b.step);
@@ -213,7 +223,9 @@ export async function segmentStart(provider: TrainingProvider, input: SegmentInp
   const maxStep = Math.min(input.totalSteps, input.cursor.step + input.spec.training.segmentSteps);
   const session = await provider.getSession(input.sessionId);
   if (session.state !== 'running') {
-    throw new ProviderError('SESSION_NOT_ACTIVE', 'needs-reconcile', `training session ${input.sessionId} is ${session.state}`, { providerCode: 'SESSION_NOT_ACTIVE' });
+    throw new ProviderError('SESSION_NOT_ACTIVE', 'needs-reconcile', `training session ${input.sessionId} is ${session.state}`, {
+      providerCode: 'SESSION_NOT_ACTIVE',
+    });
   }
   const applied = session.step - input.stepOffset;
   if (applied < input.cursor.step || applied > maxStep) {
@@ -252,12 +264,22 @@ export function lossSummary(steps: StepRecord[]): Omit<SegmentResult, 'cursor'> 
 
 /** The optimizer step's AdamW parameters at a learning rate. */
 export function adamAt(t: RoundSpec['training'], learningRate: number): AdamParams {
-  return { learningRate, beta1: t.adam.beta1, beta2: t.adam.beta2, eps: t.adam.eps, weightDecay: t.adam.weightDecay, gradClipNorm: t.adam.gradClipNorm };
+  return {
+    learningRate,
+    beta1: t.adam.beta1,
+    beta2: t.adam.beta2,
+    eps: t.adam.eps,
+    weightDecay: t.adam.weightDecay,
+    gradClipNorm: t.adam.gradClipNorm,
+  };
 }
 
 /** Fails the segment if an optimizer step did not land where the round expects (someone else stepped the session). */
 export function checkOptimStep(result: OptimStepResult, step: number, stepOffset: number): void {
   if (result.step - stepOffset !== step + 1) {
-    throw new RoundhouseFailure('StepCounterMismatch', `optim_step for round step ${step + 1} reported provider step ${result.step} (offset ${stepOffset})`);
+    throw new RoundhouseFailure(
+      'StepCounterMismatch',
+      `optim_step for round step ${step + 1} reported provider step ${result.step} (offset ${stepOffset})`,
+    );
   }
 }

@@ -24,7 +24,11 @@ export function createSftActivities(deps: ActivityDeps) {
               const data: Datum[] = rowsOf(step).map(toDatum);
               return provider.submitForwardBackward(input.sessionId, key(`s${step}`, 'forward-backward'), data);
             },
-            record: (step, fb) => ({ step: step + 1, loss: fb.loss, tokens: rowsOf(step).reduce((a, r) => a + r.completionTokens.length, 0) }),
+            record: (step, fb) => ({
+              step: step + 1,
+              loss: fb.loss,
+              tokens: rowsOf(step).reduce((a, r) => a + r.completionTokens.length, 0),
+            }),
           };
         });
         return result;

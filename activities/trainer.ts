@@ -51,7 +51,10 @@ export function createTrainerActivities(deps: ActivityDeps) {
                 resourceId = await adoptNewResource(provider, before, input.spec.provider.model);
                 if (!resourceId) {
                   // The create did not happen after all: let Temporal retry it (the next attempt looks again first).
-                  throw new RoundhouseFailure('ProvisionUnconfirmed', 'resource create outcome unknown and no new resource found; retrying');
+                  throw new RoundhouseFailure(
+                    'ProvisionUnconfirmed',
+                    'resource create outcome unknown and no new resource found; retrying',
+                  );
                 }
               }
             }
@@ -94,7 +97,8 @@ export function createTrainerActivities(deps: ActivityDeps) {
         }
         const displayName = input.ownerTag.slice(0, 200);
         // An unanswered create may have opened a session: adopt it rather than opening a second.
-        const adopt = async () => (await provider.listSessions(input.resourceId)).find((s) => s.displayName === displayName && s.state === 'running');
+        const adopt = async () =>
+          (await provider.listSessions(input.resourceId)).find((s) => s.displayName === displayName && s.state === 'running');
         let session = previous ? await adopt() : undefined;
         if (!session) {
           try {
@@ -109,7 +113,11 @@ export function createTrainerActivities(deps: ActivityDeps) {
           } catch (err) {
             if (!(err instanceof ProviderError && err.errorClass === 'needs-reconcile')) throw err;
             session = await adopt();
-            if (!session) throw new RoundhouseFailure('SessionUnconfirmed', `session create outcome unknown and none found on ${input.resourceId}; retrying`);
+            if (!session)
+              throw new RoundhouseFailure(
+                'SessionUnconfirmed',
+                `session create outcome unknown and none found on ${input.resourceId}; retrying`,
+              );
           }
         }
         Context.current().heartbeat({ sessionId: session.id });
@@ -118,7 +126,11 @@ export function createTrainerActivities(deps: ActivityDeps) {
     },
 
     /** Releases the trainer; idempotent, and fine with a resource that already stopped or failed. */
-    async releaseTrainer(input: { spec: RoundSpec; resourceId: string; sessionId?: string }): Promise<{ status: string; resourceId: string }> {
+    async releaseTrainer(input: {
+      spec: RoundSpec;
+      resourceId: string;
+      sessionId?: string;
+    }): Promise<{ status: string; resourceId: string }> {
       const provider = await deps.providerFor(input.spec.provider);
       return atBoundary(async () => {
         if (input.sessionId) await provider.closeSession(input.sessionId).catch(() => undefined);
@@ -127,7 +139,6 @@ export function createTrainerActivities(deps: ActivityDeps) {
         return { status: r.state === 'failed' ? 'already-failed' : 'deactivated', resourceId: input.resourceId };
       });
     },
-
   };
 }
 

@@ -9,7 +9,10 @@ const ACTIVITY_TASK_FAILED = 13;
 
 /** The first session a round opened (its display name ends with the round's workflow id). */
 function firstSessionOf(emulator: RunningEmulator, workflowId: string): SessionRecord | undefined {
-  return emulator.engine.listSessions({}).filter((s) => s.displayName?.endsWith(workflowId)).at(-1); // listings are newest first
+  return emulator.engine
+    .listSessions({})
+    .filter((s) => s.displayName?.endsWith(workflowId))
+    .at(-1); // listings are newest first
 }
 
 /** The one resource a round created (its tag names the round's workflow id) and when its stop was requested. */
@@ -24,10 +27,14 @@ async function stoppedAt(emulator: RunningEmulator, workflowId: string, timeoutM
 }
 
 async function inTraining(emulator: RunningEmulator, workflowId: string): Promise<void> {
-  await waitFor(`${workflowId} to train`, () => {
-    const s = firstSessionOf(emulator, workflowId);
-    return s && s.optimizerSteps >= 3 ? true : undefined;
-  }, 60_000);
+  await waitFor(
+    `${workflowId} to train`,
+    () => {
+      const s = firstSessionOf(emulator, workflowId);
+      return s && s.optimizerSteps >= 3 ? true : undefined;
+    },
+    60_000,
+  );
 }
 
 /**
@@ -39,12 +46,16 @@ export async function cleanupBenchmark(ctx: BenchContext, report: Report): Promi
   const reaperPeriodSeconds = ctx.quick ? 5 : 60; // the reaper schedule's default is one minute
   const emulator = await startBenchEmulator({ operationLatencyMs: 50 });
   const taskQueue = `bench-cleanup-${Date.now()}`;
-  const input = (name: string) => benchRoundInput({ baseUrl: emulator.url, campaignId: `cleanup-${name}-${taskQueue}`, steps: 200, batchSize: 2 });
-  const start = (name: string): Promise<WorkflowHandle> => ctx.client.workflow.start(roundWorkflow, { taskQueue, workflowId: `round-${name}-${taskQueue}`, args: [input(name)] });
+  const input = (name: string) =>
+    benchRoundInput({ baseUrl: emulator.url, campaignId: `cleanup-${name}-${taskQueue}`, steps: 200, batchSize: 2 });
+  const start = (name: string): Promise<WorkflowHandle> =>
+    ctx.client.workflow.start(roundWorkflow, { taskQueue, workflowId: `round-${name}-${taskQueue}`, args: [input(name)] });
   try {
     await withWorker(ctx, taskQueue, async () => {
       // Failure: the 6th forward_backward fails as invalid input (not retried).
-      emulator.engine.faults.configure({ rules: [{ kind: 'fail-operation', operation: 'forward-backward', errorCode: 'INVALID_INPUT', after: 5, max: 1 }] });
+      emulator.engine.faults.configure({
+        rules: [{ kind: 'fail-operation', operation: 'forward-backward', errorCode: 'INVALID_INPUT', after: 5, max: 1 }],
+      });
       const failing = await start('failure');
       await failing.result().catch(() => undefined);
       emulator.engine.faults.configure({});
@@ -77,7 +88,12 @@ export async function cleanupBenchmark(ctx: BenchContext, report: Report): Promi
         await terminated.terminate('benchmark: terminate → reaped');
         const reapedS = ((await stoppedAt(emulator, terminated.workflowId, (reaperPeriodSeconds + 400) * 1000)) - terminateAt) / 1000;
         const bound = reaperPeriodSeconds + 30;
-        report({ name: 'cleanup.terminate_to_reaped_s', value: reapedS, target: `≤ ${bound} = reaper period ${reaperPeriodSeconds} s + 30 s`, met: reapedS <= bound });
+        report({
+          name: 'cleanup.terminate_to_reaped_s',
+          value: reapedS,
+          target: `≤ ${bound} = reaper period ${reaperPeriodSeconds} s + 30 s`,
+          met: reapedS <= bound,
+        });
       } finally {
         await schedule.delete();
       }

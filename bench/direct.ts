@@ -30,13 +30,27 @@ export async function runDirectLoop(kind: DirectLoopKind, input: RoundInput, lab
   const provider = directProvider(spec.provider.baseUrl!);
   const model = (await provider.supportedModels()).find((m) => m.name === spec.provider.model)!;
   const tokenizer = tokenizerFor(spec.provider.model, model.tokenizer, spec.provider.tokenizer);
-  const train: TokenizedRow[] = loadRoundData(input.data.train, input.data.eval, tokenizer, { maxSeqLen: t.maxSeqLen, modelMaxSeqLen: model.maxSeqLen }).train.rows;
+  const train: TokenizedRow[] = loadRoundData(input.data.train, input.data.eval, tokenizer, {
+    maxSeqLen: t.maxSeqLen,
+    modelMaxSeqLen: model.maxSeqLen,
+  }).train.rows;
   const totalSteps = Math.ceil(train.length / t.batchSize) * t.epochs;
 
-  const resource = await provider.provision({ model: spec.provider.model, ownerTag: `bench-direct-${label}`, generatorReplicas: spec.provider.generatorReplicas, inactiveTimeoutSeconds: 600 });
+  const resource = await provider.provision({
+    model: spec.provider.model,
+    ownerTag: `bench-direct-${label}`,
+    generatorReplicas: spec.provider.generatorReplicas,
+    inactiveTimeoutSeconds: 600,
+  });
   try {
     await provider.waitReady(resource.id, { timeoutMs: 120_000 });
-    const session = await provider.openSession({ resourceId: resource.id, loraRank: t.loraRank, loraAlpha: t.loraAlpha, seed: t.seed, displayName: `bench-direct-${label}` });
+    const session = await provider.openSession({
+      resourceId: resource.id,
+      loraRank: t.loraRank,
+      loraAlpha: t.loraAlpha,
+      seed: t.seed,
+      displayName: `bench-direct-${label}`,
+    });
     const stepData = (step: number): Datum[] => batchRows(step, train.length, t.batchSize, t.seed).rows.map((r) => toDatum(train[r]!));
     const adam = (step: number): AdamParams => ({
       learningRate: learningRateAt(step, totalSteps, t.learningRate, t.lrSchedule),
@@ -60,10 +74,12 @@ export async function runDirectLoop(kind: DirectLoopKind, input: RoundInput, lab
       for (let step = 0; step < totalSteps; step++) {
         const fb = await provider.submitForwardBackward(session.id, key(step, 'fb'), stepData(step));
         const opt = await provider.submitOptimStep(session.id, key(step, 'opt'), adam(step));
-        inFlight.push((async () => {
-          await provider.awaitOperation(fb);
-          await provider.awaitOperation(opt);
-        })());
+        inFlight.push(
+          (async () => {
+            await provider.awaitOperation(fb);
+            await provider.awaitOperation(opt);
+          })(),
+        );
         if (inFlight.length >= t.pipelineDepth) await inFlight.shift();
       }
       await Promise.all(inFlight);

@@ -125,7 +125,12 @@ export function benchRoundInput(options: {
 }
 
 /** An in-process worker on its own task queue, running while `fn` runs. */
-export async function withWorker<T>(ctx: BenchContext, taskQueue: string, fn: (worker: Worker) => Promise<T>, registry?: ProviderRegistry): Promise<T> {
+export async function withWorker<T>(
+  ctx: BenchContext,
+  taskQueue: string,
+  fn: (worker: Worker) => Promise<T>,
+  registry?: ProviderRegistry,
+): Promise<T> {
   const providers = registry ?? new ProviderRegistry({ stateDir: fs.mkdtempSync(path.join(ctx.scratch, 'worker-')) });
   const worker = await createRoundhouseWorker({
     connection: ctx.nativeConnection,
@@ -174,7 +179,8 @@ export function trainingPhase(history: History): { events: number; segments: num
       segmentIds.add(Number(e.eventId));
       if (first < 0) first = i;
     }
-    if (e.eventType === EVENT.activityCompleted && segmentIds.has(Number(e.activityTaskCompletedEventAttributes?.scheduledEventId))) lastCompleted = i;
+    if (e.eventType === EVENT.activityCompleted && segmentIds.has(Number(e.activityTaskCompletedEventAttributes?.scheduledEventId)))
+      lastCompleted = i;
   }
   if (first < 0 || lastCompleted < 0) throw new Error('no completed trainSegment in this history');
   let end = events.length;
@@ -184,7 +190,12 @@ export function trainingPhase(history: History): { events: number; segments: num
       break;
     }
   }
-  return { events: end - first, segments: segmentIds.size, ms: eventMs(events[lastCompleted]!) - eventMs(events[first]!), totalEvents: events.length };
+  return {
+    events: end - first,
+    segments: segmentIds.size,
+    ms: eventMs(events[lastCompleted]!) - eventMs(events[first]!),
+    totalEvents: events.length,
+  };
 }
 
 export async function sleep(ms: number): Promise<void> {
@@ -192,7 +203,12 @@ export async function sleep(ms: number): Promise<void> {
 }
 
 /** Polls `check` every `everyMs` until it returns a value or `timeoutMs` passes (then throws naming `what`). */
-export async function waitFor<T>(what: string, check: () => T | undefined | Promise<T | undefined>, timeoutMs: number, everyMs = 20): Promise<T> {
+export async function waitFor<T>(
+  what: string,
+  check: () => T | undefined | Promise<T | undefined>,
+  timeoutMs: number,
+  everyMs = 20,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const value = await check();
@@ -236,7 +252,10 @@ export function childPids(comm: string): number[] {
 /** CPU used between `begin()` and `end()` by this process (emulator, client), given pids, and the machine. */
 export function cpuMeter(pids: Record<string, number | undefined>): { end(): Record<string, number> } {
   const read = () => {
-    const out: Record<string, number> = { bench_process: process.cpuUsage().user / 1e6 + process.cpuUsage().system / 1e6, machine: machineBusySeconds() };
+    const out: Record<string, number> = {
+      bench_process: process.cpuUsage().user / 1e6 + process.cpuUsage().system / 1e6,
+      machine: machineBusySeconds(),
+    };
     for (const [name, pid] of Object.entries(pids)) if (pid !== undefined) out[name] = cpuSecondsOf(pid);
     return out;
   };

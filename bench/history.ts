@@ -21,7 +21,8 @@ class FastPollingRegistry extends ProviderRegistry {
   override async providerFor(spec: ProviderSpec): Promise<TrainingProvider> {
     const baseUrl = spec.baseUrl!;
     let p = this.fast.get(baseUrl);
-    if (!p) this.fast.set(baseUrl, (p = new TogetherProvider({ baseUrl, apiKey: LOCAL_EMULATOR_KEY, pollIntervalMs: 2, maxPollIntervalMs: 10 })));
+    if (!p)
+      this.fast.set(baseUrl, (p = new TogetherProvider({ baseUrl, apiKey: LOCAL_EMULATOR_KEY, pollIntervalMs: 2, maxPollIntervalMs: 10 })));
     return p;
   }
   override async close(): Promise<void> {
@@ -50,13 +51,26 @@ export async function historyBenchmark(ctx: BenchContext, report: Report): Promi
         const totals: Record<string, number[]> = { round: [], campaign: [] };
         for (const steps of lengths) {
           // Standalone round.
-          const input = benchRoundInput({ baseUrl: emulator.url, campaignId: `history-${steps}-${taskQueue}`, steps, batchSize: 2, segmentSteps: ctx.quick ? 10 : undefined });
+          const input = benchRoundInput({
+            baseUrl: emulator.url,
+            campaignId: `history-${steps}-${taskQueue}`,
+            steps,
+            batchSize: 2,
+            segmentSteps: ctx.quick ? 10 : undefined,
+          });
           const roundId = `round-${steps}-${taskQueue}`;
           const result: RoundResult = await ctx.client.workflow.execute(roundWorkflow, { taskQueue, workflowId: roundId, args: [input] });
           if (result.stepsApplied !== steps) throw new Error(`round of ${steps} steps applied ${result.stepsApplied}`);
           const phase = trainingPhase(await ctx.client.workflow.getHandle(roundId).fetchHistory());
-          note(`history round ${steps} steps: ${phase.totalEvents} events in all, ${phase.events} in training over ${phase.segments} segment(s), ${(phase.ms / 1000).toFixed(1)} s training`);
-          report({ name: `history.round.${steps}_steps.events_per_step`, value: phase.events / steps, target: `≤ ${TARGET}`, met: phase.events / steps <= TARGET });
+          note(
+            `history round ${steps} steps: ${phase.totalEvents} events in all, ${phase.events} in training over ${phase.segments} segment(s), ${(phase.ms / 1000).toFixed(1)} s training`,
+          );
+          report({
+            name: `history.round.${steps}_steps.events_per_step`,
+            value: phase.events / steps,
+            target: `≤ ${TARGET}`,
+            met: phase.events / steps <= TARGET,
+          });
           report({ name: `history.round.${steps}_steps.fixed_events`, value: phase.totalEvents - phase.events, target: 'info' });
           perStep.round!.push(phase.events / steps);
           totals.round!.push(phase.totalEvents);
@@ -68,10 +82,18 @@ export async function historyBenchmark(ctx: BenchContext, report: Report): Promi
             workflowId: campaignId,
             args: [campaignInputLike(input, path.join(ctx.scratch, 'campaigns'))],
           });
-          if (result2.rounds[0]?.stepsApplied !== steps) throw new Error(`campaign round of ${steps} steps applied ${result2.rounds[0]?.stepsApplied}`);
+          if (result2.rounds[0]?.stepsApplied !== steps)
+            throw new Error(`campaign round of ${steps} steps applied ${result2.rounds[0]?.stepsApplied}`);
           const child = trainingPhase(await ctx.client.workflow.getHandle(`${campaignId}-round-1`).fetchHistory());
-          note(`history campaign round ${steps} steps: ${child.totalEvents} events in all, ${child.events} in training over ${child.segments} segment(s)`);
-          report({ name: `history.campaign_round.${steps}_steps.events_per_step`, value: child.events / steps, target: `≤ ${TARGET}`, met: child.events / steps <= TARGET });
+          note(
+            `history campaign round ${steps} steps: ${child.totalEvents} events in all, ${child.events} in training over ${child.segments} segment(s)`,
+          );
+          report({
+            name: `history.campaign_round.${steps}_steps.events_per_step`,
+            value: child.events / steps,
+            target: `≤ ${TARGET}`,
+            met: child.events / steps <= TARGET,
+          });
           perStep.campaign!.push(child.events / steps);
           totals.campaign!.push(child.totalEvents);
         }
@@ -79,7 +101,12 @@ export async function historyBenchmark(ctx: BenchContext, report: Report): Promi
           const growth = values[1]! / values[0]!;
           // Segments add the same events at any length; throttled progress signals (≤ 1 per 30 s, 5 events each)
           // may add a few in a longer round, hence the slack.
-          report({ name: `history.${kind}.growth_${lengths[1]}_over_${lengths[0]}`, value: growth, target: '≤ 1.1: not growing', met: growth <= 1.1 });
+          report({
+            name: `history.${kind}.growth_${lengths[1]}_over_${lengths[0]}`,
+            value: growth,
+            target: '≤ 1.1: not growing',
+            met: growth <= 1.1,
+          });
           // The same without any window: whole histories of both lengths, their difference over the extra steps.
           const marginal = (totals[kind]![1]! - totals[kind]![0]!) / (lengths[1]! - lengths[0]!);
           report({ name: `history.${kind}.marginal_events_per_step`, value: marginal, target: `≤ ${TARGET}`, met: marginal <= TARGET });

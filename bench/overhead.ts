@@ -27,16 +27,22 @@ export async function overheadBenchmark(ctx: BenchContext, report: Report): Prom
   for (const mode of ctx.quick ? MODES.slice(0, 1) : MODES) {
     const emulator = await startBenchEmulator(mode.emulator);
     try {
-      const input = (id: string) => benchRoundInput({ baseUrl: emulator.url, campaignId: `overhead-${mode.name}-${id}`, steps, stepsPerEpoch: Math.min(steps, 10) });
+      const input = (id: string) =>
+        benchRoundInput({ baseUrl: emulator.url, campaignId: `overhead-${mode.name}-${id}`, steps, stepsPerEpoch: Math.min(steps, 10) });
       const naive = await runDirectLoop('naive', input('naive'), `${mode.name}-naive`);
       const pipelined = await runDirectLoop('pipelined', input('pipelined'), `${mode.name}-pipelined`);
       const taskQueue = `bench-overhead-${mode.name}-${Date.now()}`;
       const roundInput = input('round');
       const workflowId = `round-${taskQueue}`;
-      const result: RoundResult = await withWorker(ctx, taskQueue, () => ctx.client.workflow.execute(roundWorkflow, { taskQueue, workflowId, args: [roundInput] }));
-      if (result.status !== 'completed' || result.stepsApplied !== steps) throw new Error(`round ended ${result.status} with ${result.stepsApplied}/${steps} steps`);
+      const result: RoundResult = await withWorker(ctx, taskQueue, () =>
+        ctx.client.workflow.execute(roundWorkflow, { taskQueue, workflowId, args: [roundInput] }),
+      );
+      if (result.status !== 'completed' || result.stepsApplied !== steps)
+        throw new Error(`round ended ${result.status} with ${result.stepsApplied}/${steps} steps`);
       const phase = trainingPhase(await ctx.client.workflow.getHandle(workflowId).fetchHistory());
-      note(`overhead ${mode.name}: ${steps} steps — naive ${naive.trainingMs} ms, pipelined ${pipelined.trainingMs} ms, round ${phase.ms} ms (${phase.segments} segment(s))`);
+      note(
+        `overhead ${mode.name}: ${steps} steps — naive ${naive.trainingMs} ms, pipelined ${pipelined.trainingMs} ms, round ${phase.ms} ms (${phase.segments} segment(s))`,
+      );
       const perStep = (ms: number) => ms / steps;
       report({ name: `overhead.${mode.name}.naive_ms_per_step`, value: perStep(naive.trainingMs), target: 'info' });
       report({ name: `overhead.${mode.name}.pipelined_ms_per_step`, value: perStep(pipelined.trainingMs), target: 'info' });
@@ -56,7 +62,8 @@ export async function overheadBenchmark(ctx: BenchContext, report: Report): Prom
         met: mode.vsNaiveBelow !== undefined ? vsNaive < mode.vsNaiveBelow : undefined,
       });
       const l = emulator.engine.ledger();
-      if (l.totals.optimizerSteps !== 3 * steps) throw new Error(`the emulator applied ${l.totals.optimizerSteps} optimizer steps, expected ${3 * steps}`);
+      if (l.totals.optimizerSteps !== 3 * steps)
+        throw new Error(`the emulator applied ${l.totals.optimizerSteps} optimizer steps, expected ${3 * steps}`);
     } finally {
       await emulator.close();
     }

@@ -50,7 +50,12 @@ export function summarise(profile: CpuProfile): { totalMs: number; byPlace: [str
 
 if (require.main === module) {
   const files = process.argv.slice(2).flatMap((p) =>
-    fs.statSync(p).isDirectory() ? fs.readdirSync(p).filter((f) => f.endsWith('.cpuprofile')).map((f) => path.join(p, f)) : [p],
+    fs.statSync(p).isDirectory()
+      ? fs
+          .readdirSync(p)
+          .filter((f) => f.endsWith('.cpuprofile'))
+          .map((f) => path.join(p, f))
+      : [p],
   );
   for (const file of files) {
     const s = summarise(JSON.parse(fs.readFileSync(file, 'utf8')) as CpuProfile);

@@ -40,7 +40,14 @@ export async function recoveryBenchmark(ctx: BenchContext, report: Report): Prom
   let worker: WorkerProcess = startWorkerProcess(env);
   try {
     await worker.ready;
-    const input = benchRoundInput({ baseUrl: emulator.url, campaignId: `recovery-${taskQueue}`, steps, segmentSteps, heartbeatTimeoutSeconds, batchSize: 2 });
+    const input = benchRoundInput({
+      baseUrl: emulator.url,
+      campaignId: `recovery-${taskQueue}`,
+      steps,
+      segmentSteps,
+      heartbeatTimeoutSeconds,
+      batchSize: 2,
+    });
     const handle = await ctx.client.workflow.start(roundWorkflow, { taskQueue, workflowId: `round-${taskQueue}`, args: [input] });
     const applied = () => emulator.engine.ledger().totals.optimizerSteps;
     await waitFor(`optimizer step ${killAtStep}`, () => (applied() >= killAtStep ? true : undefined), 120_000, 5);
@@ -55,16 +62,28 @@ export async function recoveryBenchmark(ctx: BenchContext, report: Report): Prom
     await waitFor('the fresh worker to apply an optimizer step', () => (applied() > settled ? true : undefined), 120_000, 10);
     const recoveredAt = Date.now();
     const seconds = (recoveredAt - killedAt) / 1000;
-    note(`recovery: killed at step ${stepAtKill} (${settled} after in-flight operations), step ${settled + 1} applied ${seconds.toFixed(2)} s after the kill`);
+    note(
+      `recovery: killed at step ${stepAtKill} (${settled} after in-flight operations), step ${settled + 1} applied ${seconds.toFixed(2)} s after the kill`,
+    );
     const result: RoundResult = await handle.result();
     const l = emulator.engine.ledger();
     const ratio = seconds / heartbeatTimeoutSeconds;
     const bound = 1 + 5 / heartbeatTimeoutSeconds;
     report({ name: 'recovery.kill_to_next_step_s', value: seconds, target: `info; heartbeat timeout ${heartbeatTimeoutSeconds} s` });
-    report({ name: 'recovery.kill_to_next_step_over_heartbeat_timeout', value: ratio, target: `≤ ${bound.toFixed(2)} = 1 + 5 s / ${heartbeatTimeoutSeconds} s`, met: ratio <= bound });
+    report({
+      name: 'recovery.kill_to_next_step_over_heartbeat_timeout',
+      value: ratio,
+      target: `≤ ${bound.toFixed(2)} = 1 + 5 s / ${heartbeatTimeoutSeconds} s`,
+      met: ratio <= bound,
+    });
     const lost = Math.max(0, steps - l.totals.optimizerSteps);
     const doubled = Math.max(0, l.totals.optimizerSteps - steps);
-    report({ name: 'recovery.steps_lost', value: lost + Math.max(0, steps - result.stepsApplied), target: '0', met: lost === 0 && result.stepsApplied === steps });
+    report({
+      name: 'recovery.steps_lost',
+      value: lost + Math.max(0, steps - result.stepsApplied),
+      target: '0',
+      met: lost === 0 && result.stepsApplied === steps,
+    });
     report({ name: 'recovery.steps_doubled', value: doubled, target: '0', met: doubled === 0 });
     report({ name: 'recovery.duplicate_submissions_absorbed', value: l.totals.duplicatesAbsorbed, target: 'info' });
     report({ name: 'recovery.resources_left_active', value: l.active.length, target: '0', met: l.active.length === 0 });

@@ -33,7 +33,9 @@ export async function main(argv: string[]): Promise<number> {
   }
   const selected = names.length ? names : Object.keys(BENCHMARKS);
   const started = Date.now();
-  note(`${new Date().toISOString()} · ${os.cpus().length} cores · ${(os.totalmem() / 2 ** 30).toFixed(0)} GiB · Node ${process.version} · ${selected.join(', ')}${quick ? ' (quick)' : ''}`);
+  note(
+    `${new Date().toISOString()} · ${os.cpus().length} cores · ${(os.totalmem() / 2 ** 30).toFixed(0)} GiB · Node ${process.version} · ${selected.join(', ')}${quick ? ' (quick)' : ''}`,
+  );
   const ctx = await startBench({ quick });
   const figures: Figure[] = [];
   const report: Report = (f) => {
@@ -50,11 +52,18 @@ export async function main(argv: string[]): Promise<number> {
         if (bound <= 0) throw new Error('not run: the 10-minute budget of the whole run is spent');
         await Promise.race([
           BENCHMARKS[name]!(ctx, report),
-          new Promise((_r, reject) => (timer = setTimeout(() => reject(new Error(`not finished after ${Math.round(bound / 1000)} s`)), bound))),
+          new Promise(
+            (_r, reject) => (timer = setTimeout(() => reject(new Error(`not finished after ${Math.round(bound / 1000)} s`)), bound)),
+          ),
         ]);
       } catch (err) {
         failed += 1;
-        report({ name: `${name}.error`, value: JSON.stringify((err as Error).message ?? String(err)), target: 'must not happen', met: false });
+        report({
+          name: `${name}.error`,
+          value: JSON.stringify((err as Error).message ?? String(err)),
+          target: 'must not happen',
+          met: false,
+        });
       } finally {
         clearTimeout(timer);
       }

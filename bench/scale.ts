@@ -38,7 +38,13 @@ export async function scaleBenchmark(ctx: BenchContext, report: Report): Promise
         const cpu = cpuMeter({ worker_process: worker.child.pid, dev_server: childPids('temporal')[0] });
         const handles = await Promise.all(
           Array.from({ length: n }, (_v, i) => {
-            const input = benchRoundInput({ baseUrl: emulator.url, campaignId: `scale-${n}-${i}-${taskQueue}`, steps, batchSize: 2, evalRows: 2 });
+            const input = benchRoundInput({
+              baseUrl: emulator.url,
+              campaignId: `scale-${n}-${i}-${taskQueue}`,
+              steps,
+              batchSize: 2,
+              evalRows: 2,
+            });
             return ctx.client.workflow.start(roundWorkflow, { taskQueue, workflowId: `round-${i}-${taskQueue}`, args: [input] });
           }),
         );
@@ -51,16 +57,28 @@ export async function scaleBenchmark(ctx: BenchContext, report: Report): Promise
         const mean = perStep.reduce((a, v) => a + v, 0) / n;
         const worst = Math.max(...perStep);
         const rss = peakRss(worker.child.pid!);
-        note(`scale ${n}: all rounds done in ${wallS.toFixed(1)} s; per step mean ${mean.toFixed(0)} ms, worst ${worst.toFixed(0)} ms; worker peak RSS ${(rss / 2 ** 20).toFixed(0)} MiB`);
+        note(
+          `scale ${n}: all rounds done in ${wallS.toFixed(1)} s; per step mean ${mean.toFixed(0)} ms, worst ${worst.toFixed(0)} ms; worker peak RSS ${(rss / 2 ** 20).toFixed(0)} MiB`,
+        );
         // Where the CPU went (2 cores = 2 CPU-seconds per second): the emulator lives in the bench process.
-        note(`scale ${n}: CPU seconds over ${wallS.toFixed(1)} s wall: ${Object.entries(used).map(([k, v]) => `${k} ${v.toFixed(1)}`).join(', ')}`);
-        for (const [k, v] of Object.entries(used)) report({ name: `scale.${n}_rounds.cpu_share.${k}`, value: v / wallS, target: 'info; CPU-seconds per second' });
+        note(
+          `scale ${n}: CPU seconds over ${wallS.toFixed(1)} s wall: ${Object.entries(used)
+            .map(([k, v]) => `${k} ${v.toFixed(1)}`)
+            .join(', ')}`,
+        );
+        for (const [k, v] of Object.entries(used))
+          report({ name: `scale.${n}_rounds.cpu_share.${k}`, value: v / wallS, target: 'info; CPU-seconds per second' });
         if (n === 1) {
           single = mean;
           report({ name: 'scale.1_round.ms_per_step', value: mean, target: 'info' });
         } else {
           const ratio = mean / single!;
-          report({ name: `scale.${n}_rounds.per_step_over_one_round`, value: ratio, target: n === 100 ? '≤ 1.2' : 'info', met: n === 100 ? ratio <= 1.2 : undefined });
+          report({
+            name: `scale.${n}_rounds.per_step_over_one_round`,
+            value: ratio,
+            target: n === 100 ? '≤ 1.2' : 'info',
+            met: n === 100 ? ratio <= 1.2 : undefined,
+          });
           report({ name: `scale.${n}_rounds.worst_per_step_over_one_round`, value: worst / single!, target: 'info' });
         }
         report({ name: `scale.${n}_rounds.worker_peak_rss_mib`, value: Math.round(rss / 2 ** 20), target: '≤ 1024', met: rss <= GIB });
@@ -68,14 +86,32 @@ export async function scaleBenchmark(ctx: BenchContext, report: Report): Promise
           // The control: the same training as n pipelined direct loops at once, on the same emulator and machine.
           const direct = await Promise.all(
             Array.from({ length: n }, (_v, i) =>
-              runDirectLoop('pipelined', benchRoundInput({ baseUrl: emulator.url, campaignId: `scale-direct-${n}-${i}-${taskQueue}`, steps, batchSize: 2, evalRows: 2 }), `scale-${n}-${i}-${taskQueue}`),
+              runDirectLoop(
+                'pipelined',
+                benchRoundInput({
+                  baseUrl: emulator.url,
+                  campaignId: `scale-direct-${n}-${i}-${taskQueue}`,
+                  steps,
+                  batchSize: 2,
+                  evalRows: 2,
+                }),
+                `scale-${n}-${i}-${taskQueue}`,
+              ),
             ),
           );
           const directMean = direct.reduce((a, d) => a + d.trainingMs / d.steps, 0) / n;
           if (n === 1) directSingle = directMean;
           else {
-            report({ name: `scale.${n}_direct_loops.per_step_over_one_loop`, value: directMean / directSingle!, target: 'info; the emulator and machine alone' });
-            report({ name: `scale.${n}_rounds.per_step_over_direct_loops_at_${n}`, value: mean / directMean, target: 'info; what Roundhouse adds at this concurrency' });
+            report({
+              name: `scale.${n}_direct_loops.per_step_over_one_loop`,
+              value: directMean / directSingle!,
+              target: 'info; the emulator and machine alone',
+            });
+            report({
+              name: `scale.${n}_rounds.per_step_over_direct_loops_at_${n}`,
+              value: mean / directMean,
+              target: 'info; what Roundhouse adds at this concurrency',
+            });
           }
           note(`scale ${n}: ${n} direct pipelined loops: per step mean ${directMean.toFixed(0)} ms`);
         }

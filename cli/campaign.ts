@@ -15,7 +15,10 @@ import { validateCampaignLocally } from '../workers/validate';
 import { campaignWorkflow } from '../workflows';
 
 function campaignIdFor(name: string): string {
-  return `${name}-${new Date().toISOString().replace(/[-:.TZ]/g, '').slice(0, 14)}`;
+  return `${name}-${new Date()
+    .toISOString()
+    .replace(/[-:.TZ]/g, '')
+    .slice(0, 14)}`;
 }
 
 async function withCampaign<T>(id: string, body: (handle: WorkflowHandle) => Promise<T>): Promise<T> {
@@ -41,7 +44,10 @@ export function runCommand(): Command {
     .argument('<spec>', 'campaign spec (YAML or JSON)')
     .option('--id <id>', 'campaign id (default: <name>-<timestamp>); starting an id that is running attaches to it')
     .option('--wait', 'watch progress until the campaign ends; exit 1 if it failed')
-    .addHelpText('after', '\nExamples:\n  roundhouse run examples/support-tickets/campaign.yaml --wait\n  roundhouse run campaign.yaml --id tickets-nightly')
+    .addHelpText(
+      'after',
+      '\nExamples:\n  roundhouse run examples/support-tickets/campaign.yaml --wait\n  roundhouse run campaign.yaml --id tickets-nightly',
+    )
     .action(async (specFile: string, opts: { id?: string; wait?: boolean }) => {
       const { settings } = cliContext();
       const spec = loadCampaignSpec(specFile);
@@ -92,7 +98,8 @@ export async function campaignProgress(handle: WorkflowHandle): Promise<Campaign
   try {
     return (await handle.result()) as CampaignProgress;
   } catch (err) {
-    if (err instanceof WorkflowFailedError) throw new CliFailure(`campaign ${handle.workflowId} ${d.status.name.toLowerCase()}: ${err.cause?.message ?? err.message}`);
+    if (err instanceof WorkflowFailedError)
+      throw new CliFailure(`campaign ${handle.workflowId} ${d.status.name.toLowerCase()}: ${err.cause?.message ?? err.message}`);
     throw err;
   }
 }

@@ -15,14 +15,31 @@ export function codecServerCommand(): Command {
     .description('Serve the payload codec (POST /encode, /decode) so the Temporal Web UI and CLI can show encrypted payloads')
     .option('--host <host>', 'address to bind (it decrypts for whoever reaches it: keep it private)', '127.0.0.1')
     .option('--port <port>', 'port; 0 picks a free one', port, 8888)
-    .option('--cors-origin <origin>', 'a browser origin allowed to call it (repeatable)', (v: string, all: string[]) => [...all, v], [] as string[])
-    .addHelpText('after', '\nExample:\n  ROUNDHOUSE_ENCRYPTION_KEYS=k1=... roundhouse codec-server --cors-origin http://localhost:8080\n  # then set the UI\'s codec endpoint (TEMPORAL_CODEC_ENDPOINT) to http://localhost:8888')
+    .option(
+      '--cors-origin <origin>',
+      'a browser origin allowed to call it (repeatable)',
+      (v: string, all: string[]) => [...all, v],
+      [] as string[],
+    )
+    .addHelpText(
+      'after',
+      "\nExample:\n  ROUNDHOUSE_ENCRYPTION_KEYS=k1=... roundhouse codec-server --cors-origin http://localhost:8080\n  # then set the UI's codec endpoint (TEMPORAL_CODEC_ENDPOINT) to http://localhost:8888",
+    )
     .action(async (opts: { host: string; port: number; corsOrigin: string[] }) => {
       const { settings, logger } = cliContext();
-      if (!settings.encryption) throw new ConfigError('ROUNDHOUSE_ENCRYPTION_KEYS', 'is required for the codec server (or ROUNDHOUSE_ENCRYPTION_KEYS_FILE)');
-      const server = await startCodecServer({ codec: new AesGcmPayloadCodec(settings.encryption), host: opts.host, port: opts.port, corsOrigins: opts.corsOrigin });
+      if (!settings.encryption)
+        throw new ConfigError('ROUNDHOUSE_ENCRYPTION_KEYS', 'is required for the codec server (or ROUNDHOUSE_ENCRYPTION_KEYS_FILE)');
+      const server = await startCodecServer({
+        codec: new AesGcmPayloadCodec(settings.encryption),
+        host: opts.host,
+        port: opts.port,
+        corsOrigins: opts.corsOrigin,
+      });
       process.stdout.write(`roundhouse codec server listening on ${server.url}\n`);
-      logger.info({ url: server.url, keys: [...settings.encryption.keys.keys()], current: settings.encryption.currentKeyId }, 'codec server started');
+      logger.info(
+        { url: server.url, keys: [...settings.encryption.keys.keys()], current: settings.encryption.currentKeyId },
+        'codec server started',
+      );
       await new Promise<void>((resolve) => {
         process.once('SIGINT', () => resolve());
         process.once('SIGTERM', () => resolve());

@@ -27,7 +27,8 @@ export interface CliContextOptions {
 export function cliContext(options: CliContextOptions = {}): CliContext {
   const settings = loadWorkerSettings();
   registerSecret(settings.apiKey);
-  for (const key of settings.encryption?.keys.values() ?? []) for (const form of ['base64', 'hex'] as const) registerSecret(key.toString(form));
+  for (const key of settings.encryption?.keys.values() ?? [])
+    for (const form of ['base64', 'hex'] as const) registerSecret(key.toString(form));
   const logger = createLogger({ level: settings.logLevel, format: settings.logFormat });
   if (!installed) {
     const sdkLogger = logger.child({ component: 'temporal' }, options.quietSdk && settings.logLevel === 'info' ? { level: 'warn' } : {});
@@ -52,7 +53,9 @@ export async function cliClient(settings: WorkerSettings): Promise<CliClient> {
   try {
     connection = await Connection.connect({ ...connectionOptions(settings, address), connectTimeout: 5_000 });
   } catch (err) {
-    throw new CliFailure(`cannot reach Temporal at ${address} (${(err as Error).message.split('\n')[0]}): run \`roundhouse up\` or set TEMPORAL_ADDRESS`);
+    throw new CliFailure(
+      `cannot reach Temporal at ${address} (${(err as Error).message.split('\n')[0]}): run \`roundhouse up\` or set TEMPORAL_ADDRESS`,
+    );
   }
   return { client: temporalClient(settings, connection), address, close: () => connection.close() };
 }

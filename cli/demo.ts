@@ -30,13 +30,29 @@ export function demoCommand(): Command {
       const workerConnection = await connectWorker(settings, server.address);
       const clientConnection = await connectClient(settings, server.address);
       try {
-        const worker = await createRoundhouseWorker({ connection: workerConnection, namespace: settings.namespace, taskQueue: settings.taskQueue, providers, tuning: settings.tuning, dataConverter: dataConverterFor(settings) });
+        const worker = await createRoundhouseWorker({
+          connection: workerConnection,
+          namespace: settings.namespace,
+          taskQueue: settings.taskQueue,
+          providers,
+          tuning: settings.tuning,
+          dataConverter: dataConverterFor(settings),
+        });
         const client = temporalClient(settings, clientConnection);
-        const campaignId = `${spec.name}-${new Date().toISOString().replace(/[-:.TZ]/g, '').slice(0, 14)}`;
+        const campaignId = `${spec.name}-${new Date()
+          .toISOString()
+          .replace(/[-:.TZ]/g, '')
+          .slice(0, 14)}`;
         const input: CampaignInput = { campaignId, spec, reportRoot: reportRoot(settings) };
-        process.stdout.write(`Running campaign ${campaignId}: ${spec.rounds.max} rounds at most on the embedded emulator (${spec.provider.model})\n`);
+        process.stdout.write(
+          `Running campaign ${campaignId}: ${spec.rounds.max} rounds at most on the embedded emulator (${spec.provider.model})\n`,
+        );
         const result = (await worker.runUntil(async () => {
-          const handle = await client.workflow.start(campaignWorkflow, { taskQueue: settings.taskQueue, workflowId: campaignId, args: [input] });
+          const handle = await client.workflow.start(campaignWorkflow, {
+            taskQueue: settings.taskQueue,
+            workflowId: campaignId,
+            args: [input],
+          });
           return watchCampaign(handle, process.stdout, 1000);
         })) as CampaignResult;
         const accuracy = result.rounds.map((r) => (r.accuracy === undefined ? '–' : `${(r.accuracy * 100).toFixed(0)}%`)).join(' → ');
@@ -44,7 +60,9 @@ export function demoCommand(): Command {
         process.stdout.write(
           `\nDone: ${result.status}${result.stopReason ? ` (${result.stopReason})` : ''}. Held-out accuracy by round: ${accuracy}\n` +
             `Report: ${path.join(dir, 'report.html')}\nSummary for a PR: ${path.join(dir, 'summary.md')}\n` +
-            (server.uiUrl ? `Temporal UI (while a server runs, e.g. \`roundhouse up\`): ${server.uiUrl}/namespaces/${settings.namespace}/workflows/${campaignId}\n` : ''),
+            (server.uiUrl
+              ? `Temporal UI (while a server runs, e.g. \`roundhouse up\`): ${server.uiUrl}/namespaces/${settings.namespace}/workflows/${campaignId}\n`
+              : ''),
         );
         if (result.status === 'failed') process.exitCode = 1;
       } finally {

@@ -36,7 +36,12 @@ export function emulatorCommand(): Command {
     .description('Run the local provider emulator (Together and Baseten wire dialects, a small real learner, a ledger)')
     .option('--port <n>', 'port to listen on; 0 picks a free one', integer('--port', 0, 65535), 0)
     .option('--host <host>', 'loopback address to bind', '127.0.0.1')
-    .option('--provisioning-delay-ms <ms>', 'PENDING → READY time of a new resource', integer('--provisioning-delay-ms', 0, 3_600_000), 1000)
+    .option(
+      '--provisioning-delay-ms <ms>',
+      'PENDING → READY time of a new resource',
+      integer('--provisioning-delay-ms', 0, 3_600_000),
+      1000,
+    )
     .option('--operation-latency-ms <ms>', 'simulated compute time of each operation', integer('--operation-latency-ms', 0, 600_000), 0)
     .option('--clock-cycle-ms <ms>', 'run operations only on ticks of this period (0 = off)', integer('--clock-cycle-ms', 0, 600_000), 0)
     .option('--state-dir <dir>', 'persist resources, sessions and checkpoints here')

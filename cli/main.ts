@@ -27,7 +27,17 @@ export function buildProgram(): Command {
   program.addCommand(demoCommand());
   program.addCommand(emulatorCommand());
   program.addCommand(codecServerCommand());
-  for (const command of [runCommand(), statusCommand(), watchCommand(), pauseCommand(), resumeCommand(), stopCommand(), scheduleCommand(), reapCommand(), reportCommand()]) {
+  for (const command of [
+    runCommand(),
+    statusCommand(),
+    watchCommand(),
+    pauseCommand(),
+    resumeCommand(),
+    stopCommand(),
+    scheduleCommand(),
+    reapCommand(),
+    reportCommand(),
+  ]) {
     program.addCommand(command);
   }
   // Subcommands do not inherit these: usage errors must reach main() as exceptions (exit code 2), not process.exit.
@@ -57,10 +67,7 @@ export async function main(argv: string[]): Promise<number> {
       process.stderr.write(`roundhouse: ${redactText(err.message)}\n`);
       return EXIT_FAILED;
     }
-    createLogger({ name: 'roundhouse', destination: process.stderr, format: logFormatOf() }).error(
-      { err },
-      'command failed',
-    );
+    createLogger({ name: 'roundhouse', destination: process.stderr, format: logFormatOf() }).error({ err }, 'command failed');
     return EXIT_FAILED;
   }
 }

@@ -16,14 +16,17 @@ export function renderProgress(p: CampaignProgress): string {
     `  GPU-minutes ${num(p.gpuMinutes, 2)}${p.costUsd !== undefined ? `, est. cost $${p.costUsd.toFixed(2)}` : ''}, wall ${num(p.wallMinutes, 1)} min, limits: ${p.limits.maxRounds} rounds${p.limits.targetAccuracy !== undefined ? `, target accuracy ${p.limits.targetAccuracy}` : ''}${p.limits.maxGpuMinutes !== undefined ? `, ${p.limits.maxGpuMinutes} GPU-min` : ''}`,
     '  round  status     accuracy  eval loss (base → trained)  steps      GPU-min',
     ...p.rounds.map(
-      (r) => `  ${String(r.round).padStart(5)}  ${r.status.padEnd(9)}  ${pct(r.accuracy)}   ${num(r.baselineLoss).padStart(8)} → ${num(r.trainedLoss).padEnd(8)}        ${`${r.stepsApplied}/${r.totalSteps}`.padEnd(9)}  ${num(r.gpuMinutes, 2)}`,
+      (r) =>
+        `  ${String(r.round).padStart(5)}  ${r.status.padEnd(9)}  ${pct(r.accuracy)}   ${num(r.baselineLoss).padStart(8)} → ${num(r.trainedLoss).padEnd(8)}        ${`${r.stepsApplied}/${r.totalSteps}`.padEnd(9)}  ${num(r.gpuMinutes, 2)}`,
     ),
   ];
   const c = p.currentRound;
   if (c && !['completed', 'failed', 'cancelled', 'stopped'].includes(c.phase)) {
     // GRPO rounds add the latest step's mean reward, DPO rounds its preference margin.
     const policy = `${c.latestReward !== undefined ? `  reward ${num(c.latestReward)}` : ''}${c.latestMargin !== undefined ? `  margin ${num(c.latestMargin)}` : ''}`;
-    lines.push(`  ${String(c.round).padStart(5)}  ${c.phase.padEnd(9)}  ${bar(c.step, c.totalSteps)} ${c.step}/${c.totalSteps}  loss ${num(c.latestLoss)}${policy}  GPU-min ${num(c.gpuMinutes, 2)}`);
+    lines.push(
+      `  ${String(c.round).padStart(5)}  ${c.phase.padEnd(9)}  ${bar(c.step, c.totalSteps)} ${c.step}/${c.totalSteps}  loss ${num(c.latestLoss)}${policy}  GPU-min ${num(c.gpuMinutes, 2)}`,
+    );
   }
   lines.push(`  summary: ${p.summaryPath}`);
   return `${lines.join('\n')}\n`;

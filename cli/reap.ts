@@ -4,25 +4,43 @@ import { cliClient, cliContext } from './context';
 
 export function reapCommand(): Command {
   return new Command('reap')
-    .description("Run the reaper once: find trainers whose owning workflow is gone; dry run unless --apply")
+    .description('Run the reaper once: find trainers whose owning workflow is gone; dry run unless --apply')
     .option('--apply', 'deactivate them (default: only report)')
-    .option('--grace <seconds>', 'leave untagged resources (owner unknown) younger than this alone', (v) => {
-      const n = Number(v);
-      if (!Number.isInteger(n) || n < 0) throw new InvalidArgumentError('--grace takes whole seconds');
-      return n;
-    }, 300)
+    .option(
+      '--grace <seconds>',
+      'leave untagged resources (owner unknown) younger than this alone',
+      (v) => {
+        const n = Number(v);
+        if (!Number.isInteger(n) || n < 0) throw new InvalidArgumentError('--grace takes whole seconds');
+        return n;
+      },
+      300,
+    )
     .option('--provider <kind>', 'local, together or baseten (repeatable)', (v: string, all: string[]) => [...all, v], [] as string[])
     .option('--base-url <url>', "provider base URL (default: the provider's own, or the local emulator)")
-    .addHelpText('after', '\nExamples:\n  roundhouse reap                      # what would be reaped on the local emulator\n  roundhouse reap --apply --provider together')
+    .addHelpText(
+      'after',
+      '\nExamples:\n  roundhouse reap                      # what would be reaped on the local emulator\n  roundhouse reap --apply --provider together',
+    )
     .action(async (opts: { apply?: boolean; grace: number; provider: string[]; baseUrl?: string }) => {
       const { settings } = cliContext();
       const kinds = (opts.provider.length ? opts.provider : ['local']) as ('local' | 'together' | 'baseten')[];
       const { client, close } = await cliClient(settings);
       try {
-        const result = await reapOnce(client, { stateDir: settings.stateDir, kinds, baseUrl: opts.baseUrl, graceSeconds: opts.grace, dryRun: !opts.apply });
-        for (const r of result.reaped) process.stdout.write(`${r.action}  ${r.provider}  ${r.resourceId}  owner ${r.owner ?? 'unknown'} (${r.ownerStatus})\n`);
-        for (const r of result.kept) process.stdout.write(`kept  ${r.provider}  ${r.resourceId}  owner ${r.owner ?? 'unknown'} (${r.ownerStatus})\n`);
-        process.stdout.write(`${result.checked} active resources checked, ${result.reaped.length} ${opts.apply ? 'deactivated' : 'would be deactivated (dry run; --apply to act)'}\n`);
+        const result = await reapOnce(client, {
+          stateDir: settings.stateDir,
+          kinds,
+          baseUrl: opts.baseUrl,
+          graceSeconds: opts.grace,
+          dryRun: !opts.apply,
+        });
+        for (const r of result.reaped)
+          process.stdout.write(`${r.action}  ${r.provider}  ${r.resourceId}  owner ${r.owner ?? 'unknown'} (${r.ownerStatus})\n`);
+        for (const r of result.kept)
+          process.stdout.write(`kept  ${r.provider}  ${r.resourceId}  owner ${r.owner ?? 'unknown'} (${r.ownerStatus})\n`);
+        process.stdout.write(
+          `${result.checked} active resources checked, ${result.reaped.length} ${opts.apply ? 'deactivated' : 'would be deactivated (dry run; --apply to act)'}\n`,
+        );
       } finally {
         await close();
       }

@@ -13,8 +13,14 @@ export function reportCommand(): Command {
     .action(async (id: string, opts: { open?: boolean }) => {
       const { settings } = cliContext();
       const dir = path.join(reportRoot(settings), id);
-      const written = rewriteCampaignReport(id, dir, { temporalUiUrl: process.env.ROUNDHOUSE_UI_URL ?? 'http://127.0.0.1:8233', namespace: settings.namespace });
+      const written = rewriteCampaignReport(id, dir, {
+        temporalUiUrl: process.env.ROUNDHOUSE_UI_URL ?? 'http://127.0.0.1:8233',
+        namespace: settings.namespace,
+      });
       process.stdout.write(`${written.html}\n${written.markdown}\n`);
-      if (opts.open) spawn(process.platform === 'darwin' ? 'open' : 'xdg-open', [written.html], { detached: true, stdio: 'ignore' }).on('error', () => undefined).unref();
+      if (opts.open)
+        spawn(process.platform === 'darwin' ? 'open' : 'xdg-open', [written.html], { detached: true, stdio: 'ignore' })
+          .on('error', () => undefined)
+          .unref();
     });
 }

@@ -30,8 +30,15 @@ export function scheduleCommand(): Command {
     .option('--id <id>', 'schedule id (default: <name>-schedule)')
     .option('--every <interval>', "interval, e.g. '1h', '30 minutes', '1 day'")
     .option('--cron <expr...>', "cron expressions, e.g. '0 3 * * *'")
-    .addOption(new Option('--overlap <policy>', 'what to do when the previous run is still going').choices(['skip', 'buffer-one', 'buffer-all', 'cancel-other', 'allow-all']).default('skip'))
-    .addHelpText('after', "\nExamples:\n  roundhouse schedule create campaign.yaml --every 1d\n  roundhouse schedule create campaign.yaml --cron '0 3 * * *' --id nightly")
+    .addOption(
+      new Option('--overlap <policy>', 'what to do when the previous run is still going')
+        .choices(['skip', 'buffer-one', 'buffer-all', 'cancel-other', 'allow-all'])
+        .default('skip'),
+    )
+    .addHelpText(
+      'after',
+      "\nExamples:\n  roundhouse schedule create campaign.yaml --every 1d\n  roundhouse schedule create campaign.yaml --cron '0 3 * * *' --id nightly",
+    )
     .action(async (specFile: string, opts: { id?: string; every?: string; cron?: string[]; overlap: OverlapName }) => {
       if (!opts.every && !opts.cron) throw new ConfigError('--every', 'give --every <interval> or --cron <expression>');
       const { settings } = cliContext();
@@ -39,8 +46,18 @@ export function scheduleCommand(): Command {
       validateCampaignLocally(spec);
       const scheduleId = opts.id ?? `${spec.name}-schedule`;
       await withClient(async ({ client }) => {
-        await upsertCampaignSchedule(client, { scheduleId, spec, taskQueue: settings.taskQueue, reportRoot: reportRoot(settings), every: opts.every, cron: opts.cron, overlap: opts.overlap });
-        process.stdout.write(`schedule ${scheduleId}: starts ${spec.name} ${opts.every ? `every ${opts.every}` : `on ${opts.cron!.join(', ')}`} (overlap ${opts.overlap})\n`);
+        await upsertCampaignSchedule(client, {
+          scheduleId,
+          spec,
+          taskQueue: settings.taskQueue,
+          reportRoot: reportRoot(settings),
+          every: opts.every,
+          cron: opts.cron,
+          overlap: opts.overlap,
+        });
+        process.stdout.write(
+          `schedule ${scheduleId}: starts ${spec.name} ${opts.every ? `every ${opts.every}` : `on ${opts.cron!.join(', ')}`} (overlap ${opts.overlap})\n`,
+        );
       });
     });
   schedule
@@ -53,12 +70,18 @@ export function scheduleCommand(): Command {
         for await (const s of client.schedule.list()) {
           any = true;
           const next = s.info.nextActionTimes[0];
-          process.stdout.write(`${s.scheduleId}  ${s.state.paused ? 'paused' : 'active'}  next ${next ? next.toISOString() : '–'}  ${s.state.note ?? ''}\n`);
+          process.stdout.write(
+            `${s.scheduleId}  ${s.state.paused ? 'paused' : 'active'}  next ${next ? next.toISOString() : '–'}  ${s.state.note ?? ''}\n`,
+          );
         }
         if (!any) process.stdout.write('no schedules\n');
       });
     });
-  for (const [name, verb] of [['pause', 'Pause'], ['unpause', 'Unpause'], ['delete', 'Delete']] as const) {
+  for (const [name, verb] of [
+    ['pause', 'Pause'],
+    ['unpause', 'Unpause'],
+    ['delete', 'Delete'],
+  ] as const) {
     schedule
       .command(name)
       .description(`${verb} a schedule`)

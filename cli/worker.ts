@@ -11,7 +11,10 @@ import { cliContext } from './context';
 const PROVIDER_KINDS = ['local', 'together', 'baseten'] as const;
 
 function providerKinds(value: string): (typeof PROVIDER_KINDS)[number][] {
-  const kinds = value.split(',').map((k) => k.trim()).filter(Boolean);
+  const kinds = value
+    .split(',')
+    .map((k) => k.trim())
+    .filter(Boolean);
   const bad = kinds.find((k) => !(PROVIDER_KINDS as readonly string[]).includes(k));
   if (bad || kinds.length === 0) throw new InvalidArgumentError(`expected a comma-separated list of ${PROVIDER_KINDS.join(', ')}`);
   return kinds as (typeof PROVIDER_KINDS)[number][];
@@ -20,7 +23,11 @@ function providerKinds(value: string): (typeof PROVIDER_KINDS)[number][] {
 export function workerCommand(): Command {
   return new Command('worker')
     .description('Run a Roundhouse worker against an existing Temporal server (TEMPORAL_ADDRESS); SIGTERM/SIGINT drain it gracefully')
-    .option('--reaper <providers>', 'also create or update the reaper schedule on start, for these providers (e.g. local,together)', providerKinds)
+    .option(
+      '--reaper <providers>',
+      'also create or update the reaper schedule on start, for these providers (e.g. local,together)',
+      providerKinds,
+    )
     .option('--reaper-every <interval>', 'how often the reaper runs', '1 minute')
     .addHelpText(
       'after',
@@ -28,12 +35,17 @@ export function workerCommand(): Command {
     )
     .action(async (opts: { reaper?: (typeof PROVIDER_KINDS)[number][]; reaperEvery: string }) => {
       const { settings, logger } = cliContext({ serveMetrics: true });
-      if (!settings.address) throw new ConfigError('TEMPORAL_ADDRESS', 'is required for `roundhouse worker` (use `roundhouse up` for a local server)');
+      if (!settings.address)
+        throw new ConfigError('TEMPORAL_ADDRESS', 'is required for `roundhouse worker` (use `roundhouse up` for a local server)');
       if (opts.reaper) {
         const clientConnection = await connectClient(settings);
         try {
           const providers = opts.reaper.map((kind) => ({ kind, model: '' }));
-          await ensureReaperSchedule(temporalClient(settings, clientConnection), { taskQueue: settings.taskQueue, providers, every: opts.reaperEvery });
+          await ensureReaperSchedule(temporalClient(settings, clientConnection), {
+            taskQueue: settings.taskQueue,
+            providers,
+            every: opts.reaperEvery,
+          });
           logger.info({ providers: opts.reaper, every: opts.reaperEvery }, 'reaper schedule ensured');
         } catch (err) {
           if (!(err instanceof ScheduleAlreadyRunning)) throw err; // another worker created it at the same moment
@@ -46,7 +58,10 @@ export function workerCommand(): Command {
       let stopRequestedAt: number | undefined;
       const onSignal = (signal: NodeJS.Signals) => {
         stopRequestedAt ??= Date.now();
-        logger.info({ signal, graceMs: settings.tuning.shutdownGraceMs }, 'shutdown requested: no new tasks; training segments return their cursor');
+        logger.info(
+          { signal, graceMs: settings.tuning.shutdownGraceMs },
+          'shutdown requested: no new tasks; training segments return their cursor',
+        );
       };
       process.on('SIGTERM', onSignal).on('SIGINT', onSignal);
       try {

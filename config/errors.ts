@@ -15,7 +15,11 @@ export class ConfigError extends Error {
 export class DataValidationError extends Error {
   readonly code = 'INVALID_DATA';
   constructor(readonly problems: string[]) {
-    super(problems.length === 1 ? problems[0]! : `${problems.length} problems in the data:\n  ${problems.slice(0, 20).join('\n  ')}${problems.length > 20 ? `\n  … and ${problems.length - 20} more` : ''}`);
+    super(
+      problems.length === 1
+        ? problems[0]!
+        : `${problems.length} problems in the data:\n  ${problems.slice(0, 20).join('\n  ')}${problems.length > 20 ? `\n  … and ${problems.length - 20} more` : ''}`,
+    );
     this.name = 'DataValidationError';
   }
 }

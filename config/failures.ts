@@ -13,7 +13,7 @@ export const FAILURE_TYPES = {
   ProvisionUnconfirmed: 'a trainer create got no answer and listing found no new trainer yet; retried',
   SessionUnconfirmed: 'a session open got no answer and listing found no new session yet; retried',
   StepCounterMismatch: "the trainer's step counter is not where the round's cursor says; never trained over",
-  ReferenceLogprobsMissing: "a DPO round lost its reference logprobs after training began; cannot compute its loss",
+  ReferenceLogprobsMissing: 'a DPO round lost its reference logprobs after training began; cannot compute its loss',
   EmptySamples: 'the generators returned only empty completions for a GRPO step',
   Cancelled: 'the round or campaign was cancelled (stop now, or its parent closed)',
   Unknown: 'a failure outside this set (a bug): the message says what',

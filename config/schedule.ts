@@ -37,7 +37,12 @@ export function planSteps(trainRows: number, batchSize: number, epochs: number):
 }
 
 /** Which training rows form global step `step`: epoch-wise seeded shuffles, consecutive batches. */
-export function batchRows(step: number, trainRows: number, batchSize: number, seed: number): { epoch: number; batch: number; rows: number[] } {
+export function batchRows(
+  step: number,
+  trainRows: number,
+  batchSize: number,
+  seed: number,
+): { epoch: number; batch: number; rows: number[] } {
   const { stepsPerEpoch } = planSteps(trainRows, batchSize, 1);
   const epoch = Math.floor(step / stepsPerEpoch);
   const batch = step % stepsPerEpoch;

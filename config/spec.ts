@@ -167,7 +167,10 @@ export const RoundKindSpecSchema = z
 export const RoundsSpecSchema = z
   .object({
     max: positiveInt.max(1000).default(1),
-    target: z.object({ metric: z.enum(['accuracy']), atLeast: z.number().min(0).max(1) }).strict().optional(),
+    target: z
+      .object({ metric: z.enum(['accuracy']), atLeast: z.number().min(0).max(1) })
+      .strict()
+      .optional(),
     nextData: z
       .object({
         policy: z.enum(['mistakes', 'all', 'static']).default('mistakes'),
@@ -182,7 +185,10 @@ export const RoundsSpecSchema = z
      * The campaign's starting point instead of the bare base model: a training checkpoint (e.g. an SFT round's
      * `training_checkpoint_id` to warm-start GRPO or DPO). Weights only unless `loadOptimizer`.
      */
-    startFrom: z.object({ checkpointId: z.string().min(1), loadOptimizer: z.boolean().default(false) }).strict().optional(),
+    startFrom: z
+      .object({ checkpointId: z.string().min(1), loadOptimizer: z.boolean().default(false) })
+      .strict()
+      .optional(),
   })
   .strict();
 
@@ -198,7 +204,11 @@ export const AdvancedSpecSchema = z
     /** A worker that dies is noticed after this long (the training heartbeat timeout). */
     heartbeatTimeoutSeconds: z.number().int().min(1).max(600).default(30),
     /** Give up waiting for a resource to become ready after this long. */
-    provisionTimeoutMinutes: z.number().positive().max(24 * 60).default(60),
+    provisionTimeoutMinutes: z
+      .number()
+      .positive()
+      .max(24 * 60)
+      .default(60),
   })
   .strict();
 
@@ -226,21 +236,38 @@ function roundKindProblems(spec: z.infer<typeof CampaignSpecBase>, ctx: z.Refine
   if (kind !== 'grpo' && grpo) problem(['round', 'grpo'], `is only used when round.kind is grpo (it is ${kind})`);
   if (kind !== 'dpo' && dpo) problem(['round', 'dpo'], `is only used when round.kind is dpo (it is ${kind})`);
   if (kind === 'grpo') {
-    if (!grpo) return problem(['round', 'grpo'], 'is required when round.kind is grpo: at least a reward, e.g. grpo: { reward: { kind: numeric } }');
-    if (grpo.reward.kind === 'regex' && !grpo.reward.pattern) problem(['round', 'grpo', 'reward', 'pattern'], 'is required when the reward kind is regex');
-    if (spec.sampling.temperature === 0) problem(['sampling', 'temperature'], 'must be above 0 for a grpo round: a group of greedy completions is all alike and teaches nothing');
-    if (grpo.loss.beta > 0 && grpo.loss.type !== 'grpo') problem(['round', 'grpo', 'loss', 'beta'], `the KL penalty is part of the grpo loss, not ${grpo.loss.type}`);
+    if (!grpo)
+      return problem(['round', 'grpo'], 'is required when round.kind is grpo: at least a reward, e.g. grpo: { reward: { kind: numeric } }');
+    if (grpo.reward.kind === 'regex' && !grpo.reward.pattern)
+      problem(['round', 'grpo', 'reward', 'pattern'], 'is required when the reward kind is regex');
+    if (spec.sampling.temperature === 0)
+      problem(
+        ['sampling', 'temperature'],
+        'must be above 0 for a grpo round: a group of greedy completions is all alike and teaches nothing',
+      );
+    if (grpo.loss.beta > 0 && grpo.loss.type !== 'grpo')
+      problem(['round', 'grpo', 'loss', 'beta'], `the KL penalty is part of the grpo loss, not ${grpo.loss.type}`);
     if (grpo.loss.beta > 0 && !grpo.reference) {
-      problem(['round', 'grpo', 'loss', 'beta'], 'is above 0 but no reference logprobs are configured: set round.grpo.reference: start (or beta: 0)');
+      problem(
+        ['round', 'grpo', 'loss', 'beta'],
+        'is above 0 but no reference logprobs are configured: set round.grpo.reference: start (or beta: 0)',
+      );
     }
     if (spec.provider.kind === 'baseten' && grpo.loss.type === 'grpo') {
-      problem(['round', 'grpo', 'loss', 'type'], "Baseten Loops has no grpo loss: use ppo or importance_sampling (advantages are group-centred either way)");
+      problem(
+        ['round', 'grpo', 'loss', 'type'],
+        'Baseten Loops has no grpo loss: use ppo or importance_sampling (advantages are group-centred either way)',
+      );
     }
   }
   if (kind === 'dpo') {
-    if (spec.provider.kind === 'baseten') problem(['round', 'kind'], 'dpo trains through a custom loss (custom_forward_backward), which Baseten Loops does not offer');
+    if (spec.provider.kind === 'baseten')
+      problem(['round', 'kind'], 'dpo trains through a custom loss (custom_forward_backward), which Baseten Loops does not offer');
     if (spec.rounds.max > 1 && spec.rounds.nextData.policy === 'mistakes') {
-      problem(['rounds', 'nextData', 'policy'], "mistakes needs sampled answers to score, which a dpo round has none of: use all or static");
+      problem(
+        ['rounds', 'nextData', 'policy'],
+        'mistakes needs sampled answers to score, which a dpo round has none of: use all or static',
+      );
     }
   }
 }

@@ -52,7 +52,10 @@ export class TextTokenizer {
 
   decode(ids: readonly number[], options: { skipSpecialTokens?: boolean } = {}): string {
     if (ids.length === 0) return '';
-    return this.tokenizer.decode([...ids], { skip_special_tokens: options.skipSpecialTokens ?? false, clean_up_tokenization_spaces: false });
+    return this.tokenizer.decode([...ids], {
+      skip_special_tokens: options.skipSpecialTokens ?? false,
+      clean_up_tokenization_spaces: false,
+    });
   }
 
   tokenId(token: string): number | undefined {
@@ -94,7 +97,8 @@ export function bundledTokenizerDir(model: string): string | undefined {
 /** The newest snapshot of `repo` in the local Hugging Face hub cache that holds a tokenizer.json. */
 export function huggingFaceCacheDir(repo: string, env: NodeJS.ProcessEnv = process.env): string | undefined {
   const home = env.HOME ?? '';
-  const hub = env.HF_HUB_CACHE ?? path.join(env.HF_HOME ?? path.join(env.XDG_CACHE_HOME ?? path.join(home, '.cache'), 'huggingface'), 'hub');
+  const hub =
+    env.HF_HUB_CACHE ?? path.join(env.HF_HOME ?? path.join(env.XDG_CACHE_HOME ?? path.join(home, '.cache'), 'huggingface'), 'hub');
   const repoDir = path.join(hub, `models--${repo.replace(/\//g, '--')}`);
   const ref = path.join(repoDir, 'refs', 'main');
   if (existsSync(ref)) {

@@ -32,7 +32,11 @@ export type LogFormat = (typeof LOG_FORMATS)[number];
 /** The environment a worker, the CLI or a test reads. Each key is the variable's own name. */
 export const WorkerEnvSchema = z.object({
   TEMPORAL_ADDRESS: hostPort.optional(),
-  TEMPORAL_NAMESPACE: z.string().trim().regex(/^[A-Za-z0-9._-]{1,255}$/, 'not a valid namespace name').default('default'),
+  TEMPORAL_NAMESPACE: z
+    .string()
+    .trim()
+    .regex(/^[A-Za-z0-9._-]{1,255}$/, 'not a valid namespace name')
+    .default('default'),
   ROUNDHOUSE_TASK_QUEUE: z.string().trim().min(1, 'must not be empty').default('roundhouse'),
   TEMPORAL_CLI_PATH: existingFile.optional(),
   TEMPORAL_API_KEY: z.string().trim().min(1).optional(),
@@ -101,7 +105,10 @@ export interface EncryptionKeyring {
  */
 export function parseEncryptionKeys(text: string, variable: string, currentKeyId?: string): EncryptionKeyring {
   const keys = new Map<string, Buffer>();
-  const entries = text.split(/[\n,]/).map((line) => line.replace(/#.*$/, '').trim()).filter(Boolean);
+  const entries = text
+    .split(/[\n,]/)
+    .map((line) => line.replace(/#.*$/, '').trim())
+    .filter(Boolean);
   for (const entry of entries) {
     const at = entry.indexOf('=');
     const id = at > 0 ? entry.slice(0, at).trim() : '';
@@ -166,15 +173,25 @@ export function loadWorkerSettings(env: NodeJS.ProcessEnv = process.env): Worker
     throw new ConfigError('TEMPORAL_ADDRESS', 'is required when an API key or TLS is configured');
   }
   if (e.ROUNDHOUSE_ENCRYPTION_KEYS && e.ROUNDHOUSE_ENCRYPTION_KEYS_FILE) {
-    throw new ConfigError('ROUNDHOUSE_ENCRYPTION_KEYS_FILE', 'set either ROUNDHOUSE_ENCRYPTION_KEYS or ROUNDHOUSE_ENCRYPTION_KEYS_FILE, not both');
+    throw new ConfigError(
+      'ROUNDHOUSE_ENCRYPTION_KEYS_FILE',
+      'set either ROUNDHOUSE_ENCRYPTION_KEYS or ROUNDHOUSE_ENCRYPTION_KEYS_FILE, not both',
+    );
   }
   if (e.ROUNDHOUSE_ENCRYPTION_KEY_ID && !e.ROUNDHOUSE_ENCRYPTION_KEYS && !e.ROUNDHOUSE_ENCRYPTION_KEYS_FILE) {
-    throw new ConfigError('ROUNDHOUSE_ENCRYPTION_KEY_ID', 'is set but there are no keys (ROUNDHOUSE_ENCRYPTION_KEYS or ROUNDHOUSE_ENCRYPTION_KEYS_FILE)');
+    throw new ConfigError(
+      'ROUNDHOUSE_ENCRYPTION_KEY_ID',
+      'is set but there are no keys (ROUNDHOUSE_ENCRYPTION_KEYS or ROUNDHOUSE_ENCRYPTION_KEYS_FILE)',
+    );
   }
   const encryption = e.ROUNDHOUSE_ENCRYPTION_KEYS
     ? parseEncryptionKeys(e.ROUNDHOUSE_ENCRYPTION_KEYS, 'ROUNDHOUSE_ENCRYPTION_KEYS', e.ROUNDHOUSE_ENCRYPTION_KEY_ID)
     : e.ROUNDHOUSE_ENCRYPTION_KEYS_FILE
-      ? parseEncryptionKeys(fs.readFileSync(e.ROUNDHOUSE_ENCRYPTION_KEYS_FILE, 'utf8'), 'ROUNDHOUSE_ENCRYPTION_KEYS_FILE', e.ROUNDHOUSE_ENCRYPTION_KEY_ID)
+      ? parseEncryptionKeys(
+          fs.readFileSync(e.ROUNDHOUSE_ENCRYPTION_KEYS_FILE, 'utf8'),
+          'ROUNDHOUSE_ENCRYPTION_KEYS_FILE',
+          e.ROUNDHOUSE_ENCRYPTION_KEY_ID,
+        )
       : undefined;
   return {
     address: e.TEMPORAL_ADDRESS,

@@ -11,7 +11,16 @@ import { seededRandom } from './random';
  * - `resource-error`: the resource of a matching operation dies (ERROR) instead of running it; billing stops.
  * - `delay`: a matching request waits `delayMs` before it is handled (a slow phase, for chaos tests).
  */
-export const FAULT_KINDS = ['http-429', 'http-500', 'http-503', 'reset', 'lose-response', 'fail-operation', 'resource-error', 'delay'] as const;
+export const FAULT_KINDS = [
+  'http-429',
+  'http-500',
+  'http-503',
+  'reset',
+  'lose-response',
+  'fail-operation',
+  'resource-error',
+  'delay',
+] as const;
 export type FaultKind = (typeof FAULT_KINDS)[number];
 
 export const FaultRuleSchema = z.object({

@@ -93,7 +93,10 @@ export function errorReply(err: unknown): JsonReply {
   if (err instanceof EmulatorHttpError) {
     return { status: err.status, headers: err.headers, body: { error: { message: err.message, code: err.code } } };
   }
-  return { status: 500, body: { error: { message: `internal emulator error: ${(err as Error)?.message ?? String(err)}`, code: 'INTERNAL' } } };
+  return {
+    status: 500,
+    body: { error: { message: `internal emulator error: ${(err as Error)?.message ?? String(err)}`, code: 'INTERNAL' } },
+  };
 }
 
 export type { IncomingMessage, ServerResponse };

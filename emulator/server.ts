@@ -57,7 +57,11 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Runn
       const parsed = FaultConfigSchema.safeParse(req.body ?? {});
       if (!parsed.success) {
         const issue = parsed.error.issues[0]!;
-        throw new EmulatorHttpError(400, 'INVALID_ARGUMENT', `invalid fault configuration: ${issue.path.join('.') || '(body)'}: ${issue.message}`);
+        throw new EmulatorHttpError(
+          400,
+          'INVALID_ARGUMENT',
+          `invalid fault configuration: ${issue.path.join('.') || '(body)'}: ${issue.message}`,
+        );
       }
       return { body: engine.faults.configure(parsed.data) };
     })
@@ -93,7 +97,8 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Runn
         }
         const matched = (isControl ? control : router).match(method, url.pathname);
         if (matched === undefined) throw new EmulatorHttpError(404, 'NOT_FOUND', `no route for ${method} ${url.pathname}`);
-        if (matched === 'method-not-allowed') throw new EmulatorHttpError(405, 'METHOD_NOT_ALLOWED', `${method} is not allowed on ${url.pathname}`);
+        if (matched === 'method-not-allowed')
+          throw new EmulatorHttpError(405, 'METHOD_NOT_ALLOWED', `${method} is not allowed on ${url.pathname}`);
         const request: EmulatorRequest = {
           method,
           path: url.pathname,

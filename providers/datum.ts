@@ -28,7 +28,11 @@ export function checkPolicyDatum(d: Datum, index: number, needReference: boolean
       continue;
     }
     if (v.length !== d.targetTokens.length) {
-      throw new ProviderError('INVALID_INPUT', 'non-retryable', `datum ${index}: ${field} (${v.length}) must have one value per target token (${d.targetTokens.length})`);
+      throw new ProviderError(
+        'INVALID_INPUT',
+        'non-retryable',
+        `datum ${index}: ${field} (${v.length}) must have one value per target token (${d.targetTokens.length})`,
+      );
     }
     if (v.some((x) => typeof x !== 'number' || !Number.isFinite(x))) {
       throw new ProviderError('INVALID_INPUT', 'non-retryable', `datum ${index}: ${field} must be finite numbers`);

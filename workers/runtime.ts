@@ -9,7 +9,8 @@ import { GPU_MINUTES_BUCKETS, METRICS } from '../activities/metrics';
  */
 export function installRuntimeLogger(logger: Logger, options: { metricsAddress?: string } = {}): void {
   const forward = (level: LogLevel, message: string, meta?: LogMetadata) => {
-    const pinoLevel = level === 'TRACE' ? 'trace' : level === 'DEBUG' ? 'debug' : level === 'INFO' ? 'info' : level === 'WARN' ? 'warn' : 'error';
+    const pinoLevel =
+      level === 'TRACE' ? 'trace' : level === 'DEBUG' ? 'debug' : level === 'INFO' ? 'info' : level === 'WARN' ? 'warn' : 'error';
     logger[pinoLevel]({ ...meta }, message);
   };
   const temporalLogger: TemporalLogger = {

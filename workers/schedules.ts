@@ -53,7 +53,13 @@ export async function upsertCampaignSchedule(client: Client, options: CampaignSc
   } catch (err) {
     if (!(err instanceof ScheduleNotFoundError)) throw err;
   }
-  return client.schedule.create({ scheduleId: options.scheduleId, spec: scheduleSpec, action, policies, state: { note: options.note ?? `roundhouse campaign ${options.spec.name}` } });
+  return client.schedule.create({
+    scheduleId: options.scheduleId,
+    spec: scheduleSpec,
+    action,
+    policies,
+    state: { note: options.note ?? `roundhouse campaign ${options.spec.name}` },
+  });
 }
 
 export const REAPER_SCHEDULE_ID = 'roundhouse-reaper';
@@ -61,12 +67,24 @@ export const REAPER_SCHEDULE_ID = 'roundhouse-reaper';
 /** The reaper's schedule (default every minute, SKIP overlaps), created or brought up to date. */
 export async function ensureReaperSchedule(
   client: Client,
-  options: { taskQueue: string; providers: Pick<ProviderSpec, 'kind' | 'baseUrl' | 'model'>[]; every?: string; graceSeconds?: number; scheduleId?: string },
+  options: {
+    taskQueue: string;
+    providers: Pick<ProviderSpec, 'kind' | 'baseUrl' | 'model'>[];
+    every?: string;
+    graceSeconds?: number;
+    scheduleId?: string;
+  },
 ): Promise<ScheduleHandle> {
   const scheduleId = options.scheduleId ?? REAPER_SCHEDULE_ID;
   const input: ReaperInput = { providers: options.providers, graceSeconds: options.graceSeconds ?? 300 };
-  const scheduleSpec = { intervals: [{ every: (options.every ?? "1 minute") as Duration }] };
-  const action = { type: 'startWorkflow' as const, workflowType: reaperWorkflow, args: [input] as [ReaperInput], taskQueue: options.taskQueue, workflowId: scheduleId };
+  const scheduleSpec = { intervals: [{ every: (options.every ?? '1 minute') as Duration }] };
+  const action = {
+    type: 'startWorkflow' as const,
+    workflowType: reaperWorkflow,
+    args: [input] as [ReaperInput],
+    taskQueue: options.taskQueue,
+    workflowId: scheduleId,
+  };
   const handle = client.schedule.getHandle(scheduleId);
   try {
     await handle.describe();
@@ -75,5 +93,11 @@ export async function ensureReaperSchedule(
   } catch (err) {
     if (!(err instanceof ScheduleNotFoundError)) throw err;
   }
-  return client.schedule.create({ scheduleId, spec: scheduleSpec, action, policies: { overlap: ScheduleOverlapPolicy.SKIP }, state: { note: 'roundhouse reaper' } });
+  return client.schedule.create({
+    scheduleId,
+    spec: scheduleSpec,
+    action,
+    policies: { overlap: ScheduleOverlapPolicy.SKIP },
+    state: { note: 'roundhouse reaper' },
+  });
 }

@@ -107,7 +107,10 @@ export async function startTemporal(settings: WorkerSettings, options: StartTemp
     dbFile = path.join(settings.stateDir, 'temporal.db');
     port ??= DEFAULT_PERSISTENT_PORT;
     uiPort ??= port + 1000;
-    for (const [what, p] of [['Temporal', port], ['Temporal UI', uiPort]] as const) {
+    for (const [what, p] of [
+      ['Temporal', port],
+      ['Temporal UI', uiPort],
+    ] as const) {
       if (!(await portIsFree(p))) {
         throw new ConfigError(
           'TEMPORAL_ADDRESS',
@@ -116,7 +119,10 @@ export async function startTemporal(settings: WorkerSettings, options: StartTemp
       }
     }
   }
-  const extraArgs = Object.entries(options.dynamicConfig ?? {}).flatMap(([k, v]) => ['--dynamic-config-value', `${k}=${JSON.stringify(v)}`]);
+  const extraArgs = Object.entries(options.dynamicConfig ?? {}).flatMap(([k, v]) => [
+    '--dynamic-config-value',
+    `${k}=${JSON.stringify(v)}`,
+  ]);
   const env = await TestWorkflowEnvironment.createLocal({
     server: {
       executable: sdkExecutable,

@@ -22,11 +22,18 @@ export function validateCampaignLocally(spec: CampaignSpec): { trainRows: number
       throw new DataValidationError([`round.grpo.reward.path: ${(err as Error).message.split('\n')[0]}`]);
     }
   }
-  const hasTokenizer = Boolean(spec.provider.tokenizer ?? bundledTokenizerDir(spec.provider.model) ?? huggingFaceCacheDir(spec.provider.model));
+  const hasTokenizer = Boolean(
+    spec.provider.tokenizer ?? bundledTokenizerDir(spec.provider.model) ?? huggingFaceCacheDir(spec.provider.model),
+  );
   const limits = { maxSeqLen: spec.training.maxSeqLen, modelMaxSeqLen: findModel(spec.provider.model)?.maxSeqLen };
   if (spec.round.kind === 'dpo') {
     if (hasTokenizer) {
-      const pairs = loadPreferenceData(spec.data.train, spec.data.eval, tokenizerFor(spec.provider.model, undefined, spec.provider.tokenizer), limits);
+      const pairs = loadPreferenceData(
+        spec.data.train,
+        spec.data.eval,
+        tokenizerFor(spec.provider.model, undefined, spec.provider.tokenizer),
+        limits,
+      );
       return { trainRows: pairs.train.length, evalRows: pairs.eval.length, tokenized: true };
     }
     const problems: string[] = [];

@@ -1,7 +1,15 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import type { DataConverter } from '@temporalio/common';
-import { bundleWorkflowCode, NativeConnection, Runtime, Worker, type LogLevel, type Logger as TemporalLogger, type WorkerOptions } from '@temporalio/worker';
+import {
+  bundleWorkflowCode,
+  NativeConnection,
+  Runtime,
+  Worker,
+  type LogLevel,
+  type Logger as TemporalLogger,
+  type WorkerOptions,
+} from '@temporalio/worker';
 import { createActivities } from '../activities';
 import { ProviderRegistry } from './providers';
 import type { WorkerSettings } from '../config/worker-env';
@@ -18,8 +26,12 @@ export async function workflowSource(): Promise<Pick<WorkerOptions, 'workflowBun
   if (explicit) return { workflowBundle: { codePath: explicit } };
   // Only compiled code (dist/) uses it: a checkout running the TypeScript sources must never load a stale bundle.
   const compiled = __filename.endsWith('.js');
-  if (compiled && process.env.ROUNDHOUSE_PREBUILT_BUNDLE !== 'false' && fs.existsSync(bundle)) return { workflowBundle: { codePath: bundle } };
-  const { code } = await bundleWorkflowCode({ workflowsPath: require.resolve('../workflows'), logger: bundlerLogger(Runtime.instance().logger) });
+  if (compiled && process.env.ROUNDHOUSE_PREBUILT_BUNDLE !== 'false' && fs.existsSync(bundle))
+    return { workflowBundle: { codePath: bundle } };
+  const { code } = await bundleWorkflowCode({
+    workflowsPath: require.resolve('../workflows'),
+    logger: bundlerLogger(Runtime.instance().logger),
+  });
   return { workflowBundle: { code } };
 }
 
@@ -28,7 +40,8 @@ const BUNDLE_SUMMARY = 'Workflow bundle created';
 
 /** The SDK's bundler logs webpack's whole build report (dozens of lines) at info: it goes to debug. */
 function bundlerLogger(logger: TemporalLogger): TemporalLogger {
-  const level = (requested: LogLevel, message: string): LogLevel => (requested === 'INFO' && message !== BUNDLE_SUMMARY ? 'DEBUG' : requested);
+  const level = (requested: LogLevel, message: string): LogLevel =>
+    requested === 'INFO' && message !== BUNDLE_SUMMARY ? 'DEBUG' : requested;
   return {
     log: (requested, message, meta) => logger.log(level(requested, message), message, meta),
     trace: (message, meta) => logger.trace(message, meta),
@@ -71,9 +84,13 @@ export async function createRoundhouseWorker(options: RoundhouseWorkerOptions): 
     maxHeartbeatThrottleInterval: '2 seconds',
     // Past the grace time activities are cancelled; should anything still hang, give up so the process can exit.
     ...(options.tuning ? { shutdownForceTime: options.tuning.shutdownGraceMs + 10_000 } : {}),
-    ...(options.tuning?.maxConcurrentActivities !== undefined ? { maxConcurrentActivityTaskExecutions: options.tuning.maxConcurrentActivities } : {}),
+    ...(options.tuning?.maxConcurrentActivities !== undefined
+      ? { maxConcurrentActivityTaskExecutions: options.tuning.maxConcurrentActivities }
+      : {}),
     ...(options.tuning?.maxCachedWorkflows !== undefined ? { maxCachedWorkflows: options.tuning.maxCachedWorkflows } : {}),
-    ...(options.tuning?.stickyQueueTimeoutMs !== undefined ? { stickyQueueScheduleToStartTimeout: options.tuning.stickyQueueTimeoutMs } : {}),
+    ...(options.tuning?.stickyQueueTimeoutMs !== undefined
+      ? { stickyQueueScheduleToStartTimeout: options.tuning.stickyQueueTimeoutMs }
+      : {}),
   });
   return worker;
 }

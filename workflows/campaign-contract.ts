@@ -83,12 +83,15 @@ export function validateCampaignLimits(limits: Partial<CampaignLimits>): void {
   for (const [field, value] of Object.entries(limits ?? {})) {
     if (!allowed.includes(field as keyof CampaignLimits)) throw new Error(`limits.${field}: unknown limit; known: ${allowed.join(', ')}`);
     if (value === undefined) continue;
-    if (typeof value !== 'number' || !Number.isFinite(value) || value < 0) throw new Error(`limits.${field}: must be a number ≥ 0 (got ${JSON.stringify(value)})`);
-    if (field === 'maxRounds' && (!Number.isInteger(value) || value < 1)) throw new Error(`limits.maxRounds: must be a whole number ≥ 1 (got ${value})`);
+    if (typeof value !== 'number' || !Number.isFinite(value) || value < 0)
+      throw new Error(`limits.${field}: must be a number ≥ 0 (got ${JSON.stringify(value)})`);
+    if (field === 'maxRounds' && (!Number.isInteger(value) || value < 1))
+      throw new Error(`limits.maxRounds: must be a whole number ≥ 1 (got ${value})`);
     if (field === 'targetAccuracy' && value > 1) throw new Error(`limits.targetAccuracy: must be within 0..1 (got ${value})`);
   }
 }
 
 export function validateStopRequest(request: { mode: 'after-round' | 'now' }): void {
-  if (request?.mode !== 'after-round' && request?.mode !== 'now') throw new Error(`mode: must be 'after-round' or 'now' (got ${JSON.stringify(request?.mode)})`);
+  if (request?.mode !== 'after-round' && request?.mode !== 'now')
+    throw new Error(`mode: must be 'after-round' or 'now' (got ${JSON.stringify(request?.mode)})`);
 }

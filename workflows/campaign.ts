@@ -26,7 +26,15 @@ import {
   validateStopRequest,
 } from './campaign-contract';
 import { childRoundResultOf, failureTypeOf, isCancellation } from './failures';
-import { pauseRoundSignal, resumeRoundSignal, roundProgressSignal, setRoundBudgetSignal, type RoundInput, type RoundProgress, type RoundResult } from './round-contract';
+import {
+  pauseRoundSignal,
+  resumeRoundSignal,
+  roundProgressSignal,
+  setRoundBudgetSignal,
+  type RoundInput,
+  type RoundProgress,
+  type RoundResult,
+} from './round-contract';
 import { roundWorkflow } from './round';
 
 /**
@@ -80,7 +88,9 @@ export async function campaignWorkflow(input: CampaignInput): Promise<CampaignRe
   const roundBudget = () => ({
     deadlineMs: state.limits.maxWallMinutes !== undefined ? state.startedAtMs + state.limits.maxWallMinutes * 60_000 : undefined,
     maxGpuMinutes:
-      state.limits.maxGpuMinutes !== undefined ? Math.max(0, state.limits.maxGpuMinutes - state.rounds.reduce((a, r) => a + r.gpuMinutes, 0)) : undefined,
+      state.limits.maxGpuMinutes !== undefined
+        ? Math.max(0, state.limits.maxGpuMinutes - state.rounds.reduce((a, r) => a + r.gpuMinutes, 0))
+        : undefined,
   });
 
   setHandler(campaignProgressQuery, progress);
@@ -141,15 +151,35 @@ export async function campaignWorkflow(input: CampaignInput): Promise<CampaignRe
     const roundInput: RoundInput = {
       campaignId,
       round,
-      spec: { name: spec.name, provider: spec.provider, training: spec.training, sampling: spec.sampling, evaluation: spec.evaluation, advanced: spec.advanced, round: spec.round },
+      spec: {
+        name: spec.name,
+        provider: spec.provider,
+        training: spec.training,
+        sampling: spec.sampling,
+        evaluation: spec.evaluation,
+        advanced: spec.advanced,
+        round: spec.round,
+      },
       data: { train: state.nextTrain.path, eval: spec.data.eval, trainSha256: state.nextTrain.sha256 },
-      startFrom: spec.rounds.continueFrom === 'checkpoint' && state.lastCheckpointId ? { checkpointId: state.lastCheckpointId, loadOptimizer: true } : spec.rounds.startFrom,
+      startFrom:
+        spec.rounds.continueFrom === 'checkpoint' && state.lastCheckpointId
+          ? { checkpointId: state.lastCheckpointId, loadOptimizer: true }
+          : spec.rounds.startFrom,
       reportDir: campaignDir,
       budget: roundBudget(),
       pool: spec.rounds.nextData.policy === 'mistakes' ? spec.data.train : undefined,
     };
     const workflowId = `${campaignId}-round-${round}`;
-    let summary: RoundSummary = { round, workflowId, status: 'failed', stepsApplied: 0, totalSteps: 0, gpuMinutes: 0, reportPath: `${campaignDir}/round-${round}.json`, train: state.nextTrain };
+    let summary: RoundSummary = {
+      round,
+      workflowId,
+      status: 'failed',
+      stepsApplied: 0,
+      totalSteps: 0,
+      gpuMinutes: 0,
+      reportPath: `${campaignDir}/round-${round}.json`,
+      train: state.nextTrain,
+    };
     let result: RoundResult | undefined;
     childScope = new CancellationScope();
     try {
@@ -172,7 +202,13 @@ export async function campaignWorkflow(input: CampaignInput): Promise<CampaignRe
         throw err;
       }
       result = childRoundResultOf<RoundResult>(err);
-      if (!result) summary = { ...summary, status: isCancellation(err) || state.stop === 'now' ? 'cancelled' : 'failed', errorType: failureTypeOf(err), gpuMinutes: current?.gpuMinutes ?? 0 };
+      if (!result)
+        summary = {
+          ...summary,
+          status: isCancellation(err) || state.stop === 'now' ? 'cancelled' : 'failed',
+          errorType: failureTypeOf(err),
+          gpuMinutes: current?.gpuMinutes ?? 0,
+        };
     }
     if (result) {
       summary = {
@@ -214,7 +250,12 @@ export async function campaignWorkflow(input: CampaignInput): Promise<CampaignRe
   }
 
   const last = state.rounds[state.rounds.length - 1];
-  status = state.stop || last?.status === 'stopped' || /budget/.test(stopReason ?? '') ? 'stopped' : last && last.status !== 'completed' ? 'failed' : 'completed';
+  status =
+    state.stop || last?.status === 'stopped' || /budget/.test(stopReason ?? '')
+      ? 'stopped'
+      : last && last.status !== 'completed'
+        ? 'failed'
+        : 'completed';
   const accuracies = state.rounds.map((r) => r.accuracy).filter((a): a is number => a !== undefined);
   const final: CampaignResult = { ...progress(), bestAccuracy: accuracies.length ? Math.max(...accuracies) : undefined };
   await activities.writeCampaignSummary({ path: summaryPath, summary: final });

@@ -34,7 +34,9 @@ export function failureDetail<T>(err: unknown, field: string): T | undefined {
 
 /** The round result a failed child round carries in its failure's details. */
 export function childRoundResultOf<T>(err: unknown): T | undefined {
-  return err instanceof ChildWorkflowFailure && err.cause instanceof ApplicationFailure ? (err.cause.details?.[0] as T | undefined) : undefined;
+  return err instanceof ChildWorkflowFailure && err.cause instanceof ApplicationFailure
+    ? (err.cause.details?.[0] as T | undefined)
+    : undefined;
 }
 
 export { isCancellation };

@@ -26,7 +26,8 @@ export async function untilInterrupted<T>(run: () => Promise<T>, stop: () => boo
     // A cancellation of the round itself does not wait for the segment to drain: cleanup releases the trainer now.
     return await Promise.race([running, CancellationScope.current().cancelRequested]);
   } catch (err) {
-    if (CancellationScope.current().consideredCancelled) throw isCancellation(err) ? err : new CancelledFailure('round cancelled while its segment was stopping');
+    if (CancellationScope.current().consideredCancelled)
+      throw isCancellation(err) ? err : new CancelledFailure('round cancelled while its segment was stopping');
     if (interrupted) return undefined;
     throw err;
   }

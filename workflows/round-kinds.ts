@@ -40,7 +40,13 @@ export interface SegmentOutcome {
   latestMargin?: number;
 }
 
-const roundArgs = (run: KindRun) => ({ campaignId: run.input.campaignId, round: run.input.round, spec: run.input.spec, data: run.data, sessionId: run.sessionId });
+const roundArgs = (run: KindRun) => ({
+  campaignId: run.input.campaignId,
+  round: run.input.round,
+  spec: run.input.spec,
+  data: run.data,
+  sessionId: run.sessionId,
+});
 
 /** SFT and GRPO: loss of the eval answers before and after, accuracy of sampled answers (and of the pool). */
 const sampled: Pick<RoundKind, 'baseline' | 'evaluate'> = {
@@ -58,7 +64,12 @@ const sampled: Pick<RoundKind, 'baseline' | 'evaluate'> = {
     result.evaluationsPath = evaluationsPath;
     if (input.pool) {
       const poolEvaluationsPath = state.file('pool-evaluations.json');
-      const pool = await run.activities.onTrainer.sampleAndScore({ ...roundArgs(run), outputPath: poolEvaluationsPath, label: 'pool', dataset: input.pool });
+      const pool = await run.activities.onTrainer.sampleAndScore({
+        ...roundArgs(run),
+        outputPath: poolEvaluationsPath,
+        label: 'pool',
+        dataset: input.pool,
+      });
       result.poolEvaluationsPath = poolEvaluationsPath;
       result.poolAccuracy = pool.accuracy;
     }
@@ -76,7 +87,8 @@ export const ROUND_KINDS: Record<NonNullable<RoundResult['kind']>, RoundKind> = 
   grpo: {
     ...sampled,
     referenceSession: (input) => Boolean(input.spec.round?.grpo?.reference),
-    segment: (segments, run, segment) => segments.trainGrpoSegment({ ...segment, samplesDir: run.state.file('samples'), referenceSessionId: run.referenceSessionId }),
+    segment: (segments, run, segment) =>
+      segments.trainGrpoSegment({ ...segment, samplesDir: run.state.file('samples'), referenceSessionId: run.referenceSessionId }),
   },
   dpo: {
     referenceSession: () => false,
@@ -93,7 +105,12 @@ export const ROUND_KINDS: Record<NonNullable<RoundResult['kind']>, RoundKind> = 
     async evaluate(run) {
       await run.state.tell('evaluating');
       const evaluationsPath = run.state.file('evaluations.json');
-      const trained = await run.activities.onTrainer.evaluateDpo({ ...roundArgs(run), label: 'trained', referencePath: run.state.file('reference-logprobs.json'), outputPath: evaluationsPath });
+      const trained = await run.activities.onTrainer.evaluateDpo({
+        ...roundArgs(run),
+        label: 'trained',
+        referencePath: run.state.file('reference-logprobs.json'),
+        outputPath: evaluationsPath,
+      });
       const result = run.state.result;
       result.evaluationsPath = evaluationsPath;
       result.accuracy = trained.accuracy;

@@ -43,7 +43,16 @@ export class RoundState {
     this.kind = input.spec.round?.kind ?? 'sft';
     this.budget = { ...input.budget };
     this.progress = { campaignId, round, phase: 'validating', step: 0, totalSteps: 0, gpuMinutes: 0 };
-    this.result = { campaignId, round, kind: this.kind, status: 'failed', reportPath: `${input.reportDir}/round-${round}.json`, stepsApplied: 0, totalSteps: 0, gpuMinutes: 0 };
+    this.result = {
+      campaignId,
+      round,
+      kind: this.kind,
+      status: 'failed',
+      reportPath: `${input.reportDir}/round-${round}.json`,
+      stepsApplied: 0,
+      totalSteps: 0,
+      gpuMinutes: 0,
+    };
     setHandler(roundProgressQuery, () => this.snapshot());
     setHandler(pauseRoundSignal, () => void (this.pauseRequested = true));
     setHandler(resumeRoundSignal, () => void (this.pauseRequested = false));
@@ -144,7 +153,8 @@ export class RoundState {
   private msUntilOverBudget(): number | undefined {
     const waits: number[] = [];
     if (this.budget.deadlineMs !== undefined) waits.push(this.budget.deadlineMs - Date.now());
-    if (this.budget.maxGpuMinutes !== undefined && this.readyAtMs !== undefined) waits.push(((this.budget.maxGpuMinutes - this.gpuMinutes()) * 60_000) / this.gpuCount);
+    if (this.budget.maxGpuMinutes !== undefined && this.readyAtMs !== undefined)
+      waits.push(((this.budget.maxGpuMinutes - this.gpuMinutes()) * 60_000) / this.gpuCount);
     return waits.length ? Math.max(0, Math.min(...waits)) : undefined;
   }
 

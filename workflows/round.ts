@@ -24,7 +24,15 @@ export async function roundWorkflow(input: RoundInput): Promise<RoundResult> {
   // and cancellation; (2) provisioning releases a trainer it made when it fails or is cancelled before the workflow
   // hears the id; (3) a pause or a spent budget releases the trainer at once (releaseTrainerNow); (4) termination and
   // timeouts run no workflow code: the reaper deactivates trainers whose owning workflow (in their tag) is closed.
-  const run: RoundRun = { input, state, activities, lease: {}, data: { ...input.data, trainSha256: '', evalSha256: '' }, sessionId: '', stepOffset: 0 };
+  const run: RoundRun = {
+    input,
+    state,
+    activities,
+    lease: {},
+    data: { ...input.data, trainSha256: '', evalSha256: '' },
+    sessionId: '',
+    stepOffset: 0,
+  };
 
   try {
     const plan = await activities.checks.prepareRound({ spec: input.spec, data: input.data });
@@ -41,13 +49,21 @@ export async function roundWorkflow(input: RoundInput): Promise<RoundResult> {
 
     state.trainingOver = true;
     await state.tell('checkpointing');
-    const checkpoint = await activities.onTrainer.saveTrainingCheckpoint({ spec: input.spec, sessionId: run.sessionId, key: state.key('training-checkpoint', `s${cursor.step}`) });
+    const checkpoint = await activities.onTrainer.saveTrainingCheckpoint({
+      spec: input.spec,
+      sessionId: run.sessionId,
+      key: state.key('training-checkpoint', `s${cursor.step}`),
+    });
     if (budgetInterrupts) state.setStep(trainerStep(checkpoint.step, run.stepOffset, cursor, plan.totalSteps).step);
     result.trainingCheckpointId = checkpoint.checkpointId;
     if (result.stopReason) {
       result.status = 'stopped'; // over budget: keep the checkpoint, skip sampling, release the GPU now
     } else {
-      const sampler = await activities.onTrainer.saveSamplerWeights({ spec: input.spec, sessionId: run.sessionId, key: state.key('sampler-weights') });
+      const sampler = await activities.onTrainer.saveSamplerWeights({
+        spec: input.spec,
+        sessionId: run.sessionId,
+        key: state.key('sampler-weights'),
+      });
       result.samplerCheckpointId = sampler.checkpointId;
       await kind.evaluate(run);
       result.status = 'completed';
@@ -104,7 +120,12 @@ async function acquireTrainer(run: RoundRun, kind: RoundKind, startFrom: RoundIn
   if (kind.referenceSession(input)) {
     // The reference policy: the round's starting weights, frozen in a second session on the same trainer.
     const referenceFrom = input.startFrom && { checkpointId: input.startFrom.checkpointId, loadOptimizer: false };
-    const reference = await activities.onTrainer.openTrainingSession({ spec: input.spec, resourceId: lease.resourceId, ownerTag: referenceTagFor(workflowInfo().workflowId), startFrom: referenceFrom });
+    const reference = await activities.onTrainer.openTrainingSession({
+      spec: input.spec,
+      resourceId: lease.resourceId,
+      ownerTag: referenceTagFor(workflowInfo().workflowId),
+      startFrom: referenceFrom,
+    });
     run.referenceSessionId = reference.sessionId;
   }
 }
@@ -122,7 +143,11 @@ async function releaseTrainerNow(run: RoundRun): Promise<void> {
  * Training segments until every planned step is applied or a budget is reached. A pause interrupts the running
  * segment (within about a step) rather than waiting for its end, and so does a spent budget.
  */
-async function trainAllSteps(run: RoundRun, kind: RoundKind, totalSteps: number): Promise<{ cursor: { step: number }; budgetInterrupts: boolean }> {
+async function trainAllSteps(
+  run: RoundRun,
+  kind: RoundKind,
+  totalSteps: number,
+): Promise<{ cursor: { step: number }; budgetInterrupts: boolean }> {
   const { input, state, activities } = run;
   const interruptible = patched('pause-interrupts-segments');
   const budgetInterrupts = interruptible && patched('budget-interrupts-segments');
@@ -132,7 +157,17 @@ async function trainAllSteps(run: RoundRun, kind: RoundKind, totalSteps: number)
     state.result.stopReason = state.overBudget();
     if (state.result.stopReason) break;
     if (state.pauseRequested) cursor = await pauseAndResume(run, kind, cursor, interruptible, totalSteps);
-    const segmentInput = { campaignId: input.campaignId, round: input.round, spec: input.spec, data: run.data, sessionId: run.sessionId, stepOffset: run.stepOffset, cursor, totalSteps, stepsDir: state.file('steps') };
+    const segmentInput = {
+      campaignId: input.campaignId,
+      round: input.round,
+      spec: input.spec,
+      data: run.data,
+      sessionId: run.sessionId,
+      stepOffset: run.stepOffset,
+      cursor,
+      totalSteps,
+      stepsDir: state.file('steps'),
+    };
     const train = () => kind.segment(interruptible ? activities.segments : activities.onTrainer, run, segmentInput);
     const segment = interruptible ? await untilInterrupted(train, () => state.pauseRequested || state.budgetHit) : await train();
     if (!segment) continue; // interrupted without an answer: the next checkpoint says where the trainer is
@@ -150,9 +185,19 @@ async function trainAllSteps(run: RoundRun, kind: RoundKind, totalSteps: number)
 }
 
 /** A pause: checkpoint at the cursor, give the GPU back, wait for resume, then come back to the same step. */
-async function pauseAndResume(run: RoundRun, kind: RoundKind, cursor: { step: number }, interruptible: boolean, totalSteps: number): Promise<{ step: number }> {
+async function pauseAndResume(
+  run: RoundRun,
+  kind: RoundKind,
+  cursor: { step: number },
+  interruptible: boolean,
+  totalSteps: number,
+): Promise<{ step: number }> {
   const { state } = run;
-  const checkpoint = await run.activities.onTrainer.saveTrainingCheckpoint({ spec: run.input.spec, sessionId: run.sessionId, key: state.key('pause', `s${cursor.step}`) });
+  const checkpoint = await run.activities.onTrainer.saveTrainingCheckpoint({
+    spec: run.input.spec,
+    sessionId: run.sessionId,
+    key: state.key('pause', `s${cursor.step}`),
+  });
   // The checkpoint's step is the trainer's own count: the truth, should an interrupted segment not have said.
   if (interruptible) {
     cursor = trainerStep(checkpoint.step, run.stepOffset, cursor, totalSteps);

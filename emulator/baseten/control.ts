@@ -11,16 +11,7 @@ import {
   parseBody,
   parseCheckpointPath,
 } from './requests';
-import {
-  LoopsState,
-  isActive,
-  loopsOwner,
-  originOf,
-  runExtra,
-  type RunExtra,
-  type SamplerExtra,
-  type SamplerInfo,
-} from './state';
+import { LoopsState, isActive, loopsOwner, originOf, runExtra, type RunExtra, type SamplerExtra, type SamplerInfo } from './state';
 
 /**
  * Baseten Loops' control plane (`/v1/loops/*`, and the team-scoped create routes) on top of the engine.
@@ -200,7 +191,8 @@ export interface FileSigner {
 }
 
 export function addLoopsControlRoutes(router: Router, engine: Engine, state: LoopsState, signer: FileSigner): void {
-  const add = (method: string, path: string, handler: (req: EmulatorRequest) => Promise<JsonReply> | JsonReply) => router.add(method, path, loopsRoute(handler));
+  const add = (method: string, path: string, handler: (req: EmulatorRequest) => Promise<JsonReply> | JsonReply) =>
+    router.add(method, path, loopsRoute(handler));
   const owned = (c: CheckpointRecord) => engine.findResource(c.resourceId)?.dialect === 'baseten' && c.name !== undefined;
 
   add('GET', '/v1/teams', (req) => ({ body: { teams: [{ id: 'team-emulator', name: 'default', owner: loopsOwner(req) }] } }));
@@ -231,54 +223,68 @@ export function addLoopsControlRoutes(router: Router, engine: Engine, state: Loo
     return { body: { session: { id: s.id, created_at: iso(s.createdAt) } } };
   };
 
-  const createRun = (withSampler: boolean) => (req: EmulatorRequest): JsonReply => {
-    const owner = loopsOwner(req);
-    const b = parseBody(CreateRunBody, req.body, 'run create');
-    state.session(b.session_id, owner);
-    const model = findModel(b.base_model);
-    if (!model) throw badRequest(`base_model '${b.base_model}' is not supported; see GET /v1/loops/capabilities`);
-    const loraRank = b.lora_rank ?? Math.min(64, model.maxLoraRank);
-    if (loraRank > model.maxLoraRank) throw badRequest(`lora_rank ${loraRank} is over ${model.name}'s maximum of ${model.maxLoraRank}`);
-    if (b.max_seq_len && b.max_seq_len > model.maxSeqLen) throw badRequest(`max_seq_len ${b.max_seq_len} is over ${model.name}'s maximum of ${model.maxSeqLen}`);
-    if (b.path) {
-      const path = parseCheckpointPath(b.path);
-      if (path?.target !== 'trainer' || !engine.findCheckpoint(checkpointRef(path), owner)) {
-        throw badRequest(`path '${b.path}' is not a trainer checkpoint of yours (bt://loops:<run>/weights/<name>)`);
+  const createRun =
+    (withSampler: boolean) =>
+    (req: EmulatorRequest): JsonReply => {
+      const owner = loopsOwner(req);
+      const b = parseBody(CreateRunBody, req.body, 'run create');
+      state.session(b.session_id, owner);
+      const model = findModel(b.base_model);
+      if (!model) throw badRequest(`base_model '${b.base_model}' is not supported; see GET /v1/loops/capabilities`);
+      const loraRank = b.lora_rank ?? Math.min(64, model.maxLoraRank);
+      if (loraRank > model.maxLoraRank) throw badRequest(`lora_rank ${loraRank} is over ${model.name}'s maximum of ${model.maxLoraRank}`);
+      if (b.max_seq_len && b.max_seq_len > model.maxSeqLen)
+        throw badRequest(`max_seq_len ${b.max_seq_len} is over ${model.name}'s maximum of ${model.maxSeqLen}`);
+      if (b.path) {
+        const path = parseCheckpointPath(b.path);
+        if (path?.target !== 'trainer' || !engine.findCheckpoint(checkpointRef(path), owner)) {
+          throw badRequest(`path '${b.path}' is not a trainer checkpoint of yours (bt://loops:<run>/weights/<name>)`);
+        }
       }
-    }
-    const id = state.newId();
-    const now = Date.now();
-    const extra: RunExtra = {
-      kind: 'trainer',
-      sessionId: b.session_id,
-      name: b.name ?? model.name,
-      deploymentId: state.newId(),
-      loraRank,
-      ...(b.seed !== undefined && b.seed !== null ? { seed: b.seed } : {}),
-      maxSeqLen: b.max_seq_len ?? model.maxSeqLen,
-      replicas: b.replicas,
-      availabilityModel: b.availability_model,
-      scaleDownDelaySeconds: b.scale_down_delay_seconds,
-      ...(b.path ? { path: b.path } : {}),
-      ...(withSampler ? { sampler: { id: state.newId(), modelId: state.newId(), deploymentId: state.newId(), createdAt: now, sessionId: b.session_id, runId: id } } : {}),
+      const id = state.newId();
+      const now = Date.now();
+      const extra: RunExtra = {
+        kind: 'trainer',
+        sessionId: b.session_id,
+        name: b.name ?? model.name,
+        deploymentId: state.newId(),
+        loraRank,
+        ...(b.seed !== undefined && b.seed !== null ? { seed: b.seed } : {}),
+        maxSeqLen: b.max_seq_len ?? model.maxSeqLen,
+        replicas: b.replicas,
+        availabilityModel: b.availability_model,
+        scaleDownDelaySeconds: b.scale_down_delay_seconds,
+        ...(b.path ? { path: b.path } : {}),
+        ...(withSampler
+          ? {
+              sampler: {
+                id: state.newId(),
+                modelId: state.newId(),
+                deploymentId: state.newId(),
+                createdAt: now,
+                sessionId: b.session_id,
+                runId: id,
+              },
+            }
+          : {}),
+      };
+      // One trainer per session and base model: a newer run replaces the older one.
+      for (const older of state.runs(owner)) {
+        const x = runExtra(older);
+        if (x.sessionId === b.session_id && older.model.name === model.name && isActive(older)) state.deactivate(older, id);
+      }
+      const r = engine.createResource({
+        id,
+        dialect: 'baseten',
+        owner,
+        baseModel: model.name,
+        ownerTag: extra.name,
+        numGeneratorReplicas: withSampler ? 1 : 0,
+        inactiveTimeoutMs: b.scale_down_delay_seconds * 1000,
+        extra: extra as unknown as Record<string, unknown>,
+      });
+      return { body: { run: runJson(req, r) } };
     };
-    // One trainer per session and base model: a newer run replaces the older one.
-    for (const older of state.runs(owner)) {
-      const x = runExtra(older);
-      if (x.sessionId === b.session_id && older.model.name === model.name && isActive(older)) state.deactivate(older, id);
-    }
-    const r = engine.createResource({
-      id,
-      dialect: 'baseten',
-      owner,
-      baseModel: model.name,
-      ownerTag: extra.name,
-      numGeneratorReplicas: withSampler ? 1 : 0,
-      inactiveTimeoutMs: b.scale_down_delay_seconds * 1000,
-      extra: extra as unknown as Record<string, unknown>,
-    });
-    return { body: { run: runJson(req, r) } };
-  };
 
   const createSampler = (req: EmulatorRequest): JsonReply => {
     const owner = loopsOwner(req);
@@ -289,17 +295,26 @@ export function addLoopsControlRoutes(router: Router, engine: Engine, state: Loo
       if (!isActive(r)) throw badRequest(`run ${r.id} is inactive; a sampler pairs with an active run`);
       const x = runExtra(r);
       // Idempotent per run: the run's sampler, created on first request.
-      x.sampler ??= { id: state.newId(), modelId: state.newId(), deploymentId: state.newId(), createdAt: Date.now(), sessionId: x.sessionId, runId: r.id };
+      x.sampler ??= {
+        id: state.newId(),
+        modelId: state.newId(),
+        deploymentId: state.newId(),
+        createdAt: Date.now(),
+        sessionId: x.sessionId,
+        runId: r.id,
+      };
       r.numGeneratorReplicas = Math.max(1, b.num_replicas ?? 1);
       engine.noteChange();
       return { body: { sampler: samplerJson(req, r, x.sampler) } };
     }
-    if (Boolean(b.base_model) === Boolean(b.model_path)) throw badRequest('a standalone sampler needs exactly one of base_model and model_path (or run_id for a paired one)');
+    if (Boolean(b.base_model) === Boolean(b.model_path))
+      throw badRequest('a standalone sampler needs exactly one of base_model and model_path (or run_id for a paired one)');
     let baseModel = b.base_model ?? '';
     if (b.model_path) {
       const path = parseCheckpointPath(b.model_path);
       const checkpoint = path?.target === 'sampler' ? engine.findCheckpoint(checkpointRef(path), owner) : undefined;
-      if (!checkpoint) throw badRequest(`model_path '${b.model_path}' is not a sampler checkpoint of yours (bt://loops:<run>/sampler_weights/<name>)`);
+      if (!checkpoint)
+        throw badRequest(`model_path '${b.model_path}' is not a sampler checkpoint of yours (bt://loops:<run>/sampler_weights/<name>)`);
       baseModel = checkpoint.baseModel;
     }
     const id = state.newId();
@@ -312,7 +327,14 @@ export function addLoopsControlRoutes(router: Router, engine: Engine, state: Loo
       ...(b.model_path ? { modelPath: b.model_path } : {}),
     };
     const extra: SamplerExtra = { kind: 'sampler', sampler };
-    const r = engine.createResource({ id, dialect: 'baseten', owner, baseModel, numGeneratorReplicas: b.num_replicas ?? 1, extra: extra as unknown as Record<string, unknown> });
+    const r = engine.createResource({
+      id,
+      dialect: 'baseten',
+      owner,
+      baseModel,
+      numGeneratorReplicas: b.num_replicas ?? 1,
+      extra: extra as unknown as Record<string, unknown>,
+    });
     return { body: { sampler: samplerJson(req, r, sampler) } };
   };
 
@@ -353,7 +375,9 @@ export function addLoopsControlRoutes(router: Router, engine: Engine, state: Loo
     return { body: { id: r.id, base_model: r.model.name, user: userOf(owner) } };
   });
 
-  add('GET', '/v1/loops/samplers', (req) => ({ body: { samplers: state.samplers(loopsOwner(req)).map((s) => samplerJson(req, s.resource, s.sampler)) } }));
+  add('GET', '/v1/loops/samplers', (req) => ({
+    body: { samplers: state.samplers(loopsOwner(req)).map((s) => samplerJson(req, s.resource, s.sampler)) },
+  }));
 
   add('GET', '/v1/loops/samplers/:id', (req) => {
     const s = state.sampler(req.params.id!, loopsOwner(req));
@@ -363,14 +387,17 @@ export function addLoopsControlRoutes(router: Router, engine: Engine, state: Loo
   add('POST', '/v1/loops/samplers/:id/deactivate', (req) => {
     const owner = loopsOwner(req);
     const s = state.sampler(req.params.id!, owner);
-    if (s.sampler.runId) throw new EmulatorHttpError(409, 'CONFLICT', `sampler ${s.sampler.id} is paired to run ${s.sampler.runId}; deactivate the run`);
+    if (s.sampler.runId)
+      throw new EmulatorHttpError(409, 'CONFLICT', `sampler ${s.sampler.id} is paired to run ${s.sampler.runId}; deactivate the run`);
     state.deactivate(s.resource);
     return { body: { id: s.sampler.id, base_model: s.resource.model.name, user: userOf(owner) } };
   });
 
   add('GET', '/v1/loops/deployments', (req) => ({ body: { deployments: state.runs(loopsOwner(req)).map((r) => deploymentJson(req, r)) } }));
 
-  add('GET', '/v1/loops/deployments/:id', (req) => ({ body: { deployment: deploymentJson(req, state.runByDeployment(req.params.id!, loopsOwner(req))) } }));
+  add('GET', '/v1/loops/deployments/:id', (req) => ({
+    body: { deployment: deploymentJson(req, state.runByDeployment(req.params.id!, loopsOwner(req))) },
+  }));
 
   add('POST', '/v1/loops/deployments/:id/deactivate', (req) => {
     const owner = loopsOwner(req);
@@ -381,9 +408,18 @@ export function addLoopsControlRoutes(router: Router, engine: Engine, state: Loo
 
   /** A sampler's readiness, on the generic models API: the top-level `status` string. */
   add('GET', '/v1/models/:model/deployments/:deployment', (req) => {
-    const found = state.samplers(loopsOwner(req)).find((s) => s.sampler.modelId === req.params.model && s.sampler.deploymentId === req.params.deployment);
+    const found = state
+      .samplers(loopsOwner(req))
+      .find((s) => s.sampler.modelId === req.params.model && s.sampler.deploymentId === req.params.deployment);
     if (!found) throw notFound('model deployment', `${req.params.model}/${req.params.deployment}`);
-    return { body: { id: found.sampler.deploymentId, model_id: found.sampler.modelId, name: found.sampler.id, status: samplerStatus(found.resource) } };
+    return {
+      body: {
+        id: found.sampler.deploymentId,
+        model_id: found.sampler.modelId,
+        name: found.sampler.id,
+        status: samplerStatus(found.resource),
+      },
+    };
   });
 
   add('GET', '/v1/loops/checkpoints', (req) => {
@@ -411,7 +447,9 @@ export function addLoopsControlRoutes(router: Router, engine: Engine, state: Loo
     const b = parseBody(ValidateCheckpointBody, req.body, 'checkpoint validate');
     const path = parseCheckpointPath(b.checkpoint_path);
     if (path?.target !== 'sampler' || !engine.findCheckpoint(checkpointRef(path), owner)) {
-      throw badRequest(`checkpoint_path '${b.checkpoint_path}' is not an accessible sampler checkpoint (bt://loops:<run>/sampler_weights/<name>)`);
+      throw badRequest(
+        `checkpoint_path '${b.checkpoint_path}' is not an accessible sampler checkpoint (bt://loops:<run>/sampler_weights/<name>)`,
+      );
     }
     return { body: {} };
   });
@@ -427,8 +465,10 @@ export function addLoopsControlRoutes(router: Router, engine: Engine, state: Loo
     const c = checkpointOf(req);
     const pageSize = Number(req.query.get('page_size') ?? 1000);
     const pageToken = Number(req.query.get('page_token') ?? 0);
-    if (!Number.isInteger(pageSize) || pageSize < 1) throw badRequest(`page_size must be a positive integer, got '${req.query.get('page_size')}'`);
-    if (!Number.isInteger(pageToken) || pageToken < 0) throw badRequest(`page_token must be an integer offset ≥ 0, got '${req.query.get('page_token')}'`);
+    if (!Number.isInteger(pageSize) || pageSize < 1)
+      throw badRequest(`page_size must be a positive integer, got '${req.query.get('page_size')}'`);
+    if (!Number.isInteger(pageToken) || pageToken < 0)
+      throw badRequest(`page_token must be an integer offset ≥ 0, got '${req.query.get('page_token')}'`);
     const files = checkpointFiles(c);
     const page = files.slice(pageToken, pageToken + pageSize);
     return {
@@ -454,7 +494,8 @@ export function addLoopsControlRoutes(router: Router, engine: Engine, state: Loo
   add('GET', '/baseten/files/:id/:file', (req) => {
     const c = engine.findCheckpoint({ id: req.params.id! });
     const file = c && checkpointFiles(c).find((f) => f.name === req.params.file);
-    if (!c || !file || req.query.get('signature') !== signer.sign(c.id, file.name)) throw notFound('file', `${req.params.id}/${req.params.file}`);
+    if (!c || !file || req.query.get('signature') !== signer.sign(c.id, file.name))
+      throw notFound('file', `${req.params.id}/${req.params.file}`);
     return { body: file.content };
   });
 }

@@ -50,7 +50,9 @@ export const CreateSamplerBody = z
   })
   .passthrough();
 
-export const ValidateCheckpointBody = z.object({ checkpoint_path: z.string().min(1, 'checkpoint_path is required'), run_id: z.string().nullish() }).passthrough();
+export const ValidateCheckpointBody = z
+  .object({ checkpoint_path: z.string().min(1, 'checkpoint_path is required'), run_id: z.string().nullish() })
+  .passthrough();
 
 /** A `bt://loops:<run>/weights/<name>` (trainer target) or `…/sampler_weights/<name>` (sampler target) URI. */
 export interface CheckpointPath {
@@ -184,7 +186,8 @@ export function parseForward(body: unknown, vocabSize: number, forwardOnly: bool
   b.data.forEach((d, i) => {
     const tokens: number[] = [];
     d.model_input.chunks.forEach((c, j) => {
-      if (!('tokens' in c) || !Array.isArray(c.tokens)) throw badRequest(`data[${i}].model_input.chunks[${j}]: only encoded_text chunks are supported by this emulator`);
+      if (!('tokens' in c) || !Array.isArray(c.tokens))
+        throw badRequest(`data[${i}].model_input.chunks[${j}]: only encoded_text chunks are supported by this emulator`);
       tokens.push(...(c.tokens as number[]));
     });
     if (tokens.length === 0) throw badRequest(`data[${i}].model_input has no tokens`);
@@ -193,7 +196,9 @@ export function parseForward(body: unknown, vocabSize: number, forwardOnly: bool
     if (!targetsTensor) throw badRequest(`data[${i}].loss_fn_inputs.target_tokens is required for ${lossFn}`);
     const targets = flatTensor(targetsTensor, `data[${i}].loss_fn_inputs.target_tokens`);
     if (targets.length !== tokens.length) {
-      throw badRequest(`data[${i}].loss_fn_inputs.target_tokens has ${targets.length} values but model_input has ${tokens.length} tokens (same length, shifted by the caller, -100 where masked)`);
+      throw badRequest(
+        `data[${i}].loss_fn_inputs.target_tokens has ${targets.length} values but model_input has ${tokens.length} tokens (same length, shifted by the caller, -100 where masked)`,
+      );
     }
     targets.forEach((t) => {
       if (t !== MASK && (!Number.isInteger(t) || t < 0 || t >= vocabSize)) {
@@ -201,7 +206,8 @@ export function parseForward(body: unknown, vocabSize: number, forwardOnly: bool
       }
     });
     const w = d.loss_fn_inputs.weights ? flatTensor(d.loss_fn_inputs.weights, `data[${i}].loss_fn_inputs.weights`) : undefined;
-    if (w && w.length !== tokens.length) throw badRequest(`data[${i}].loss_fn_inputs.weights has ${w.length} values but model_input has ${tokens.length} tokens`);
+    if (w && w.length !== tokens.length)
+      throw badRequest(`data[${i}].loss_fn_inputs.weights has ${w.length} values but model_input has ${tokens.length} tokens`);
     let mask: number[] | undefined;
     if (policy) {
       // RL losses: `logprobs` (the sampler's) and `advantages`, aligned with target_tokens ([N], or a per-datum scalar [1]); `mask` optional.
@@ -214,7 +220,9 @@ export function parseForward(body: unknown, vocabSize: number, forwardOnly: bool
         const v = flatTensor(t, `data[${i}].loss_fn_inputs.${name}`);
         if (v.length === 1 && tokens.length !== 1) return tokens.map(() => v[0]!);
         if (v.length !== tokens.length) {
-          throw badRequest(`data[${i}].loss_fn_inputs.${name} has ${v.length} values but target_tokens has ${tokens.length} (one per position, or a scalar [1])`);
+          throw badRequest(
+            `data[${i}].loss_fn_inputs.${name} has ${v.length} values but target_tokens has ${tokens.length} (one per position, or a scalar [1])`,
+          );
         }
         return v;
       };
@@ -223,7 +231,10 @@ export function parseForward(body: unknown, vocabSize: number, forwardOnly: bool
       mask = aligned('mask', false);
     }
     // A masked position still needs a target for the engine: the next input token (already in the vocabulary), weight 0.
-    sequences.push({ inputTokens: tokens, targetTokens: targets.map((t, k) => (t === MASK ? tokens[Math.min(k + 1, tokens.length - 1)]! : t)) });
+    sequences.push({
+      inputTokens: tokens,
+      targetTokens: targets.map((t, k) => (t === MASK ? tokens[Math.min(k + 1, tokens.length - 1)]! : t)),
+    });
     weights.push(targets.map((t, k) => (t === MASK ? 0 : (w?.[k] ?? 1) * (mask?.[k] ?? 1))));
   });
   if (policy) {
@@ -238,7 +249,10 @@ export function parseForward(body: unknown, vocabSize: number, forwardOnly: bool
       aggregation: skipTokenNormalization ? 'sum' : 'token_mean',
       ratio: 'token',
     };
-    return { input: { kind: 'forward-backward', sequences, loss: { type: 'policy_gradient', config }, forwardOnly, returnOutputs: true }, skipTokenNormalization };
+    return {
+      input: { kind: 'forward-backward', sequences, loss: { type: 'policy_gradient', config }, forwardOnly, returnOutputs: true },
+      skipTokenNormalization,
+    };
   }
   if (!skipTokenNormalization) {
     const trained = weights.flat().filter((v) => v !== 0).length;
@@ -261,7 +275,8 @@ const PpoConfig = z
 
 function checkTokens(tokens: number[], vocabSize: number, where: string): void {
   for (const t of tokens) {
-    if (!Number.isInteger(t) || t < 0 || t >= vocabSize) throw badRequest(`${where}: token id ${t} is outside the vocabulary [0, ${vocabSize})`);
+    if (!Number.isInteger(t) || t < 0 || t >= vocabSize)
+      throw badRequest(`${where}: token id ${t} is outside the vocabulary [0, ${vocabSize})`);
   }
 }
 
@@ -271,7 +286,9 @@ const CheckpointName = z
   .max(200)
   .regex(/^[A-Za-z0-9._-]+$/, 'use letters, digits, ".", "_" and "-" only (it becomes part of a bt:// path)');
 
-const SaveBody = z.object({ name: CheckpointName, ttl_seconds: z.number().int().positive().nullish(), bump_version: z.boolean().nullish() }).passthrough();
+const SaveBody = z
+  .object({ name: CheckpointName, ttl_seconds: z.number().int().positive().nullish(), bump_version: z.boolean().nullish() })
+  .passthrough();
 
 export function parseSave(body: unknown, op: 'save_state' | 'save_weights_for_sampler'): OperationInput {
   const b = parseBody(SaveBody, body, op);
@@ -285,8 +302,12 @@ const LoadBody = z.object({ path: z.string().min(1, 'path is required') }).passt
 export function parseLoad(body: unknown, op: 'load_state' | 'load_state_with_optimizer'): OperationInput {
   const b = parseBody(LoadBody, body, op);
   const path = parseCheckpointPath(b.path);
-  if (!path) throw badRequest(`path '${b.path}' is not a bt://loops:<run>/weights/<name> URI (s3:// and local paths are not supported by this emulator)`);
-  if (path.target !== 'trainer') throw badRequest(`path '${b.path}' is sampler weights, which cannot be resumed; load a bt://loops:<run>/weights/<name> checkpoint`);
+  if (!path)
+    throw badRequest(
+      `path '${b.path}' is not a bt://loops:<run>/weights/<name> URI (s3:// and local paths are not supported by this emulator)`,
+    );
+  if (path.target !== 'trainer')
+    throw badRequest(`path '${b.path}' is sampler weights, which cannot be resumed; load a bt://loops:<run>/weights/<name> checkpoint`);
   return { kind: 'load-checkpoint', checkpoint: checkpointRef(path), optimizer: op === 'load_state_with_optimizer' };
 }
 

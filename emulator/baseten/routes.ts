@@ -19,7 +19,9 @@ export interface LoopsOptions {
 export function addBasetenRoutes(router: Router, engine: Engine, options: LoopsOptions = {}): { close(): void } {
   const state = new LoopsState(engine);
   const secret = randomBytes(16);
-  const signer = { sign: (checkpointId: string, file: string) => createHmac('sha256', secret).update(`${checkpointId}/${file}`).digest('hex').slice(0, 32) };
+  const signer = {
+    sign: (checkpointId: string, file: string) => createHmac('sha256', secret).update(`${checkpointId}/${file}`).digest('hex').slice(0, 32),
+  };
   let closing = false;
   addLoopsControlRoutes(router, engine, state, signer);
   addLoopsDataRoutes(router, engine, state, { pollHoldMs: options.pollHoldMs ?? 25_000, closing: () => closing });

@@ -73,7 +73,12 @@ export function loopsId(taken: (id: string) => boolean, length = 7): string {
 export function loopsOwner(req: EmulatorRequest): string {
   const header = req.headers.authorization;
   const match = typeof header === 'string' ? /^(?:Api-Key|Bearer)\s+(\S+)$/i.exec(header.trim()) : null;
-  if (!match) throw new EmulatorHttpError(401, 'UNAUTHENTICATED', 'missing or malformed Authorization header; expected "Api-Key <api key>" or "Bearer <api key>"');
+  if (!match)
+    throw new EmulatorHttpError(
+      401,
+      'UNAUTHENTICATED',
+      'missing or malformed Authorization header; expected "Api-Key <api key>" or "Bearer <api key>"',
+    );
   return ownerOf(match[1]!);
 }
 

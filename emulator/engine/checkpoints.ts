@@ -67,8 +67,10 @@ export class Checkpoints {
   resolve(s: SessionRecord, ref: CheckpointRef): CheckpointRecord {
     const checkpoint = this.find(ref, s.owner);
     const model = this.state.resourceOf(s).model.name;
-    if (!checkpoint) throw new LearnerInputError(`no checkpoint ${'id' in ref ? ref.id : `'${ref.name}' (${ref.type}) on ${ref.resourceId}`}`);
-    if (checkpoint.baseModel !== model) throw new LearnerInputError(`checkpoint ${checkpoint.name ?? checkpoint.id} was trained on ${checkpoint.baseModel}, not ${model}`);
+    if (!checkpoint)
+      throw new LearnerInputError(`no checkpoint ${'id' in ref ? ref.id : `'${ref.name}' (${ref.type}) on ${ref.resourceId}`}`);
+    if (checkpoint.baseModel !== model)
+      throw new LearnerInputError(`checkpoint ${checkpoint.name ?? checkpoint.id} was trained on ${checkpoint.baseModel}, not ${model}`);
     return checkpoint;
   }
 

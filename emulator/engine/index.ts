@@ -1,5 +1,13 @@
 import { FaultInjector } from '../faults';
-import type { OperationInput, OperationKind, OperationRecord, CheckpointRecord, CheckpointRef, ResourceRecord, SessionRecord } from './records';
+import type {
+  OperationInput,
+  OperationKind,
+  OperationRecord,
+  CheckpointRecord,
+  CheckpointRef,
+  ResourceRecord,
+  SessionRecord,
+} from './records';
 import { Checkpoints, type CheckpointFilter } from './checkpoints';
 import { ledgerOf, type Ledger } from './ledger';
 import { Lifecycle } from './lifecycle';
@@ -12,7 +20,17 @@ import { OperationWork } from './work';
 
 export * from './records';
 export { ownerOf, shortId } from './ids';
-export type { CheckpointFilter, EngineOptions, EngineSnapshot, Ledger, ResourceFilter, ResourceInput, SessionFilter, SessionInput, SubmitOptions };
+export type {
+  CheckpointFilter,
+  EngineOptions,
+  EngineSnapshot,
+  Ledger,
+  ResourceFilter,
+  ResourceInput,
+  SessionFilter,
+  SessionInput,
+  SubmitOptions,
+};
 
 /**
  * The dialect-neutral engine behind every wire dialect: resources with a lifecycle and billing, sessions that
@@ -139,7 +157,14 @@ export class Engine {
   // ── operations ───────────────────────────────────────────────────────────────────────────────────
 
   /** Submits an operation under an idempotency key (see `Operations.submit` for dedup and invalid bodies). */
-  submitOperation(sessionId: string, owner: string, key: string | undefined, bodyText: string, parse: () => OperationInput, options: SubmitOptions = {}): OperationRecord {
+  submitOperation(
+    sessionId: string,
+    owner: string,
+    key: string | undefined,
+    bodyText: string,
+    parse: () => OperationInput,
+    options: SubmitOptions = {},
+  ): OperationRecord {
     return this.operations.submit(sessionId, owner, key, bodyText, parse, options);
   }
 

@@ -4,8 +4,25 @@ import type { ResourceStatus } from './records';
 
 /** What tests and benchmarks assert on: GPU-seconds billed, optimizer steps applied, duplicates absorbed, what is left active. */
 export interface Ledger {
-  resources: { id: string; dialect: string; owner: string; ownerTag: string | null; baseModel: string; status: string; gpuSeconds: number; createdAt: string }[];
-  sessions: { id: string; resourceId: string; status: string; step: number; optimizerSteps: number; operationsSubmitted: number; duplicatesAbsorbed: number }[];
+  resources: {
+    id: string;
+    dialect: string;
+    owner: string;
+    ownerTag: string | null;
+    baseModel: string;
+    status: string;
+    gpuSeconds: number;
+    createdAt: string;
+  }[];
+  sessions: {
+    id: string;
+    resourceId: string;
+    status: string;
+    step: number;
+    optimizerSteps: number;
+    operationsSubmitted: number;
+    duplicatesAbsorbed: number;
+  }[];
   active: string[];
   totals: { gpuSeconds: number; optimizerSteps: number; operationsSubmitted: number; duplicatesAbsorbed: number };
 }

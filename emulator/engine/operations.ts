@@ -28,9 +28,17 @@ export class Operations {
    * fails validation is recorded as an operation FAILED with INVALID_INPUT (for dialects whose clients resend
    * a refused submit), instead of a 400.
    */
-  submit(sessionId: string, owner: string, key: string | undefined, bodyText: string, parse: () => OperationInput, options: SubmitOptions = {}): OperationRecord {
+  submit(
+    sessionId: string,
+    owner: string,
+    key: string | undefined,
+    bodyText: string,
+    parse: () => OperationInput,
+    options: SubmitOptions = {},
+  ): OperationRecord {
     const s = this.sessions.get(sessionId, owner);
-    if (!key || key.trim() === '') throw badRequest('the Idempotency-Key header is required on operation requests', 'MISSING_IDEMPOTENCY_KEY');
+    if (!key || key.trim() === '')
+      throw badRequest('the Idempotency-Key header is required on operation requests', 'MISSING_IDEMPOTENCY_KEY');
     if (key.length > 255) throw badRequest('Idempotency-Key must be at most 255 characters', 'INVALID_IDEMPOTENCY_KEY');
     const bodyHash = createHash('sha256').update(bodyText).digest('hex');
     const existing = this.state.operationsByKey.get(operationKey(s.id, key));
@@ -62,8 +70,23 @@ export class Operations {
   }
 
   /** A new PENDING operation under its key; submitting counts as activity on the session and its resource. */
-  private record(s: SessionRecord, key: string, bodyHash: string, kind: EngineOperationKind, input: OperationInput | undefined): OperationRecord {
-    const op: OperationRecord = { id: randomUUID(), sessionId: s.id, kind, key, bodyHash, status: 'PENDING', submittedAt: this.state.now(), input };
+  private record(
+    s: SessionRecord,
+    key: string,
+    bodyHash: string,
+    kind: EngineOperationKind,
+    input: OperationInput | undefined,
+  ): OperationRecord {
+    const op: OperationRecord = {
+      id: randomUUID(),
+      sessionId: s.id,
+      kind,
+      key,
+      bodyHash,
+      status: 'PENDING',
+      submittedAt: this.state.now(),
+      input,
+    };
     this.state.operations.set(op.id, op);
     this.state.operationsByKey.set(operationKey(s.id, key), op);
     s.operationsSubmitted += 1;
@@ -148,7 +171,11 @@ export class Operations {
     const r = this.state.resourceOf(s);
     this.lifecycle.refreshResource(r, this.state.now());
     if (r.status !== 'READY' || s.status !== 'RUNNING') {
-      this.lifecycle.failOperation(op, 'SESSION_NOT_ACTIVE', `session ${s.id} is ${s.status.toLowerCase()} (resource ${r.status.toLowerCase()})`);
+      this.lifecycle.failOperation(
+        op,
+        'SESSION_NOT_ACTIVE',
+        `session ${s.id} is ${s.status.toLowerCase()} (resource ${r.status.toLowerCase()})`,
+      );
       return;
     }
     const fault = this.faults.draw(['fail-operation', 'resource-error'], { operation: op.kind });

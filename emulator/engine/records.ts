@@ -18,12 +18,7 @@ export type OperationKind =
 export type EngineOperationKind = OperationKind | 'trainer-reset' | 'load-checkpoint';
 
 export type OperationErrorCode =
-  | 'RESOURCE_EXHAUSTED'
-  | 'TIMEOUT'
-  | 'INTERNAL_ERROR'
-  | 'SESSION_NOT_ACTIVE'
-  | 'INVALID_INPUT'
-  | 'NON_FINITE_LOSS';
+  'RESOURCE_EXHAUSTED' | 'TIMEOUT' | 'INTERNAL_ERROR' | 'SESSION_NOT_ACTIVE' | 'INVALID_INPUT' | 'NON_FINITE_LOSS';
 
 export interface StatusError {
   code: string;

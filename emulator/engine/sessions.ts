@@ -87,7 +87,12 @@ export class Sessions {
       if (input.loadOptimizer !== undefined) throw badRequest('load_optimizer requires resume_from_checkpoint_id');
       return undefined;
     }
-    const checkpoint = ownedOrNotFound(this.state.checkpoints.get(input.resumeFromCheckpointId), input.owner, 'checkpoint', input.resumeFromCheckpointId);
+    const checkpoint = ownedOrNotFound(
+      this.state.checkpoints.get(input.resumeFromCheckpointId),
+      input.owner,
+      'checkpoint',
+      input.resumeFromCheckpointId,
+    );
     if (checkpoint.baseModel !== r.model.name) {
       throw badRequest(`checkpoint ${checkpoint.id} was trained on ${checkpoint.baseModel}, not ${r.model.name}`);
     }

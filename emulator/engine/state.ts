@@ -1,7 +1,15 @@
 import { notFound } from '../errors';
 import type { Learner, LearnerOptions } from '../learner';
 import type { EmulatedModel } from '../models';
-import type { CheckpointRecord, LoraSettings, OperationRecord, ResourceRecord, ResourceStatus, SessionRecord, SessionStatus } from './records';
+import type {
+  CheckpointRecord,
+  LoraSettings,
+  OperationRecord,
+  ResourceRecord,
+  ResourceStatus,
+  SessionRecord,
+  SessionStatus,
+} from './records';
 
 export interface EngineOptions {
   /** PENDING → CREATING → READY takes this long (half each). */
@@ -105,7 +113,12 @@ export function learnerOptions(model: EmulatedModel, lora: LoraSettings): Learne
 }
 
 /** A record the owner may see (any owner when `owner` is undefined), else 404 naming what was asked for. */
-export function ownedOrNotFound<T extends { owner: string }>(record: T | undefined, owner: string | undefined, what: string, id: string): T {
+export function ownedOrNotFound<T extends { owner: string }>(
+  record: T | undefined,
+  owner: string | undefined,
+  what: string,
+  id: string,
+): T {
   if (!record || (owner !== undefined && record.owner !== owner)) throw notFound(what, id);
   return record;
 }

@@ -80,7 +80,9 @@ export class OperationWork {
       throw new LearnerInputError(`checkpoint ${checkpoint.name ?? checkpoint.id} holds no optimizer state; load its weights only`);
     }
     const lora: LoraSettings = { ...s.lora, rank: checkpoint.loraRank };
-    const learner = await Learner.fromState(learnerOptions(this.state.resourceOf(s).model, lora), checkpoint.state, { optimizer: input.optimizer });
+    const learner = await Learner.fromState(learnerOptions(this.state.resourceOf(s).model, lora), checkpoint.state, {
+      optimizer: input.optimizer,
+    });
     this.replaceTrainer(s, rt, learner, lora);
     return { kind: 'load-checkpoint', step: learner.step, checkpointId: checkpoint.id };
   }

@@ -8,7 +8,8 @@ import { gaussianVector, hashKey } from './prng';
  * maps; unembed*: the output layer. `keyB` and `unembedB` have one column per active-vocabulary token
  * (rank × |S|); columns of tokens seen later start at zero.
  */
-export type AdapterParameter = 'queryA' | 'queryB' | 'keyA' | 'keyB' | 'hiddenA' | 'hiddenB' | 'outputA' | 'outputB' | 'unembedA' | 'unembedB';
+export type AdapterParameter =
+  'queryA' | 'queryB' | 'keyA' | 'keyB' | 'hiddenA' | 'hiddenB' | 'outputA' | 'outputB' | 'unembedA' | 'unembedB';
 
 export interface AdapterLayout {
   rank: number;

@@ -71,7 +71,12 @@ export function blockScoreSize(start: number, end: number): number {
 export function attentionTensors(inputs: AttentionInputs): tf.Tensor[] {
   return [
     inputs.keySlots,
-    ...inputs.blocks.flatMap((b) => [b.keyMatrix, b.valueMatrix, b.mask, ...(b.keyMatrixT && b.valueMatrixT ? [b.keyMatrixT, b.valueMatrixT] : [])]),
+    ...inputs.blocks.flatMap((b) => [
+      b.keyMatrix,
+      b.valueMatrix,
+      b.mask,
+      ...(b.keyMatrixT && b.valueMatrixT ? [b.keyMatrixT, b.valueMatrixT] : []),
+    ]),
   ];
 }
 
@@ -246,7 +251,14 @@ export class PackedKeys {
    * `query` holds heads·keyWidth values from `queryOffset`, `keyQuery` heads·rank from `keyQueryOffset`; the
    * attended values (heads·valueWidth) go to out[outOffset ..].
    */
-  attendLatest(query: Float32Array, queryOffset: number, keyQuery: Float32Array, keyQueryOffset: number, out: Float32Array, outOffset: number): void {
+  attendLatest(
+    query: Float32Array,
+    queryOffset: number,
+    keyQuery: Float32Array,
+    keyQueryOffset: number,
+    out: Float32Array,
+    outOffset: number,
+  ): void {
     const { heads, keyWidth, valueWidth, scoreCap: cap } = ATTENTION;
     const { keys, values, columns, rank, count } = this;
     const first = Math.max(0, count - ATTENTION.window);

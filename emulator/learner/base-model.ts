@@ -92,7 +92,10 @@ export class BaseModel {
     );
     this.residualWeights = { value: residual, transposed: tf.transpose(residual) };
     this.hiddenBias = tf.tensor1d(gaussianVector(hashKey(seed, 'hidden-bias'), hidden, 0.5));
-    const output = tf.tensor2d(gaussianVector(hashKey(seed, 'output-weights'), hidden * embedding, Math.sqrt(2 / hidden)), [hidden, embedding]);
+    const output = tf.tensor2d(gaussianVector(hashKey(seed, 'output-weights'), hidden * embedding, Math.sqrt(2 / hidden)), [
+      hidden,
+      embedding,
+    ]);
     this.outputWeights = { value: output, transposed: tf.transpose(output) };
   }
 

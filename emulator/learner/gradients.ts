@@ -77,7 +77,11 @@ const GRADIENTS: GradConfig[] = [
   unary('Abs', (dy, x) => tf.mul(dy, tf.step(f32(x), -1))),
   unary('Cast', (dy) => tf.clone(dy)),
   unary('Identity', (dy) => f32(dy)),
-  { kernelName: 'AddN', saveAllInputs: true, gradFunc: (dy, saved) => Object.fromEntries(saved.map((_, i) => [i, () => tf.clone(dy as Tensor)])) },
+  {
+    kernelName: 'AddN',
+    saveAllInputs: true,
+    gradFunc: (dy, saved) => Object.fromEntries(saved.map((_, i) => [i, () => tf.clone(dy as Tensor)])),
+  },
   { kernelName: 'Sum', inputsToSave: ['x'], gradFunc: (dy, [x], attrs) => ({ x: () => spread(dy as Tensor, x, attrs) }) },
   {
     kernelName: 'Mean',
@@ -102,13 +106,23 @@ const GRADIENTS: GradConfig[] = [
     }),
   },
   { kernelName: 'Reshape', inputsToSave: ['x'], gradFunc: (dy, [x]) => ({ x: () => tf.reshape(dy as Tensor, x.shape) }) },
-  { kernelName: 'ExpandDims', inputsToSave: ['input'], gradFunc: (dy, [input]) => ({ input: () => tf.reshape(dy as Tensor, input.shape) }) },
+  {
+    kernelName: 'ExpandDims',
+    inputsToSave: ['input'],
+    gradFunc: (dy, [input]) => ({ input: () => tf.reshape(dy as Tensor, input.shape) }),
+  },
   {
     kernelName: 'Slice',
     inputsToSave: ['x'],
     gradFunc: (dy, [x], attrs) => {
       const [begin, size] = tf.slice_util.parseSliceParams(x, attrs.begin as number[], attrs.size as number[]);
-      return { x: () => tf.pad(dy as Tensor, x.shape.map((extent, i) => [begin[i], extent - begin[i] - size[i]] as [number, number])) };
+      return {
+        x: () =>
+          tf.pad(
+            dy as Tensor,
+            x.shape.map((extent, i) => [begin[i], extent - begin[i] - size[i]] as [number, number]),
+          ),
+      };
     },
   },
   {
@@ -116,7 +130,11 @@ const GRADIENTS: GradConfig[] = [
     saveAllInputs: true,
     gradFunc: (dy, saved, attrs) => {
       const axis = tf.util.parseAxisParam(attrs.axis as number, saved[0].shape)[0];
-      const parts = tf.split(dy as Tensor, saved.map((t) => t.shape[axis]), axis);
+      const parts = tf.split(
+        dy as Tensor,
+        saved.map((t) => t.shape[axis]),
+        axis,
+      );
       return Object.fromEntries(parts.map((part, i) => [i, () => part]));
     },
   },

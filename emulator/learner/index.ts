@@ -14,7 +14,15 @@
  */
 import * as tf from '@tensorflow/tfjs-core';
 import { adamWStep, validateAdamSettings, type AdamMoments, type AdamSettings } from './adam';
-import { adapterShapes, growVocabularyColumns, initialAdapter, zerosLike, type AdapterLayout, type AdapterParameter, type ParameterSet } from './adapter';
+import {
+  adapterShapes,
+  growVocabularyColumns,
+  initialAdapter,
+  zerosLike,
+  type AdapterLayout,
+  type AdapterParameter,
+  type ParameterSet,
+} from './adapter';
 import { attentionInputs, blockScoreSize, PackedKeys, type ActiveRows, type AttentionBlock } from './attention';
 import { ensureWasmBackend } from './backend';
 import { ATTENDED_WIDTH, ATTENTION, BaseModel, FEATURE_WIDTH, QUERY_WIDTH } from './base-model';
@@ -39,7 +47,15 @@ import { decodeState, encodeState, type LearnerState } from './state';
 export type { AdamSettings } from './adam';
 export { ensureWasmBackend } from './backend';
 export { LearnerInputError, NonFiniteLossError } from './errors';
-export { crossEntropyLoss, linearLogprobLoss, policyGradientLoss, type PolicyAggregation, type PolicyLossConfig, type Segment, type TokenLoss } from './losses';
+export {
+  crossEntropyLoss,
+  linearLogprobLoss,
+  policyGradientLoss,
+  type PolicyAggregation,
+  type PolicyLossConfig,
+  type Segment,
+  type TokenLoss,
+} from './losses';
 export type { SampleParams } from './sampling';
 export type { LearnerState } from './state';
 
@@ -185,7 +201,8 @@ export class Learner {
     this.assertLive();
     this.requireTokens(prompt, 'prompt');
     validateSampleParams(params, (value) => this.isTokenId(value));
-    if (!Number.isInteger(numSamples) || numSamples < 1) throw new LearnerInputError(`numSamples must be an integer ≥ 1, got ${numSamples}`);
+    if (!Number.isInteger(numSamples) || numSamples < 1)
+      throw new LearnerInputError(`numSamples must be an integer ≥ 1, got ${numSamples}`);
     this.registerTokens(prompt);
 
     const callKey = params.seed !== undefined ? hashKey(params.seed, 'sample') : hashKey(this.samplingStream.below(0x100000000), 'sample');
@@ -205,7 +222,10 @@ export class Learner {
     for (let position = 0; position < params.maxTokens && active.length > 0; position++) {
       const features = new Float32Array(active.length * FEATURE_WIDTH);
       active.forEach((a, i) => a.context.writeRow(features, i * FEATURE_WIDTH));
-      const distributions = this.nextTokenDistributions(features, active.map((a) => a.keys));
+      const distributions = this.nextTokenDistributions(
+        features,
+        active.map((a) => a.keys),
+      );
       for (let i = active.length - 1; i >= 0; i--) {
         const a = active[i];
         const dist = distributions[i];
@@ -297,7 +317,9 @@ export class Learner {
           } else kept.push(undefined);
         });
       }
-      const { value, gradient } = loss ? evaluateTokenLoss(loss, logprobs, prepared.segments, withGradients) : { value: 0, gradient: undefined };
+      const { value, gradient } = loss
+        ? evaluateTokenLoss(loss, logprobs, prepared.segments, withGradients)
+        : { value: 0, gradient: undefined };
       if (gradient) {
         chunks.forEach((chunk, k) => {
           // Results leave the tidy through this variable: returning typed arrays from tf.tidy makes it walk every element.
@@ -307,7 +329,9 @@ export class Learner {
             // Made outside the differentiated function, which disposes the tensors it creates.
             const inputs = kept[k] ?? this.chunkInputs(prepared, chunk, true);
             const targets = this.chunkTargets(prepared, chunk);
-            const differentiate = tf.grads((...values: tf.Tensor[]) => targetLogprobs(inputs, targets, this.weights(names, values as tf.Tensor2D[])));
+            const differentiate = tf.grads((...values: tf.Tensor[]) =>
+              targetLogprobs(inputs, targets, this.weights(names, values as tf.Tensor2D[])),
+            );
             grads = differentiate(this.adapterTensors(names), upstream).map((g) => g.dataSync() as Float32Array);
           });
           this.accumulate(names, grads);
@@ -325,7 +349,10 @@ export class Learner {
   /** A chunk's adapter-independent tensors. */
   private chunkInputs(prepared: PreparedBatch, chunk: Chunk, forGradients: boolean): NetworkInputs {
     const end = chunk.start + chunk.length;
-    const features = tf.tensor2d(prepared.features.subarray(chunk.start * FEATURE_WIDTH, end * FEATURE_WIDTH), [chunk.length, FEATURE_WIDTH]);
+    const features = tf.tensor2d(prepared.features.subarray(chunk.start * FEATURE_WIDTH, end * FEATURE_WIDTH), [
+      chunk.length,
+      FEATURE_WIDTH,
+    ]);
     const attention = attentionInputs(chunk.blocks, (id) => this.base.keyValueOf(id), this.vocabularyRows(), forGradients);
     return networkInputs(features, attention, this.frozenWeights());
   }
@@ -362,7 +389,10 @@ export class Learner {
       segments.push({ start, length: sequence.inputTokens.length });
       start += sequence.inputTokens.length;
     }
-    const targetRows = Int32Array.from(batch.flatMap((s) => s.targetTokens), (id) => this.vocabulary.row(id));
+    const targetRows = Int32Array.from(
+      batch.flatMap((s) => s.targetTokens),
+      (id) => this.vocabulary.row(id),
+    );
     const inputs = batch.map((s) => s.inputTokens);
     const features = sequenceFeatures(inputs, (id) => this.base.embeddingOf(id));
     return { inputs, features, targetRows, segments };
@@ -381,7 +411,9 @@ export class Learner {
       const [queries, keyQueries] = [query.dataSync() as Float32Array, keyQuery.dataSync() as Float32Array];
       const attended = new Float32Array(rows * ATTENDED_WIDTH);
       const keyQueryWidth = ATTENTION.heads * this.options.rank;
-      sequences.forEach((keys, i) => keys.attendLatest(queries, i * QUERY_WIDTH, keyQueries, i * keyQueryWidth, attended, i * ATTENDED_WIDTH));
+      sequences.forEach((keys, i) =>
+        keys.attendLatest(queries, i * QUERY_WIDTH, keyQueries, i * keyQueryWidth, attended, i * ATTENDED_WIDTH),
+      );
       const out = nextTokenLogprobs(logitsOfAttended(inputs, tf.tensor2d(attended, [rows, ATTENDED_WIDTH]), weights), weights.unseenCount);
       seen = out.seen.dataSync() as Float32Array;
       unseen = out.unseen.dataSync() as Float32Array;
@@ -539,14 +571,16 @@ function resolveOptions(options: LearnerOptions): ResolvedOptions {
   const fail = (message: string): never => {
     throw new LearnerInputError(`learner options: ${message}`);
   };
-  if (!Number.isSafeInteger(options.vocabSize) || options.vocabSize < 1) fail(`vocabSize must be a positive integer, got ${options.vocabSize}`);
+  if (!Number.isSafeInteger(options.vocabSize) || options.vocabSize < 1)
+    fail(`vocabSize must be a positive integer, got ${options.vocabSize}`);
   if (!Number.isSafeInteger(options.seed)) fail(`seed must be an integer, got ${options.seed}`);
   if (!Number.isInteger(options.loraRank) || options.loraRank < 1 || options.loraRank > MAX_LORA_RANK) {
     fail(`loraRank must be an integer from 1 to ${MAX_LORA_RANK}, got ${options.loraRank}`);
   }
   const alpha = options.loraAlpha ?? 2 * options.loraRank;
   if (!Number.isFinite(alpha) || alpha <= 0) fail(`loraAlpha must be a positive number, got ${alpha}`);
-  if (options.loraSeed !== undefined && !Number.isSafeInteger(options.loraSeed)) fail(`loraSeed must be an integer, got ${options.loraSeed}`);
+  if (options.loraSeed !== undefined && !Number.isSafeInteger(options.loraSeed))
+    fail(`loraSeed must be an integer, got ${options.loraSeed}`);
   return {
     vocabSize: options.vocabSize,
     seed: options.seed,

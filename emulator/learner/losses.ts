@@ -127,7 +127,8 @@ export function policyGradientLoss(config: PolicyLossConfig): TokenLoss {
   requireFinite(config.advantages, 'advantages');
   requireFinite(config.weights, 'weights');
   if (config.referenceLogprobs) requireFinite(config.referenceLogprobs, 'reference logprobs');
-  if (!(config.clipLow <= config.clipHigh)) throw new LearnerInputError(`clip thresholds must satisfy low ≤ high, got ${config.clipLow} > ${config.clipHigh}`);
+  if (!(config.clipLow <= config.clipHigh))
+    throw new LearnerInputError(`clip thresholds must satisfy low ≤ high, got ${config.clipLow} > ${config.clipHigh}`);
   if (config.beta > 0 && !config.referenceLogprobs) throw new LearnerInputError('beta > 0 needs reference logprobs');
   return (logprobs, segments) => {
     const sampling = perTokenTensor(config.samplingLogprobs, segments, 'sampling logprobs');

@@ -189,7 +189,10 @@ export function logNormalizer(logits: OutputLogits, unseenCount: number): tf.Ten
 export function targetLogprobs(inputs: NetworkInputs, targetRows: Int32Array, w: NetworkWeights): tf.Tensor1D {
   const logits = outputLogits(inputs, w);
   const columns = logits.seen.shape[1];
-  const flatIndices = tf.tensor1d(Int32Array.from(targetRows, (row, i) => i * columns + row), 'int32');
+  const flatIndices = tf.tensor1d(
+    Int32Array.from(targetRows, (row, i) => i * columns + row),
+    'int32',
+  );
   return tf.sub(pickColumns(logits.seen, flatIndices), logNormalizer(logits, w.unseenCount));
 }
 

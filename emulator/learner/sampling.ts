@@ -41,10 +41,12 @@ export function validateSampleParams(params: SampleParams, isTokenId: (value: un
   const fail = (message: string) => {
     throw new LearnerInputError(`sampling params: ${message}`);
   };
-  if (!Number.isInteger(params?.maxTokens) || params.maxTokens < 0) fail(`maxTokens must be an integer ≥ 0, got ${String(params?.maxTokens)}`);
+  if (!Number.isInteger(params?.maxTokens) || params.maxTokens < 0)
+    fail(`maxTokens must be an integer ≥ 0, got ${String(params?.maxTokens)}`);
   if (!Number.isFinite(params.temperature) || params.temperature < 0) fail(`temperature must be ≥ 0, got ${String(params.temperature)}`);
   if (params.topP !== undefined && !(params.topP > 0 && params.topP <= 1)) fail(`topP must be in (0, 1], got ${String(params.topP)}`);
-  if (params.topK !== undefined && (!Number.isInteger(params.topK) || params.topK < 0)) fail(`topK must be an integer ≥ 0, got ${String(params.topK)}`);
+  if (params.topK !== undefined && (!Number.isInteger(params.topK) || params.topK < 0))
+    fail(`topK must be an integer ≥ 0, got ${String(params.topK)}`);
   if (params.seed !== undefined && !Number.isSafeInteger(params.seed)) fail(`seed must be an integer, got ${String(params.seed)}`);
   for (const sequence of params.stopTokenSequences ?? []) {
     if (!Array.isArray(sequence) || sequence.length === 0 || !sequence.every(isTokenId)) {
@@ -89,7 +91,8 @@ export function chooseToken(dist: TokenDistribution, params: SampleParams, rando
 function greedyChoice(dist: TokenDistribution): TokenChoice {
   let best = -1;
   for (let row = 0; row < dist.seen.length; row++) {
-    const better = best < 0 || dist.seen[row] > dist.seen[best] || (dist.seen[row] === dist.seen[best] && dist.tokenIds[row] < dist.tokenIds[best]);
+    const better =
+      best < 0 || dist.seen[row] > dist.seen[best] || (dist.seen[row] === dist.seen[best] && dist.tokenIds[row] < dist.tokenIds[best]);
     if (better) best = row;
   }
   if (dist.unseenCount > 0 && (best < 0 || dist.unseen > dist.seen[best])) return { kind: 'unseen' };

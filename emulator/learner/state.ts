@@ -57,7 +57,8 @@ export function decodeState(state: LearnerState, options: StateOptions): Decoded
   if (state?.format !== STATE_FORMAT) fail(`unknown format ${String(state?.format)} (expected ${String(STATE_FORMAT)})`);
   const expected = modelOf(options);
   for (const key of Object.keys(expected) as Array<keyof typeof expected>) {
-    if (state.model?.[key] !== expected[key]) fail(`was made for ${key} = ${String(state.model?.[key])}, this learner has ${String(expected[key])}`);
+    if (state.model?.[key] !== expected[key])
+      fail(`was made for ${key} = ${String(state.model?.[key])}, this learner has ${String(expected[key])}`);
   }
   if (!Number.isSafeInteger(state.step) || state.step < 0) fail(`step must be an integer ≥ 0, got ${String(state.step)}`);
   const vocabulary = state.vocabulary;
@@ -80,7 +81,10 @@ export function decodeState(state: LearnerState, options: StateOptions): Decoded
     step: state.step,
     vocabulary,
     adapter: decodeSet(state.adapter, 'adapter'),
-    moments: state.optimizer && { first: decodeSet(state.optimizer.first, 'optimizer.first'), second: decodeSet(state.optimizer.second, 'optimizer.second') },
+    moments: state.optimizer && {
+      first: decodeSet(state.optimizer.first, 'optimizer.first'),
+      second: decodeSet(state.optimizer.second, 'optimizer.second'),
+    },
   };
 }
 
@@ -96,7 +100,9 @@ function modelOf(options: StateOptions): LearnerState['model'] {
 }
 
 function encodeSet(set: ParameterSet): Partial<Record<AdapterParameter, string>> {
-  return Object.fromEntries([...set].map(([name, values]) => [name, Buffer.from(values.buffer, values.byteOffset, values.byteLength).toString('base64')]));
+  return Object.fromEntries(
+    [...set].map(([name, values]) => [name, Buffer.from(values.buffer, values.byteOffset, values.byteLength).toString('base64')]),
+  );
 }
 
 function decodeFloats(text: string): Float32Array {

@@ -19,9 +19,7 @@ const int64 = z.union([z.number(), z.string().regex(/^-?\d+$/, 'expected an inte
 });
 
 const ModelInput = z.object({
-  chunks: z
-    .array(z.object({ encoded_text: z.object({ tokens: z.array(int64) }) }))
-    .min(1, 'model_input needs at least one chunk'),
+  chunks: z.array(z.object({ encoded_text: z.object({ tokens: z.array(int64) }) })).min(1, 'model_input needs at least one chunk'),
 });
 
 const TensorData = z.object({
@@ -72,9 +70,7 @@ const AdamParamsSchema = z.object({
   grad_clip_norm: z.number().min(0).optional(),
 });
 
-export const OptimStepBody = z
-  .object({ adam_params: AdamParamsSchema.optional(), muon_params: z.unknown().optional() })
-  .default({});
+export const OptimStepBody = z.object({ adam_params: AdamParamsSchema.optional(), muon_params: z.unknown().optional() }).default({});
 
 export const WeightsSyncBody = z.object({
   weight_sync_type: z.enum(['WEIGHT_SYNC_TYPE_SYNCHRONOUS', 'WEIGHT_SYNC_TYPE_BACKGROUND_PUBLISH', 'WEIGHT_SYNC_TYPE_PIPELINE']),
@@ -158,12 +154,15 @@ function tensor(sample: z.infer<typeof SampleSchema>, name: string, index: numbe
   const t = sample.loss_fn_inputs[name];
   const where = `samples[${index}].loss_fn_inputs.${name}`;
   if (!t) throw badRequest(`${where} is required`);
-  if (t.sparse_col_indices !== undefined || t.sparse_crow_indices !== undefined) throw badRequest(`${where}: sparse tensors are not supported`);
+  if (t.sparse_col_indices !== undefined || t.sparse_crow_indices !== undefined)
+    throw badRequest(`${where}: sparse tensors are not supported`);
   if (t.shape && (t.shape.length !== 1 || t.shape[0] !== t.data.length)) {
     throw badRequest(`${where}: shape ${JSON.stringify(t.shape)} must be [${t.data.length}] (tensors are 1-D)`);
   }
   if (t.data.length !== length) {
-    throw badRequest(`${where} has ${t.data.length} values but model_input has ${length} tokens; every loss tensor needs one value per input token`);
+    throw badRequest(
+      `${where} has ${t.data.length} values but model_input has ${length} tokens; every loss tensor needs one value per input token`,
+    );
   }
   if (dtype && t.dtype !== dtype) throw badRequest(`${where}: dtype must be ${dtype}, got ${t.dtype}`);
   if (t.dtype === 'int64' && t.data.some((v) => !Number.isInteger(v))) throw badRequest(`${where}: int64 tensor holds a non-integer value`);
@@ -294,7 +293,11 @@ export function parseForwardBackward(body: unknown, vocabSize: number): Operatio
   for (const key of Object.keys(b.loss)) {
     if (key.endsWith('_params') && key !== own) throw badRequest(`loss.${key} does not belong to loss.type ${b.loss.type}`);
   }
-  const common = { kind: 'forward-backward' as const, forwardOnly: b.forward_only ?? false, returnOutputs: b.return_loss_fn_outputs ?? false };
+  const common = {
+    kind: 'forward-backward' as const,
+    forwardOnly: b.forward_only ?? false,
+    returnOutputs: b.return_loss_fn_outputs ?? false,
+  };
   if (b.loss.type === 'LOSS_TYPE_CROSS_ENTROPY') {
     const { sequences, weights } = parseSamples(b.samples, vocabSize, true);
     return { ...common, sequences, loss: { type: 'cross_entropy', weights } };
@@ -340,11 +343,7 @@ export function parseOptimStep(body: unknown): OperationInput {
   };
 }
 
-export function parseSample(
-  body: unknown,
-  vocabSize: number,
-  encodeStop: ((text: string) => number[]) | undefined,
-): OperationInput {
+export function parseSample(body: unknown, vocabSize: number, encodeStop: ((text: string) => number[]) | undefined): OperationInput {
   const b = parseBody(SampleBody, body, 'sample');
   const prompts = b.model_inputs.map((m, i) => {
     const tokens = tokensOf(m);

@@ -1,4 +1,13 @@
-import type { Engine, CheckpointRecord, OperationKind, OperationRecord, ResourceRecord, ResourceStatus, SessionRecord, SessionStatus } from '../engine';
+import type {
+  Engine,
+  CheckpointRecord,
+  OperationKind,
+  OperationRecord,
+  ResourceRecord,
+  ResourceStatus,
+  SessionRecord,
+  SessionStatus,
+} from '../engine';
 import { EmulatorHttpError, badRequest } from '../errors';
 import type { EmulatorRequest, Router } from '../http';
 import { EMULATED_MODELS, findModel } from '../models';
@@ -62,7 +71,12 @@ function trainingCheckpointJson(c: CheckpointRecord): Record<string, unknown> {
 }
 
 function inferenceCheckpointJson(c: CheckpointRecord): Record<string, unknown> {
-  return { id: c.id, created_at: iso(c.createdAt), step: i64(c.step), registration: { adapter: { id: `ml_${c.id}`, revision_id: `rv_${c.id}` } } };
+  return {
+    id: c.id,
+    created_at: iso(c.createdAt),
+    step: i64(c.step),
+    registration: { adapter: { id: `ml_${c.id}`, revision_id: `rv_${c.id}` } },
+  };
 }
 
 function sessionJson(engine: Engine, s: SessionRecord): Record<string, unknown> {
@@ -95,7 +109,9 @@ function sessionJson(engine: Engine, s: SessionRecord): Record<string, unknown> 
     },
     ...(s.displayName ? { display_name: s.displayName } : {}),
     ...(s.resumeFromCheckpointId ? { resume_from_checkpoint_id: s.resumeFromCheckpointId } : {}),
-    ...(s.error ? { error: { code: `TRAINING_SESSION_ERROR_CODE_${s.error.code}`, message: s.error.message, occurred_at: iso(s.error.occurredAt) } } : {}),
+    ...(s.error
+      ? { error: { code: `TRAINING_SESSION_ERROR_CODE_${s.error.code}`, message: s.error.message, occurred_at: iso(s.error.occurredAt) } }
+      : {}),
   };
 }
 
@@ -129,7 +145,9 @@ function operationJson(engine: Engine, op: OperationRecord): Record<string, unkn
         loss: o.loss,
         metrics: { 'loss:sum': o.loss, 'num_tokens:sum': o.tokens },
         ...(o.returnOutputs
-          ? { loss_fn_outputs: o.logprobs.map((lp, i) => ({ tensors: { logprobs: tensor(lp.map((v, j) => (o.counted[i]![j] ? v : 0))) } })) }
+          ? {
+              loss_fn_outputs: o.logprobs.map((lp, i) => ({ tensors: { logprobs: tensor(lp.map((v, j) => (o.counted[i]![j] ? v : 0))) } })),
+            }
           : {}),
       };
       break;
@@ -222,7 +240,10 @@ export function addTogetherRoutes(router: Router, engine: Engine, ownerOf: Owner
         compute_configs: [
           {
             gpu_type: m.gpuType,
-            generator_config: { context_length: m.contextLength, sampling_defaults: { logprobs: 0, max_tokens: 256, n: 1, temperature: 1 } },
+            generator_config: {
+              context_length: m.contextLength,
+              sampling_defaults: { logprobs: 0, max_tokens: 256, n: 1, temperature: 1 },
+            },
             trainer_config: {
               lora: { max_batch_size: m.maxBatchSize, max_rank: m.maxLoraRank, max_seq_length: m.maxSeqLen },
               full: { max_batch_size: Math.max(1, m.maxBatchSize / 4), max_seq_length: m.maxSeqLen },
@@ -263,11 +284,17 @@ export function addTogetherRoutes(router: Router, engine: Engine, ownerOf: Owner
   router.add('GET', `${P}/model-resources`, (req) => {
     const owner = ownerOf(req);
     const { after, limit } = listQuery(req);
-    const items = engine.listResources({ owner: createdByFilter(req, owner) ?? owner, statuses: statuses(req, 'MODEL_RESOURCES_STATUS_', RESOURCE_STATUSES), dialect: 'together' });
+    const items = engine.listResources({
+      owner: createdByFilter(req, owner) ?? owner,
+      statuses: statuses(req, 'MODEL_RESOURCES_STATUS_', RESOURCE_STATUSES),
+      dialect: 'together',
+    });
     return { body: page(items, after, limit, (r) => resourceJson(engine, r)) };
   });
 
-  router.add('GET', `${P}/model-resources/:id`, (req) => ({ body: resourceJson(engine, engine.getResource(req.params.id!, ownerOf(req))) }));
+  router.add('GET', `${P}/model-resources/:id`, (req) => ({
+    body: resourceJson(engine, engine.getResource(req.params.id!, ownerOf(req))),
+  }));
 
   router.add('POST', `${P}/model-resources/:id/stop`, (req) => {
     const force = req.query.get('force');
@@ -311,14 +338,20 @@ export function addTogetherRoutes(router: Router, engine: Engine, ownerOf: Owner
     return { body: page(items, after, limit, (s) => sessionJson(engine, s)) };
   });
 
-  router.add('GET', `${P}/training-sessions/:sid`, (req) => ({ body: sessionJson(engine, engine.getSession(req.params.sid!, ownerOf(req))) }));
+  router.add('GET', `${P}/training-sessions/:sid`, (req) => ({
+    body: sessionJson(engine, engine.getSession(req.params.sid!, ownerOf(req))),
+  }));
 
   router.add('PATCH', `${P}/training-sessions/:sid`, (req) => {
     const b = parseBody(SessionPatchBody, req.body, 'training-sessions update');
-    return { body: sessionJson(engine, engine.updateSession(req.params.sid!, ownerOf(req), { displayName: b.display_name, metadata: b.metadata })) };
+    return {
+      body: sessionJson(engine, engine.updateSession(req.params.sid!, ownerOf(req), { displayName: b.display_name, metadata: b.metadata })),
+    };
   });
 
-  router.add('POST', `${P}/training-sessions/:sid/stop`, (req) => ({ body: sessionJson(engine, engine.stopSession(req.params.sid!, ownerOf(req))) }));
+  router.add('POST', `${P}/training-sessions/:sid/stop`, (req) => ({
+    body: sessionJson(engine, engine.stopSession(req.params.sid!, ownerOf(req))),
+  }));
 
   router.add('POST', `${P}/training-sessions/:sid/operations/:kind`, async (req) => {
     const owner = ownerOf(req);

@@ -10,28 +10,72 @@ import { seededRandom } from '../../config/random';
 const CATEGORIES: Record<string, { subjects: string[]; problems: string[] }> = {
   billing: {
     subjects: ['my invoice', 'the last bill', 'my credit card', 'the subscription charge', 'my payment', 'the monthly fee'],
-    problems: ['was charged twice', 'shows the wrong amount', 'has an unexpected fee', 'was billed after I cancelled', 'does not match my plan', 'includes tax I should not pay'],
+    problems: [
+      'was charged twice',
+      'shows the wrong amount',
+      'has an unexpected fee',
+      'was billed after I cancelled',
+      'does not match my plan',
+      'includes tax I should not pay',
+    ],
   },
   outage: {
     subjects: ['the dashboard', 'the API', 'your website', 'the mobile app', 'the sync service', 'the upload page'],
-    problems: ['is down for everyone', 'returns server errors', 'has been unavailable since morning', 'times out on every request', 'shows a blank page', 'stopped responding'],
+    problems: [
+      'is down for everyone',
+      'returns server errors',
+      'has been unavailable since morning',
+      'times out on every request',
+      'shows a blank page',
+      'stopped responding',
+    ],
   },
   login: {
     subjects: ['my account', 'the sign-in page', 'my password', 'two-factor authentication', 'the login link', 'my username'],
-    problems: ['will not let me sign in', 'says my password is wrong', 'keeps asking for a code', 'locked me out', 'rejects my reset email', 'logs me out immediately'],
+    problems: [
+      'will not let me sign in',
+      'says my password is wrong',
+      'keeps asking for a code',
+      'locked me out',
+      'rejects my reset email',
+      'logs me out immediately',
+    ],
   },
   shipping: {
     subjects: ['my order', 'the package', 'the delivery', 'my parcel', 'the tracking number', 'the shipment'],
-    problems: ['has not arrived yet', 'went to the wrong address', 'is stuck in transit', 'arrived damaged', 'shows no tracking updates', 'is two weeks late'],
+    problems: [
+      'has not arrived yet',
+      'went to the wrong address',
+      'is stuck in transit',
+      'arrived damaged',
+      'shows no tracking updates',
+      'is two weeks late',
+    ],
   },
   refund: {
     subjects: ['my return', 'the refund request', 'the cancelled order', 'the returned item', 'my money back', 'the store credit'],
-    problems: ['was approved but never paid', 'is still pending after a month', 'was refused without reason', 'came back as the wrong amount', 'has no status update', 'went to an old card'],
+    problems: [
+      'was approved but never paid',
+      'is still pending after a month',
+      'was refused without reason',
+      'came back as the wrong amount',
+      'has no status update',
+      'went to an old card',
+    ],
   },
 };
 
 const OPENERS = ['Hello,', 'Hi team,', 'Urgent:', 'Please help:', 'Good morning,', 'Hey,', 'Question:', 'Support,'];
-const CLOSERS = ['Thanks.', 'Please advise.', 'What should I do?', 'Can you fix this?', 'This is frustrating.', 'Any update?', 'Regards.', ''];
+const CLOSERS = [
+  'Thanks.',
+  'Please advise.',
+  'What should I do?',
+  'Can you fix this?',
+  'This is frustrating.',
+  'Any update?',
+  'Regards.',
+  '',
+];
 
 export function generateTickets(count: number, seed: number, exclude = new Set<string>()): { prompt: string; answer: string }[] {
   const random = seededRandom(seed);

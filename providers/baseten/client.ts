@@ -116,7 +116,11 @@ export class BasetenProvider implements TrainingProvider {
    */
   async provision(request: ProvisionRequest): Promise<TrainerResource> {
     if (!request.ownerTag || request.ownerTag.length > 255) {
-      throw new ProviderError('INVALID_INPUT', 'non-retryable', `ownerTag must be 1 to 255 characters (it is the run's name), got ${request.ownerTag.length}`);
+      throw new ProviderError(
+        'INVALID_INPUT',
+        'non-retryable',
+        `ownerTag must be 1 to 255 characters (it is the run's name), got ${request.ownerTag.length}`,
+      );
     }
     // An empty session holds no GPUs, so resending its create after a lost answer is harmless.
     const session = await this.control.request({ method: 'POST', path: '/v1/loops/sessions', replaySafe: true, schema: SessionEnvelope });
@@ -127,7 +131,8 @@ export class BasetenProvider implements TrainingProvider {
       availability_model: 'dedicated',
       replicas: 1,
     };
-    if (request.inactiveTimeoutSeconds !== undefined) body.scale_down_delay_seconds = Math.min(3600, Math.max(1, Math.round(request.inactiveTimeoutSeconds)));
+    if (request.inactiveTimeoutSeconds !== undefined)
+      body.scale_down_delay_seconds = Math.min(3600, Math.max(1, Math.round(request.inactiveTimeoutSeconds)));
     // `/runs` pairs a sampler with the trainer; `/trainers` is the trainer alone (a sampler can be paired later).
     const path = (request.generatorReplicas ?? 1) > 0 ? '/v1/loops/runs' : '/v1/loops/trainers';
     let run: RunWire;
@@ -153,12 +158,21 @@ export class BasetenProvider implements TrainingProvider {
         const r = await this.getResource(resourceId);
         if (r.state === 'ready') return (await this.healthy(resourceId)) ? r : undefined;
         if (r.state !== 'provisioning') {
-          throw new ProviderError('RESOURCE_NOT_READY', 'non-retryable', `run ${resourceId} is ${r.providerStatus} while waiting for it to be ready${r.error ? `: ${r.error}` : ''}`);
+          throw new ProviderError(
+            'RESOURCE_NOT_READY',
+            'non-retryable',
+            `run ${resourceId} is ${r.providerStatus} while waiting for it to be ready${r.error ? `: ${r.error}` : ''}`,
+          );
         }
         return undefined;
       },
       `run ${resourceId} ready`,
-      { initialIntervalMs: options.pollIntervalMs ?? 250, maxIntervalMs: 5_000, timeoutMs: options.timeoutMs ?? 3_600_000, signal: options.signal },
+      {
+        initialIntervalMs: options.pollIntervalMs ?? 250,
+        maxIntervalMs: 5_000,
+        timeoutMs: options.timeoutMs ?? 3_600_000,
+        signal: options.signal,
+      },
     );
   }
 
@@ -166,7 +180,13 @@ export class BasetenProvider implements TrainingProvider {
   private async healthy(runId: string): Promise<boolean> {
     const run = await this.runInfo(runId);
     try {
-      await this.plane(run).request({ method: 'GET', path: '/health', query: { base_model: run.base_model }, headers: this.runHeaders(runId), schema: AnyJson });
+      await this.plane(run).request({
+        method: 'GET',
+        path: '/health',
+        query: { base_model: run.base_model },
+        headers: this.runHeaders(runId),
+        schema: AnyJson,
+      });
       return true;
     } catch (err) {
       if (err instanceof ProviderError && err.errorClass !== 'non-retryable') return false;
@@ -191,7 +211,8 @@ export class BasetenProvider implements TrainingProvider {
     try {
       run = await this.fetchRun(resourceId);
     } catch (err) {
-      if (err instanceof ProviderError && err.status === 404) return { id: resourceId, model: '', state: 'stopped', providerStatus: 'NOT_FOUND', createdAt: '' };
+      if (err instanceof ProviderError && err.status === 404)
+        return { id: resourceId, model: '', state: 'stopped', providerStatus: 'NOT_FOUND', createdAt: '' };
       throw err;
     }
     await this.releaseSession(run.session_id);
@@ -204,7 +225,12 @@ export class BasetenProvider implements TrainingProvider {
     for (const r of active) {
       try {
         // Deactivating twice answers the same, so a resend after a lost answer is harmless.
-        await this.control.request({ method: 'POST', path: `/v1/loops/runs/${encodeURIComponent(r.id)}/deactivate`, replaySafe: true, schema: RunDeactivated });
+        await this.control.request({
+          method: 'POST',
+          path: `/v1/loops/runs/${encodeURIComponent(r.id)}/deactivate`,
+          replaySafe: true,
+          schema: RunDeactivated,
+        });
       } catch (err) {
         if (!(err instanceof ProviderError && err.status === 404)) throw err;
       }
@@ -214,7 +240,12 @@ export class BasetenProvider implements TrainingProvider {
 
   /** Runs of a Loops session, newest first. The service filters runs by id and model only, so the session filter is applied here too. */
   private async sessionRuns(sessionId: string): Promise<RunWire[]> {
-    const res = await this.control.request({ method: 'GET', path: '/v1/loops/runs', query: { session_id: sessionId }, schema: RunsEnvelope });
+    const res = await this.control.request({
+      method: 'GET',
+      path: '/v1/loops/runs',
+      query: { session_id: sessionId },
+      schema: RunsEnvelope,
+    });
     return res.runs.filter((r) => r.session_id === sessionId);
   }
 
@@ -230,7 +261,13 @@ export class BasetenProvider implements TrainingProvider {
 
   private async deploymentStatus(deploymentId: string): Promise<string | undefined> {
     try {
-      return (await this.control.request({ method: 'GET', path: `/v1/loops/deployments/${encodeURIComponent(deploymentId)}`, schema: DeploymentEnvelope })).deployment.status.name;
+      return (
+        await this.control.request({
+          method: 'GET',
+          path: `/v1/loops/deployments/${encodeURIComponent(deploymentId)}`,
+          schema: DeploymentEnvelope,
+        })
+      ).deployment.status.name;
     } catch (err) {
       if (err instanceof ProviderError && err.status === 404) return undefined;
       throw err;
@@ -246,14 +283,24 @@ export class BasetenProvider implements TrainingProvider {
   /** `init_trainer_server` (a fresh adapter of this rank), then the checkpoint when resuming. The run's seed was set at provisioning. */
   async openSession(request: OpenSessionRequest): Promise<TrainingSessionInfo> {
     const run = await this.runInfo(request.resourceId);
-    const init = await this.submitTrainer(run.id, 'init_trainer_server', oneOffKey(), { lora_rank: request.loraRank, base_model: run.base_model });
+    const init = await this.submitTrainer(run.id, 'init_trainer_server', oneOffKey(), {
+      lora_rank: request.loraRank,
+      base_model: run.base_model,
+    });
     let step = StepOutput.parse(await this.settle(run.id, init, {})).step;
     if (request.fromCheckpoint) {
       const route = request.fromCheckpoint.loadOptimizer ? 'load_state_with_optimizer' : 'load_state';
       const load = await this.submitTrainer(run.id, route, oneOffKey(), { path: request.fromCheckpoint.id });
       step = StepOutput.parse(await this.settle(run.id, load, {})).step;
     }
-    return { id: run.id, resourceId: run.id, state: 'running', step, trainingCheckpointIds: await this.trainingCheckpoints(run.id), displayName: run.name };
+    return {
+      id: run.id,
+      resourceId: run.id,
+      state: 'running',
+      step,
+      trainingCheckpointIds: await this.trainingCheckpoints(run.id),
+      displayName: run.name,
+    };
   }
 
   async getSession(sessionId: string): Promise<TrainingSessionInfo> {
@@ -261,7 +308,14 @@ export class BasetenProvider implements TrainingProvider {
     const resource = await this.describe(run);
     const state = sessionState(resource);
     const step = state === 'running' ? await this.policyVersion(run.id) : 0;
-    return { id: run.id, resourceId: run.id, state, step, trainingCheckpointIds: await this.trainingCheckpoints(run.id), displayName: run.name };
+    return {
+      id: run.id,
+      resourceId: run.id,
+      state,
+      step,
+      trainingCheckpointIds: await this.trainingCheckpoints(run.id),
+      displayName: run.name,
+    };
   }
 
   async listSessions(resourceId: string): Promise<TrainingSessionInfo[]> {
@@ -279,13 +333,23 @@ export class BasetenProvider implements TrainingProvider {
   /** The trainer's optimizer step (restored by `load_state_with_optimizer`). */
   private async policyVersion(runId: string): Promise<number> {
     const run = await this.runInfo(runId);
-    const res = await this.plane(run).request({ method: 'GET', path: '/policy_version', headers: this.runHeaders(runId), schema: PolicyVersionWire });
+    const res = await this.plane(run).request({
+      method: 'GET',
+      path: '/policy_version',
+      headers: this.runHeaders(runId),
+      schema: PolicyVersionWire,
+    });
     return res.policy_version;
   }
 
   /** The run's trainer checkpoints (oldest first), named by their `bt://` paths: what `openSession` resumes from. */
   private async trainingCheckpoints(runId: string): Promise<string[]> {
-    const res = await this.control.request({ method: 'GET', path: '/v1/loops/checkpoints', query: { run_id: runId }, schema: CheckpointsEnvelope });
+    const res = await this.control.request({
+      method: 'GET',
+      path: '/v1/loops/checkpoints',
+      query: { run_id: runId },
+      schema: CheckpointsEnvelope,
+    });
     return res.checkpoints
       .filter((c) => c.target === 'trainer')
       .sort((a, b) => a.created_at.localeCompare(b.created_at))
@@ -326,20 +390,39 @@ export class BasetenProvider implements TrainingProvider {
     }
   }
 
-  private async submit<T>(kind: OperationKind, runId: string, key: string, route: string, body: Record<string, unknown>): Promise<OperationHandle<T>> {
+  private async submit<T>(
+    kind: OperationKind,
+    runId: string,
+    key: string,
+    route: string,
+    body: Record<string, unknown>,
+  ): Promise<OperationHandle<T>> {
     const operationId = await this.submitTrainer(runId, route, operationKey(runId, key), body);
     return { kind, sessionId: runId, operationId, idempotencyKey: key };
   }
 
   /** Loops trainers take only their built-in losses over HTTP: a caller-defined loss has no route. */
   async submitCustomForwardBackward(): Promise<OperationHandle<Record<string, never>>> {
-    throw new ProviderError('UNSUPPORTED', 'non-retryable', 'Baseten Loops trainers have no custom forward-backward route; use a built-in loss');
+    throw new ProviderError(
+      'UNSUPPORTED',
+      'non-retryable',
+      'Baseten Loops trainers have no custom forward-backward route; use a built-in loss',
+    );
   }
 
-  async submitForwardBackward(sessionId: string, key: string, data: Datum[], options: ForwardBackwardOptions = {}): Promise<OperationHandle<ForwardResult>> {
+  async submitForwardBackward(
+    sessionId: string,
+    key: string,
+    data: Datum[],
+    options: ForwardBackwardOptions = {},
+  ): Promise<OperationHandle<ForwardResult>> {
     const loss = options.loss ?? { type: 'cross_entropy' };
     if (loss.type === 'grpo') {
-      throw new ProviderError('UNSUPPORTED', 'non-retryable', "Baseten Loops has no GRPO loss; use 'ppo' or 'importance_sampling' with group-normalised advantages");
+      throw new ProviderError(
+        'UNSUPPORTED',
+        'non-retryable',
+        "Baseten Loops has no GRPO loss; use 'ppo' or 'importance_sampling' with group-normalised advantages",
+      );
     }
     return this.submit('forward-backward', sessionId, key, options.forwardOnly ? 'forward' : 'forward_backward', {
       data: data.map((d, i) => (loss.type === 'cross_entropy' ? toLoopsDatum(d, i) : toLoopsPolicyDatum(d, i))),
@@ -374,12 +457,20 @@ export class BasetenProvider implements TrainingProvider {
 
   /** `save_weights_for_sampler` with `bump_version`: saved under `…/sampler_weights/<name>` and served by the paired sampler. */
   submitSamplerWeights(sessionId: string, key: string): Promise<OperationHandle<CheckpointResult>> {
-    return this.submit('sampler-weights', sessionId, key, 'save_weights_for_sampler', { name: checkpointName(key), ttl_seconds: null, bump_version: true });
+    return this.submit('sampler-weights', sessionId, key, 'save_weights_for_sampler', {
+      name: checkpointName(key),
+      ttl_seconds: null,
+      bump_version: true,
+    });
   }
 
   /** Loops publishes weights to the sampler by saving them for it (bumping the policy version); the artifact is kept an hour. */
   submitWeightsSync(sessionId: string, key: string): Promise<OperationHandle<WeightsSyncResult>> {
-    return this.submit('weights-sync', sessionId, key, 'save_weights_for_sampler', { name: checkpointName(key), ttl_seconds: 3600, bump_version: true });
+    return this.submit('weights-sync', sessionId, key, 'save_weights_for_sampler', {
+      name: checkpointName(key),
+      ttl_seconds: 3600,
+      bump_version: true,
+    });
   }
 
   /** Long-polls `GET /operations/{id}`: the trainer holds it until done, and a 408 just means "ask again". */
@@ -402,15 +493,25 @@ export class BasetenProvider implements TrainingProvider {
         }
       },
       `operation ${operationId} on run ${runId}`,
-      { initialIntervalMs: this.pollIntervalMs, maxIntervalMs: this.maxPollIntervalMs, timeoutMs: options.timeoutMs ?? 3_600_000, signal: options.signal },
+      {
+        initialIntervalMs: this.pollIntervalMs,
+        maxIntervalMs: this.maxPollIntervalMs,
+        timeoutMs: options.timeoutMs ?? 3_600_000,
+        signal: options.signal,
+      },
     );
     if (op.status === 'error') {
       const code = operationErrorCode(op);
       const message = typeof op.error === 'string' ? op.error : JSON.stringify(op.error);
-      throw new ProviderError(`OPERATION_FAILED_${code}`, classifyOperationError(code), `operation ${operationId} on run ${runId} failed: ${code} (${op.error_class ?? 'error'}): ${message}`, {
-        providerCode: code,
-        operationId,
-      });
+      throw new ProviderError(
+        `OPERATION_FAILED_${code}`,
+        classifyOperationError(code),
+        `operation ${operationId} on run ${runId} failed: ${code} (${op.error_class ?? 'error'}): ${message}`,
+        {
+          providerCode: code,
+          operationId,
+        },
+      );
     }
     return op.result;
   }
@@ -420,11 +521,20 @@ export class BasetenProvider implements TrainingProvider {
     if (!(err instanceof ProviderError) || ![404, 410, 503].includes(err.status ?? 0)) return err;
     const run = await this.fetchRun(runId).catch(() => undefined);
     if (!run || run.status.name !== 'ACTIVE') {
-      return new ProviderError('SESSION_NOT_ACTIVE', 'needs-reconcile', `run ${runId} is ${run ? 'inactive' : 'gone'}: ${err.message}`, { providerCode: 'SESSION_NOT_ACTIVE', status: err.status, cause: err });
+      return new ProviderError('SESSION_NOT_ACTIVE', 'needs-reconcile', `run ${runId} is ${run ? 'inactive' : 'gone'}: ${err.message}`, {
+        providerCode: 'SESSION_NOT_ACTIVE',
+        status: err.status,
+        cause: err,
+      });
     }
     if (err.status === 404 && operationId) {
       // The trainer has no record of it (never submitted, or evicted): resubmitting under the same key is safe.
-      return new ProviderError('OPERATION_UNKNOWN', 'retryable', `run ${runId} has no operation ${operationId}; resubmit it with the same key`, { status: 404, operationId, cause: err });
+      return new ProviderError(
+        'OPERATION_UNKNOWN',
+        'retryable',
+        `run ${runId} has no operation ${operationId}; resubmit it with the same key`,
+        { status: 404, operationId, cause: err },
+      );
     }
     return err;
   }
@@ -433,7 +543,11 @@ export class BasetenProvider implements TrainingProvider {
     if (handle.kind === 'sample') {
       const results = this.samples.get(handle.operationId);
       if (!results) {
-        throw new ProviderError('SAMPLE_RESULT_UNAVAILABLE', 'retryable', `samples of ${handle.idempotencyKey} were taken by another process; submit them again (sampling changes nothing)`);
+        throw new ProviderError(
+          'SAMPLE_RESULT_UNAVAILABLE',
+          'retryable',
+          `samples of ${handle.idempotencyKey} were taken by another process; submit them again (sampling changes nothing)`,
+        );
       }
       this.samples.delete(handle.operationId);
       return results as T;
@@ -445,14 +559,23 @@ export class BasetenProvider implements TrainingProvider {
   private async decode(handle: OperationHandle<unknown>, output: unknown): Promise<unknown> {
     const parse = <S extends z.ZodTypeAny>(schema: S): z.infer<S> => {
       const parsed = schema.safeParse(output);
-      if (!parsed.success) throw new ProviderError('BAD_RESPONSE', 'non-retryable', `${handle.kind} operation ${handle.operationId}: unexpected result: ${parsed.error.issues[0]?.message}`);
+      if (!parsed.success)
+        throw new ProviderError(
+          'BAD_RESPONSE',
+          'non-retryable',
+          `${handle.kind} operation ${handle.operationId}: unexpected result: ${parsed.error.issues[0]?.message}`,
+        );
       return parsed.data;
     };
     switch (handle.kind) {
       case 'forward-backward': {
         const o = parse(ForwardOutput);
         if (o.metrics?.skip_token_normalization !== 1) {
-          throw new ProviderError('UNSUPPORTED', 'non-retryable', `run ${handle.sessionId}'s trainer ignored skip_token_normalization, so its loss is not a sum`);
+          throw new ProviderError(
+            'UNSUPPORTED',
+            'non-retryable',
+            `run ${handle.sessionId}'s trainer ignored skip_token_normalization, so its loss is not a sum`,
+          );
         }
         return { loss: o.loss, logprobs: o.loss_fn_outputs.map((out) => fromLoopsLogprobs(out.logprobs.data)) } satisfies ForwardResult;
       }
@@ -490,7 +613,15 @@ export class BasetenProvider implements TrainingProvider {
     const run = await this.fetchRun(runId);
     const sampler =
       run.sampler ??
-      (await this.control.request({ method: 'POST', path: '/v1/loops/samplers', body: { session_id: run.session_id, run_id: run.id }, replaySafe: true, schema: SamplerEnvelope })).sampler;
+      (
+        await this.control.request({
+          method: 'POST',
+          path: '/v1/loops/samplers',
+          body: { session_id: run.session_id, run_id: run.id },
+          replaySafe: true,
+          schema: SamplerEnvelope,
+        })
+      ).sampler;
     // A sampler without a model id is serverless (queued); a dedicated one answers /sample directly.
     const info = { baseUrl: sampler.base_url, dedicated: Boolean(sampler.model_id) };
     this.samplers.set(runId, info);
@@ -505,7 +636,12 @@ export class BasetenProvider implements TrainingProvider {
     options: { numSamples?: number; promptLogprobs?: boolean } = {},
   ): Promise<OperationHandle<SampleResult[]>> {
     const sampler = await this.pairedSampler(sessionId);
-    if (!sampler.dedicated) throw new ProviderError('UNSUPPORTED', 'non-retryable', `run ${sessionId}'s sampler is serverless, which this client does not drive yet`);
+    if (!sampler.dedicated)
+      throw new ProviderError(
+        'UNSUPPORTED',
+        'non-retryable',
+        `run ${sessionId}'s sampler is serverless, which this client does not drive yet`,
+      );
     let client = this.planes.get(sampler.baseUrl);
     if (!client) {
       client = new HttpClient({ ...this.options, baseUrl: sampler.baseUrl, userAgent: this.options.userAgent ?? 'roundhouse-baseten' });
@@ -535,7 +671,9 @@ export class BasetenProvider implements TrainingProvider {
             body: { prompt, ...body },
             headers: { ...this.runHeaders(sessionId), ...(floor ? { 'x-min-policy-version': String(floor) } : {}) },
             onResponseHeaders: (h) => {
-              const v = Number(Array.isArray(h['x-trainers-policy-version']) ? h['x-trainers-policy-version'][0] : h['x-trainers-policy-version']);
+              const v = Number(
+                Array.isArray(h['x-trainers-policy-version']) ? h['x-trainers-policy-version'][0] : h['x-trainers-policy-version'],
+              );
               if (Number.isFinite(v)) policyVersion = v;
             },
             schema: CompletionWire,
@@ -605,7 +743,9 @@ function toSampleResult(prompt: number[], res: CompletionWire, policyVersion: nu
       logprobs: c.logprobs?.token_logprobs?.map((v) => v ?? 0),
       stopReason: c.finish_reason === 'stop' ? 'stop' : 'length',
     })),
-    promptLogprobs: withPromptLogprobs?.prompt_logprobs?.map((entry, i) => (entry ? (entry[String(prompt[i])]?.logprob ?? Object.values(entry)[0]?.logprob ?? 0) : 0)),
+    promptLogprobs: withPromptLogprobs?.prompt_logprobs?.map((entry, i) =>
+      entry ? (entry[String(prompt[i])]?.logprob ?? Object.values(entry)[0]?.logprob ?? 0) : 0,
+    ),
     policyVersion,
   };
 }
@@ -621,6 +761,9 @@ function oneOffKey(): string {
 
 /** A checkpoint name (part of a bt:// path) from a caller key: readable, and unique by a hash of the key. */
 function checkpointName(key: string): string {
-  const readable = key.replace(/[^A-Za-z0-9._-]+/g, '-').replace(/^-+|-+$/g, '').slice(-80);
+  const readable = key
+    .replace(/[^A-Za-z0-9._-]+/g, '-')
+    .replace(/^-+|-+$/g, '')
+    .slice(-80);
   return `${readable || 'checkpoint'}-${createHash('sha256').update(key).digest('hex').slice(0, 8)}`;
 }

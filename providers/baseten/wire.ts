@@ -74,7 +74,17 @@ export const DeploymentsEnvelope = z.object({ deployments: z.array(DeploymentWir
 export const CheckpointsEnvelope = z
   .object({
     checkpoints: z
-      .array(z.object({ id: z.string(), checkpoint_id: z.string(), run_id: z.string(), target: nullableString, created_at: z.string().default('') }).passthrough())
+      .array(
+        z
+          .object({
+            id: z.string(),
+            checkpoint_id: z.string(),
+            run_id: z.string(),
+            target: nullableString,
+            created_at: z.string().default(''),
+          })
+          .passthrough(),
+      )
       .default([]),
   })
   .passthrough();
@@ -97,7 +107,9 @@ export type OperationWire = z.infer<typeof OperationWire>;
 export const ForwardOutput = z
   .object({
     loss: z.number(),
-    loss_fn_outputs: z.array(z.object({ logprobs: z.object({ data: z.array(z.number().nullable()) }).passthrough() }).passthrough()).default([]),
+    loss_fn_outputs: z
+      .array(z.object({ logprobs: z.object({ data: z.array(z.number().nullable()) }).passthrough() }).passthrough())
+      .default([]),
     metrics: z.record(z.string(), z.number()).nullish(),
   })
   .passthrough();
@@ -117,7 +129,10 @@ export const CompletionWire = z
           token_ids: z.array(z.number()).nullish(),
           finish_reason: nullableString,
           logprobs: z
-            .object({ tokens: z.array(z.union([z.string(), z.number()])).nullish(), token_logprobs: z.array(z.number().nullable()).nullish() })
+            .object({
+              tokens: z.array(z.union([z.string(), z.number()])).nullish(),
+              token_logprobs: z.array(z.number().nullable()).nullish(),
+            })
             .passthrough()
             .nullish(),
           prompt_logprobs: z.array(z.record(z.string(), z.object({ logprob: z.number() }).passthrough()).nullable()).nullish(),

@@ -216,7 +216,13 @@ export class TogetherProvider implements TrainingProvider {
   }
 
   async getResource(resourceId: string): Promise<TrainerResource> {
-    return toResource(await this.http.request({ method: 'GET', path: `${P}/model-resources/${encodeURIComponent(resourceId)}`, schema: ModelResourcesWire }));
+    return toResource(
+      await this.http.request({
+        method: 'GET',
+        path: `${P}/model-resources/${encodeURIComponent(resourceId)}`,
+        schema: ModelResourcesWire,
+      }),
+    );
   }
 
   async waitReady(resourceId: string, options: AwaitOptions & { pollIntervalMs?: number } = {}): Promise<TrainerResource> {
@@ -225,12 +231,21 @@ export class TogetherProvider implements TrainingProvider {
         const r = await this.getResource(resourceId);
         if (r.state === 'ready') return r;
         if (r.state !== 'provisioning') {
-          throw new ProviderError('RESOURCE_NOT_READY', 'non-retryable', `model resource ${resourceId} is ${r.providerStatus} while waiting for READY${r.error ? `: ${r.error}` : ''}`);
+          throw new ProviderError(
+            'RESOURCE_NOT_READY',
+            'non-retryable',
+            `model resource ${resourceId} is ${r.providerStatus} while waiting for READY${r.error ? `: ${r.error}` : ''}`,
+          );
         }
         return undefined;
       },
       `model resource ${resourceId} ready`,
-      { initialIntervalMs: options.pollIntervalMs ?? 250, maxIntervalMs: 5_000, timeoutMs: options.timeoutMs ?? 3_600_000, signal: options.signal },
+      {
+        initialIntervalMs: options.pollIntervalMs ?? 250,
+        maxIntervalMs: 5_000,
+        timeoutMs: options.timeoutMs ?? 3_600_000,
+        signal: options.signal,
+      },
     );
   }
 
@@ -245,7 +260,9 @@ export class TogetherProvider implements TrainingProvider {
           created_by: 'me',
           limit: 100,
           after,
-          status: options.activeOnly ? ['MODEL_RESOURCES_STATUS_PENDING', 'MODEL_RESOURCES_STATUS_CREATING', 'MODEL_RESOURCES_STATUS_READY'] : undefined,
+          status: options.activeOnly
+            ? ['MODEL_RESOURCES_STATUS_PENDING', 'MODEL_RESOURCES_STATUS_CREATING', 'MODEL_RESOURCES_STATUS_READY']
+            : undefined,
         },
         schema: ModelResourcesListWire,
       });
@@ -300,7 +317,8 @@ export class TogetherProvider implements TrainingProvider {
       async () => {
         const s = await this.getSession(created.id);
         if (s.state === 'running') return s;
-        if (s.state !== 'starting') throw new ProviderError('SESSION_NOT_RUNNING', 'non-retryable', `training session ${s.id} is ${s.state} while starting`);
+        if (s.state !== 'starting')
+          throw new ProviderError('SESSION_NOT_RUNNING', 'non-retryable', `training session ${s.id} is ${s.state} while starting`);
         return undefined;
       },
       `training session ${created.id} running`,
@@ -309,7 +327,9 @@ export class TogetherProvider implements TrainingProvider {
   }
 
   async getSession(sessionId: string): Promise<TrainingSessionInfo> {
-    return toSession(await this.http.request({ method: 'GET', path: `${P}/training-sessions/${encodeURIComponent(sessionId)}`, schema: SessionWire }));
+    return toSession(
+      await this.http.request({ method: 'GET', path: `${P}/training-sessions/${encodeURIComponent(sessionId)}`, schema: SessionWire }),
+    );
   }
 
   async listSessions(resourceId: string): Promise<TrainingSessionInfo[]> {
@@ -331,14 +351,25 @@ export class TogetherProvider implements TrainingProvider {
 
   async closeSession(sessionId: string): Promise<void> {
     try {
-      await this.http.request({ method: 'POST', path: `${P}/training-sessions/${encodeURIComponent(sessionId)}/stop`, replaySafe: true, schema: anyJson });
+      await this.http.request({
+        method: 'POST',
+        path: `${P}/training-sessions/${encodeURIComponent(sessionId)}/stop`,
+        replaySafe: true,
+        schema: anyJson,
+      });
     } catch (err) {
       if (err instanceof ProviderError && (err.status === 404 || err.status === 400)) return; // gone already
       throw err;
     }
   }
 
-  private async submit<T>(kind: OperationKind, sessionId: string, key: string, body: unknown, wireKind = WIRE_KIND[kind]): Promise<OperationHandle<T>> {
+  private async submit<T>(
+    kind: OperationKind,
+    sessionId: string,
+    key: string,
+    body: unknown,
+    wireKind = WIRE_KIND[kind],
+  ): Promise<OperationHandle<T>> {
     const op = await this.http.request({
       method: 'POST',
       path: `${P}/training-sessions/${encodeURIComponent(sessionId)}/operations/${wireKind}`,
@@ -349,7 +380,12 @@ export class TogetherProvider implements TrainingProvider {
     return { kind, sessionId, operationId: op.id, idempotencyKey: key };
   }
 
-  async submitForwardBackward(sessionId: string, key: string, data: Datum[], options: ForwardBackwardOptions = {}): Promise<OperationHandle<ForwardResult>> {
+  async submitForwardBackward(
+    sessionId: string,
+    key: string,
+    data: Datum[],
+    options: ForwardBackwardOptions = {},
+  ): Promise<OperationHandle<ForwardResult>> {
     return this.submit('forward-backward', sessionId, key, {
       ...lossBody(options.loss ?? { type: 'cross_entropy' }, data),
       ...(options.forwardOnly ? { forward_only: true } : {}),
@@ -357,9 +393,21 @@ export class TogetherProvider implements TrainingProvider {
     });
   }
 
-  async submitCustomForwardBackward(sessionId: string, key: string, data: Datum[], gradients: number[][]): Promise<OperationHandle<Record<string, never>>> {
-    if (gradients.length !== data.length || gradients.some((g, i) => g.length !== data[i]!.targetTokens.length || g.some((v) => !Number.isFinite(v)))) {
-      throw new ProviderError('INVALID_INPUT', 'non-retryable', 'custom forward-backward needs one finite gradient per target token of every datum');
+  async submitCustomForwardBackward(
+    sessionId: string,
+    key: string,
+    data: Datum[],
+    gradients: number[][],
+  ): Promise<OperationHandle<Record<string, never>>> {
+    if (
+      gradients.length !== data.length ||
+      gradients.some((g, i) => g.length !== data[i]!.targetTokens.length || g.some((v) => !Number.isFinite(v)))
+    ) {
+      throw new ProviderError(
+        'INVALID_INPUT',
+        'non-retryable',
+        'custom forward-backward needs one finite gradient per target token of every datum',
+      );
     }
     return this.submit('custom-forward-backward', sessionId, key, {
       samples: lossBody({ type: 'cross_entropy' }, data).samples,
@@ -383,7 +431,13 @@ export class TogetherProvider implements TrainingProvider {
 
   /** weights-sync (the generators serve the trained weights) then an inference checkpoint (the deployable artifact). */
   async submitSamplerWeights(sessionId: string, key: string): Promise<OperationHandle<CheckpointResult>> {
-    const sync = await this.submit<unknown>('sampler-weights', sessionId, `${key}/weights-sync`, { weight_sync_type: 'WEIGHT_SYNC_TYPE_SYNCHRONOUS' }, 'weights-sync');
+    const sync = await this.submit<unknown>(
+      'sampler-weights',
+      sessionId,
+      `${key}/weights-sync`,
+      { weight_sync_type: 'WEIGHT_SYNC_TYPE_SYNCHRONOUS' },
+      'weights-sync',
+    );
     const handle = await this.submit<CheckpointResult>('sampler-weights', sessionId, key, undefined);
     return { ...handle, prerequisites: [{ wireKind: 'weights-sync', operationId: sync.operationId }] };
   }
@@ -420,17 +474,29 @@ export class TogetherProvider implements TrainingProvider {
         return o.status === 'TRAINING_OPERATION_STATUS_COMPLETED' || o.status === 'TRAINING_OPERATION_STATUS_FAILED' ? o : undefined;
       },
       `${wireKind} operation ${operationId}`,
-      { initialIntervalMs: this.pollIntervalMs, maxIntervalMs: this.maxPollIntervalMs, timeoutMs: options.timeoutMs ?? 300_000, signal: options.signal },
+      {
+        initialIntervalMs: this.pollIntervalMs,
+        maxIntervalMs: this.maxPollIntervalMs,
+        timeoutMs: options.timeoutMs ?? 300_000,
+        signal: options.signal,
+      },
     );
     if (op.status === 'TRAINING_OPERATION_STATUS_FAILED') {
       const code = (op.error?.code ?? 'TRAINING_OPERATION_ERROR_CODE_UNSPECIFIED').replace('TRAINING_OPERATION_ERROR_CODE_', '');
-      throw new ProviderError(`OPERATION_FAILED_${code}`, classifyOperationError(code), `${wireKind} operation ${operationId} failed: ${code}: ${op.error?.message ?? ''}`, {
-        providerCode: code,
-        operationId,
-      });
+      throw new ProviderError(
+        `OPERATION_FAILED_${code}`,
+        classifyOperationError(code),
+        `${wireKind} operation ${operationId} failed: ${code}: ${op.error?.message ?? ''}`,
+        {
+          providerCode: code,
+          operationId,
+        },
+      );
     }
     if (op.output === undefined || op.output === null) {
-      throw new ProviderError('BAD_RESPONSE', 'retryable', `${wireKind} operation ${operationId} completed without an output`, { operationId });
+      throw new ProviderError('BAD_RESPONSE', 'retryable', `${wireKind} operation ${operationId} completed without an output`, {
+        operationId,
+      });
     }
     return op.output;
   }
@@ -445,7 +511,8 @@ export class TogetherProvider implements TrainingProvider {
     const where = `${handle.kind} operation ${handle.operationId}`;
     const parse = <S extends z.ZodTypeAny>(schema: S): z.infer<S> => {
       const parsed = schema.safeParse(output);
-      if (!parsed.success) throw new ProviderError('BAD_RESPONSE', 'non-retryable', `${where}: unexpected output: ${parsed.error.issues[0]?.message}`);
+      if (!parsed.success)
+        throw new ProviderError('BAD_RESPONSE', 'non-retryable', `${where}: unexpected output: ${parsed.error.issues[0]?.message}`);
       return parsed.data;
     };
     switch (handle.kind) {
@@ -467,17 +534,15 @@ export class TogetherProvider implements TrainingProvider {
       case 'weights-sync':
         return { weightsVersion: parse(WeightsSyncOutput).weights_version } satisfies WeightsSyncResult;
       case 'sample':
-        return parse(SampleOutput).results.map(
-          (r): SampleResult => ({
-            sequences: r.sequences.map((s) => ({
-              tokens: s.tokens,
-              logprobs: s.logprobs ?? undefined,
-              stopReason: s.stop_reason === 'STOP_REASON_STOP' ? 'stop' : 'length',
-            })),
-            promptLogprobs: r.prompt_logprobs?.map((v) => v ?? 0),
-            policyVersion: r.policy_segments?.[0]?.version,
-          }),
-        );
+        return parse(SampleOutput).results.map((r): SampleResult => ({
+          sequences: r.sequences.map((s) => ({
+            tokens: s.tokens,
+            logprobs: s.logprobs ?? undefined,
+            stopReason: s.stop_reason === 'STOP_REASON_STOP' ? 'stop' : 'length',
+          })),
+          promptLogprobs: r.prompt_logprobs?.map((v) => v ?? 0),
+          policyVersion: r.policy_segments?.[0]?.version,
+        }));
     }
   }
 

@@ -30,7 +30,10 @@ export const SessionWire = z
     status: z.string(),
     step: int64.default(0),
     display_name: z.string().optional().nullable(),
-    training_checkpoints: z.array(z.object({ id: z.string() }).passthrough()).nullable().default([]),
+    training_checkpoints: z
+      .array(z.object({ id: z.string() }).passthrough())
+      .nullable()
+      .default([]),
   })
   .passthrough();
 export type SessionWire = z.infer<typeof SessionWire>;
@@ -56,7 +59,9 @@ export const ForwardBackwardOutput = z
   .object({
     loss: z.number(),
     loss_fn_outputs: z
-      .array(z.object({ tensors: z.object({ logprobs: z.object({ data: z.array(z.number()) }).passthrough() }).passthrough() }).passthrough())
+      .array(
+        z.object({ tensors: z.object({ logprobs: z.object({ data: z.array(z.number()) }).passthrough() }).passthrough() }).passthrough(),
+      )
       .optional()
       .nullable(),
   })
@@ -80,7 +85,10 @@ export const SampleOutput = z
               })
               .passthrough(),
           ),
-          policy_segments: z.array(z.object({ start_token: z.number().optional(), version: int64 }).passthrough()).optional().nullable(),
+          policy_segments: z
+            .array(z.object({ start_token: z.number().optional(), version: int64 }).passthrough())
+            .optional()
+            .nullable(),
           prompt_logprobs: z.array(z.number().nullable()).optional().nullable(),
         })
         .passthrough(),
@@ -103,7 +111,10 @@ export const SupportedModelsWire = z
                 .object({
                   trainer_config: z
                     .object({
-                      lora: z.object({ max_batch_size: z.number(), max_rank: z.number(), max_seq_length: z.number() }).passthrough().optional(),
+                      lora: z
+                        .object({ max_batch_size: z.number(), max_rank: z.number(), max_seq_length: z.number() })
+                        .passthrough()
+                        .optional(),
                     })
                     .passthrough()
                     .optional(),

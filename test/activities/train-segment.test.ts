@@ -33,7 +33,11 @@ async function setup(campaignId: string) {
   const env = new MockActivityEnvironment();
   const plan = await run(env, activities.prepareRound, { spec: input.spec, data: input.data });
   const trainer = await run(env, activities.provisionTrainer, { spec: input.spec, ownerTag: campaignId });
-  const session = await run(env, activities.openTrainingSession, { spec: input.spec, resourceId: trainer.resourceId, ownerTag: campaignId });
+  const session = await run(env, activities.openTrainingSession, {
+    spec: input.spec,
+    resourceId: trainer.resourceId,
+    ownerTag: campaignId,
+  });
   const segment: SegmentInput = {
     campaignId,
     round: 1,
@@ -88,7 +92,8 @@ test('a provider step counter outside the segment fails loudly instead of traini
   const { activities, segment, session } = await setup('seg-mismatch');
   const provider = await providers.providerFor(segment.spec.provider);
   // Someone else applies three steps to this session.
-  for (let i = 0; i < 3; i++) await provider.awaitOperation(await provider.submitOptimStep(session.sessionId, `intruder/${i}`, { learningRate: 0.001 }));
+  for (let i = 0; i < 3; i++)
+    await provider.awaitOperation(await provider.submitOptimStep(session.sessionId, `intruder/${i}`, { learningRate: 0.001 }));
   const env = new MockActivityEnvironment();
   await expect(run(env, activities.trainSegment, segment)).rejects.toMatchObject({ type: 'StepCounterMismatch', nonRetryable: true });
   expect((await ledger(emulator)).sessions.find((s) => s.id === session.sessionId)!.optimizerSteps).toBe(3);

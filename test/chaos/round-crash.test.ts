@@ -10,7 +10,14 @@ import { progressOf, ticketRoundInput } from '../helpers/round';
 import { ticketCampaignSpec } from '../helpers/campaign';
 import { campaignProgressQuery, type CampaignInput, type CampaignResult } from '../../workflows/campaign-contract';
 import { connectTestTemporal, uniqueTaskQueue, type TestTemporal } from '../helpers/temporal';
-import { bundleToFile, crashTestWorkerEnv, killAtPoints, startWorkerProcess, type KillPoint, type WorkerProcess } from '../helpers/worker-process';
+import {
+  bundleToFile,
+  crashTestWorkerEnv,
+  killAtPoints,
+  startWorkerProcess,
+  type KillPoint,
+  type WorkerProcess,
+} from '../helpers/worker-process';
 import { campaignWorkflow, roundWorkflow } from '../../workflows';
 
 let temporal: TestTemporal;
@@ -126,18 +133,26 @@ test('with 429/5xx/resets/lost responses injected at 10% the round completes wit
   }
 }, 300_000);
 
-
 test('SIGKILL of the worker between rounds and around continue-as-new: the campaign resumes without a duplicated round', async () => {
   const emulator = await startTestEmulator({ provisioningDelayMs: 300, operationLatencyMs: 10 });
   const taskQueue = uniqueTaskQueue('crash-campaign');
-  const { spec, dir } = ticketCampaignSpec({ baseUrl: emulator.url, trainRows: 40, evalRows: 5, yaml: 'rounds: { max: 3, nextData: { policy: all } }' });
+  const { spec, dir } = ticketCampaignSpec({
+    baseUrl: emulator.url,
+    trainRows: 40,
+    evalRows: 5,
+    yaml: 'rounds: { max: 3, nextData: { policy: all } }',
+  });
   const campaignId = `crash-campaign-${taskQueue}`;
   const env = crashWorkerEnv(taskQueue);
   let worker = startWorkerProcess(env);
   const kills: string[] = [];
   try {
     await worker.ready;
-    const handle = await temporal.client.workflow.start(campaignWorkflow, { taskQueue, workflowId: campaignId, args: [{ campaignId, spec, reportRoot: dir } satisfies CampaignInput] });
+    const handle = await temporal.client.workflow.start(campaignWorkflow, {
+      taskQueue,
+      workflowId: campaignId,
+      args: [{ campaignId, spec, reportRoot: dir } satisfies CampaignInput],
+    });
     // Kill as each round finishes (before the campaign records it and continues as new), and right after.
     for (const point of [1, 2]) {
       for (const moment of ['round finishing', 'new run']) {
@@ -145,7 +160,8 @@ test('SIGKILL of the worker between rounds and around continue-as-new: the campa
         let hit = false;
         while (!hit && Date.now() < deadline) {
           const p = await handle.query(campaignProgressQuery).catch(() => undefined);
-          if (moment === 'round finishing') hit = p?.currentRound?.round === point && ['evaluating', 'cleanup', 'completed'].includes(p.currentRound.phase);
+          if (moment === 'round finishing')
+            hit = p?.currentRound?.round === point && ['evaluating', 'cleanup', 'completed'].includes(p.currentRound.phase);
           else hit = (p?.rounds.length ?? 0) >= point;
           if (!hit) await new Promise((r) => setTimeout(r, 20));
         }
@@ -159,9 +175,14 @@ test('SIGKILL of the worker between rounds and around continue-as-new: the campa
     const result: CampaignResult = await handle.result();
     process.stderr.write(`[crash] campaign kills: ${kills.join('; ')}\n`);
     expect(kills.length).toBeGreaterThanOrEqual(3);
-    expect(result.rounds.map((r) => [r.round, r.status])).toEqual([[1, 'completed'], [2, 'completed'], [3, 'completed']]);
+    expect(result.rounds.map((r) => [r.round, r.status])).toEqual([
+      [1, 'completed'],
+      [2, 'completed'],
+      [3, 'completed'],
+    ]);
     const rounds: string[] = [];
-    for await (const w of temporal.client.workflow.list({ query: `WorkflowType = 'roundWorkflow' AND TaskQueue = '${taskQueue}'` })) rounds.push(w.workflowId);
+    for await (const w of temporal.client.workflow.list({ query: `WorkflowType = 'roundWorkflow' AND TaskQueue = '${taskQueue}'` }))
+      rounds.push(w.workflowId);
     expect(rounds.sort()).toEqual([1, 2, 3].map((n) => `${campaignId}-round-${n}`)); // one of each, never two
     const l = await ledger(emulator);
     expect(l.resources).toHaveLength(3);

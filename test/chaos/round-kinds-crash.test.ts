@@ -8,7 +8,14 @@ import type { RoundInput, RoundProgress, RoundResult } from '../../workflows/rou
 import { firedFaults, ledger, setFaults, startTestEmulator, tenPercentFaults, type RunningEmulator } from '../helpers/emulator';
 import { arithmeticRoundInput, progressOf } from '../helpers/round';
 import { connectTestTemporal, uniqueTaskQueue, type TestTemporal } from '../helpers/temporal';
-import { bundleToFile, crashTestWorkerEnv, killAtPoints, startWorkerProcess, type KillPoint, type WorkerProcess } from '../helpers/worker-process';
+import {
+  bundleToFile,
+  crashTestWorkerEnv,
+  killAtPoints,
+  startWorkerProcess,
+  type KillPoint,
+  type WorkerProcess,
+} from '../helpers/worker-process';
 import { roundWorkflow } from '../../workflows';
 
 /**
@@ -63,12 +70,19 @@ describe.each(['grpo', 'dpo'] as const)('%s round', (kind) => {
     const planned = PLANNED[kind];
     const killPoints: KillPoint<RoundProgress>[] = [
       { name: 'baseline', when: (p) => p.phase === 'baseline' },
-      ...[1, 4, 7, 11, 14].map((s) => ({ name: `training ≥ step ${s}`, when: (p: RoundProgress) => p.phase === 'training' && p.step >= s })),
+      ...[1, 4, 7, 11, 14].map((s) => ({
+        name: `training ≥ step ${s}`,
+        when: (p: RoundProgress) => p.phase === 'training' && p.step >= s,
+      })),
     ];
     let worker: WorkerProcess = startWorkerProcess(env);
     try {
       await worker.ready;
-      const handle = await temporal.client.workflow.start(roundWorkflow, { taskQueue, workflowId: `round-${input.campaignId}`, args: [input] });
+      const handle = await temporal.client.workflow.start(roundWorkflow, {
+        taskQueue,
+        workflowId: `round-${input.campaignId}`,
+        args: [input],
+      });
       const killed = await killAtPoints({
         points: killPoints,
         progress: () => progressOf(handle),
@@ -106,8 +120,16 @@ describe.each(['grpo', 'dpo'] as const)('%s round', (kind) => {
       await setFaults(emulator, tenPercentFaults(kind === 'grpo' ? 12 : 13));
       const taskQueue = uniqueTaskQueue(`faults-${kind}`);
       const input = KINDS[kind](emulator.url, `faults-${kind}-${taskQueue}`);
-      const worker = await createRoundhouseWorker({ connection: temporal.nativeConnection, namespace: temporal.settings.namespace, taskQueue, workflowBundle: { codePath: bundleFile }, providers });
-      const result: RoundResult = await worker.runUntil(temporal.client.workflow.execute(roundWorkflow, { taskQueue, workflowId: `round-${input.campaignId}`, args: [input] }));
+      const worker = await createRoundhouseWorker({
+        connection: temporal.nativeConnection,
+        namespace: temporal.settings.namespace,
+        taskQueue,
+        workflowBundle: { codePath: bundleFile },
+        providers,
+      });
+      const result: RoundResult = await worker.runUntil(
+        temporal.client.workflow.execute(roundWorkflow, { taskQueue, workflowId: `round-${input.campaignId}`, args: [input] }),
+      );
       expect(result).toMatchObject({ status: 'completed', stepsApplied: PLANNED[kind] });
       const fired = await firedFaults(emulator);
       process.stderr.write(`[faults ${kind}] injected: ${fired.summary}\n`);

@@ -26,9 +26,21 @@ beforeAll(async () => {
   stateDir = fs.mkdtempSync(path.join(os.tmpdir(), 'rh-cli-'));
   providers = new ProviderRegistry({ stateDir });
   const taskQueue = uniqueTaskQueue('cli');
-  worker = await createRoundhouseWorker({ connection: temporal.nativeConnection, namespace: 'default', taskQueue, workflowBundle: await bundleWorkflows(), providers });
+  worker = await createRoundhouseWorker({
+    connection: temporal.nativeConnection,
+    namespace: 'default',
+    taskQueue,
+    workflowBundle: await bundleWorkflows(),
+    providers,
+  });
   running = worker.run();
-  env = { TEMPORAL_ADDRESS: process.env.TEMPORAL_ADDRESS!, ROUNDHOUSE_TASK_QUEUE: taskQueue, ROUNDHOUSE_STATE_DIR: stateDir, ROUNDHOUSE_EMULATOR_URL: emulator.url, ROUNDHOUSE_LOG_LEVEL: 'warn' };
+  env = {
+    TEMPORAL_ADDRESS: process.env.TEMPORAL_ADDRESS!,
+    ROUNDHOUSE_TASK_QUEUE: taskQueue,
+    ROUNDHOUSE_STATE_DIR: stateDir,
+    ROUNDHOUSE_EMULATOR_URL: emulator.url,
+    ROUNDHOUSE_LOG_LEVEL: 'warn',
+  };
   const { dir } = ticketCampaignSpec({ baseUrl: emulator.url, trainRows: 20, evalRows: 5, yaml: 'rounds: { max: 1 }' });
   specFile = path.join(dir, 'campaign.yaml');
 });
@@ -59,12 +71,15 @@ function expectUsageError(run: { code: number | null; stderr: string }, message:
 }
 
 describe('every subcommand has --help with an example', () => {
-  test.each(['up', 'worker', 'emulator', 'run', 'status', 'watch', 'pause', 'resume', 'stop', 'report', 'reap', 'demo'])('%s --help', async (command) => {
-    const run = await roundhouse(command, '--help');
-    expect(run.code).toBe(0);
-    expect(run.stdout).toMatch(/Usage: roundhouse/);
-    expect(run.stdout).toMatch(/Example/);
-  });
+  test.each(['up', 'worker', 'emulator', 'run', 'status', 'watch', 'pause', 'resume', 'stop', 'report', 'reap', 'demo'])(
+    '%s --help',
+    async (command) => {
+      const run = await roundhouse(command, '--help');
+      expect(run.code).toBe(0);
+      expect(run.stdout).toMatch(/Usage: roundhouse/);
+      expect(run.stdout).toMatch(/Example/);
+    },
+  );
 
   test('schedule subcommands', async () => {
     for (const sub of ['create', 'list', 'pause', 'delete']) {
@@ -99,7 +114,11 @@ describe('bad input: documented exit codes and messages', () => {
 
   test.each([
     ['a grpo round without rewards', 'round: { kind: grpo }', /round\.grpo: is required when round\.kind is grpo/],
-    ['a KL penalty without reference logprobs', 'round: { kind: grpo, grpo: { reward: { kind: exact }, loss: { beta: 0.1 } } }', /round\.grpo\.loss\.beta: is above 0 but no reference logprobs/],
+    [
+      'a KL penalty without reference logprobs',
+      'round: { kind: grpo, grpo: { reward: { kind: exact }, loss: { beta: 0.1 } } }',
+      /round\.grpo\.loss\.beta: is above 0 but no reference logprobs/,
+    ],
   ])('run: %s is refused with file, line and field before anything starts', async (_what, round, message) => {
     const dir = path.dirname(specFile);
     const bad = path.join(dir, 'bad-kind.yaml');
@@ -111,9 +130,15 @@ describe('bad input: documented exit codes and messages', () => {
 
   test('run: dpo rows missing rejected name the data file line and field', async () => {
     const dir = path.dirname(specFile);
-    fs.writeFileSync(path.join(dir, 'pairs-bad.jsonl'), '{"prompt": "a", "chosen": "b", "rejected": "c"}\n{"prompt": "d", "chosen": "e"}\n');
+    fs.writeFileSync(
+      path.join(dir, 'pairs-bad.jsonl'),
+      '{"prompt": "a", "chosen": "b", "rejected": "c"}\n{"prompt": "d", "chosen": "e"}\n',
+    );
     const bad = path.join(dir, 'bad-dpo.yaml');
-    fs.writeFileSync(bad, `${fs.readFileSync(specFile, 'utf8').replace('train: train.jsonl', 'train: pairs-bad.jsonl').replace('eval: eval.jsonl', 'eval: pairs-bad.jsonl')}\nround: { kind: dpo }\n`);
+    fs.writeFileSync(
+      bad,
+      `${fs.readFileSync(specFile, 'utf8').replace('train: train.jsonl', 'train: pairs-bad.jsonl').replace('eval: eval.jsonl', 'eval: pairs-bad.jsonl')}\nround: { kind: dpo }\n`,
+    );
     expectUsageError(await roundhouse('run', bad), /pairs-bad\.jsonl:2 rejected: is required/);
   });
 
@@ -202,11 +227,22 @@ describe('happy paths against a running stack', () => {
 });
 
 test('the demo (npm start) runs a campaign end to end on a smaller config, shows accuracy by round and writes the report, in plain lines when stdout is a pipe', async () => {
-  const { dir } = ticketCampaignSpec({ baseUrl: emulator.url, trainRows: 40, evalRows: 10, yaml: 'rounds: { max: 2, nextData: { policy: all } }' });
+  const { dir } = ticketCampaignSpec({
+    baseUrl: emulator.url,
+    trainRows: 40,
+    evalRows: 10,
+    yaml: 'rounds: { max: 2, nextData: { policy: all } }',
+  });
   const demoState = fs.mkdtempSync(path.join(os.tmpdir(), 'rh-demo-'));
   const run = await new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) => {
     const child = spawn(process.execPath, [bin, 'demo', '--spec', path.join(dir, 'campaign.yaml')], {
-      env: { ...process.env, ...env, ROUNDHOUSE_TASK_QUEUE: uniqueTaskQueue('demo'), ROUNDHOUSE_STATE_DIR: demoState, ROUNDHOUSE_LOG_LEVEL: 'info' },
+      env: {
+        ...process.env,
+        ...env,
+        ROUNDHOUSE_TASK_QUEUE: uniqueTaskQueue('demo'),
+        ROUNDHOUSE_STATE_DIR: demoState,
+        ROUNDHOUSE_LOG_LEVEL: 'info',
+      },
       timeout: 180_000,
     });
     let stdout = '';

@@ -12,9 +12,7 @@ describe('a bad worker environment is one clear line and exit code 2', () => {
   test('malformed TEMPORAL_ADDRESS', () => {
     const run = roundhouse(['worker'], { TEMPORAL_ADDRESS: 'not-an-address' });
     expect(run.status).toBe(2);
-    expect(run.stderr.trim()).toBe(
-      "roundhouse: TEMPORAL_ADDRESS: expected host:port, e.g. 127.0.0.1:7233 (got 'not-an-address')",
-    );
+    expect(run.stderr.trim()).toBe("roundhouse: TEMPORAL_ADDRESS: expected host:port, e.g. 127.0.0.1:7233 (got 'not-an-address')");
     expect(run.stderr).not.toMatch(/\n\s+at /); // no stack trace
   });
 

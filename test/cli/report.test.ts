@@ -21,11 +21,26 @@ test('a campaign writes report.html and summary.md; the HTML renders its charts 
   const providers = new ProviderRegistry({ stateDir: fs.mkdtempSync(path.join(os.tmpdir(), 'rh-report-')) });
   try {
     const taskQueue = uniqueTaskQueue('report');
-    const { spec, dir } = ticketCampaignSpec({ baseUrl: emulator.url, trainRows: 30, evalRows: 10, yaml: 'rounds: { max: 2, nextData: { policy: all } }' });
+    const { spec, dir } = ticketCampaignSpec({
+      baseUrl: emulator.url,
+      trainRows: 30,
+      evalRows: 10,
+      yaml: 'rounds: { max: 2, nextData: { policy: all } }',
+    });
     const campaignId = `report-${taskQueue}`;
-    const worker = await createRoundhouseWorker({ connection: temporal.nativeConnection, namespace: 'default', taskQueue, workflowBundle: await bundleWorkflows(), providers });
+    const worker = await createRoundhouseWorker({
+      connection: temporal.nativeConnection,
+      namespace: 'default',
+      taskQueue,
+      workflowBundle: await bundleWorkflows(),
+      providers,
+    });
     const result: CampaignResult = await worker.runUntil(
-      temporal.client.workflow.execute(campaignWorkflow, { taskQueue, workflowId: campaignId, args: [{ campaignId, spec, reportRoot: dir } satisfies CampaignInput] }),
+      temporal.client.workflow.execute(campaignWorkflow, {
+        taskQueue,
+        workflowId: campaignId,
+        args: [{ campaignId, spec, reportRoot: dir } satisfies CampaignInput],
+      }),
     );
     const campaignDir = path.dirname(result.summaryPath);
     const html = fs.readFileSync(path.join(campaignDir, 'report.html'), 'utf8');
@@ -37,12 +52,32 @@ test('a campaign writes report.html and summary.md; the HTML renders its charts 
     expect(md.split('\n').filter((l) => /^\| [12] \| completed/.test(l))).toHaveLength(2);
 
     const screenshot = path.join(campaignDir, 'report.png');
-    const flags = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync', `--user-data-dir=${fs.mkdtempSync(path.join(os.tmpdir(), 'rh-chrome-'))}`, '--enable-logging=stderr', '--v=0'];
-    const dom = spawnSync(CHROMIUM, [...flags, '--virtual-time-budget=3000', '--dump-dom', `file://${path.join(campaignDir, 'report.html')}`], { encoding: 'utf8', timeout: 60_000 });
+    const flags = [
+      '--headless',
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-quic',
+      '--no-first-run',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+      `--user-data-dir=${fs.mkdtempSync(path.join(os.tmpdir(), 'rh-chrome-'))}`,
+      '--enable-logging=stderr',
+      '--v=0',
+    ];
+    const dom = spawnSync(
+      CHROMIUM,
+      [...flags, '--virtual-time-budget=3000', '--dump-dom', `file://${path.join(campaignDir, 'report.html')}`],
+      { encoding: 'utf8', timeout: 60_000 },
+    );
     expect(dom.status).toBe(0);
     expect(dom.stdout).toMatch(/<body[^>]*data-rendered="3"/); // all three charts were built
     expect(dom.stderr).not.toMatch(/Uncaught|CONSOLE\(\d+\)\] "?Error/);
-    const shot = spawnSync(CHROMIUM, [...flags, '--window-size=1200,1700', `--screenshot=${screenshot}`, `file://${path.join(campaignDir, 'report.html')}`], { encoding: 'utf8', timeout: 60_000 });
+    const shot = spawnSync(
+      CHROMIUM,
+      [...flags, '--window-size=1200,1700', `--screenshot=${screenshot}`, `file://${path.join(campaignDir, 'report.html')}`],
+      { encoding: 'utf8', timeout: 60_000 },
+    );
     expect(shot.status).toBe(0);
     expect(fs.statSync(screenshot).size).toBeGreaterThan(20_000);
     process.stderr.write(`[report] ${path.join(campaignDir, 'report.html')} → ${screenshot}\n`);
@@ -54,8 +89,23 @@ test('a campaign writes report.html and summary.md; the HTML renders its charts 
 });
 
 function renderedCharts(htmlFile: string): { charts: number; stderr: string } {
-  const flags = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync', `--user-data-dir=${fs.mkdtempSync(path.join(os.tmpdir(), 'rh-chrome-'))}`, '--enable-logging=stderr', '--v=0'];
-  const dom = spawnSync(CHROMIUM, [...flags, '--virtual-time-budget=3000', '--dump-dom', `file://${htmlFile}`], { encoding: 'utf8', timeout: 60_000 });
+  const flags = [
+    '--headless',
+    '--no-sandbox',
+    '--disable-gpu',
+    '--disable-quic',
+    '--no-first-run',
+    '--disable-background-networking',
+    '--disable-component-update',
+    '--disable-sync',
+    `--user-data-dir=${fs.mkdtempSync(path.join(os.tmpdir(), 'rh-chrome-'))}`,
+    '--enable-logging=stderr',
+    '--v=0',
+  ];
+  const dom = spawnSync(CHROMIUM, [...flags, '--virtual-time-budget=3000', '--dump-dom', `file://${htmlFile}`], {
+    encoding: 'utf8',
+    timeout: 60_000,
+  });
   expect(dom.status).toBe(0);
   return { charts: Number(/<body[^>]*data-rendered="(\d+)"/.exec(dom.stdout)?.[1] ?? -1), stderr: dom.stderr };
 }
@@ -82,47 +132,66 @@ rounds: { max: 2, nextData: { policy: static } }`,
   },
 };
 
-test.each(['grpo', 'dpo'] as const)('a %s campaign of two rounds reports its per-step policy curve, rendered in Chromium', async (kind) => {
-  const temporal = await connectTestTemporal();
-  const emulator = await startTestEmulator();
-  const providers = new ProviderRegistry({ stateDir: fs.mkdtempSync(path.join(os.tmpdir(), 'rh-report-')) });
-  try {
-    const dir = fs.mkdtempSync(path.join(os.tmpdir(), `rh-${kind}-campaign-`));
-    KIND_CAMPAIGNS[kind].write(dir);
-    // A warm start: the campaign's first round opens from a training checkpoint made beforehand.
-    const provider = togetherProvider(emulator, LOCAL_EMULATOR_KEY); // the account the worker uses on a local provider
-    const resource = await provider.provision({ model: 'roundhouse/tiny-chat', ownerTag: 'warm-start' });
-    await provider.waitReady(resource.id, { pollIntervalMs: 20 });
-    const session = await provider.openSession({ resourceId: resource.id, loraRank: 8 });
-    const checkpoint = await provider.awaitOperation(await provider.submitTrainingCheckpoint(session.id, 'warm-start'));
-    await provider.deactivate(resource.id);
-    await provider.close();
-    const text = `name: ${kind}-campaign\nprovider: { kind: local, baseUrl: "${emulator.url}", model: roundhouse/tiny-chat }\nadvanced: { heartbeatTimeoutSeconds: 5 }\n${KIND_CAMPAIGNS[kind].yaml.replace('CHECKPOINT', checkpoint.checkpointId)}\n`;
-    fs.writeFileSync(path.join(dir, 'campaign.yaml'), text);
-    const spec = parseCampaignSpec(text, path.join(dir, 'campaign.yaml'));
-    const taskQueue = uniqueTaskQueue(`report-${kind}`);
-    const campaignId = `report-${taskQueue}`;
-    const worker = await createRoundhouseWorker({ connection: temporal.nativeConnection, namespace: 'default', taskQueue, workflowBundle: await bundleWorkflows(), providers });
-    const result: CampaignResult = await worker.runUntil(
-      temporal.client.workflow.execute(campaignWorkflow, { taskQueue, workflowId: campaignId, args: [{ campaignId, spec, reportRoot: dir } satisfies CampaignInput] }),
-    );
-    expect(result.rounds.map((r) => [r.round, r.status])).toEqual([[1, 'completed'], [2, 'completed']]);
-    const campaignDir = path.dirname(result.summaryPath);
-    const md = fs.readFileSync(path.join(campaignDir, 'summary.md'), 'utf8');
-    expect(md).toMatch(KIND_CAMPAIGNS[kind].summary);
-    const html = fs.readFileSync(path.join(campaignDir, 'report.html'), 'utf8');
-    const data = JSON.parse(/<script id="report-data" type="application\/json">(.*?)<\/script>/s.exec(html)![1]!);
-    const series = kind === 'grpo' ? data.rewards : data.margins;
-    expect(series.map((s: { round: number }) => s.round)).toEqual([1, 2]);
-    const round1 = JSON.parse(fs.readFileSync(result.rounds[0]!.reportPath, 'utf8'));
-    if (kind === 'grpo') expect(round1.started_from_checkpoint).toBe(checkpoint.checkpointId);
-    expect(series[0].points.map((p: { y: number }) => p.y)).toEqual(round1.steps.map((s: { meanReward?: number; margin?: number }) => (kind === 'grpo' ? s.meanReward : s.margin)));
-    const rendered = renderedCharts(path.join(campaignDir, 'report.html'));
-    expect(rendered.charts).toBe(4); // metric, eval loss, step loss, and the kind's own curve
-    expect(rendered.stderr).not.toMatch(/Uncaught|CONSOLE\(\d+\)\] "?Error/);
-  } finally {
-    await providers.close();
-    await emulator.close();
-    await temporal.close();
-  }
-}, 180_000);
+test.each(['grpo', 'dpo'] as const)(
+  'a %s campaign of two rounds reports its per-step policy curve, rendered in Chromium',
+  async (kind) => {
+    const temporal = await connectTestTemporal();
+    const emulator = await startTestEmulator();
+    const providers = new ProviderRegistry({ stateDir: fs.mkdtempSync(path.join(os.tmpdir(), 'rh-report-')) });
+    try {
+      const dir = fs.mkdtempSync(path.join(os.tmpdir(), `rh-${kind}-campaign-`));
+      KIND_CAMPAIGNS[kind].write(dir);
+      // A warm start: the campaign's first round opens from a training checkpoint made beforehand.
+      const provider = togetherProvider(emulator, LOCAL_EMULATOR_KEY); // the account the worker uses on a local provider
+      const resource = await provider.provision({ model: 'roundhouse/tiny-chat', ownerTag: 'warm-start' });
+      await provider.waitReady(resource.id, { pollIntervalMs: 20 });
+      const session = await provider.openSession({ resourceId: resource.id, loraRank: 8 });
+      const checkpoint = await provider.awaitOperation(await provider.submitTrainingCheckpoint(session.id, 'warm-start'));
+      await provider.deactivate(resource.id);
+      await provider.close();
+      const text = `name: ${kind}-campaign\nprovider: { kind: local, baseUrl: "${emulator.url}", model: roundhouse/tiny-chat }\nadvanced: { heartbeatTimeoutSeconds: 5 }\n${KIND_CAMPAIGNS[kind].yaml.replace('CHECKPOINT', checkpoint.checkpointId)}\n`;
+      fs.writeFileSync(path.join(dir, 'campaign.yaml'), text);
+      const spec = parseCampaignSpec(text, path.join(dir, 'campaign.yaml'));
+      const taskQueue = uniqueTaskQueue(`report-${kind}`);
+      const campaignId = `report-${taskQueue}`;
+      const worker = await createRoundhouseWorker({
+        connection: temporal.nativeConnection,
+        namespace: 'default',
+        taskQueue,
+        workflowBundle: await bundleWorkflows(),
+        providers,
+      });
+      const result: CampaignResult = await worker.runUntil(
+        temporal.client.workflow.execute(campaignWorkflow, {
+          taskQueue,
+          workflowId: campaignId,
+          args: [{ campaignId, spec, reportRoot: dir } satisfies CampaignInput],
+        }),
+      );
+      expect(result.rounds.map((r) => [r.round, r.status])).toEqual([
+        [1, 'completed'],
+        [2, 'completed'],
+      ]);
+      const campaignDir = path.dirname(result.summaryPath);
+      const md = fs.readFileSync(path.join(campaignDir, 'summary.md'), 'utf8');
+      expect(md).toMatch(KIND_CAMPAIGNS[kind].summary);
+      const html = fs.readFileSync(path.join(campaignDir, 'report.html'), 'utf8');
+      const data = JSON.parse(/<script id="report-data" type="application\/json">(.*?)<\/script>/s.exec(html)![1]!);
+      const series = kind === 'grpo' ? data.rewards : data.margins;
+      expect(series.map((s: { round: number }) => s.round)).toEqual([1, 2]);
+      const round1 = JSON.parse(fs.readFileSync(result.rounds[0]!.reportPath, 'utf8'));
+      if (kind === 'grpo') expect(round1.started_from_checkpoint).toBe(checkpoint.checkpointId);
+      expect(series[0].points.map((p: { y: number }) => p.y)).toEqual(
+        round1.steps.map((s: { meanReward?: number; margin?: number }) => (kind === 'grpo' ? s.meanReward : s.margin)),
+      );
+      const rendered = renderedCharts(path.join(campaignDir, 'report.html'));
+      expect(rendered.charts).toBe(4); // metric, eval loss, step loss, and the kind's own curve
+      expect(rendered.stderr).not.toMatch(/Uncaught|CONSOLE\(\d+\)\] "?Error/);
+    } finally {
+      await providers.close();
+      await emulator.close();
+      await temporal.close();
+    }
+  },
+  180_000,
+);

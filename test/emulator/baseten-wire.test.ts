@@ -50,7 +50,10 @@ function datum(tokens: number[], trained: number, weights?: number[]) {
   const targets = tokens.map((_t, i) => (i + 1 < tokens.length && i + 1 >= tokens.length - trained ? tokens[i + 1]! : -100));
   return {
     model_input: { chunks: [{ type: 'encoded_text', tokens }] },
-    loss_fn_inputs: { target_tokens: { data: targets, dtype: 'int64', shape: [targets.length] }, ...(weights ? { weights: { data: weights, dtype: 'float32' } } : {}) },
+    loss_fn_inputs: {
+      target_tokens: { data: targets, dtype: 'int64', shape: [targets.length] },
+      ...(weights ? { weights: { data: weights, dtype: 'float32' } } : {}),
+    },
     routed_experts_ref: null,
   };
 }
@@ -68,7 +71,9 @@ describe('control plane', () => {
 
   test('capabilities list the models with their context lengths', async () => {
     const { json } = await loops('GET', '/v1/loops/capabilities');
-    expect(json.supported_models).toEqual(expect.arrayContaining([expect.objectContaining({ model_name: MODEL, max_context_length: 2048, supports_vision_language: false })]));
+    expect(json.supported_models).toEqual(
+      expect.arrayContaining([expect.objectContaining({ model_name: MODEL, max_context_length: 2048, supports_vision_language: false })]),
+    );
   });
 
   test('a run is created with the documented defaults, and bad fields are refused naming the field', async () => {
@@ -84,7 +89,12 @@ describe('control plane', () => {
       base_url: `${emulator.url}/baseten/trainers/${run.id}`,
     });
     const session = (await loops('POST', '/v1/loops/sessions')).json.session.id;
-    for (const [field, value] of [['scale_down_delay_seconds', 0], ['scale_down_delay_seconds', 3601], ['lora_rank', 0], ['availability_model', 'cheap']] as const) {
+    for (const [field, value] of [
+      ['scale_down_delay_seconds', 0],
+      ['scale_down_delay_seconds', 3601],
+      ['lora_rank', 0],
+      ['availability_model', 'cheap'],
+    ] as const) {
       const res = await loops('POST', '/v1/loops/trainers', { body: { session_id: session, base_model: MODEL, [field]: value } });
       expect(res.status).toBe(400);
       expect(res.json.detail).toContain(field);
@@ -92,7 +102,10 @@ describe('control plane', () => {
     expect((await loops('POST', '/v1/loops/trainers', { body: { session_id: 'nosuch', base_model: MODEL } })).status).toBe(404);
     expect((await loops('POST', '/v1/loops/trainers', { body: { session_id: session, base_model: 'nope/nope' } })).status).toBe(400);
     // /runs pairs a sampler with the trainer.
-    expect((await newRun({}, '/v1/loops/runs')).sampler).toMatchObject({ status: { name: 'ACTIVE' }, base_url: expect.stringMatching(/\/baseten\/samplers\/\w+\/sync$/) });
+    expect((await newRun({}, '/v1/loops/runs')).sampler).toMatchObject({
+      status: { name: 'ACTIVE' },
+      base_url: expect.stringMatching(/\/baseten\/samplers\/\w+\/sync$/),
+    });
   });
 
   test('runs are listed newest first, by run, base model or session; a newer run of the same session and model replaces the older', async () => {
@@ -104,7 +117,10 @@ describe('control plane', () => {
     expect((await loops('GET', `/v1/loops/runs?session_id=${a.session_id}`)).json.runs.map((r: any) => r.id)).toEqual([a.id]);
 
     const replacement = await loops('POST', '/v1/loops/trainers', { body: { session_id: a.session_id, base_model: MODEL } });
-    expect((await loops('GET', `/v1/loops/runs/${a.id}`)).json.run).toMatchObject({ status: { name: 'INACTIVE' }, replaced_by: replacement.json.run.id });
+    expect((await loops('GET', `/v1/loops/runs/${a.id}`)).json.run).toMatchObject({
+      status: { name: 'INACTIVE' },
+      replaced_by: replacement.json.run.id,
+    });
     expect((await ledger(emulator)).active).not.toContain(a.id);
     // Another account sees none of it.
     expect((await raw(emulator, 'GET', `/v1/loops/runs/${a.id}`, { apiKey: 'someone-else' })).status).toBe(404);
@@ -128,12 +144,17 @@ describe('control plane', () => {
   test('deployments are listed with their status and can be deactivated; a paired sampler cannot be deactivated alone (409)', async () => {
     const run = await newRun({}, '/v1/loops/runs');
     const listed = (await loops('GET', '/v1/loops/deployments')).json.deployments;
-    expect(listed).toEqual([expect.objectContaining({ id: run.deployment_id, active_run_id: run.id, latest_run_id: run.id, status: { name: 'RUNNING' } })]);
+    expect(listed).toEqual([
+      expect.objectContaining({ id: run.deployment_id, active_run_id: run.id, latest_run_id: run.id, status: { name: 'RUNNING' } }),
+    ]);
     expect((await loops('POST', `/v1/loops/samplers/${run.sampler.id}/deactivate`)).status).toBe(409);
     expect((await loops('GET', `/v1/models/${run.sampler.model_id}/deployments/${run.sampler.deployment_id}`)).json.status).toBe('ACTIVE');
     await loops('POST', `/v1/loops/deployments/${run.deployment_id}/deactivate`);
     expect((await loops('GET', `/v1/loops/runs/${run.id}`)).json.run.status.name).toBe('INACTIVE');
-    expect((await loops('GET', '/v1/loops/deployments')).json.deployments[0]).toMatchObject({ active_run_id: null, status: { name: 'STOPPED' } });
+    expect((await loops('GET', '/v1/loops/deployments')).json.deployments[0]).toMatchObject({
+      active_run_id: null,
+      status: { name: 'STOPPED' },
+    });
   });
 
   test('a run idle for scale_down_delay_seconds scales to zero (INACTIVE, billing ends); health probes keep it warm', async () => {
@@ -151,7 +172,10 @@ describe('control plane', () => {
     }
     expect((await loops('GET', `/v1/loops/runs/${run.id}`)).json.run.status.name).toBe('ACTIVE');
     await new Promise((r) => setTimeout(r, 1_200));
-    expect((await loops('GET', `/v1/loops/runs/${run.id}`)).json.run).toMatchObject({ status: { name: 'INACTIVE' }, deployment_status: 'SCALED_TO_ZERO' });
+    expect((await loops('GET', `/v1/loops/runs/${run.id}`)).json.run).toMatchObject({
+      status: { name: 'INACTIVE' },
+      deployment_status: 'SCALED_TO_ZERO',
+    });
     // Billed from creation to one delay after the last heartbeat, and no longer.
     const billed = (await ledger(emulator)).resources.find((r) => r.id === run.id)!.gpuSeconds;
     expect(billed).toBeGreaterThanOrEqual((lastSent - createdAfter) / 1000 + 1 - 0.01);
@@ -168,7 +192,10 @@ describe('trainer data plane', () => {
     const again = await loops('POST', `${run.base_url}/optim_step`, { body: { adam_params: ADAM }, key: 'opt-1' });
     expect(first.headers.location).toBe('/operations/opt-1');
     expect(again.json.operation_id).toBe('opt-1');
-    expect((await loops('GET', `${run.base_url}/operations/opt-1`)).json).toMatchObject({ status: 'done', result: { metrics: { step: 1, learning_rate: 0.02 } } });
+    expect((await loops('GET', `${run.base_url}/operations/opt-1`)).json).toMatchObject({
+      status: 'done',
+      result: { metrics: { step: 1, learning_rate: 0.02 } },
+    });
     expect((await ledger(emulator)).sessions.find((s) => s.id === run.id)).toMatchObject({ optimizerSteps: 1, duplicatesAbsorbed: 1 });
     expect((await loops('GET', `${run.base_url}/policy_version`)).json).toEqual({ policy_version: 1 });
   });
@@ -179,17 +206,26 @@ describe('trainer data plane', () => {
     const bad = await op(run, 'forward_backward', { data: [datum([1, 5, 6], 1)], loss_fn: 'cispo' });
     expect(bad).toMatchObject({ status: 'error', error_class: 'ValueError', error: expect.stringMatching(/loss_fn 'cispo'/) });
     const noAdvantages = await op(run, 'forward_backward', { data: [datum([1, 5, 6], 1)], loss_fn: 'ppo' });
-    expect(noAdvantages).toMatchObject({ status: 'error', error_class: 'ValueError', error: expect.stringMatching(/(logprobs|advantages) is required for ppo/) });
-    const shifted = await op(run, 'forward', { data: [{ ...datum([1, 5, 6], 1), loss_fn_inputs: { target_tokens: { data: [5, 6], dtype: 'int64' } } }] });
+    expect(noAdvantages).toMatchObject({
+      status: 'error',
+      error_class: 'ValueError',
+      error: expect.stringMatching(/(logprobs|advantages) is required for ppo/),
+    });
+    const shifted = await op(run, 'forward', {
+      data: [{ ...datum([1, 5, 6], 1), loss_fn_inputs: { target_tokens: { data: [5, 6], dtype: 'int64' } } }],
+    });
     expect(shifted).toMatchObject({ status: 'error', error_class: 'ValueError', error: expect.stringMatching(/same length/) });
     expect((await loops('POST', `${run.base_url}/optim_step`, { body: { adam_params: ADAM } })).status).toBe(422);
     await loops('POST', `${run.base_url}/optim_step`, { body: { adam_params: ADAM }, key: 'reused' });
-    const reused = await loops('POST', `${run.base_url}/optim_step`, { body: { adam_params: { ...ADAM, learning_rate: 1 } }, key: 'reused' });
+    const reused = await loops('POST', `${run.base_url}/optim_step`, {
+      body: { adam_params: { ...ADAM, learning_rate: 1 } },
+      key: 'reused',
+    });
     expect(reused).toMatchObject({ status: 422, json: { error: { code: 'IDEMPOTENCY_KEY_REUSED' } } });
     expect((await loops('GET', `${run.base_url}/operations/never-submitted`)).status).toBe(404);
   });
 
-  test("cross-entropy the Baseten way: caller-shifted targets with -100 masks, null logprobs there, loss a per-token mean unless skip_token_normalization", async () => {
+  test('cross-entropy the Baseten way: caller-shifted targets with -100 masks, null logprobs there, loss a per-token mean unless skip_token_normalization', async () => {
     const run = await newRun();
     await op(run, 'init_trainer_server', { lora_rank: 8 });
     const data = [datum([1, 5, 6, 7, 8], 3), datum([1, 9, 10], 1)];
@@ -206,7 +242,9 @@ describe('trainer data plane', () => {
     expect(sum.metrics).toMatchObject({ skip_token_normalization: 1, num_tokens: 4 });
     expect(mean.metrics.skip_token_normalization).toBeUndefined();
     // A weights tensor scales each position's term.
-    const weighted = (await op(run, 'forward', { data: [datum([1, 5, 6, 7, 8], 3, [0, 2, 2, 2, 0])], loss_fn_config: { skip_token_normalization: true } })).result;
+    const weighted = (
+      await op(run, 'forward', { data: [datum([1, 5, 6, 7, 8], 3, [0, 2, 2, 2, 0])], loss_fn_config: { skip_token_normalization: true } })
+    ).result;
     const once = (await op(run, 'forward', { data: [data[0]], loss_fn_config: { skip_token_normalization: true } })).result;
     expect(weighted.loss).toBeCloseTo(2 * once.loss, 4);
   });
@@ -220,7 +258,11 @@ describe('trainer data plane', () => {
     const sampled = ce.loss_fn_outputs[0].logprobs.data.map((v: number | null) => v ?? 0);
     const rl = (advantages: number[], logprobs = sampled) => ({
       ...base,
-      loss_fn_inputs: { ...base.loss_fn_inputs, logprobs: { data: logprobs, dtype: 'float32' }, advantages: { data: advantages, dtype: 'float32' } },
+      loss_fn_inputs: {
+        ...base.loss_fn_inputs,
+        logprobs: { data: logprobs, dtype: 'float32' },
+        advantages: { data: advantages, dtype: 'float32' },
+      },
     });
     // Ratio 1 (the sampler's logprobs are the policy's): −Σ A over the 3 trained positions; a per-token mean by default.
     const is = (await op(run, 'forward', { data: [rl([0, 2, 2, 2, 0])], loss_fn: 'importance_sampling', loss_fn_config: sum })).result;
@@ -229,7 +271,18 @@ describe('trainer data plane', () => {
     const mean = (await op(run, 'forward', { data: [rl([2])], loss_fn: 'importance_sampling' })).result;
     expect(mean.loss).toBeCloseTo(-2, 3);
     // PPO clips the ratio: sampled logprobs 1 nat lower make the ratio e, clipped to clip_high_threshold.
-    const ppo = (await op(run, 'forward_backward', { data: [rl([1], sampled.map((v: number) => v - 1))], loss_fn: 'ppo', loss_fn_config: { ...sum, clip_high_threshold: 1.5 } })).result;
+    const ppo = (
+      await op(run, 'forward_backward', {
+        data: [
+          rl(
+            [1],
+            sampled.map((v: number) => v - 1),
+          ),
+        ],
+        loss_fn: 'ppo',
+        loss_fn_config: { ...sum, clip_high_threshold: 1.5 },
+      })
+    ).result;
     expect(ppo.loss).toBeCloseTo(-3 * 1.5, 3);
     const badClip = await op(run, 'forward', { data: [rl([1])], loss_fn: 'ppo', loss_fn_config: { clip_low_threshold: 1.5 } });
     expect(badClip).toMatchObject({ status: 'error', error_class: 'ValueError', error: expect.stringMatching(/clip_low_threshold/) });
@@ -241,10 +294,13 @@ describe('trainer data plane', () => {
     const slow = await startTestEmulator({ basetenPollHoldMs: 50, operationLatencyMs: 800 });
     try {
       const session = await raw(slow, 'POST', '/v1/loops/sessions', { apiKey });
-      const run = (await raw(slow, 'POST', '/v1/loops/trainers', { apiKey, body: { session_id: session.json.session.id, base_model: MODEL } })).json.run;
+      const run = (
+        await raw(slow, 'POST', '/v1/loops/trainers', { apiKey, body: { session_id: session.json.session.id, base_model: MODEL } })
+      ).json.run;
       await raw(slow, 'POST', `${run.base_url}/init_trainer_server`, { apiKey, idempotencyKey: 'init', body: { lora_rank: 4 } });
       const statuses: number[] = [];
-      for (let i = 0; i < 40 && statuses[statuses.length - 1] !== 200; i++) statuses.push((await raw(slow, 'GET', `${run.base_url}/operations/init`, { apiKey })).status);
+      for (let i = 0; i < 40 && statuses[statuses.length - 1] !== 200; i++)
+        statuses.push((await raw(slow, 'GET', `${run.base_url}/operations/init`, { apiKey })).status);
       expect(statuses[0]).toBe(408);
       expect(statuses[statuses.length - 1]).toBe(200);
     } finally {
@@ -263,21 +319,32 @@ describe('trainer data plane', () => {
     expect(sampler).toEqual({ version: 1, path: `bt://loops:${run.id}/sampler_weights/r1-sampler` });
 
     const listed = (await loops('GET', `/v1/loops/checkpoints?run_id=${run.id}`)).json.checkpoints;
-    expect(listed.map((c: any) => [c.checkpoint_id, c.target, c.lora_adapter_config.r])).toEqual([['r1-state', 'trainer', 8], ['r1-sampler', 'sampler', 8]]);
-    expect((await loops('GET', `/v1/loops/checkpoints?checkpoint_path=${encodeURIComponent(sampler.path)}`)).json.checkpoints).toHaveLength(1);
+    expect(listed.map((c: any) => [c.checkpoint_id, c.target, c.lora_adapter_config.r])).toEqual([
+      ['r1-state', 'trainer', 8],
+      ['r1-sampler', 'sampler', 8],
+    ]);
+    expect((await loops('GET', `/v1/loops/checkpoints?checkpoint_path=${encodeURIComponent(sampler.path)}`)).json.checkpoints).toHaveLength(
+      1,
+    );
     expect((await loops('GET', `/v1/loops/checkpoints?base_model=${encodeURIComponent(MODEL)}`)).json.checkpoints).toHaveLength(2);
     expect((await loops('GET', '/v1/loops/checkpoints')).status).toBe(400); // exactly one filter
-    expect((await loops('POST', '/v1/loops/checkpoints/validate', { body: { checkpoint_path: sampler.path, run_id: run.id } })).status).toBe(200);
+    expect(
+      (await loops('POST', '/v1/loops/checkpoints/validate', { body: { checkpoint_path: sampler.path, run_id: run.id } })).status,
+    ).toBe(200);
     expect((await loops('POST', '/v1/loops/checkpoints/validate', { body: { checkpoint_path: state.path } })).status).toBe(400); // not servable
 
     const trainerCkpt = listed[0];
     const pages: any[] = [];
-    for (let token: number | null = 0; token !== null && pages.length < 10; ) {
+    for (let token: number | null = 0; token !== null && pages.length < 10;) {
       const page: any = (await loops('GET', `/v1/loops/checkpoints/${trainerCkpt.id}/files?page_size=1&page_token=${token}`)).json;
       pages.push(page);
       token = page.next_page_token;
     }
-    expect(pages.map((p) => p.presigned_urls[0].relative_file_name)).toEqual(['adapter_config.json', 'adapter_state.json', 'trainer_state.json']);
+    expect(pages.map((p) => p.presigned_urls[0].relative_file_name)).toEqual([
+      'adapter_config.json',
+      'adapter_state.json',
+      'trainer_state.json',
+    ]);
     expect(pages.map((p) => p.next_page_token)).toEqual([1, 2, null]);
     expect(pages[0].total_count).toBe(3);
     const url: string = pages[2].presigned_urls[0].url;
@@ -295,7 +362,8 @@ describe('trainer data plane', () => {
     }
     const { path } = (await op(run, 'save_state', { name: 'two' })).result;
     const sampler = (await op(run, 'save_weights_for_sampler', { name: 'two-s' })).result;
-    const probe = async () => (await op(run, 'forward', { data: [datum([1, 5, 6, 7], 2)], loss_fn_config: { skip_token_normalization: true } })).result.loss;
+    const probe = async () =>
+      (await op(run, 'forward', { data: [datum([1, 5, 6, 7], 2)], loss_fn_config: { skip_token_normalization: true } })).result.loss;
     const trained = await probe();
     expect((await op(run, 'init_trainer_server', { lora_rank: 8 })).result).toEqual({ step: 0, lora_rank: 8 });
     expect(await probe()).not.toBeCloseTo(trained, 3); // a fresh adapter
@@ -303,7 +371,10 @@ describe('trainer data plane', () => {
     expect(await probe()).toBeCloseTo(trained, 4);
     expect((await op(run, 'load_state_with_optimizer', { path })).result).toEqual({ step: 2 });
     expect((await loops('GET', `${run.base_url}/policy_version`)).json.policy_version).toBe(2);
-    expect(await op(run, 'load_state', { path: sampler.path })).toMatchObject({ status: 'error', error: expect.stringMatching(/cannot be resumed/) });
+    expect(await op(run, 'load_state', { path: sampler.path })).toMatchObject({
+      status: 'error',
+      error: expect.stringMatching(/cannot be resumed/),
+    });
   });
 });
 
@@ -319,12 +390,26 @@ describe('sampler data plane', () => {
     await op(run, 'optim_step', { adam_params: ADAM });
     const staged = (await op(run, 'save_weights_for_sampler', { name: 'staged', bump_version: false })).result;
 
-    const body = { prompt: [1, 5], n: 2, temperature: 0, top_p: 1, logprobs: 0, return_tokens_as_token_ids: true, max_tokens: 3, seed: 0, stop_token_ids: [2], prompt_logprobs: 0 };
+    const body = {
+      prompt: [1, 5],
+      n: 2,
+      temperature: 0,
+      top_p: 1,
+      logprobs: 0,
+      return_tokens_as_token_ids: true,
+      max_tokens: 3,
+      seed: 0,
+      stop_token_ids: [2],
+      prompt_logprobs: 0,
+    };
     const live = await loops('POST', sampleUrl, { body, headers: { 'x-run-id': run.id } });
     expect(live.status).toBe(200);
     expect(live.headers['x-trainers-policy-version']).toBe('0'); // nothing published yet: the base model
     expect(live.json.choices).toHaveLength(2);
-    expect(live.json.choices[0]).toMatchObject({ finish_reason: expect.stringMatching(/^(stop|length)$/), logprobs: { tokens: expect.any(Array), token_logprobs: expect.any(Array) } });
+    expect(live.json.choices[0]).toMatchObject({
+      finish_reason: expect.stringMatching(/^(stop|length)$/),
+      logprobs: { tokens: expect.any(Array), token_logprobs: expect.any(Array) },
+    });
     expect(live.json.choices[0].prompt_logprobs).toEqual([null, { '5': expect.objectContaining({ logprob: expect.any(Number) }) }]);
 
     // Below the floor without a pin: 408 (the SDK retries). With a pin: the pinned checkpoint is served.
@@ -345,8 +430,12 @@ describe('sampler data plane', () => {
     const run = await newRun();
     await op(run, 'init_trainer_server', { lora_rank: 8 });
     const saved = (await op(run, 'save_weights_for_sampler', { name: 'base' })).result;
-    const created = (await loops('POST', '/v1/loops/samplers', { body: { session_id: run.session_id, model_path: saved.path } })).json.sampler;
-    const res = await loops('POST', `${created.base_url}/sample`, { body: { prompt: [1, 5], max_tokens: 2, temperature: 0 }, headers: { 'x-checkpoint-path': saved.path } });
+    const created = (await loops('POST', '/v1/loops/samplers', { body: { session_id: run.session_id, model_path: saved.path } })).json
+      .sampler;
+    const res = await loops('POST', `${created.base_url}/sample`, {
+      body: { prompt: [1, 5], max_tokens: 2, temperature: 0 },
+      headers: { 'x-checkpoint-path': saved.path },
+    });
     expect(res.status).toBe(200);
     expect((await loops('GET', '/v1/loops/samplers')).json.samplers.map((s: any) => s.id)).toContain(created.id);
     expect((await ledger(emulator)).active).toContain(created.id);

@@ -26,7 +26,8 @@ test('in clock-cycle mode operations submitted back to back run in one tick; awa
   const resource = await provider.provision({ model: 'roundhouse/tiny-chat', ownerTag: 'clock-cycle' });
   await provider.waitReady(resource.id, { pollIntervalMs: 20 });
   const session = await provider.openSession({ resourceId: resource.id, loraRank: 4, seed: 1 });
-  const completedAt = (h: OperationHandle<unknown>) => emulator.engine.getOperation(session.id, ownerOf(apiKey), h.operationId).completedAt!;
+  const completedAt = (h: OperationHandle<unknown>) =>
+    emulator.engine.getOperation(session.id, ownerOf(apiKey), h.operationId).completedAt!;
   try {
     // Back to back: optim_step runs right after forward_backward, in the same tick.
     const fb1 = await provider.submitForwardBackward(session.id, 'pipelined/fb', [DATUM]);

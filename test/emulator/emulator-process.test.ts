@@ -8,7 +8,9 @@ import { startTestEmulator, testApiKey, togetherProvider, ledger } from '../help
 const bin = path.resolve(__dirname, '../../bin/roundhouse.js');
 
 test('`roundhouse emulator --port 0` prints the loopback URL it listens on and serves the ledger until SIGTERM', async () => {
-  const child = spawn(process.execPath, [bin, 'emulator', '--port', '0', '--provisioning-delay-ms', '0'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [bin, 'emulator', '--port', '0', '--provisioning-delay-ms', '0'], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   try {
     const url = await new Promise<string>((resolve, reject) => {
       let out = '';
@@ -21,7 +23,12 @@ test('`roundhouse emulator --port 0` prints the loopback URL it listens on and s
       setTimeout(() => reject(new Error(`no URL printed: ${out}`)), 30_000);
     });
     const res = await request(`${url}/_emulator/ledger`);
-    expect(await res.body.json()).toEqual({ resources: [], sessions: [], active: [], totals: { gpuSeconds: 0, optimizerSteps: 0, operationsSubmitted: 0, duplicatesAbsorbed: 0 } });
+    expect(await res.body.json()).toEqual({
+      resources: [],
+      sessions: [],
+      active: [],
+      totals: { gpuSeconds: 0, optimizerSteps: 0, operationsSubmitted: 0, duplicatesAbsorbed: 0 },
+    });
   } finally {
     child.kill('SIGTERM');
   }
@@ -60,7 +67,11 @@ test('an emulator restarted on the same state folder keeps resources, sessions a
     expect(await p2.getSession(session.id)).toMatchObject({ state: 'running', step: 1 });
     // The keyed optim-step is still known: replaying it returns the original, nothing applied twice.
     expect(await p2.awaitOperation(await p2.submitOptimStep(session.id, 'p/opt', { learningRate: 0.01 }))).toEqual({ step: 1 });
-    const resumed = await p2.openSession({ resourceId: resource.id, loraRank: 4, fromCheckpoint: { id: ckpt.checkpointId, loadOptimizer: true } });
+    const resumed = await p2.openSession({
+      resourceId: resource.id,
+      loraRank: 4,
+      fromCheckpoint: { id: ckpt.checkpointId, loadOptimizer: true },
+    });
     expect(resumed.step).toBe(1);
     await p2.deactivate(resource.id);
     expect((await ledger(second)).active).toEqual([]);

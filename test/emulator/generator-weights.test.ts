@@ -15,7 +15,9 @@ test('generator replicas serve the policy of the last weights-sync: sampling bef
   const prompt = [11, 12, 13];
   const data = [{ modelInput: [11, 12, 13, 41], targetTokens: [12, 13, 41, 42], weights: [0, 0, 1, 1] }];
   const logprobs = async (tag: string) => {
-    const [r] = await provider.awaitOperation(await provider.submitSample(session.id, tag, [[...prompt, 41, 42]], { maxTokens: 1, temperature: 0 }, { promptLogprobs: true }));
+    const [r] = await provider.awaitOperation(
+      await provider.submitSample(session.id, tag, [[...prompt, 41, 42]], { maxTokens: 1, temperature: 0 }, { promptLogprobs: true }),
+    );
     return { lp: r!.promptLogprobs!.slice(-2), version: r!.policyVersion };
   };
   const before = await logprobs('before');

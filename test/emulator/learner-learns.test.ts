@@ -18,7 +18,11 @@ function rows(count: number, offset: number): { prompt: number[]; label: number[
 
 function datum(prompt: number[], answer: number[]): Datum {
   const full = [...prompt, ...answer];
-  return { modelInput: full.slice(0, -1), targetTokens: full.slice(1), weights: full.slice(1).map((_t, i) => (i + 1 >= prompt.length ? 1 : 0)) };
+  return {
+    modelInput: full.slice(0, -1),
+    targetTokens: full.slice(1),
+    weights: full.slice(1).map((_t, i) => (i + 1 >= prompt.length ? 1 : 0)),
+  };
 }
 
 let emulator: RunningEmulator;
@@ -43,7 +47,12 @@ test('training on a labelled set drives eval loss down and greedy samples to the
   const greedyLabels = async (tag: string) => {
     await provider.awaitOperation(await provider.submitSamplerWeights(session.id, `sampler/${tag}`));
     const results = await provider.awaitOperation(
-      await provider.submitSample(session.id, `sample/${tag}`, evalRows.map((r) => r.prompt), { maxTokens: 2, temperature: 0 }),
+      await provider.submitSample(
+        session.id,
+        `sample/${tag}`,
+        evalRows.map((r) => r.prompt),
+        { maxTokens: 2, temperature: 0 },
+      ),
     );
     return results.map((r, i) => r.sequences[0]!.tokens.slice(0, evalRows[i]!.label.length));
   };

@@ -36,14 +36,22 @@ describe('bad requests get the status and JSON error body the service gives, nev
   });
 
   test('an unsupported base model names the field', async () => {
-    expectError(await raw(emulator, 'POST', '/v1/rl/model-resources', { apiKey: key, body: { base_model: 'nope/nope' } }), 400, /base_model 'nope\/nope' is not supported/);
+    expectError(
+      await raw(emulator, 'POST', '/v1/rl/model-resources', { apiKey: key, body: { base_model: 'nope/nope' } }),
+      400,
+      /base_model 'nope\/nope' is not supported/,
+    );
     expectError(await raw(emulator, 'POST', '/v1/rl/model-resources', { apiKey: key, body: { compute_config: {} } }), 400, /base_model/);
   });
 
   test('unknown ids are 404', async () => {
     expectError(await raw(emulator, 'GET', '/v1/rl/model-resources/mr-unknown', { apiKey: key }), 404, /mr-unknown not found/);
     expectError(await raw(emulator, 'GET', '/v1/rl/training-sessions/sess-unknown', { apiKey: key }), 404, /not found/);
-    expectError(await raw(emulator, 'GET', `${sessionPath}/operations/optim-step/00000000-0000-0000-0000-000000000000`, { apiKey: key }), 404, /not found/);
+    expectError(
+      await raw(emulator, 'GET', `${sessionPath}/operations/optim-step/00000000-0000-0000-0000-000000000000`, { apiKey: key }),
+      404,
+      /not found/,
+    );
     expectError(await raw(emulator, 'GET', '/v1/rl/checkpoints/ckpt-unknown', { apiKey: key }), 404, /not found/);
     expectError(await raw(emulator, 'GET', '/v1/rl/nothing-here', { apiKey: key }), 404, /no route/);
   });
@@ -54,16 +62,32 @@ describe('bad requests get the status and JSON error body the service gives, nev
   });
 
   test('an operation without an Idempotency-Key is refused', async () => {
-    expectError(await raw(emulator, 'POST', `${sessionPath}/operations/optim-step`, { apiKey: key, body: {} }), 400, /Idempotency-Key header is required/);
+    expectError(
+      await raw(emulator, 'POST', `${sessionPath}/operations/optim-step`, { apiKey: key, body: {} }),
+      400,
+      /Idempotency-Key header is required/,
+    );
   });
 
   test('wrong dtypes are refused with the field named', async () => {
     const body = { loss: { type: 'LOSS_TYPE_CROSS_ENTROPY' }, samples: [sample([1, 2, 3], { data: [2, 3, 4], dtype: 'float32' })] };
-    expectError(await raw(emulator, 'POST', `${sessionPath}/operations/forward-backward`, { apiKey: key, idempotencyKey: 'd1', body }), 400, /target_tokens: dtype must be int64/);
+    expectError(
+      await raw(emulator, 'POST', `${sessionPath}/operations/forward-backward`, { apiKey: key, idempotencyKey: 'd1', body }),
+      400,
+      /target_tokens: dtype must be int64/,
+    );
     const body2 = { loss: { type: 'LOSS_TYPE_CROSS_ENTROPY' }, samples: [sample([1, 2, 3], { data: [2, 3, 4], dtype: 'bfloat99' })] };
-    expectError(await raw(emulator, 'POST', `${sessionPath}/operations/forward-backward`, { apiKey: key, idempotencyKey: 'd2', body: body2 }), 400, /dtype/);
+    expectError(
+      await raw(emulator, 'POST', `${sessionPath}/operations/forward-backward`, { apiKey: key, idempotencyKey: 'd2', body: body2 }),
+      400,
+      /dtype/,
+    );
     const body3 = { loss: { type: 'LOSS_TYPE_CROSS_ENTROPY' }, samples: [sample([1, 2, 3], { data: [2, 3.5, 4], dtype: 'int64' })] };
-    expectError(await raw(emulator, 'POST', `${sessionPath}/operations/forward-backward`, { apiKey: key, idempotencyKey: 'd3', body: body3 }), 400, /non-integer/);
+    expectError(
+      await raw(emulator, 'POST', `${sessionPath}/operations/forward-backward`, { apiKey: key, idempotencyKey: 'd3', body: body3 }),
+      400,
+      /non-integer/,
+    );
   });
 
   test('mismatched tensor lengths are refused with both lengths named', async () => {
@@ -74,23 +98,39 @@ describe('bad requests get the status and JSON error body the service gives, nev
       /target_tokens has 2 values but model_input has 3 tokens/,
     );
     const body2 = { samples: [sample([1, 2, 3], { data: [2, 3, 4], dtype: 'int64' })], gradients: [{ data: [0.1] }] };
-    expectError(await raw(emulator, 'POST', `${sessionPath}/operations/custom-forward-backward`, { apiKey: key, idempotencyKey: 'm2', body: body2 }), 400, /gradients\[0\] has 1 values/);
+    expectError(
+      await raw(emulator, 'POST', `${sessionPath}/operations/custom-forward-backward`, { apiKey: key, idempotencyKey: 'm2', body: body2 }),
+      400,
+      /gradients\[0\] has 1 values/,
+    );
   });
 
   test('token ids outside the vocabulary are refused; weights and mask together are refused', async () => {
     const body = { loss: { type: 'LOSS_TYPE_CROSS_ENTROPY' }, samples: [sample([1, 2, 99999], { data: [2, 3, 4], dtype: 'int64' })] };
-    expectError(await raw(emulator, 'POST', `${sessionPath}/operations/forward-backward`, { apiKey: key, idempotencyKey: 'v1', body }), 400, /outside the vocabulary/);
+    expectError(
+      await raw(emulator, 'POST', `${sessionPath}/operations/forward-backward`, { apiKey: key, idempotencyKey: 'v1', body }),
+      400,
+      /outside the vocabulary/,
+    );
     const both = sample([1, 2], { data: [2, 3], dtype: 'int64' });
     (both.loss_fn_inputs as Record<string, unknown>).mask = { data: [1, 1], dtype: 'int64' };
     expectError(
-      await raw(emulator, 'POST', `${sessionPath}/operations/forward-backward`, { apiKey: key, idempotencyKey: 'v2', body: { loss: { type: 'LOSS_TYPE_CROSS_ENTROPY' }, samples: [both] } }),
+      await raw(emulator, 'POST', `${sessionPath}/operations/forward-backward`, {
+        apiKey: key,
+        idempotencyKey: 'v2',
+        body: { loss: { type: 'LOSS_TYPE_CROSS_ENTROPY' }, samples: [both] },
+      }),
       400,
       /weights and mask cannot both be present/,
     );
   });
 
   test('an unknown operation kind is 404 and a wrong method is 405', async () => {
-    expectError(await raw(emulator, 'POST', `${sessionPath}/operations/teleport`, { apiKey: key, idempotencyKey: 'x', body: {} }), 404, /unknown operation kind/);
+    expectError(
+      await raw(emulator, 'POST', `${sessionPath}/operations/teleport`, { apiKey: key, idempotencyKey: 'x', body: {} }),
+      404,
+      /unknown operation kind/,
+    );
     expectError(await raw(emulator, 'PATCH', '/v1/rl/model-resources', { apiKey: key, body: {} }), 405, /not allowed/);
   });
 
@@ -110,9 +150,15 @@ describe('bad requests get the status and JSON error body the service gives, nev
   test('the session cap answers 429; stopping a resource with live sessions needs force', async () => {
     const r = await raw(emulator, 'POST', '/v1/rl/model-resources', { apiKey: key, body: { base_model: 'roundhouse/tiny-chat' } });
     for (let i = 0; i < 5; i++) {
-      expect((await raw(emulator, 'POST', '/v1/rl/training-sessions', { apiKey: key, body: { model_resources_id: r.json.id } })).status).toBe(200);
+      expect(
+        (await raw(emulator, 'POST', '/v1/rl/training-sessions', { apiKey: key, body: { model_resources_id: r.json.id } })).status,
+      ).toBe(200);
     }
-    expectError(await raw(emulator, 'POST', '/v1/rl/training-sessions', { apiKey: key, body: { model_resources_id: r.json.id } }), 429, /limit 5/);
+    expectError(
+      await raw(emulator, 'POST', '/v1/rl/training-sessions', { apiKey: key, body: { model_resources_id: r.json.id } }),
+      429,
+      /limit 5/,
+    );
     expectError(await raw(emulator, 'POST', `/v1/rl/model-resources/${r.json.id}/stop`, { apiKey: key }), 400, /force=true/);
     const forced = await raw(emulator, 'POST', `/v1/rl/model-resources/${r.json.id}/stop?force=true`, { apiKey: key });
     expect(forced.status).toBe(200);
@@ -124,7 +170,9 @@ describe('bad requests get the status and JSON error body the service gives, nev
     const k = 'pagination-key';
     const ids: string[] = [];
     for (let i = 0; i < 3; i++) {
-      ids.push((await raw(emulator, 'POST', '/v1/rl/model-resources', { apiKey: k, body: { base_model: 'roundhouse/tiny-chat' } })).json.id);
+      ids.push(
+        (await raw(emulator, 'POST', '/v1/rl/model-resources', { apiKey: k, body: { base_model: 'roundhouse/tiny-chat' } })).json.id,
+      );
       await new Promise((r) => setTimeout(r, 3));
     }
     await raw(emulator, 'POST', `/v1/rl/model-resources/${ids[0]}/stop`, { apiKey: k });
@@ -134,7 +182,12 @@ describe('bad requests get the status and JSON error body the service gives, nev
     const second = await raw(emulator, 'GET', `/v1/rl/model-resources?created_by=me&limit=2&after=${ids[1]}`, { apiKey: k });
     expect(second.json.data.map((r: { id: string }) => r.id)).toEqual([ids[0]]);
     expect(second.json.meta.has_more).toBe(false);
-    const ready = await raw(emulator, 'GET', '/v1/rl/model-resources?status=MODEL_RESOURCES_STATUS_READY%2CMODEL_RESOURCES_STATUS_PENDING', { apiKey: k });
+    const ready = await raw(
+      emulator,
+      'GET',
+      '/v1/rl/model-resources?status=MODEL_RESOURCES_STATUS_READY%2CMODEL_RESOURCES_STATUS_PENDING',
+      { apiKey: k },
+    );
     expect(ready.json.data.map((r: { id: string }) => r.id).sort()).toEqual([ids[1], ids[2]].sort());
   });
 

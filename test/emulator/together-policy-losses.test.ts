@@ -61,17 +61,31 @@ const EXAMPLES: Example[] = [
 async function currentLogprobs(session: string, examples: Example[]): Promise<number[][]> {
   const out = await run(session, 'forward-backward', {
     loss: { type: 'LOSS_TYPE_CROSS_ENTROPY' },
-    samples: examples.map((e) => ({ model_input: { chunks: [{ encoded_text: { tokens: e.tokens } }] }, loss_fn_inputs: { target_tokens: i64(e.targets), weights: f32(e.tokens.map(() => 1)) } })),
+    samples: examples.map((e) => ({
+      model_input: { chunks: [{ encoded_text: { tokens: e.tokens } }] },
+      loss_fn_inputs: { target_tokens: i64(e.targets), weights: f32(e.tokens.map(() => 1)) },
+    })),
     forward_only: true,
     return_loss_fn_outputs: true,
   });
   return out.loss_fn_outputs.map((o: any) => o.tensors.logprobs.data);
 }
 
-function policySamples(examples: Example[], sampling: number[][], advantages: number[][], extra: (i: number) => Record<string, unknown> = () => ({})) {
+function policySamples(
+  examples: Example[],
+  sampling: number[][],
+  advantages: number[][],
+  extra: (i: number) => Record<string, unknown> = () => ({}),
+) {
   return examples.map((e, i) => ({
     model_input: { chunks: [{ encoded_text: { tokens: e.tokens } }] },
-    loss_fn_inputs: { target_tokens: i64(e.targets), logprobs: f32(sampling[i]!), advantages: f32(advantages[i]!), weights: f32(e.weights), ...extra(i) },
+    loss_fn_inputs: {
+      target_tokens: i64(e.targets),
+      logprobs: f32(sampling[i]!),
+      advantages: f32(advantages[i]!),
+      weights: f32(e.weights),
+      ...extra(i),
+    },
   }));
 }
 
@@ -99,7 +113,8 @@ function handTerms(
   });
 }
 
-const weightedSum = (terms: number[][], weights: number[][]) => terms.reduce((acc, row, s) => acc + row.reduce((a, t, i) => a + weights[s]![i]! * t, 0), 0);
+const weightedSum = (terms: number[][], weights: number[][]) =>
+  terms.reduce((acc, row, s) => acc + row.reduce((a, t, i) => a + weights[s]![i]! * t, 0), 0);
 
 describe('policy-gradient losses on forward-backward', () => {
   const weights = EXAMPLES.map((e) => e.weights);
@@ -122,7 +137,12 @@ describe('policy-gradient losses on forward-backward', () => {
   });
 
   test('IMPORTANCE_SAMPLING is accepted and its loss is −Σ w·exp(logp − sampling_logp)·A', async () => {
-    const body = { loss: { type: 'LOSS_TYPE_IMPORTANCE_SAMPLING' }, samples: policySamples(EXAMPLES, sampling, advantages), forward_only: true, return_loss_fn_outputs: true };
+    const body = {
+      loss: { type: 'LOSS_TYPE_IMPORTANCE_SAMPLING' },
+      samples: policySamples(EXAMPLES, sampling, advantages),
+      forward_only: true,
+      return_loss_fn_outputs: true,
+    };
     const out = await run(session, 'forward-backward', body);
     expect(out.loss).toBeCloseTo(weightedSum(handTerms('is', logp, sampling, advantages, weights), weights), 4);
     // loss_fn_outputs are the logprobs as for cross-entropy, masked positions 0.
@@ -131,16 +151,28 @@ describe('policy-gradient losses on forward-backward', () => {
   });
 
   test('PPO is accepted and its loss is the clipped-ratio sum; a (non forward-only) forward-backward reports it too', async () => {
-    const body = { loss: { type: 'LOSS_TYPE_PPO', ppo_params: { clip_low_threshold: 0.9, clip_high_threshold: 1.1 } }, samples: policySamples(EXAMPLES, sampling, advantages) };
+    const body = {
+      loss: { type: 'LOSS_TYPE_PPO', ppo_params: { clip_low_threshold: 0.9, clip_high_threshold: 1.1 } },
+      samples: policySamples(EXAMPLES, sampling, advantages),
+    };
     const expected = weightedSum(handTerms('ppo', logp, sampling, advantages, weights, { low: 0.9, high: 1.1 }), weights);
     expect((await run(session, 'forward-backward', { ...body, forward_only: true })).loss).toBeCloseTo(expected, 4);
     expect((await run(session, 'forward-backward', body)).loss).toBeCloseTo(expected, 4);
   });
 
   test('CISPO is accepted', async () => {
-    const out = await run(session, 'forward-backward', { loss: { type: 'LOSS_TYPE_CISPO', cispo_params: {} }, samples: policySamples(EXAMPLES, sampling, advantages), forward_only: true });
+    const out = await run(session, 'forward-backward', {
+      loss: { type: 'LOSS_TYPE_CISPO', cispo_params: {} },
+      samples: policySamples(EXAMPLES, sampling, advantages),
+      forward_only: true,
+    });
     const expected = logp.reduce(
-      (acc, row, s) => acc + row.reduce((a, lp, i) => a - weights[s]![i]! * Math.min(1.2, Math.max(0.8, Math.exp(lp - sampling[s]![i]!))) * advantages[s]![i]! * lp, 0),
+      (acc, row, s) =>
+        acc +
+        row.reduce(
+          (a, lp, i) => a - weights[s]![i]! * Math.min(1.2, Math.max(0.8, Math.exp(lp - sampling[s]![i]!))) * advantages[s]![i]! * lp,
+          0,
+        ),
       0,
     );
     expect(out.loss).toBeCloseTo(expected, 3);
@@ -151,10 +183,16 @@ describe('policy-gradient losses on forward-backward', () => {
     const total = weightedSum(terms, weights);
     const tokens = weights.flat().filter((w) => w !== 0).length;
     const grpo = (params: object) =>
-      run(session, 'forward-backward', { loss: { type: 'LOSS_TYPE_GRPO', grpo_params: params }, samples: policySamples(EXAMPLES, sampling, advantages), forward_only: true });
+      run(session, 'forward-backward', {
+        loss: { type: 'LOSS_TYPE_GRPO', grpo_params: params },
+        samples: policySamples(EXAMPLES, sampling, advantages),
+        forward_only: true,
+      });
     expect((await grpo({})).loss).toBeCloseTo(total / tokens, 4);
     const sequenceMean =
-      terms.map((row, s) => row.reduce((a, t, i) => a + weights[s]![i]! * t, 0) / weights[s]!.filter((w) => w !== 0).length).reduce((a, b) => a + b, 0) / terms.length;
+      terms
+        .map((row, s) => row.reduce((a, t, i) => a + weights[s]![i]! * t, 0) / weights[s]!.filter((w) => w !== 0).length)
+        .reduce((a, b) => a + b, 0) / terms.length;
     expect((await grpo({ agg_type: 'GRPO_LOSS_AGGREGATION_TYPE_SEQUENCE_MEAN' })).loss).toBeCloseTo(sequenceMean, 4);
     expect((await grpo({ agg_type: 'GRPO_LOSS_AGGREGATION_TYPE_FIXED_HORIZON' })).loss).toBeCloseTo(total / (2 * 5), 4);
   });
@@ -198,12 +236,19 @@ describe('PPO clipping', () => {
     // ratios e, e, 1/e, 1/e with advantages +1, −1, +1, −1: clipped (1.2), unclipped (−e), unclipped (1/e), clipped (−0.8).
     const sampling = logp!.map((v, i) => (i < 2 ? v - 1 : v + 1));
     const adv = [1, -1, 1, -1];
-    const out = await run(session, 'forward-backward', { loss: { type: 'LOSS_TYPE_PPO' }, samples: policySamples([example], [sampling], [adv]), forward_only: true });
+    const out = await run(session, 'forward-backward', {
+      loss: { type: 'LOSS_TYPE_PPO' },
+      samples: policySamples([example], [sampling], [adv]),
+      forward_only: true,
+    });
     expect(out.loss).toBeCloseTo(-(1.2 - Math.E + 1 / Math.E - 0.8), 4);
 
     // Only the clipped tokens: both sit outside the band on the clipped side, so the step changes nothing.
     const clippedOnly = { ...example, weights: [1, 0, 0, 1] };
-    const clipped = await run(session, 'forward-backward', { loss: { type: 'LOSS_TYPE_PPO' }, samples: policySamples([clippedOnly], [sampling], [adv]) });
+    const clipped = await run(session, 'forward-backward', {
+      loss: { type: 'LOSS_TYPE_PPO' },
+      samples: policySamples([clippedOnly], [sampling], [adv]),
+    });
     expect(clipped.loss).toBeCloseTo(-(1.2 - 0.8), 4);
     await run(session, 'optim-step', { adam_params: { learning_rate: 0.05 } });
     const [after] = await currentLogprobs(session, [example]);
@@ -219,7 +264,10 @@ describe('GRPO training', () => {
     const session = await newSession();
     const [logp] = await currentLogprobs(session, [example]);
     const adv = example.weights.map((w) => w * advantage);
-    await run(session, 'forward-backward', { loss: { type: 'LOSS_TYPE_GRPO', grpo_params: {} }, samples: policySamples([example], [logp!], [adv]) });
+    await run(session, 'forward-backward', {
+      loss: { type: 'LOSS_TYPE_GRPO', grpo_params: {} },
+      samples: policySamples([example], [logp!], [adv]),
+    });
     await run(session, 'optim-step', { adam_params: { learning_rate: 0.01 } });
     const [after] = await currentLogprobs(session, [example]);
     return { before: completionLogprob(logp!), after: completionLogprob(after!) };
@@ -280,7 +328,11 @@ describe('required inputs of the policy-gradient losses are checked with a 400 n
 
   test('logprobs, advantages and reference_logprobs must be float32', async () => {
     await expect400({ type: 'LOSS_TYPE_PPO' }, withInputs({ advantages: i64([1, 1, 1]) }), /advantages: dtype must be float32/);
-    await expect400({ type: 'LOSS_TYPE_IMPORTANCE_SAMPLING' }, withInputs({ logprobs: i64([-1, -1, -1]) }), /logprobs: dtype must be float32/);
+    await expect400(
+      { type: 'LOSS_TYPE_IMPORTANCE_SAMPLING' },
+      withInputs({ logprobs: i64([-1, -1, -1]) }),
+      /logprobs: dtype must be float32/,
+    );
     await expect400(
       { type: 'LOSS_TYPE_GRPO', grpo_params: { beta: 0.1 } },
       withInputs({ reference_logprobs: i64([-1, -1, -1]) }),
@@ -289,12 +341,24 @@ describe('required inputs of the policy-gradient losses are checked with a 400 n
   });
 
   test('tensor lengths must match model_input', async () => {
-    await expect400({ type: 'LOSS_TYPE_PPO' }, withInputs({ advantages: f32([1, 1]) }), /advantages has 2 values but model_input has 3 tokens/);
-    await expect400({ type: 'LOSS_TYPE_GRPO' }, withInputs({ logprobs: f32([-1, -1, -1, -1]) }), /logprobs has 4 values but model_input has 3 tokens/);
+    await expect400(
+      { type: 'LOSS_TYPE_PPO' },
+      withInputs({ advantages: f32([1, 1]) }),
+      /advantages has 2 values but model_input has 3 tokens/,
+    );
+    await expect400(
+      { type: 'LOSS_TYPE_GRPO' },
+      withInputs({ logprobs: f32([-1, -1, -1, -1]) }),
+      /logprobs has 4 values but model_input has 3 tokens/,
+    );
   });
 
   test('weights and mask cannot both be present', async () => {
-    await expect400({ type: 'LOSS_TYPE_GRPO' }, withInputs({ weights: f32([1, 1, 1]), mask: i64([1, 1, 1]) }), /weights and mask cannot both be present/);
+    await expect400(
+      { type: 'LOSS_TYPE_GRPO' },
+      withInputs({ weights: f32([1, 1, 1]), mask: i64([1, 1, 1]) }),
+      /weights and mask cannot both be present/,
+    );
   });
 
   test('a *_params key must belong to the loss type', async () => {
@@ -304,7 +368,11 @@ describe('required inputs of the policy-gradient losses are checked with a 400 n
   });
 
   test('GRPO beta > 0 requires reference_logprobs', async () => {
-    await expect400({ type: 'LOSS_TYPE_GRPO', grpo_params: { beta: 0.05 } }, base(), /reference_logprobs is required when grpo_params\.beta > 0/);
+    await expect400(
+      { type: 'LOSS_TYPE_GRPO', grpo_params: { beta: 0.05 } },
+      base(),
+      /reference_logprobs is required when grpo_params\.beta > 0/,
+    );
   });
 
   test('malformed params are refused with the field named', async () => {

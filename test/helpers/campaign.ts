@@ -5,7 +5,10 @@ import { parseCampaignSpec, type CampaignSpec } from '../../config/spec';
 import { writeTicketData } from '../../examples/support-tickets/generate';
 
 /** A campaign spec over generated ticket data, against an emulator URL. */
-export function ticketCampaignSpec(options: { baseUrl: string; trainRows?: number; evalRows?: number; yaml?: string }): { spec: CampaignSpec; dir: string } {
+export function ticketCampaignSpec(options: { baseUrl: string; trainRows?: number; evalRows?: number; yaml?: string }): {
+  spec: CampaignSpec;
+  dir: string;
+} {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rh-campaign-'));
   writeTicketData(dir, options.trainRows ?? 60, options.evalRows ?? 15);
   const text = `

@@ -38,11 +38,25 @@ export function testApiKey(): string {
 }
 
 export function togetherProvider(emulator: RunningEmulator, apiKey = testApiKey()): TogetherProvider {
-  return new TogetherProvider({ baseUrl: emulator.url, apiKey, pollIntervalMs: 5, maxPollIntervalMs: 50, initialRetryDelayMs: 5, maxRetryDelayMs: 50 });
+  return new TogetherProvider({
+    baseUrl: emulator.url,
+    apiKey,
+    pollIntervalMs: 5,
+    maxPollIntervalMs: 50,
+    initialRetryDelayMs: 5,
+    maxRetryDelayMs: 50,
+  });
 }
 
 export function basetenProvider(emulator: RunningEmulator, apiKey = testApiKey()): BasetenProvider {
-  return new BasetenProvider({ baseUrl: emulator.url, apiKey, pollIntervalMs: 5, maxPollIntervalMs: 50, initialRetryDelayMs: 5, maxRetryDelayMs: 50 });
+  return new BasetenProvider({
+    baseUrl: emulator.url,
+    apiKey,
+    pollIntervalMs: 5,
+    maxPollIntervalMs: 50,
+    initialRetryDelayMs: 5,
+    maxRetryDelayMs: 50,
+  });
 }
 
 export async function ledger(emulator: RunningEmulator): Promise<Ledger> {
@@ -65,7 +79,13 @@ export async function raw(
   emulator: RunningEmulator,
   method: 'GET' | 'POST' | 'PATCH',
   path: string,
-  options: { apiKey?: string | null; scheme?: 'Bearer' | 'Api-Key'; body?: string | object; idempotencyKey?: string; headers?: Record<string, string> } = {},
+  options: {
+    apiKey?: string | null;
+    scheme?: 'Bearer' | 'Api-Key';
+    body?: string | object;
+    idempotencyKey?: string;
+    headers?: Record<string, string>;
+  } = {},
 ): Promise<{ status: number; json: any; headers: Record<string, string | string[] | undefined> }> {
   const headers: Record<string, string> = { 'content-type': 'application/json', ...options.headers };
   if (options.apiKey !== null) headers.authorization = `${options.scheme ?? 'Bearer'} ${options.apiKey ?? 'raw-key'}`;

@@ -41,7 +41,9 @@ export function findPython(min?: [number, number]): { python: string; version: [
     seen.push(`${python}: ${version ? version.join('.') : 'not found'}`);
     if (version && (!min || version[0] > min[0] || (version[0] === min[0] && version[1] >= min[1]))) return { python, version };
   }
-  throw new Error(`no Python${min ? ` ≥ ${min.join('.')}` : ' 3'} found (${seen.join('; ')}); install it, or set ROUNDHOUSE_PYTHON to its path`);
+  throw new Error(
+    `no Python${min ? ` ≥ ${min.join('.')}` : ' 3'} found (${seen.join('; ')}); install it, or set ROUNDHOUSE_PYTHON to its path`,
+  );
 }
 
 /**
@@ -50,7 +52,11 @@ export function findPython(min?: [number, number]): { python: string; version: [
  * official SDKs as real clients.
  */
 export function ensureVenv(name: string, requirements: string[], options: VenvOptions = {}): string {
-  const dir = path.join(process.env.ROUNDHOUSE_STATE_DIR ? path.resolve(process.env.ROUNDHOUSE_STATE_DIR) : path.join(root, '.roundhouse'), 'venvs', name);
+  const dir = path.join(
+    process.env.ROUNDHOUSE_STATE_DIR ? path.resolve(process.env.ROUNDHOUSE_STATE_DIR) : path.join(root, '.roundhouse'),
+    'venvs',
+    name,
+  );
   const python = path.join(dir, 'bin', 'python');
   const marker = path.join(dir, 'roundhouse-requirements.txt');
   const wanted = [...requirements, ...(options.minPython ? [`# python >= ${options.minPython.join('.')}`] : [])].join('\n');
@@ -58,13 +64,21 @@ export function ensureVenv(name: string, requirements: string[], options: VenvOp
   const base = findPython(options.minPython);
   fs.rmSync(dir, { recursive: true, force: true });
   execFileSync(base.python, ['-m', 'venv', dir], { stdio: 'inherit' });
-  execFileSync(python, ['-m', 'pip', 'install', '--disable-pip-version-check', '-q', ...requirements], { stdio: 'inherit', timeout: 600_000 });
+  execFileSync(python, ['-m', 'pip', 'install', '--disable-pip-version-check', '-q', ...requirements], {
+    stdio: 'inherit',
+    timeout: 600_000,
+  });
   fs.writeFileSync(marker, wanted);
   return python;
 }
 
 /** Runs a Python script to its end (killed after `timeoutMs`), with extra environment variables. */
-export function runPython(python: string, script: string, env: Record<string, string>, timeoutMs: number): Promise<{ code: number | null; stdout: string; stderr: string }> {
+export function runPython(
+  python: string,
+  script: string,
+  env: Record<string, string>,
+  timeoutMs: number,
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
     const child = spawn(python, [script], { env: { ...process.env, ...env }, timeout: timeoutMs });
     let stdout = '';

@@ -40,14 +40,30 @@ ${options.overrides ?? ''}`;
   return {
     campaignId: options.campaignId,
     round: 1,
-    spec: { name: spec.name, provider: spec.provider, training: spec.training, sampling: spec.sampling, evaluation: spec.evaluation, advanced: spec.advanced },
+    spec: {
+      name: spec.name,
+      provider: spec.provider,
+      training: spec.training,
+      sampling: spec.sampling,
+      evaluation: spec.evaluation,
+      advanced: spec.advanced,
+    },
     data: { train: spec.data.train, eval: spec.data.eval },
     reportDir: path.join(dir, 'report'),
   };
 }
 
 /** A round input on the arithmetic example (prompt/answer rows, or preference pairs for `pairs: true`; support-ticket pairs for `tickets: true`). */
-export function arithmeticRoundInput(options: { baseUrl: string; campaignId: string; yaml: string; pairs?: boolean; dir?: string; round?: number; limit?: number; tickets?: boolean }): RoundInput {
+export function arithmeticRoundInput(options: {
+  baseUrl: string;
+  campaignId: string;
+  yaml: string;
+  pairs?: boolean;
+  dir?: string;
+  round?: number;
+  limit?: number;
+  tickets?: boolean;
+}): RoundInput {
   const dir = options.dir ?? fs.mkdtempSync(path.join(os.tmpdir(), 'rh-arith-'));
   if (!fs.existsSync(path.join(dir, 'train.jsonl'))) writeArithmeticData(dir, { limit: options.limit });
   if (options.tickets && !fs.existsSync(path.join(dir, 'tickets'))) writeTicketPreferences(path.join(dir, 'tickets'), 64, 20);
@@ -63,7 +79,15 @@ ${options.yaml}`;
   return {
     campaignId: options.campaignId,
     round: options.round ?? 1,
-    spec: { name: spec.name, provider: spec.provider, training: spec.training, sampling: spec.sampling, evaluation: spec.evaluation, advanced: spec.advanced, round: spec.round },
+    spec: {
+      name: spec.name,
+      provider: spec.provider,
+      training: spec.training,
+      sampling: spec.sampling,
+      evaluation: spec.evaluation,
+      advanced: spec.advanced,
+      round: spec.round,
+    },
     data: { train: spec.data.train, eval: spec.data.eval },
     reportDir: path.join(dir, `report-${options.campaignId.replace(/[^A-Za-z0-9]/g, '-')}`),
   };
@@ -87,8 +111,16 @@ export function roundTestEnvironment(emulatorOptions: EmulatorOptions = {}, prov
     await env.temporal?.close();
   });
   const runRound = async (input: RoundInput, taskQueue: string): Promise<RoundResult> => {
-    const worker = await createRoundhouseWorker({ connection: env.temporal.nativeConnection, namespace: env.temporal.settings.namespace, taskQueue, workflowBundle: env.bundle, providers: env.providers });
-    return worker.runUntil(env.temporal.client.workflow.execute(roundWorkflow, { taskQueue, workflowId: `round-${input.campaignId}`, args: [input] }));
+    const worker = await createRoundhouseWorker({
+      connection: env.temporal.nativeConnection,
+      namespace: env.temporal.settings.namespace,
+      taskQueue,
+      workflowBundle: env.bundle,
+      providers: env.providers,
+    });
+    return worker.runUntil(
+      env.temporal.client.workflow.execute(roundWorkflow, { taskQueue, workflowId: `round-${input.campaignId}`, args: [input] }),
+    );
   };
   return { env, runRound };
 }

@@ -29,9 +29,18 @@ async function preflightThrough(settings: WorkerSettings): Promise<unknown> {
   const workerConnection = await connectWorker(settings);
   try {
     const taskQueue = uniqueTaskQueue('cloud');
-    const worker = await createRoundhouseWorker({ connection: workerConnection, namespace: settings.namespace, taskQueue, workflowBundle: bundle });
+    const worker = await createRoundhouseWorker({
+      connection: workerConnection,
+      namespace: settings.namespace,
+      taskQueue,
+      workflowBundle: bundle,
+    });
     return await worker.runUntil(
-      temporalClient(settings, clientConnection).workflow.execute(preflightWorkflow, { taskQueue, workflowId: `preflight-${taskQueue}`, args: ['over TLS'] }),
+      temporalClient(settings, clientConnection).workflow.execute(preflightWorkflow, {
+        taskQueue,
+        workflowId: `preflight-${taskQueue}`,
+        args: ['over TLS'],
+      }),
     );
   } finally {
     await clientConnection.close();
@@ -62,7 +71,12 @@ test('API key (TEMPORAL_API_KEY): TLS turns on and the worker and the client sen
 test('mTLS (TEMPORAL_TLS_CERT_PATH/KEY_PATH): both connections present the client certificate; without it the server refuses', async () => {
   const front = await startTlsFront(pki, process.env.TEMPORAL_ADDRESS!, { requireClientCert: true });
   try {
-    const base = { TEMPORAL_ADDRESS: front.address, TEMPORAL_NAMESPACE: process.env.TEMPORAL_NAMESPACE ?? 'default', TEMPORAL_TLS_CA_PATH: pki.ca, TEMPORAL_TLS_SERVER_NAME: pki.serverName };
+    const base = {
+      TEMPORAL_ADDRESS: front.address,
+      TEMPORAL_NAMESPACE: process.env.TEMPORAL_NAMESPACE ?? 'default',
+      TEMPORAL_TLS_CA_PATH: pki.ca,
+      TEMPORAL_TLS_SERVER_NAME: pki.serverName,
+    };
     const settings = loadWorkerSettings({ ...base, TEMPORAL_TLS_CERT_PATH: pki.clientCert, TEMPORAL_TLS_KEY_PATH: pki.clientKey });
     expect(await preflightThrough(settings)).toMatchObject({ greeting: 'over TLS' });
     expect(front.seen.map((s) => s.path)).toEqual(expect.arrayContaining([START, POLL]));

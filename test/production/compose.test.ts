@@ -25,7 +25,12 @@ interface ComposeService {
 
 function composeConfig(file: string, ...args: string[]): { status: number | null; stdout: string; stderr: string } {
   // A clean environment: the shell's variables take part in interpolation, as with `docker compose`.
-  const r = spawnSync(tool, ['-f', file, '--env-file', path.join(root, '.env.example'), ...args], { encoding: 'utf8', timeout: 30_000, cwd: root, env: { PATH: process.env.PATH } });
+  const r = spawnSync(tool, ['-f', file, '--env-file', path.join(root, '.env.example'), ...args], {
+    encoding: 'utf8',
+    timeout: 30_000,
+    cwd: root,
+    env: { PATH: process.env.PATH },
+  });
   return { status: r.status, stdout: r.stdout, stderr: r.stderr };
 }
 
@@ -40,7 +45,14 @@ test('docker-compose.yml is a valid Compose file: PostgreSQL 16, schema and name
   expect(r.stderr).toBe('');
   expect(r.status).toBe(0);
   const services = JSON.parse(r.stdout).services as Record<string, ComposeService>;
-  expect(Object.keys(services).sort()).toEqual(['postgresql', 'roundhouse-worker', 'temporal', 'temporal-namespace', 'temporal-schema', 'temporal-ui']);
+  expect(Object.keys(services).sort()).toEqual([
+    'postgresql',
+    'roundhouse-worker',
+    'temporal',
+    'temporal-namespace',
+    'temporal-schema',
+    'temporal-ui',
+  ]);
 
   expect(services.postgresql!.image).toBe('postgres:16');
   expect(services.temporal!.image).toMatch(/^temporalio\/server:1\.30\.\d+$/);
@@ -53,7 +65,8 @@ test('docker-compose.yml is a valid Compose file: PostgreSQL 16, schema and name
   expect(condition('temporal-ui', 'temporal')).toBe('service_healthy');
   expect(condition('roundhouse-worker', 'temporal')).toBe('service_healthy');
   expect(condition('roundhouse-worker', 'temporal-namespace')).toBe('service_completed_successfully');
-  for (const s of ['postgresql', 'temporal', 'temporal-ui', 'roundhouse-worker']) expect(services[s]!.healthcheck?.test.length).toBeGreaterThan(0);
+  for (const s of ['postgresql', 'temporal', 'temporal-ui', 'roundhouse-worker'])
+    expect(services[s]!.healthcheck?.test.length).toBeGreaterThan(0);
 
   const worker = services['roundhouse-worker']!;
   expect(worker.build).toMatchObject({ dockerfile: 'Dockerfile' });
@@ -61,7 +74,10 @@ test('docker-compose.yml is a valid Compose file: PostgreSQL 16, schema and name
   expect(worker.env_file?.[0]).toMatchObject({ path: path.join(root, '.env'), required: false });
   expect(worker.environment).toMatchObject({ TEMPORAL_ADDRESS: 'temporal:7233', ROUNDHOUSE_METRICS_ADDRESS: '0.0.0.0:9464' });
   // Secrets come from the env file, never from the compose file itself.
-  const secretLines = fs.readFileSync(path.join(root, 'docker-compose.yml'), 'utf8').split('\n').filter((l) => /^\s*[A-Z_]*(PASSWORD|PWD|API_KEY|KEYS)[A-Z_]*:/.test(l));
+  const secretLines = fs
+    .readFileSync(path.join(root, 'docker-compose.yml'), 'utf8')
+    .split('\n')
+    .filter((l) => /^\s*[A-Z_]*(PASSWORD|PWD|API_KEY|KEYS)[A-Z_]*:/.test(l));
   expect(secretLines.length).toBeGreaterThan(0);
   for (const line of secretLines) expect(line).toMatch(/:\s*\$\{/); // interpolated from .env
   expect(execFileSync('git', ['check-ignore', '.env'], { cwd: root, encoding: 'utf8' }).trim()).toBe('.env');
@@ -80,7 +96,9 @@ test('the emulator profile adds the local provider emulator beside the worker, h
 test('the codec profile adds the codec server for the Web UI, on loopback, with the UI as its CORS origin', () => {
   const r = composeConfig(path.join(root, 'docker-compose.yml'), '--profiles', 'codec');
   expect(r.status).toBe(0);
-  const codec = (JSON.parse(r.stdout).services as Record<string, ComposeService & { ports?: { host_ip: string; published: string; target: number }[] }>)['codec-server']!;
+  const codec = (
+    JSON.parse(r.stdout).services as Record<string, ComposeService & { ports?: { host_ip: string; published: string; target: number }[] }>
+  )['codec-server']!;
   expect(codec.command).toEqual(['codec-server', '--host', '0.0.0.0', '--port', '8888', '--cors-origin', 'http://localhost:8080']);
   expect(codec.ports?.[0]).toMatchObject({ host_ip: '127.0.0.1', published: '8888', target: 8888 });
 });
@@ -92,7 +110,10 @@ test('the validator rejects what the Compose specification forbids (so a pass me
     fs.writeFileSync(file, yaml);
     return composeConfig(file);
   };
-  const unknownCondition = bad('condition', 'services:\n  a: { image: x, depends_on: { b: { condition: service_ready } } }\n  b: { image: y }\n');
+  const unknownCondition = bad(
+    'condition',
+    'services:\n  a: { image: x, depends_on: { b: { condition: service_ready } } }\n  b: { image: y }\n',
+  );
   expect(unknownCondition.status).toBe(1);
   expect(unknownCondition.stderr).toMatch(/condition/);
   const unknownService = bad('missing', 'services:\n  a: { image: x, depends_on: { nope: { condition: service_healthy } } }\n');
@@ -101,7 +122,11 @@ test('the validator rejects what the Compose specification forbids (so a pass me
   const unknownKey = bad('key', 'services:\n  a: { image: x, helthcheck: { test: [CMD, "true"] } }\n');
   expect(unknownKey.status).toBe(1);
   expect(unknownKey.stderr).toMatch(/helthcheck/);
-  const missingSecret = spawnSync(tool, ['-f', path.join(root, 'docker-compose.yml'), '--env-file', path.join(dir, 'condition.yml')], { encoding: 'utf8', cwd: dir, env: { PATH: process.env.PATH } });
+  const missingSecret = spawnSync(tool, ['-f', path.join(root, 'docker-compose.yml'), '--env-file', path.join(dir, 'condition.yml')], {
+    encoding: 'utf8',
+    cwd: dir,
+    env: { PATH: process.env.PATH },
+  });
   expect(missingSecret.status).toBe(1);
   expect(missingSecret.stderr).toMatch(/POSTGRES_PASSWORD/); // required variables must be set
 });

@@ -39,7 +39,13 @@ async function roundSurvivesLosingItsWorker(signal: 'SIGKILL' | 'SIGTERM', kind:
     for (const w of workers) expect(w.output()).not.toContain('Workflow bundle created'); // the prebuilt bundle, no webpack
     const input =
       kind === 'sft'
-        ? ticketRoundInput({ baseUrl: emulator.url, campaignId: `failover-${taskQueue}`, trainRows: 64, evalRows: 8, heartbeatTimeoutSeconds: 2 })
+        ? ticketRoundInput({
+            baseUrl: emulator.url,
+            campaignId: `failover-${taskQueue}`,
+            trainRows: 64,
+            evalRows: 8,
+            heartbeatTimeoutSeconds: 2,
+          })
         : arithmeticRoundInput({
             baseUrl: emulator.url,
             campaignId: `failover-${taskQueue}`,
@@ -71,9 +77,13 @@ round: { kind: grpo, grpo: { groupSize: 4, reward: { kind: numeric } } }`,
     );
     victim!.child.kill(signal);
     const exit = await exited;
-    const resumed = await waitFor('training to move on', async () => {
-      return (await trainerSteps()) > atSignal.step + 4 ? Date.now() - signalledAt : undefined;
-    }, 60_000);
+    const resumed = await waitFor(
+      'training to move on',
+      async () => {
+        return (await trainerSteps()) > atSignal.step + 4 ? Date.now() - signalledAt : undefined;
+      },
+      60_000,
+    );
 
     const result: RoundResult = await handle.result();
     expect(result).toMatchObject({ status: 'completed', stepsApplied: 24, totalSteps: 24 });

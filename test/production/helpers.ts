@@ -19,7 +19,10 @@ export function buildDist(): void {
 
 /** A compiled (`dist/`) `roundhouse worker` process, as the Docker image runs it. */
 export function startDistWorker(env: Record<string, string>, args: string[] = []): WorkerProcess {
-  return startWorkerProcess({ ROUNDHOUSE_STATE_DIR: fs.mkdtempSync(path.join(os.tmpdir(), 'rh-prod-state-')), ...env }, { script: distCli, args });
+  return startWorkerProcess(
+    { ROUNDHOUSE_STATE_DIR: fs.mkdtempSync(path.join(os.tmpdir(), 'rh-prod-state-')), ...env },
+    { script: distCli, args },
+  );
 }
 
 export { progressOf } from '../helpers/round';
@@ -38,7 +41,9 @@ export async function waitFor<T>(what: string, check: () => Promise<T | undefine
 /** The process id of the worker running the round's training segment right now (from the pending activity). */
 export async function trainingWorkerPid(handle: WorkflowHandle): Promise<number | undefined> {
   const description = await handle.describe();
-  const pending = description.raw.pendingActivities?.find((a) => ['trainSegment', 'trainGrpoSegment', 'trainDpoSegment'].includes(a.activityType?.name ?? ''));
+  const pending = description.raw.pendingActivities?.find((a) =>
+    ['trainSegment', 'trainGrpoSegment', 'trainDpoSegment'].includes(a.activityType?.name ?? ''),
+  );
   const identity = pending?.lastWorkerIdentity ?? '';
   const pid = Number(identity.split('@')[0]);
   return Number.isInteger(pid) && pid > 0 ? pid : undefined;

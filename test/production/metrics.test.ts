@@ -16,7 +16,9 @@ test('the metrics endpoint serves Temporal worker metrics and Roundhouse metrics
   const temporal = await connectTestTemporal();
   const emulator = await startTestEmulator({ provisioningDelayMs: 200, operationLatencyMs: 60 });
   // One training checkpoint request fails past the HTTP retry budget: a retryable provider error at the boundary.
-  await setFaults(emulator, { rules: [{ kind: 'http-503', method: 'POST', path: '/operations/training-checkpoint$', rate: 1, max: 6, retryAfterMs: 5 }] });
+  await setFaults(emulator, {
+    rules: [{ kind: 'http-503', method: 'POST', path: '/operations/training-checkpoint$', rate: 1, max: 6, retryAfterMs: 5 }],
+  });
   const taskQueue = uniqueTaskQueue('metrics');
   const address = `127.0.0.1:${await freePort()}`;
   const worker = startWorkerProcess({
@@ -45,7 +47,9 @@ test('the metrics endpoint serves Temporal worker metrics and Roundhouse metrics
     expect(Number.isFinite(loss)).toBe(true);
     expect(total(during, 'roundhouse_resources_provisioned')).toBe(1);
     const temporalMetrics = [...during.keys()].filter((name) => name.startsWith('temporal_'));
-    expect(temporalMetrics).toEqual(expect.arrayContaining(['temporal_worker_task_slots_available', 'temporal_activity_execution_latency_count']));
+    expect(temporalMetrics).toEqual(
+      expect.arrayContaining(['temporal_worker_task_slots_available', 'temporal_activity_execution_latency_count']),
+    );
 
     // After the round
     const result: RoundResult = await handle.result();
@@ -59,7 +63,12 @@ test('the metrics endpoint serves Temporal worker metrics and Roundhouse metrics
 
     // The reaper deactivates an orphan (its owner never existed): counted as reaped.
     const orphanMaker = togetherProvider(emulator, LOCAL_EMULATOR_KEY);
-    const orphan = await orphanMaker.provision({ model: 'roundhouse/tiny-chat', ownerTag: ownerTagFor(`gone-${taskQueue}`), generatorReplicas: 1, inactiveTimeoutSeconds: 600 });
+    const orphan = await orphanMaker.provision({
+      model: 'roundhouse/tiny-chat',
+      ownerTag: ownerTagFor(`gone-${taskQueue}`),
+      generatorReplicas: 1,
+      inactiveTimeoutSeconds: 600,
+    });
     await orphanMaker.close();
     const reaped = await temporal.client.workflow.execute(reaperWorkflow, {
       taskQueue,
@@ -76,7 +85,11 @@ test('the metrics endpoint serves Temporal worker metrics and Roundhouse metrics
       tickets: true,
       yaml: `training: { epochs: 1, batchSize: 8, learningRate: 0.01, loraRank: 8, maxSeqLen: 64 }\nsampling: { maxTokens: 3 }\nround: { kind: dpo }`,
     });
-    const dpoResult: RoundResult = await temporal.client.workflow.execute(roundWorkflow, { taskQueue, workflowId: `round-dpo-${taskQueue}`, args: [dpo] });
+    const dpoResult: RoundResult = await temporal.client.workflow.execute(roundWorkflow, {
+      taskQueue,
+      workflowId: `round-dpo-${taskQueue}`,
+      args: [dpo],
+    });
     expect(dpoResult).toMatchObject({ status: 'completed', stepsApplied: 8 });
     expect(total(await scrape(address), 'roundhouse_optimizer_steps')).toBe(12 + 8);
     process.stderr.write(

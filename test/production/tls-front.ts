@@ -22,16 +22,54 @@ export function makeTestPki(): TestPki {
   const f = (name: string) => path.join(dir, name);
   const ssl = (...args: string[]) => execFileSync('openssl', args, { cwd: dir, stdio: 'pipe' });
   const serverName = 'temporal.roundhouse.test';
-  ssl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', f('ca.key'), '-out', f('ca.pem'), '-days', '1', '-subj', '/CN=roundhouse test CA');
+  ssl(
+    'req',
+    '-x509',
+    '-newkey',
+    'rsa:2048',
+    '-nodes',
+    '-keyout',
+    f('ca.key'),
+    '-out',
+    f('ca.pem'),
+    '-days',
+    '1',
+    '-subj',
+    '/CN=roundhouse test CA',
+  );
   for (const [who, cn, ext] of [
     ['server', serverName, `subjectAltName=DNS:${serverName}\nextendedKeyUsage=serverAuth`],
     ['client', 'roundhouse-worker', 'extendedKeyUsage=clientAuth'],
   ] as const) {
     fs.writeFileSync(f(`${who}.ext`), `${ext}\n`);
     ssl('req', '-newkey', 'rsa:2048', '-nodes', '-keyout', f(`${who}.key`), '-out', f(`${who}.csr`), '-subj', `/CN=${cn}`);
-    ssl('x509', '-req', '-in', f(`${who}.csr`), '-CA', f('ca.pem'), '-CAkey', f('ca.key'), '-CAcreateserial', '-out', f(`${who}.pem`), '-days', '1', '-extfile', f(`${who}.ext`));
+    ssl(
+      'x509',
+      '-req',
+      '-in',
+      f(`${who}.csr`),
+      '-CA',
+      f('ca.pem'),
+      '-CAkey',
+      f('ca.key'),
+      '-CAcreateserial',
+      '-out',
+      f(`${who}.pem`),
+      '-days',
+      '1',
+      '-extfile',
+      f(`${who}.ext`),
+    );
   }
-  return { dir, ca: f('ca.pem'), serverCert: f('server.pem'), serverKey: f('server.key'), clientCert: f('client.pem'), clientKey: f('client.key'), serverName };
+  return {
+    dir,
+    ca: f('ca.pem'),
+    serverCert: f('server.pem'),
+    serverKey: f('server.key'),
+    clientCert: f('client.pem'),
+    clientKey: f('client.key'),
+    serverName,
+  };
 }
 
 export interface SeenRequest {
@@ -86,7 +124,8 @@ export async function startTlsFront(pki: TestPki, upstream: string, options: { r
       const h = { ...responseHeaders };
       delete h[':status'];
       // A trailers-only gRPC answer ends the stream with its headers.
-      if (flags & http2.constants.NGHTTP2_FLAG_END_STREAM) stream.respond({ ':status': responseHeaders[':status'], ...h }, { endStream: true });
+      if (flags & http2.constants.NGHTTP2_FLAG_END_STREAM)
+        stream.respond({ ':status': responseHeaders[':status'], ...h }, { endStream: true });
       else stream.respond({ ':status': responseHeaders[':status'], ...h }, { waitForTrailers: true });
     });
     call.on('trailers', (t) => (trailers = t));

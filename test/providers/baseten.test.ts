@@ -36,9 +36,13 @@ test('a lost answer to a run create is reconciled by listing the runs of its ses
   const run = await provider.provision({ model: MODEL, ownerTag: 'wf-round-7', generatorReplicas: 0 });
 
   const { json } = await raw(emulator, 'GET', `/v1/loops/runs/${run.id}`, { apiKey, scheme: 'Api-Key' });
-  const sessionRuns = (await raw(emulator, 'GET', '/v1/loops/runs', { apiKey, scheme: 'Api-Key' })).json.runs.filter((r: any) => r.session_id === json.run.session_id);
+  const sessionRuns = (await raw(emulator, 'GET', '/v1/loops/runs', { apiKey, scheme: 'Api-Key' })).json.runs.filter(
+    (r: any) => r.session_id === json.run.session_id,
+  );
   expect(sessionRuns.map((r: any) => [r.id, r.name])).toEqual([[run.id, 'wf-round-7']]);
-  expect((await ownLedger(apiKey)).resources).toEqual([expect.objectContaining({ id: run.id, ownerTag: 'wf-round-7', dialect: 'baseten' })]);
+  expect((await ownLedger(apiKey)).resources).toEqual([
+    expect.objectContaining({ id: run.id, ownerTag: 'wf-round-7', dialect: 'baseten' }),
+  ]);
 
   await provider.waitReady(run.id, { pollIntervalMs: 10 });
   await provider.deactivate(run.id);
@@ -51,7 +55,9 @@ test('a lost answer to a run create is reconciled by listing the runs of its ses
 test('the owner tag travels as the run name: listing owned resources returns it', async () => {
   const provider = basetenProvider(emulator);
   const run = await provider.provision({ model: MODEL, ownerTag: 'campaign-a/round-2' });
-  expect(await provider.listOwnedResources({ activeOnly: true })).toEqual([expect.objectContaining({ id: run.id, ownerTag: 'campaign-a/round-2', model: MODEL })]);
+  expect(await provider.listOwnedResources({ activeOnly: true })).toEqual([
+    expect.objectContaining({ id: run.id, ownerTag: 'campaign-a/round-2', model: MODEL }),
+  ]);
   await provider.deactivate(run.id);
   await provider.close();
 });
@@ -62,7 +68,10 @@ test('deactivating a run releases every run of its Loops session', async () => {
   const first = await provider.provision({ model: MODEL, ownerTag: 'wf-dup' });
   const sessionId = (await raw(emulator, 'GET', `/v1/loops/runs/${first.id}`, { apiKey })).json.run.session_id;
   // A second run in the same session (another base model, so it does not replace the first).
-  const second = await raw(emulator, 'POST', '/v1/loops/trainers', { apiKey, body: { session_id: sessionId, base_model: 'Qwen/Qwen3-8B', name: 'wf-dup' } });
+  const second = await raw(emulator, 'POST', '/v1/loops/trainers', {
+    apiKey,
+    body: { session_id: sessionId, base_model: 'Qwen/Qwen3-8B', name: 'wf-dup' },
+  });
   expect(second.status).toBe(200);
 
   await provider.deactivate(first.id);
@@ -124,7 +133,9 @@ test('an emulator restarted on the same state folder keeps runs, their trainers 
     // Keyed operations are still known, and their results read as before (a loss that is a sum).
     expect(await p2.awaitOperation(await p2.submitForwardBackward(session.id, 'p/fb', data))).toEqual(fb);
     expect(await p2.awaitOperation(await p2.submitOptimStep(session.id, 'p/opt', { learningRate: 0.01 }))).toEqual({ step: 1 });
-    expect(await p2.openSession({ resourceId: run.id, loraRank: 4, fromCheckpoint: { id: ckpt.checkpointId, loadOptimizer: true } })).toMatchObject({ step: 1 });
+    expect(
+      await p2.openSession({ resourceId: run.id, loraRank: 4, fromCheckpoint: { id: ckpt.checkpointId, loadOptimizer: true } }),
+    ).toMatchObject({ step: 1 });
     await p2.deactivate(run.id);
     expect((await ledger(second)).active).toEqual([]);
     await p2.close();

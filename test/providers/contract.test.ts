@@ -111,7 +111,9 @@ describe.each(FIXTURES)('$name provider against the emulator over loopback HTTP'
     const { provider, resource, session } = await readySession();
     expect(session).toMatchObject({ state: 'running', step: 0 });
 
-    const baseline = await provider.awaitOperation(await provider.submitForwardBackward(session.id, 'k/fwd', batch, { forwardOnly: true, returnLogprobs: true }));
+    const baseline = await provider.awaitOperation(
+      await provider.submitForwardBackward(session.id, 'k/fwd', batch, { forwardOnly: true, returnLogprobs: true }),
+    );
     expect(baseline.loss).toBeGreaterThan(0);
     expect(baseline.logprobs?.map((l) => l.length)).toEqual(batch.map((d) => d.modelInput.length));
     // Positions outside the loss come back as logprob 0; the loss is their sum over the trained positions.
@@ -130,7 +132,13 @@ describe.each(FIXTURES)('$name provider against the emulator over loopback HTTP'
     expect(sampler.step).toBe(1);
 
     const samples = await provider.awaitOperation(
-      await provider.submitSample(session.id, 'k/sample', [[10, 11, 12, 13]], { maxTokens: 3, temperature: 0 }, { numSamples: 2, promptLogprobs: true }),
+      await provider.submitSample(
+        session.id,
+        'k/sample',
+        [[10, 11, 12, 13]],
+        { maxTokens: 3, temperature: 0 },
+        { numSamples: 2, promptLogprobs: true },
+      ),
     );
     expect(samples).toHaveLength(1);
     expect(samples[0]!.sequences).toHaveLength(2);
@@ -150,7 +158,9 @@ describe.each(FIXTURES)('$name provider against the emulator over loopback HTTP'
     const { provider, resource, session } = await readySession();
     const completion = datum([10, 11, 12, 13], [40, 41]);
     const measure = async (key: string) =>
-      provider.awaitOperation(await provider.submitForwardBackward(session.id, key, [completion], { forwardOnly: true, returnLogprobs: true }));
+      provider.awaitOperation(
+        await provider.submitForwardBackward(session.id, key, [completion], { forwardOnly: true, returnLogprobs: true }),
+      );
     const before = await measure('is/fwd/before');
     // The sampler's logprobs are the current policy's (ratio 1); every completion token gets advantage +1.
     const rl: Datum = { ...completion, logprobs: before.logprobs![0]!, advantages: completion.weights.map((w) => (w !== 0 ? 1 : 0)) };
@@ -169,12 +179,15 @@ describe.each(FIXTURES)('$name provider against the emulator over loopback HTTP'
   test('sampling sees the old policy version until a weights sync, then the new one', async () => {
     const { provider, resource, session } = await readySession();
     const prompt = [[10, 11, 12, 13]];
-    const sample = async (key: string) => (await provider.awaitOperation(await provider.submitSample(session.id, key, prompt, { maxTokens: 2, temperature: 0 })))[0]!;
+    const sample = async (key: string) =>
+      (await provider.awaitOperation(await provider.submitSample(session.id, key, prompt, { maxTokens: 2, temperature: 0 })))[0]!;
     const initial = (await sample('v/sample/0')).policyVersion;
     expect(initial).toBe(0);
     for (let step = 1; step <= 2; step++) {
       await provider.awaitOperation(await provider.submitForwardBackward(session.id, `v/fb/${step}`, batch));
-      expect(await provider.awaitOperation(await provider.submitOptimStep(session.id, `v/opt/${step}`, { learningRate: 0.05 }))).toEqual({ step });
+      expect(await provider.awaitOperation(await provider.submitOptimStep(session.id, `v/opt/${step}`, { learningRate: 0.05 }))).toEqual({
+        step,
+      });
     }
     expect((await sample('v/sample/before-sync')).policyVersion).toBe(0); // trained twice, not published
     const synced = await provider.awaitOperation(await provider.submitWeightsSync(session.id, 'v/sync/2'));
@@ -232,24 +245,42 @@ describe.each(FIXTURES)('$name provider against the emulator over loopback HTTP'
     // Step 4 on the original session…
     await provider.awaitOperation(await provider.submitForwardBackward(session.id, 'resume/fb/4', batch));
     await provider.awaitOperation(await provider.submitOptimStep(session.id, 'resume/opt/4', { learningRate: 0.02 }));
-    const original = await provider.awaitOperation(await provider.submitForwardBackward(session.id, 'resume/probe', batch, { forwardOnly: true }));
+    const original = await provider.awaitOperation(
+      await provider.submitForwardBackward(session.id, 'resume/probe', batch, { forwardOnly: true }),
+    );
     await provider.closeSession(session.id);
 
     // …equals step 4 on a session resumed with the optimizer (Adam moments matter at this learning rate).
-    const resumed = await provider.openSession({ resourceId: resource.id, loraRank: 8, fromCheckpoint: { id: ckpt.checkpointId, loadOptimizer: true } });
+    const resumed = await provider.openSession({
+      resourceId: resource.id,
+      loraRank: 8,
+      fromCheckpoint: { id: ckpt.checkpointId, loadOptimizer: true },
+    });
     expect(resumed.step).toBe(3);
     await provider.awaitOperation(await provider.submitForwardBackward(resumed.id, 'resumed/fb/4', batch));
-    expect(await provider.awaitOperation(await provider.submitOptimStep(resumed.id, 'resumed/opt/4', { learningRate: 0.02 }))).toEqual({ step: 4 });
-    const continued = await provider.awaitOperation(await provider.submitForwardBackward(resumed.id, 'resumed/probe', batch, { forwardOnly: true }));
+    expect(await provider.awaitOperation(await provider.submitOptimStep(resumed.id, 'resumed/opt/4', { learningRate: 0.02 }))).toEqual({
+      step: 4,
+    });
+    const continued = await provider.awaitOperation(
+      await provider.submitForwardBackward(resumed.id, 'resumed/probe', batch, { forwardOnly: true }),
+    );
     expect(continued.loss).toBeCloseTo(original.loss, 4);
     await provider.closeSession(resumed.id);
 
     // Weights only: step 0 and fresh Adam, so the same step lands somewhere else.
-    const fresh = await provider.openSession({ resourceId: resource.id, loraRank: 8, fromCheckpoint: { id: ckpt.checkpointId, loadOptimizer: false } });
+    const fresh = await provider.openSession({
+      resourceId: resource.id,
+      loraRank: 8,
+      fromCheckpoint: { id: ckpt.checkpointId, loadOptimizer: false },
+    });
     expect(fresh.step).toBe(0);
     await provider.awaitOperation(await provider.submitForwardBackward(fresh.id, 'fresh/fb/1', batch));
-    expect(await provider.awaitOperation(await provider.submitOptimStep(fresh.id, 'fresh/opt/1', { learningRate: 0.02 }))).toEqual({ step: 1 });
-    const weightsOnly = await provider.awaitOperation(await provider.submitForwardBackward(fresh.id, 'fresh/probe', batch, { forwardOnly: true }));
+    expect(await provider.awaitOperation(await provider.submitOptimStep(fresh.id, 'fresh/opt/1', { learningRate: 0.02 }))).toEqual({
+      step: 1,
+    });
+    const weightsOnly = await provider.awaitOperation(
+      await provider.submitForwardBackward(fresh.id, 'fresh/probe', batch, { forwardOnly: true }),
+    );
     expect(Math.abs(weightsOnly.loss - original.loss)).toBeGreaterThan(1e-3);
     await provider.deactivate(resource.id);
     await provider.close();
@@ -258,7 +289,13 @@ describe.each(FIXTURES)('$name provider against the emulator over loopback HTTP'
   describe('injected faults are handled as the taxonomy says', () => {
     test('429 and 503 answers are retried (honouring retry-after) and the call succeeds', async () => {
       const provider = fx.make(emulator);
-      await setFaults(emulator, { seed: 3, rules: [{ kind: 'http-429', max: 2, retryAfterMs: 20 }, { kind: 'http-503', max: 2, retryAfterMs: 20 }] });
+      await setFaults(emulator, {
+        seed: 3,
+        rules: [
+          { kind: 'http-429', max: 2, retryAfterMs: 20 },
+          { kind: 'http-503', max: 2, retryAfterMs: 20 },
+        ],
+      });
       const models = await provider.supportedModels();
       expect(models.length).toBeGreaterThan(0);
       await provider.close();
@@ -268,7 +305,9 @@ describe.each(FIXTURES)('$name provider against the emulator over loopback HTTP'
       const { provider, resource, session } = await readySession();
       await setFaults(emulator, { rules: [{ kind: 'reset', method: 'POST', path: fx.paths.optimStep, max: 2 }] });
       await provider.awaitOperation(await provider.submitForwardBackward(session.id, 'reset/fb', batch));
-      expect(await provider.awaitOperation(await provider.submitOptimStep(session.id, 'reset/opt', { learningRate: 0.01 }))).toEqual({ step: 1 });
+      expect(await provider.awaitOperation(await provider.submitOptimStep(session.id, 'reset/opt', { learningRate: 0.01 }))).toEqual({
+        step: 1,
+      });
       expect(await sessionEntry(session.id)).toMatchObject({ optimizerSteps: 1 });
       await provider.deactivate(resource.id);
       await provider.close();
@@ -284,7 +323,9 @@ describe.each(FIXTURES)('$name provider against the emulator over loopback HTTP'
         ],
       });
       await provider.awaitOperation(await provider.submitForwardBackward(session.id, 'lost/fb', batch));
-      expect(await provider.awaitOperation(await provider.submitOptimStep(session.id, 'lost/opt', { learningRate: 0.01 }))).toEqual({ step: 1 });
+      expect(await provider.awaitOperation(await provider.submitOptimStep(session.id, 'lost/opt', { learningRate: 0.01 }))).toEqual({
+        step: 1,
+      });
       const after = await sessionEntry(session.id);
       expect(after.optimizerSteps).toBe(1);
       expect(after.operationsSubmitted - before.operationsSubmitted).toBe(2);
@@ -324,7 +365,9 @@ describe.each(FIXTURES)('$name provider against the emulator over loopback HTTP'
       const opt = provider.awaitOperation(await provider.submitOptimStep(session.id, 'fail/opt', { learningRate: 0.01 }));
       await expect(opt).rejects.toMatchObject({ errorClass: 'retryable', providerCode: 'INTERNAL_ERROR' });
       // A failed operation applied nothing; a new key after the failure applies the step once.
-      expect(await provider.awaitOperation(await provider.submitOptimStep(session.id, 'fail/opt/after-1', { learningRate: 0.01 }))).toEqual({ step: 1 });
+      expect(await provider.awaitOperation(await provider.submitOptimStep(session.id, 'fail/opt/after-1', { learningRate: 0.01 }))).toEqual(
+        { step: 1 },
+      );
       await provider.deactivate(resource.id);
       await provider.close();
     });
@@ -349,7 +392,10 @@ describe.each(FIXTURES)('$name provider against the emulator over loopback HTTP'
     test('persistent 5xx on a keyed call ends as retryable after the retry budget', async () => {
       const { provider, resource, session } = await readySession();
       await setFaults(emulator, { rules: [{ kind: 'http-500', path: fx.paths.optimStep, max: 100 }] });
-      await expect(provider.submitOptimStep(session.id, 'down/opt', { learningRate: 0.01 })).rejects.toMatchObject({ errorClass: 'retryable', status: 500 });
+      await expect(provider.submitOptimStep(session.id, 'down/opt', { learningRate: 0.01 })).rejects.toMatchObject({
+        errorClass: 'retryable',
+        status: 500,
+      });
       await setFaults(emulator, {});
       expect((await sessionEntry(session.id)).optimizerSteps).toBe(0);
       await provider.deactivate(resource.id);

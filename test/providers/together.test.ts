@@ -26,7 +26,13 @@ test('GRPO with beta > 0 and no reference logprobs is refused as non-retryable',
   const resource = await provider.provision({ model: 'roundhouse/tiny-chat', ownerTag: 'test-grpo' });
   await provider.waitReady(resource.id, { pollIntervalMs: 20 });
   const session = await provider.openSession({ resourceId: resource.id, loraRank: 8, seed: 7 });
-  const datum = { modelInput: [10, 11, 12, 13, 40], targetTokens: [11, 12, 13, 40, 41], weights: [0, 0, 0, 1, 1], logprobs: [0, 0, 0, -1, -1], advantages: [0, 0, 0, 1, 1] };
+  const datum = {
+    modelInput: [10, 11, 12, 13, 40],
+    targetTokens: [11, 12, 13, 40, 41],
+    weights: [0, 0, 0, 1, 1],
+    logprobs: [0, 0, 0, -1, -1],
+    advantages: [0, 0, 0, 1, 1],
+  };
   const refused = provider.submitForwardBackward(session.id, 'grpo/fb', [datum], { loss: { type: 'grpo', beta: 0.1 } });
   await expect(refused).rejects.toBeInstanceOf(ProviderError);
   await expect(refused).rejects.toMatchObject({ errorClass: 'non-retryable' });

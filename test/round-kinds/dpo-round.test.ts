@@ -23,19 +23,34 @@ test('a DPO round on support-ticket preferences widens the chosen-over-rejected 
   expect(result.baselineMargin).toBeCloseTo(0, 2);
   expect(result.baselineLoss).toBeCloseTo(Math.log(2), 4);
   expect(result.baselineAccuracy).toBe(0);
-  console.log(`DPO eval: margin ${result.baselineMargin!.toFixed(3)} → ${result.trainedMargin!.toFixed(3)} nats, preference accuracy ${result.baselineAccuracy} → ${result.accuracy}, loss ${result.baselineLoss!.toFixed(3)} → ${result.trainedLoss!.toFixed(3)}`);
+  console.log(
+    `DPO eval: margin ${result.baselineMargin!.toFixed(3)} → ${result.trainedMargin!.toFixed(3)} nats, preference accuracy ${result.baselineAccuracy} → ${result.accuracy}, loss ${result.baselineLoss!.toFixed(3)} → ${result.trainedLoss!.toFixed(3)}`,
+  );
   expect(result.trainedMargin!).toBeGreaterThan(1);
   expect(result.accuracy!).toBeGreaterThan(0.7);
   expect(result.trainedLoss!).toBeLessThan(result.baselineLoss!);
 
   const r = report(result);
-  expect(r).toMatchObject({ kind: 'dpo', cleanup_status: 'deactivated', baseline_margin: result.baselineMargin, trained_margin: result.trainedMargin });
+  expect(r).toMatchObject({
+    kind: 'dpo',
+    cleanup_status: 'deactivated',
+    baseline_margin: result.baselineMargin,
+    trained_margin: result.trainedMargin,
+  });
   expect(r.steps.map((s: { step: number }) => s.step)).toEqual(Array.from({ length: 16 }, (_v, i) => i + 1));
   const margins = r.steps.map((s: { margin: number }) => s.margin);
   expect(margins[0]).toBeCloseTo(0, 2);
   const meanOf = (xs: number[]) => xs.reduce((a, x) => a + x, 0) / xs.length;
   expect(meanOf(margins.slice(-4))).toBeGreaterThan(meanOf(margins.slice(0, 4)) + 0.5);
-  expect(r.evaluations[0]).toEqual({ line: 1, prompt: expect.any(String), chosen: expect.any(String), rejected: expect.any(String), margin: expect.any(Number), loss: expect.any(Number), match: expect.any(Boolean) });
+  expect(r.evaluations[0]).toEqual({
+    line: 1,
+    prompt: expect.any(String),
+    chosen: expect.any(String),
+    rejected: expect.any(String),
+    margin: expect.any(Number),
+    loss: expect.any(Number),
+    match: expect.any(Boolean),
+  });
   // The reference logprobs are in a file beside the report, by reference: the history holds its path only.
   const reference = JSON.parse(fs.readFileSync(path.join(input.reportDir, 'round-1.reference-logprobs.json'), 'utf8'));
   expect(reference.train).toHaveLength(64);

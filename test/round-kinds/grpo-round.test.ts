@@ -52,7 +52,13 @@ test('a GRPO round on arithmetic, warm-started by a short SFT round, raises the 
   const taskQueue = uniqueTaskQueue('grpo');
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rh-grpo-'));
   const sft = await sftCheckpoint(dir, taskQueue);
-  const input = grpoInput(dir, `grpo-${taskQueue}`, 'epochs: 3, learningRate: 0.002, segmentSteps: 10', 'loss: { type: importance_sampling }', sft);
+  const input = grpoInput(
+    dir,
+    `grpo-${taskQueue}`,
+    'epochs: 3, learningRate: 0.002, segmentSteps: 10',
+    'loss: { type: importance_sampling }',
+    sft,
+  );
   const result = await runRound(input, taskQueue);
   expect(result).toMatchObject({ status: 'completed', kind: 'grpo', stepsApplied: 30, totalSteps: 30 });
   const r = report(result);
@@ -60,10 +66,17 @@ test('a GRPO round on arithmetic, warm-started by a short SFT round, raises the 
   expect(steps.map((s) => s.step)).toEqual(Array.from({ length: 30 }, (_v, i) => i + 1));
   // Each epoch covers all 80 prompts once: compare whole epochs (the run is seeded, so this is reproducible).
   const epoch = (e: number) => mean(steps.slice(e * 10, (e + 1) * 10).map((s) => s.meanReward));
-  console.log(`GRPO mean reward by epoch: ${[0, 1, 2].map((e) => epoch(e).toFixed(3)).join(' → ')}; eval accuracy ${sft.accuracy} (sft) → ${result.accuracy} (grpo)`);
+  console.log(
+    `GRPO mean reward by epoch: ${[0, 1, 2].map((e) => epoch(e).toFixed(3)).join(' → ')}; eval accuracy ${sft.accuracy} (sft) → ${result.accuracy} (grpo)`,
+  );
   expect(epoch(2)).toBeGreaterThan(epoch(0) * 1.2);
   expect(result.accuracy!).toBeGreaterThanOrEqual(sft.accuracy!);
-  expect(r).toMatchObject({ kind: 'grpo', first_reward: steps[0]!.meanReward, latest_reward: steps[29]!.meanReward, cleanup_status: 'deactivated' });
+  expect(r).toMatchObject({
+    kind: 'grpo',
+    first_reward: steps[0]!.meanReward,
+    latest_reward: steps[29]!.meanReward,
+    cleanup_status: 'deactivated',
+  });
   // On-policy (maxStepsOffPolicy 0): every step sampled the weights of the step before it, published by a sync.
   expect(steps.every((s) => s.stepsOffPolicy === 0)).toBe(true);
   expect(new Set(steps.map((s) => s.policyVersion)).size).toBe(30);
@@ -75,7 +88,10 @@ test('a GRPO round on arithmetic, warm-started by a short SFT round, raises the 
 test('bounded off-policy: with maxStepsOffPolicy 1 the next step is sampled while this one trains, never more than one step behind', async () => {
   const taskQueue = uniqueTaskQueue('grpo-overlap');
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rh-grpo-'));
-  const result = await runRound(grpoInput(dir, `overlap-${taskQueue}`, 'epochs: 1, learningRate: 0.002, segmentSteps: 4', 'maxStepsOffPolicy: 1'), taskQueue);
+  const result = await runRound(
+    grpoInput(dir, `overlap-${taskQueue}`, 'epochs: 1, learningRate: 0.002, segmentSteps: 4', 'maxStepsOffPolicy: 1'),
+    taskQueue,
+  );
   expect(result).toMatchObject({ status: 'completed', stepsApplied: 10 });
   const steps: GrpoStep[] = report(result).steps;
   expect(steps.map((s) => s.stepsOffPolicy)).toEqual([0, ...Array(9).fill(1)]);
@@ -87,7 +103,15 @@ test('bounded off-policy: with maxStepsOffPolicy 1 the next step is sampled whil
 test('a KL penalty trains against a frozen reference session on the same trainer', async () => {
   const taskQueue = uniqueTaskQueue('grpo-kl');
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rh-grpo-'));
-  const result = await runRound(grpoInput(dir, `kl-${taskQueue}`, 'epochs: 1, learningRate: 0.002, segmentSteps: 5', 'reference: start, loss: { type: grpo, beta: 0.05 }'), taskQueue);
+  const result = await runRound(
+    grpoInput(
+      dir,
+      `kl-${taskQueue}`,
+      'epochs: 1, learningRate: 0.002, segmentSteps: 5',
+      'reference: start, loss: { type: grpo, beta: 0.05 }',
+    ),
+    taskQueue,
+  );
   expect(result).toMatchObject({ status: 'completed', stepsApplied: 10 });
   const r = report(result);
   const l = await ledger(env.emulator);

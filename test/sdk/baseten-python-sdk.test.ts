@@ -26,16 +26,21 @@ test('the official baseten-loops SDK runs a train → save_state → save_weight
   const apiKey = testApiKey();
   const requestLog = path.join(tmp, 'sdk-requests.jsonl');
   // Only the documented settings: the control plane's URL and the key. Nothing in the environment points elsewhere.
-  const run = await runPython(python, path.join(__dirname, 'baseten_loop.py'), {
-    LOOPS_BASE_URL: emulator.url,
-    BASETEN_API_KEY: apiKey,
-    LOOPS_REQUEST_LOG: requestLog,
-    LOOPS_TEAM: '',
-    LOOPS_REUSE_FROM_RUN_ID: '',
-    LOOPS_REUSE_FROM_SESSION_ID: '',
-    NO_PROXY: '127.0.0.1,localhost',
-    WANDB_MODE: 'disabled',
-  }, 120_000);
+  const run = await runPython(
+    python,
+    path.join(__dirname, 'baseten_loop.py'),
+    {
+      LOOPS_BASE_URL: emulator.url,
+      BASETEN_API_KEY: apiKey,
+      LOOPS_REQUEST_LOG: requestLog,
+      LOOPS_TEAM: '',
+      LOOPS_REUSE_FROM_RUN_ID: '',
+      LOOPS_REUSE_FROM_SESSION_ID: '',
+      NO_PROXY: '127.0.0.1,localhost',
+      WANDB_MODE: 'disabled',
+    },
+    120_000,
+  );
   const line = run.stdout.split('\n').find((l) => l.startsWith('SUMMARY '));
   if (run.code !== 0 || !line) throw new Error(`SDK script failed (${run.code}):\n${run.stdout.slice(-3000)}\n${run.stderr.slice(-3000)}`);
   const summary = JSON.parse(line.slice('SUMMARY '.length));
@@ -48,7 +53,10 @@ test('the official baseten-loops SDK runs a train → save_state → save_weight
   expect(summary.sampler_version).toBe(12); // 6 epochs × 2 batches
   expect(summary.correct).toBe(8); // greedy samples from the saved sampler weights give every label
   expect(summary.policy_versions).toEqual([12]);
-  expect(summary.checkpoints).toEqual([['round-sampler', 'sampler'], ['round-state', 'trainer']]);
+  expect(summary.checkpoints).toEqual([
+    ['round-sampler', 'sampler'],
+    ['round-state', 'trainer'],
+  ]);
   expect(summary.sampler_files).toEqual(['adapter_config.json', 'adapter_state.json']);
   expect(summary.resumed_step).toBe(12); // the state with its optimizer: the step continues
   expect(summary.resumed_next_step).toBe(13);
@@ -56,7 +64,11 @@ test('the official baseten-loops SDK runs a train → save_state → save_weight
 
   // What the SDK saw on the wire: every trainer and sampler URL came from the control plane, all on the emulator,
   // with the Api-Key scheme; no answer was an error (408 is the long poll's "ask again").
-  const records = fs.readFileSync(requestLog, 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+  const records = fs
+    .readFileSync(requestLog, 'utf8')
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l));
   const requests = records.filter((r) => r.kind === 'request');
   const statuses = records.filter((r) => r.kind === 'response').map((r) => r.status as number);
   expect(requests.every((r) => r.url.startsWith(emulator.url))).toBe(true);
@@ -73,5 +85,10 @@ test('the official baseten-loops SDK runs a train → save_state → save_weight
   expect(mine.map((r) => r.id).sort()).toEqual([summary.run_id, summary.resumed_run_id].sort());
   expect(mine.find((r) => r.id === summary.run_id)).toMatchObject({ dialect: 'baseten', ownerTag: 'sdk-round' });
   expect(l.active.filter((id) => mine.some((r) => r.id === id))).toEqual([]);
-  expect(l.sessions.filter((s) => mine.some((r) => r.id === s.resourceId)).map((s) => s.optimizerSteps).sort((a, b) => a - b)).toEqual([1, 12]);
+  expect(
+    l.sessions
+      .filter((s) => mine.some((r) => r.id === s.resourceId))
+      .map((s) => s.optimizerSteps)
+      .sort((a, b) => a - b),
+  ).toEqual([1, 12]);
 }, 180_000);

@@ -18,7 +18,12 @@ afterAll(async () => {
 
 test('the official together SDK runs the minimal loop and a batch loop with sampling against the emulator unchanged', async () => {
   const apiKey = testApiKey();
-  const run = await runPython(python, path.join(__dirname, 'together_loop.py'), { TOGETHER_BASE_URL: emulator.url, TOGETHER_API_KEY: apiKey }, 240_000);
+  const run = await runPython(
+    python,
+    path.join(__dirname, 'together_loop.py'),
+    { TOGETHER_BASE_URL: emulator.url, TOGETHER_API_KEY: apiKey },
+    240_000,
+  );
   if (run.code !== 0) throw new Error(`SDK script failed (${run.code}):\n${run.stderr.slice(-4000)}`);
   const line = run.stdout.split('\n').find((l) => l.startsWith('SUMMARY '));
   const summary = JSON.parse(line!.slice('SUMMARY '.length));

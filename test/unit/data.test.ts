@@ -42,11 +42,22 @@ describe('data validation before provisioning (the Baseten guide checks), each n
 
   test('rows over the token limit', () => {
     const f = files([ok, { prompt: 'word '.repeat(300), answer: 'x' }], [{ prompt: 'other', answer: 'a' }]);
-    expect(problems(f, 64)).toEqual([expect.stringMatching(new RegExp(`^${f.train.replace(/[.]/g, '\\.')}:2 prompt: \\d+ tokens with the answer, over the limit of 64`))]);
+    expect(problems(f, 64)).toEqual([
+      expect.stringMatching(new RegExp(`^${f.train.replace(/[.]/g, '\\.')}:2 prompt: \\d+ tokens with the answer, over the limit of 64`)),
+    ]);
   });
 
   test('malformed JSON, a missing field, a chat row not ending with the assistant', () => {
-    const f = files(['{"prompt": "a", "answer": "b"}', '{"prompt": "a"', '{"prompt": "c"}', '{"messages": [{"role": "user", "content": "hi"}, {"role": "user", "content": "again"}]}'], [{ prompt: 'other', answer: 'a' }], true);
+    const f = files(
+      [
+        '{"prompt": "a", "answer": "b"}',
+        '{"prompt": "a"',
+        '{"prompt": "c"}',
+        '{"messages": [{"role": "user", "content": "hi"}, {"role": "user", "content": "again"}]}',
+      ],
+      [{ prompt: 'other', answer: 'a' }],
+      true,
+    );
     const found = problems(f);
     expect(found[0]).toMatch(new RegExp(`:2: not valid JSON`));
     expect(found[1]).toBe(`${f.train}:3 answer: is required (rows need prompt and answer, or messages)`);
@@ -74,8 +85,22 @@ describe('samples are built the way the provider expects', () => {
   });
 
   test('chat rows: everything before the last assistant message is the prompt', () => {
-    const row = tokenizeRow({ line: 1, prompt: '', answer: 'ok', messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'hi' }, { role: 'assistant', content: 'ok' }] }, tokenizer);
-    expect(tokenizer.decode(row.promptTokens)).toBe('<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n');
+    const row = tokenizeRow(
+      {
+        line: 1,
+        prompt: '',
+        answer: 'ok',
+        messages: [
+          { role: 'system', content: 'Be brief.' },
+          { role: 'user', content: 'hi' },
+          { role: 'assistant', content: 'ok' },
+        ],
+      },
+      tokenizer,
+    );
+    expect(tokenizer.decode(row.promptTokens)).toBe(
+      '<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n',
+    );
   });
 
   test('a completion is read up to end-of-turn or a stop string, and scored', () => {

@@ -2,7 +2,13 @@ import fs from 'node:fs';
 import path from 'node:path';
 
 const root = path.resolve(__dirname, '../..');
-const pages = ['README.md', ...fs.readdirSync(path.join(root, 'docs')).filter((f) => f.endsWith('.md')).map((f) => `docs/${f}`)];
+const pages = [
+  'README.md',
+  ...fs
+    .readdirSync(path.join(root, 'docs'))
+    .filter((f) => f.endsWith('.md'))
+    .map((f) => `docs/${f}`),
+];
 
 /** The markdown outside code: fenced blocks and inline code hold examples, not links. */
 function prose(markdown: string): string {
@@ -19,7 +25,11 @@ function anchorOf(heading: string): string {
 }
 
 function anchorsIn(file: string): Set<string> {
-  const headings = fs.readFileSync(file, 'utf8').replace(/^```[\s\S]*?^```/gm, '').match(/^#{1,6} .+$/gm) ?? [];
+  const headings =
+    fs
+      .readFileSync(file, 'utf8')
+      .replace(/^```[\s\S]*?^```/gm, '')
+      .match(/^#{1,6} .+$/gm) ?? [];
   return new Set(headings.map((h) => anchorOf(h.replace(/^#+ /, '').replace(/`/g, ''))));
 }
 

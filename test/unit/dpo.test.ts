@@ -12,7 +12,10 @@ test('DPO loss is −log σ(β·margin) and its per-token gradients match finite
   // margin = (−3 − (−3.5)) − (−1.2 − (−1.0)) = 0.5 + 0.2 = 0.7
   expect(loss).toBeCloseTo(-Math.log(1 / (1 + Math.exp(-beta * 0.7))), 10);
   const h = 1e-6;
-  for (const [side, grads] of [['chosen', chosen], ['rejected', rejected]] as const) {
+  for (const [side, grads] of [
+    ['chosen', chosen],
+    ['rejected', rejected],
+  ] as const) {
     grads.forEach((g, i) => {
       const bumped = structuredClone(p);
       bumped[side].logprobs[i]! += h;

@@ -71,7 +71,9 @@ test('the worker environment reads keys from a variable or a file and names the 
     throw new Error('expected a ConfigError');
   };
   expect(bad({ ROUNDHOUSE_ENCRYPTION_KEYS: 'k1=c2hvcnQ=' }).message).toMatch(/ROUNDHOUSE_ENCRYPTION_KEYS.*32 bytes/);
-  expect(bad({ ROUNDHOUSE_ENCRYPTION_KEYS: `k1=${b64()}`, ROUNDHOUSE_ENCRYPTION_KEY_ID: 'k9' }).message).toMatch(/ROUNDHOUSE_ENCRYPTION_KEY_ID.*k9/);
+  expect(bad({ ROUNDHOUSE_ENCRYPTION_KEYS: `k1=${b64()}`, ROUNDHOUSE_ENCRYPTION_KEY_ID: 'k9' }).message).toMatch(
+    /ROUNDHOUSE_ENCRYPTION_KEY_ID.*k9/,
+  );
   expect(bad({ ROUNDHOUSE_ENCRYPTION_KEYS: `k1=${b64()}`, ROUNDHOUSE_ENCRYPTION_KEYS_FILE: file }).message).toMatch(/not both/);
   const secret = b64();
   expect(bad({ ROUNDHOUSE_ENCRYPTION_KEYS: `bad id=${secret}` }).message).not.toContain(secret); // errors never echo a key

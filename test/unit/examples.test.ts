@@ -4,7 +4,12 @@ import { loadCampaignSpec } from '../../config/spec';
 import { validateCampaignLocally } from '../../workers/validate';
 
 const root = path.resolve(__dirname, '../../examples');
-const specs = fs.readdirSync(root).flatMap((dir) => fs.readdirSync(path.join(root, dir)).filter((f) => f.endsWith('.yaml')).map((f) => path.join(dir, f)));
+const specs = fs.readdirSync(root).flatMap((dir) =>
+  fs
+    .readdirSync(path.join(root, dir))
+    .filter((f) => f.endsWith('.yaml'))
+    .map((f) => path.join(dir, f)),
+);
 
 test('there are example specs of every round kind', () => {
   expect(new Set(specs.map((s) => loadCampaignSpec(path.join(root, s)).round.kind))).toEqual(new Set(['sft', 'grpo', 'dpo']));

@@ -66,7 +66,9 @@ describe('the attention op', () => {
       const weights = tf.tensor2d(values.weights, [rows, ATTENDED_WIDTH]);
       const objectiveOf = (q: tf.Tensor, c: tf.Tensor, b: tf.Tensor) =>
         tf.sum(tf.mul(attend(q as tf.Tensor2D, c as tf.Tensor2D, b as tf.Tensor2D, inputs), weights));
-      return tf.grads(objectiveOf)(tensorsOf(values)).map((g) => g.dataSync() as Float32Array);
+      return tf
+        .grads(objectiveOf)(tensorsOf(values))
+        .map((g) => g.dataSync() as Float32Array);
     });
     const names = ['query', 'keyQuery', 'keyB'] as const;
     names.forEach((name, k) => {
@@ -98,7 +100,8 @@ describe('the attention op', () => {
       const packed = new PackedKeys(rank, 2);
       for (const id of tokens) {
         const row = vocabulary.rowOf(id);
-        const column = row === undefined ? undefined : Float32Array.from({ length: rank }, (_, r) => values.keyB[r * activeIds.length + row]);
+        const column =
+          row === undefined ? undefined : Float32Array.from({ length: rank }, (_, r) => values.keyB[r * activeIds.length + row]);
         const { key, value } = base.keyValueOf(id);
         packed.push(key, value, column);
       }

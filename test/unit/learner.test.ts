@@ -100,7 +100,9 @@ describe('loss and logprobs', () => {
     const learner = await newLearner({ vocabSize: 50 });
     learner.promptLogprobs(Array.from({ length: 50 }, (_, id) => id));
     const context = [3, 14, 15, 9, 26];
-    const total = Array.from({ length: 50 }, (_, id) => Math.exp(learner.promptLogprobs([...context, id])[context.length])).reduce((a, b) => a + b);
+    const total = Array.from({ length: 50 }, (_, id) => Math.exp(learner.promptLogprobs([...context, id])[context.length])).reduce(
+      (a, b) => a + b,
+    );
     expect(total).toBeCloseTo(1, 4);
     expect(learner.nextTokenDistribution(context).unseenCount).toBe(0);
   });
@@ -159,7 +161,12 @@ describe('learning', () => {
     const accuracy = () => heldOut.filter((e) => greedy(learner, e.prompt, 1)[0] === e.answer[0]).length / heldOut.length;
 
     const [lossBefore, accuracyBefore] = [evalLoss(), accuracy()];
-    for (let step = 0; step < 40; step++) train(learner, [0, 1, 2, 3, 4, 5, 6, 7].map((i) => trainSet[(step * 8 + i) % trainSet.length]), 1);
+    for (let step = 0; step < 40; step++)
+      train(
+        learner,
+        [0, 1, 2, 3, 4, 5, 6, 7].map((i) => trainSet[(step * 8 + i) % trainSet.length]),
+        1,
+      );
     const [lossAfter, accuracyAfter] = [evalLoss(), accuracy()];
 
     expect(accuracyAfter).toBeGreaterThanOrEqual(0.6); // chance is 0.25
@@ -180,7 +187,12 @@ describe('optimizer', () => {
     whole.forwardBackward(batch, crossEntropyLoss(weights));
     const [a, b] = [split.optimStep(adam()), whole.optimStep(adam())];
     expect(a.gradNorm).toBeCloseTo(b.gradNorm, 3);
-    expect(maxAbsDifference(adapterWeights(split.exportState({ withOptimizer: false })), adapterWeights(whole.exportState({ withOptimizer: false })))).toBeLessThan(1e-5);
+    expect(
+      maxAbsDifference(
+        adapterWeights(split.exportState({ withOptimizer: false })),
+        adapterWeights(whole.exportState({ withOptimizer: false })),
+      ),
+    ).toBeLessThan(1e-5);
   });
 
   test('lr 0 leaves predictions unchanged, weight decay shrinks the adapter, and every Adam field changes the trajectory', async () => {
@@ -191,7 +203,11 @@ describe('optimizer', () => {
         learner.forwardBackward(batch, crossEntropyLoss(weights));
         gradNorms.push(learner.optimStep(settings).gradNorm);
       }
-      return { logprobs: learner.forward(batch, crossEntropyLoss(weights)).logprobs.flat(), weights: adapterWeights(learner.exportState({ withOptimizer: false })), gradNorms };
+      return {
+        logprobs: learner.forward(batch, crossEntropyLoss(weights)).logprobs.flat(),
+        weights: adapterWeights(learner.exportState({ withOptimizer: false })),
+        gradNorms,
+      };
     };
     const untrained = await run(adam(), 0);
     const baseline = await run(adam());
@@ -202,7 +218,9 @@ describe('optimizer', () => {
 
     const clipped = await run(adam({ gradClipNorm: 1e-3, eps: 1e-2 }));
     expect(clipped.gradNorms[0]).toBeCloseTo(baseline.gradNorms[0], 3); // reported before clipping
-    expect(maxAbsDifference(clipped.logprobs, untrained.logprobs)).toBeLessThan(maxAbsDifference(baseline.logprobs, untrained.logprobs) / 10);
+    expect(maxAbsDifference(clipped.logprobs, untrained.logprobs)).toBeLessThan(
+      maxAbsDifference(baseline.logprobs, untrained.logprobs) / 10,
+    );
 
     for (const variant of [{ learningRate: 2e-2 }, { beta1: 0.5 }, { beta2: 0.9 }, { eps: 1 }, { gradClipNorm: 0 }]) {
       expect(maxAbsDifference((await run(adam(variant))).logprobs, baseline.logprobs)).toBeGreaterThan(1e-4);
@@ -270,10 +288,12 @@ describe('export and import', () => {
     const tokens = [...examples[0].prompt, ...examples[0].answer];
     expect(restored.promptLogprobs(tokens)).toEqual(original.promptLogprobs(tokens));
     expect(greedy(restored, examples[1].prompt, 3)).toEqual(greedy(original, examples[1].prompt, 3));
-    await expect(Learner.fromState(options, original.exportState({ withOptimizer: false }), { optimizer: true })).rejects.toThrow(LearnerInputError);
-    await expect(Learner.fromState({ ...options, loraRank: 4 }, original.exportState({ withOptimizer: false }), { optimizer: false })).rejects.toThrow(
-      /loraRank/,
+    await expect(Learner.fromState(options, original.exportState({ withOptimizer: false }), { optimizer: true })).rejects.toThrow(
+      LearnerInputError,
     );
+    await expect(
+      Learner.fromState({ ...options, loraRank: 4 }, original.exportState({ withOptimizer: false }), { optimizer: false }),
+    ).rejects.toThrow(/loraRank/);
   });
 });
 
@@ -336,7 +356,8 @@ describe('sampling', () => {
   test('top_k = 1 equals greedy whatever the temperature and seed', () => {
     for (const { prompt } of examples) {
       const expected = greedy(learner, prompt, 5);
-      for (const seed of [1, 2]) expect(learner.sample(prompt, { maxTokens: 5, temperature: 1.3, topK: 1, seed }, 1)[0].tokens).toEqual(expected);
+      for (const seed of [1, 2])
+        expect(learner.sample(prompt, { maxTokens: 5, temperature: 1.3, topK: 1, seed }, 1)[0].tokens).toEqual(expected);
     }
   });
 
@@ -376,7 +397,10 @@ describe('sampling', () => {
       tokens: answer.slice(0, 2),
       stopReason: 'stop',
     });
-    expect(learner.sample(prompt, { maxTokens: 3, temperature: 0, eosTokenIds: [answer[0]] }, 1)[0]).toMatchObject({ tokens: [answer[0]], stopReason: 'stop' });
+    expect(learner.sample(prompt, { maxTokens: 3, temperature: 0, eosTokenIds: [answer[0]] }, 1)[0]).toMatchObject({
+      tokens: [answer[0]],
+      stopReason: 'stop',
+    });
     const free = learner.sample(prompt, { maxTokens: 6, temperature: 0 }, 1)[0];
     expect(free.tokens).toHaveLength(6);
     expect(free.stopReason).toBe('length');

@@ -43,7 +43,14 @@ describe('campaign spec', () => {
   });
 
   test('JSON specs are accepted too', () => {
-    const json = JSON.stringify({ name: 'j', provider: { kind: 'together', model: 'Qwen/Qwen3-8B' }, data: { train: 'a', eval: 'b' }, training: { epochs: 1, batchSize: 1, learningRate: 1e-4, loraRank: 8, maxSeqLen: 512 }, sampling: { maxTokens: 8 }, evaluation: { scorer: 'contains' } });
+    const json = JSON.stringify({
+      name: 'j',
+      provider: { kind: 'together', model: 'Qwen/Qwen3-8B' },
+      data: { train: 'a', eval: 'b' },
+      training: { epochs: 1, batchSize: 1, learningRate: 1e-4, loraRank: 8, maxSeqLen: 512 },
+      sampling: { maxTokens: 8 },
+      evaluation: { scorer: 'contains' },
+    });
     expect(parseCampaignSpec(json, 'c.json').provider.kind).toBe('together');
   });
 
@@ -52,13 +59,21 @@ describe('campaign spec', () => {
     ['a misspelt field', valid.replace('batchSize: 8', 'batchsize: 8'), 10, 'training.batchsize', /not a known field/],
     ['a missing section', valid.replace(/sampling:\n {2}maxTokens: 4\n/, ''), undefined, 'sampling', /required/],
     ['an unknown provider kind', valid.replace('kind: local', 'kind: openai'), 3, 'provider.kind', /local|together|baseten/],
-    ['a regex scorer without a pattern', valid.replace('scorer: exact', 'scorer: regex'), 17, 'evaluation.pattern', /required when scorer is regex/],
+    [
+      'a regex scorer without a pattern',
+      valid.replace('scorer: exact', 'scorer: regex'),
+      17,
+      'evaluation.pattern',
+      /required when scorer is regex/,
+    ],
     ['a string where a number belongs', valid.replace('learningRate: 0.01', 'learningRate: fast'), 11, 'training.learningRate', /number/],
   ])('%s is named with file, line and field', (_what, text, line, field, problem) => {
     const err = specError(text);
     expect(err.field).toBe(field);
     if (line !== undefined) expect(err.line).toBe(line);
-    expect(err.message).toMatch(new RegExp(`^campaign\\.yaml${line !== undefined ? `:${line}` : '(:\\d+)?'} ${field.replace('.', '\\.')}: `));
+    expect(err.message).toMatch(
+      new RegExp(`^campaign\\.yaml${line !== undefined ? `:${line}` : '(:\\d+)?'} ${field.replace('.', '\\.')}: `),
+    );
     expect(err.message).toMatch(problem);
   });
 
@@ -71,7 +86,12 @@ describe('campaign spec', () => {
 `;
   test('round kinds: sft by default; grpo and dpo with their defaults', () => {
     expect(parseCampaignSpec(valid, 'c.yaml').round).toEqual({ kind: 'sft' });
-    expect(parseCampaignSpec(grpo, 'c.yaml').round.grpo).toMatchObject({ groupSize: 4, reward: { kind: 'numeric' }, loss: { type: 'grpo', beta: 0 }, maxStepsOffPolicy: 0 });
+    expect(parseCampaignSpec(grpo, 'c.yaml').round.grpo).toMatchObject({
+      groupSize: 4,
+      reward: { kind: 'numeric' },
+      loss: { type: 'grpo', beta: 0 },
+      maxStepsOffPolicy: 0,
+    });
     expect(parseCampaignSpec(`${valid}round:\n  kind: dpo\n`, 'c.yaml').round).toEqual({ kind: 'dpo' });
     const warm = parseCampaignSpec(`${grpo}rounds:\n  startFrom: { checkpointId: ckpt-sft-1 }\n`, 'c.yaml');
     expect(warm.rounds.startFrom).toEqual({ checkpointId: 'ckpt-sft-1', loadOptimizer: false });
@@ -83,8 +103,20 @@ describe('campaign spec', () => {
     ['grpo without rewards configured', `${valid}round:\n  kind: grpo\n`, 19, 'round.grpo', /required when round.kind is grpo/],
     ['a grpo reward of unknown kind', grpo.replace('kind: numeric', 'kind: vibes'), 24, 'round.grpo.reward.kind', /exact|numeric/],
     ['grpo sampling greedily', grpo.replace('temperature: 1', 'temperature: 0'), 16, 'sampling.temperature', /above 0/],
-    ['a KL penalty without reference logprobs', `${grpo}    loss:\n      beta: 0.05\n`, 26, 'round.grpo.loss.beta', /no reference logprobs.*reference: start/],
-    ['the grpo loss on Baseten', grpo.replace('kind: local', 'kind: baseten'), 22, 'round.grpo.loss.type', /Baseten Loops has no grpo loss/],
+    [
+      'a KL penalty without reference logprobs',
+      `${grpo}    loss:\n      beta: 0.05\n`,
+      26,
+      'round.grpo.loss.beta',
+      /no reference logprobs.*reference: start/,
+    ],
+    [
+      'the grpo loss on Baseten',
+      grpo.replace('kind: local', 'kind: baseten'),
+      22,
+      'round.grpo.loss.type',
+      /Baseten Loops has no grpo loss/,
+    ],
     ['dpo on Baseten', `${valid.replace('kind: local', 'kind: baseten')}round:\n  kind: dpo\n`, 19, 'round.kind', /custom loss/],
     ['dpo settings on an sft round', `${valid}round:\n  dpo:\n    beta: 0.1\n`, 20, 'round.dpo', /only used when round.kind is dpo/],
     ['a non-positive dpo beta', `${valid}round:\n  kind: dpo\n  dpo:\n    beta: 0\n`, 21, 'round.dpo.beta', /Too small|>0/i],

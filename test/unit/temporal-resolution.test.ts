@@ -18,7 +18,10 @@ describe('the Temporal CLI is found in the documented order', () => {
   const projectBin = fakeBinary(path.join(stateDir, 'bin'));
 
   test('TEMPORAL_CLI_PATH wins over PATH and the project copy', () => {
-    expect(resolveTemporalExecutable({ cliPath: explicit, stateDir }, path.dirname(onPath))).toEqual({ source: 'cli-path', path: explicit });
+    expect(resolveTemporalExecutable({ cliPath: explicit, stateDir }, path.dirname(onPath))).toEqual({
+      source: 'cli-path',
+      path: explicit,
+    });
   });
 
   test('then `temporal` on PATH', () => {

@@ -38,7 +38,13 @@ afterAll(async () => {
 });
 
 async function withWorker<T>(taskQueue: string, body: () => Promise<T>): Promise<T> {
-  const worker = await createRoundhouseWorker({ connection: temporal.nativeConnection, namespace: temporal.settings.namespace, taskQueue, workflowBundle: bundle, providers });
+  const worker = await createRoundhouseWorker({
+    connection: temporal.nativeConnection,
+    namespace: temporal.settings.namespace,
+    taskQueue,
+    workflowBundle: bundle,
+    providers,
+  });
   return worker.runUntil(body());
 }
 
@@ -53,7 +59,12 @@ test('a 3-round campaign trains each round from the last checkpoint on its mista
   const result: CampaignResult = await withWorker(taskQueue, async () => {
     const handle = await temporal.client.workflow.start(campaignWorkflow, { taskQueue, workflowId: campaignId, args: [input] });
     // Starting the same campaign id again attaches to the running one.
-    const again = await temporal.client.workflow.start(campaignWorkflow, { taskQueue, workflowId: campaignId, args: [input], workflowIdConflictPolicy: 'USE_EXISTING' });
+    const again = await temporal.client.workflow.start(campaignWorkflow, {
+      taskQueue,
+      workflowId: campaignId,
+      args: [input],
+      workflowIdConflictPolicy: 'USE_EXISTING',
+    });
     expect(again.firstExecutionRunId).toBe(handle.firstExecutionRunId);
     return handle.result();
   });
@@ -88,7 +99,12 @@ test('a 3-round campaign trains each round from the last checkpoint on its mista
 
 test('pause mid-training releases the GPU; resume continues at the same step, none lost or doubled', async () => {
   const taskQueue = uniqueTaskQueue('campaign-pause');
-  const { spec, dir } = ticketCampaignSpec({ baseUrl: emulator.url, trainRows: 120, evalRows: 5, yaml: 'rounds: { max: 1, nextData: { policy: static } }' });
+  const { spec, dir } = ticketCampaignSpec({
+    baseUrl: emulator.url,
+    trainRows: 120,
+    evalRows: 5,
+    yaml: 'rounds: { max: 1, nextData: { policy: static } }',
+  });
   const campaignId = `pause-${taskQueue}`;
   await withWorker(taskQueue, async () => {
     const handle = await temporal.client.workflow.start(campaignWorkflow, {
@@ -136,7 +152,11 @@ test('stop now cancels the running round, which releases its GPU; the campaign e
   const { spec, dir } = ticketCampaignSpec({ baseUrl: emulator.url, trainRows: 120, evalRows: 5, yaml: 'rounds: { max: 3 }' });
   const campaignId = `stop-${taskQueue}`;
   await withWorker(taskQueue, async () => {
-    const handle = await temporal.client.workflow.start(campaignWorkflow, { taskQueue, workflowId: campaignId, args: [{ campaignId, spec, reportRoot: path.join(dir, 'c') } satisfies CampaignInput] });
+    const handle = await temporal.client.workflow.start(campaignWorkflow, {
+      taskQueue,
+      workflowId: campaignId,
+      args: [{ campaignId, spec, reportRoot: path.join(dir, 'c') } satisfies CampaignInput],
+    });
     for (let i = 0; i < 300; i++) {
       const p = await handle.query(campaignProgressQuery);
       if (p.currentRound?.phase === 'training') break;
@@ -153,10 +173,19 @@ test('stop now cancels the running round, which releases its GPU; the campaign e
 
 test('a GPU-minute limit lowered mid-round stops training at the next segment; the campaign ends stopped on its budget', async () => {
   const taskQueue = uniqueTaskQueue('campaign-budget');
-  const { spec, dir } = ticketCampaignSpec({ baseUrl: emulator.url, trainRows: 200, evalRows: 5, yaml: 'rounds: { max: 3 }\nbudget: { maxGpuMinutes: 1000 }' });
+  const { spec, dir } = ticketCampaignSpec({
+    baseUrl: emulator.url,
+    trainRows: 200,
+    evalRows: 5,
+    yaml: 'rounds: { max: 3 }\nbudget: { maxGpuMinutes: 1000 }',
+  });
   const campaignId = `budget-${taskQueue}`;
   await withWorker(taskQueue, async () => {
-    const handle = await temporal.client.workflow.start(campaignWorkflow, { taskQueue, workflowId: campaignId, args: [{ campaignId, spec, reportRoot: dir } satisfies CampaignInput] });
+    const handle = await temporal.client.workflow.start(campaignWorkflow, {
+      taskQueue,
+      workflowId: campaignId,
+      args: [{ campaignId, spec, reportRoot: dir } satisfies CampaignInput],
+    });
     for (let i = 0; i < 300; i++) {
       const p = await handle.query(campaignProgressQuery);
       if (p.currentRound?.phase === 'training' && p.currentRound.step >= 4) break;

@@ -25,7 +25,13 @@ describe('recording', () => {
     fs.writeFileSync(path.join(fixturesDir, `${prefix}${name}.json`), JSON.stringify(JSON.parse(historyToJSON(history)), null, 1));
   };
   const withWorker = async <T>(taskQueue: string, body: () => Promise<T>): Promise<T> => {
-    const worker = await createRoundhouseWorker({ connection: env.temporal.nativeConnection, namespace: env.temporal.settings.namespace, taskQueue, workflowBundle: env.bundle, providers: env.providers });
+    const worker = await createRoundhouseWorker({
+      connection: env.temporal.nativeConnection,
+      namespace: env.temporal.settings.namespace,
+      taskQueue,
+      workflowBundle: env.bundle,
+      providers: env.providers,
+    });
     return worker.runUntil(body());
   };
   const until = async (check: () => Promise<boolean>) => {
@@ -36,7 +42,11 @@ describe('recording', () => {
     const taskQueue = uniqueTaskQueue('rec-sft');
     const input = ticketRoundInput({ baseUrl: env.emulator.url, campaignId: `rec-sft-${taskQueue}`, trainRows: 48, evalRows: 6 });
     await withWorker(taskQueue, async () => {
-      const handle = await env.temporal.client.workflow.start(roundWorkflow, { taskQueue, workflowId: `round-${taskQueue}`, args: [input] });
+      const handle = await env.temporal.client.workflow.start(roundWorkflow, {
+        taskQueue,
+        workflowId: `round-${taskQueue}`,
+        args: [input],
+      });
       expect((await handle.result()).status).toBe('completed');
       await save('round-sft', handle);
     });
@@ -47,7 +57,11 @@ describe('recording', () => {
     const input = ticketRoundInput({ baseUrl: env.emulator.url, campaignId: `rec-bad-${taskQueue}`, trainRows: 16, evalRows: 4 });
     fs.appendFileSync(input.data.train, '{"prompt": "", "answer": "billing"}\n');
     await withWorker(taskQueue, async () => {
-      const handle = await env.temporal.client.workflow.start(roundWorkflow, { taskQueue, workflowId: `round-${taskQueue}`, args: [input] });
+      const handle = await env.temporal.client.workflow.start(roundWorkflow, {
+        taskQueue,
+        workflowId: `round-${taskQueue}`,
+        args: [input],
+      });
       await expect(handle.result()).rejects.toThrow();
       await save('round-sft-invalid-input', handle);
     });
@@ -64,7 +78,11 @@ sampling: { maxTokens: 3, temperature: 1 }
 round: { kind: grpo, grpo: { groupSize: 4, reward: { kind: numeric }, maxStepsOffPolicy: 1, reference: start, loss: { type: grpo, beta: 0.05 } } }`,
     });
     await withWorker(taskQueue, async () => {
-      const handle = await env.temporal.client.workflow.start(roundWorkflow, { taskQueue, workflowId: `round-${taskQueue}`, args: [input] });
+      const handle = await env.temporal.client.workflow.start(roundWorkflow, {
+        taskQueue,
+        workflowId: `round-${taskQueue}`,
+        args: [input],
+      });
       expect((await handle.result()).status).toBe('completed');
       await save('round-grpo-reference', handle);
     });
@@ -81,7 +99,11 @@ sampling: { maxTokens: 3 }
 round: { kind: dpo, dpo: { beta: 0.5 } }`,
     });
     await withWorker(taskQueue, async () => {
-      const handle = await env.temporal.client.workflow.start(roundWorkflow, { taskQueue, workflowId: `round-${taskQueue}`, args: [input] });
+      const handle = await env.temporal.client.workflow.start(roundWorkflow, {
+        taskQueue,
+        workflowId: `round-${taskQueue}`,
+        args: [input],
+      });
       expect((await handle.result()).status).toBe('completed');
       await save('round-dpo', handle);
     });
@@ -93,7 +115,11 @@ round: { kind: dpo, dpo: { beta: 0.5 } }`,
     input.spec.training.segmentSteps = 200;
     input.budget = { maxGpuMinutes: 0.02 };
     await withWorker(taskQueue, async () => {
-      const handle = await env.temporal.client.workflow.start(roundWorkflow, { taskQueue, workflowId: `round-${taskQueue}`, args: [input] });
+      const handle = await env.temporal.client.workflow.start(roundWorkflow, {
+        taskQueue,
+        workflowId: `round-${taskQueue}`,
+        args: [input],
+      });
       expect((await handle.result()).status).toBe('stopped');
       await save('round-budget-stopped', handle);
     });
@@ -103,7 +129,11 @@ round: { kind: dpo, dpo: { beta: 0.5 } }`,
     const taskQueue = uniqueTaskQueue('rec-cancel');
     const input = ticketRoundInput({ baseUrl: env.emulator.url, campaignId: `rec-cancel-${taskQueue}`, trainRows: 200, evalRows: 4 });
     await withWorker(taskQueue, async () => {
-      const handle = await env.temporal.client.workflow.start(roundWorkflow, { taskQueue, workflowId: `round-${taskQueue}`, args: [input] });
+      const handle = await env.temporal.client.workflow.start(roundWorkflow, {
+        taskQueue,
+        workflowId: `round-${taskQueue}`,
+        args: [input],
+      });
       await until(async () => (await handle.query(roundProgressQuery)).step >= 3);
       await handle.cancel();
       await expect(handle.result()).rejects.toThrow();
@@ -117,7 +147,11 @@ round: { kind: dpo, dpo: { beta: 0.5 } }`,
     spec.training.segmentSteps = 40;
     const campaignId = `rec-campaign-${taskQueue}`;
     await withWorker(taskQueue, async () => {
-      const handle = await env.temporal.client.workflow.start(campaignWorkflow, { taskQueue, workflowId: campaignId, args: [{ campaignId, spec, reportRoot: path.join(dir, 'c') } satisfies CampaignInput] });
+      const handle = await env.temporal.client.workflow.start(campaignWorkflow, {
+        taskQueue,
+        workflowId: campaignId,
+        args: [{ campaignId, spec, reportRoot: path.join(dir, 'c') } satisfies CampaignInput],
+      });
       await until(async () => {
         const p = await handle.query(campaignProgressQuery);
         return p.currentRound?.phase === 'training' && p.currentRound.step >= 3;
@@ -129,8 +163,10 @@ round: { kind: dpo, dpo: { beta: 0.5 } }`,
       const runs: { runId: string; startTime: Date }[] = [];
       for await (const w of env.temporal.client.workflow.list({ query: `WorkflowId = '${campaignId}'` })) runs.push(w);
       runs.sort((a, b) => a.startTime.getTime() - b.startTime.getTime());
-      for (const [i, run] of runs.entries()) await save(`campaign-run-${i + 1}`, env.temporal.client.workflow.getHandle(campaignId, run.runId));
-      for (const round of [1, 2]) await save(`campaign-child-round-${round}`, env.temporal.client.workflow.getHandle(`${campaignId}-round-${round}`));
+      for (const [i, run] of runs.entries())
+        await save(`campaign-run-${i + 1}`, env.temporal.client.workflow.getHandle(campaignId, run.runId));
+      for (const round of [1, 2])
+        await save(`campaign-child-round-${round}`, env.temporal.client.workflow.getHandle(`${campaignId}-round-${round}`));
     });
   });
 

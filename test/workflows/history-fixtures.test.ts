@@ -32,4 +32,3 @@ test('every recorded history replays against the current workflow code', async (
     await expect(Worker.runReplayHistory({ workflowBundle: bundle }, history, file)).resolves.toBeUndefined();
   }
 });
-

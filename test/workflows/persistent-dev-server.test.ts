@@ -31,7 +31,12 @@ test('a workflow started before the whole stack stops completes after it restart
   try {
     const c2 = await connectClient(settings, second.address);
     const nc = await connectWorker(settings, second.address);
-    const worker = await createRoundhouseWorker({ connection: nc, namespace: 'default', taskQueue, workflowBundle: await bundleWorkflows() });
+    const worker = await createRoundhouseWorker({
+      connection: nc,
+      namespace: 'default',
+      taskQueue,
+      workflowBundle: await bundleWorkflows(),
+    });
     const result = await worker.runUntil(new Client({ connection: c2 }).workflow.getHandle(workflowId).result());
     expect(result).toMatchObject({ workflowId, greeting: 'survived' });
     await c2.close();
@@ -42,7 +47,10 @@ test('a workflow started before the whole stack stops completes after it restart
 });
 
 test('a persistent server refuses a port that is taken, naming what to do', async () => {
-  const settings = { ...loadWorkerSettings({ ROUNDHOUSE_STATE_DIR: fs.mkdtempSync(path.join(os.tmpdir(), 'rh-state-')) }), address: undefined };
+  const settings = {
+    ...loadWorkerSettings({ ROUNDHOUSE_STATE_DIR: fs.mkdtempSync(path.join(os.tmpdir(), 'rh-state-')) }),
+    address: undefined,
+  };
   const busy = Number(process.env.TEMPORAL_ADDRESS!.split(':')[1]); // the shared test server holds it
   await expect(startTemporal(settings, { persistent: true, port: busy })).rejects.toThrow(
     new RegExp(`port ${busy} \\(Temporal\\) is already in use`),

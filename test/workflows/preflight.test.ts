@@ -24,9 +24,7 @@ test('a workflow runs its activity on a real worker and returns the activity res
     workflowBundle: bundle,
   });
   const workflowId = `preflight-${taskQueue}`;
-  const result = await worker.runUntil(
-    temporal.client.workflow.execute(preflightWorkflow, { taskQueue, workflowId, args: ['ping'] }),
-  );
+  const result = await worker.runUntil(temporal.client.workflow.execute(preflightWorkflow, { taskQueue, workflowId, args: ['ping'] }));
   expect(result).toEqual({ workflowId, workerPid: process.pid, workerNode: process.version, greeting: 'ping' });
 
   // The server recorded the activity in the workflow's history.

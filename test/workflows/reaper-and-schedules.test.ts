@@ -38,7 +38,22 @@ afterAll(async () => {
 /** Terminates a workflow with the Temporal CLI, as an operator would: no workflow code runs. */
 function terminateWithCli(workflowId: string): void {
   const cli = resolveTemporalExecutable(loadWorkerSettings()).path!;
-  execFileSync(cli, ['workflow', 'terminate', '--workflow-id', workflowId, '--address', process.env.TEMPORAL_ADDRESS!, '--namespace', temporal.settings.namespace, '--reason', 'test'], { stdio: 'pipe' });
+  execFileSync(
+    cli,
+    [
+      'workflow',
+      'terminate',
+      '--workflow-id',
+      workflowId,
+      '--address',
+      process.env.TEMPORAL_ADDRESS!,
+      '--namespace',
+      temporal.settings.namespace,
+      '--reason',
+      'test',
+    ],
+    { stdio: 'pipe' },
+  );
 }
 
 async function waitUntil(what: string, check: () => Promise<boolean>, timeoutMs: number): Promise<number> {
@@ -53,7 +68,13 @@ async function waitUntil(what: string, check: () => Promise<boolean>, timeoutMs:
 test('a terminated round leaves its trainer active; the reaper schedule deactivates it within its period + 30 s, default grace notwithstanding', async () => {
   const taskQueue = uniqueTaskQueue('reaper');
   const input = ticketRoundInput({ baseUrl: emulator.url, campaignId: `reap-${taskQueue}`, trainRows: 400, evalRows: 4 });
-  const worker = await createRoundhouseWorker({ connection: temporal.nativeConnection, namespace: temporal.settings.namespace, taskQueue, workflowBundle: bundle, providers });
+  const worker = await createRoundhouseWorker({
+    connection: temporal.nativeConnection,
+    namespace: temporal.settings.namespace,
+    taskQueue,
+    workflowBundle: bundle,
+    providers,
+  });
   await worker.runUntil(async () => {
     const handle = await temporal.client.workflow.start(roundWorkflow, { taskQueue, workflowId: `round-${taskQueue}`, args: [input] });
     await waitUntil('training', async () => (await handle.query(roundProgressQuery)).phase === 'training', 30_000);
@@ -69,8 +90,14 @@ test('a terminated round leaves its trainer active; the reaper schedule deactiva
       every: `${REAPER_EVERY_SECONDS} seconds`, // default grace (300 s): it guards untagged trainers only
     });
     try {
-      const took = await waitUntil('the reaper to deactivate the orphan', async () => !(await ledger(emulator)).active.includes(resourceId!), (REAPER_EVERY_SECONDS + 30) * 1000);
-      process.stderr.write(`[reaper] terminated round's trainer reaped ${took} ms after the reaper schedule started (period ${REAPER_EVERY_SECONDS} s)\n`);
+      const took = await waitUntil(
+        'the reaper to deactivate the orphan',
+        async () => !(await ledger(emulator)).active.includes(resourceId!),
+        (REAPER_EVERY_SECONDS + 30) * 1000,
+      );
+      process.stderr.write(
+        `[reaper] terminated round's trainer reaped ${took} ms after the reaper schedule started (period ${REAPER_EVERY_SECONDS} s)\n`,
+      );
       const runs = await schedule.describe();
       const last = runs.info.recentActions[runs.info.recentActions.length - 1]!;
       const result = await temporal.client.workflow.getHandle(last.action.workflow.workflowId).result();
@@ -85,13 +112,27 @@ test('terminating a campaign cancels its running round (REQUEST_CANCEL), which r
   const taskQueue = uniqueTaskQueue('reaper-campaign');
   const { spec, dir } = ticketCampaignSpec({ baseUrl: emulator.url, trainRows: 400, evalRows: 4, yaml: 'rounds: { max: 2 }' });
   const campaignId = `term-${taskQueue}`;
-  const worker = await createRoundhouseWorker({ connection: temporal.nativeConnection, namespace: temporal.settings.namespace, taskQueue, workflowBundle: bundle, providers });
+  const worker = await createRoundhouseWorker({
+    connection: temporal.nativeConnection,
+    namespace: temporal.settings.namespace,
+    taskQueue,
+    workflowBundle: bundle,
+    providers,
+  });
   await worker.runUntil(async () => {
-    const handle = await temporal.client.workflow.start(campaignWorkflow, { taskQueue, workflowId: campaignId, args: [{ campaignId, spec, reportRoot: dir } satisfies CampaignInput] });
+    const handle = await temporal.client.workflow.start(campaignWorkflow, {
+      taskQueue,
+      workflowId: campaignId,
+      args: [{ campaignId, spec, reportRoot: dir } satisfies CampaignInput],
+    });
     await waitUntil('training', async () => (await handle.query(campaignProgressQuery)).currentRound?.phase === 'training', 30_000);
     const { resourceId } = (await handle.query(campaignProgressQuery)).currentRound!;
     terminateWithCli(campaignId);
-    const took = await waitUntil('the round to release its trainer', async () => !(await ledger(emulator)).active.includes(resourceId!), 30_000);
+    const took = await waitUntil(
+      'the round to release its trainer',
+      async () => !(await ledger(emulator)).active.includes(resourceId!),
+      30_000,
+    );
     process.stderr.write(`[reaper] campaign terminated → its round released the trainer in ${took} ms\n`);
     // The round released its trainer first, then writes its report and closes as cancelled.
     const round = temporal.client.workflow.getHandle(`${campaignId}-round-1`);
@@ -103,14 +144,30 @@ test('terminating a campaign cancels its running round (REQUEST_CANCEL), which r
 test('a retraining schedule starts campaigns with distinct ids and skips a run while one is still going (overlap SKIP)', async () => {
   const taskQueue = uniqueTaskQueue('schedule');
   const { spec, dir } = ticketCampaignSpec({ baseUrl: emulator.url, trainRows: 200, evalRows: 4, yaml: 'rounds: { max: 1 }' });
-  const worker = await createRoundhouseWorker({ connection: temporal.nativeConnection, namespace: temporal.settings.namespace, taskQueue, workflowBundle: bundle, providers });
+  const worker = await createRoundhouseWorker({
+    connection: temporal.nativeConnection,
+    namespace: temporal.settings.namespace,
+    taskQueue,
+    workflowBundle: bundle,
+    providers,
+  });
   await worker.runUntil(async () => {
-    const schedule = await upsertCampaignSchedule(temporal.client, { scheduleId: `retrain-${taskQueue}`, spec, taskQueue, reportRoot: dir, every: '2 seconds' });
+    const schedule = await upsertCampaignSchedule(temporal.client, {
+      scheduleId: `retrain-${taskQueue}`,
+      spec,
+      taskQueue,
+      reportRoot: dir,
+      every: '2 seconds',
+    });
     try {
-      await waitUntil('a skipped overlap and a second run', async () => {
-        const d = await schedule.describe();
-        return d.info.numActionsSkippedOverlap > 0 && d.info.recentActions.length >= 2;
-      }, 60_000);
+      await waitUntil(
+        'a skipped overlap and a second run',
+        async () => {
+          const d = await schedule.describe();
+          return d.info.numActionsSkippedOverlap > 0 && d.info.recentActions.length >= 2;
+        },
+        60_000,
+      );
       const d = await schedule.describe();
       expect(d.policies.overlap).toBe('SKIP');
       const ids = d.info.recentActions.map((a) => a.action.workflow.workflowId);
@@ -134,7 +191,9 @@ test('a retraining schedule starts campaigns with distinct ids and skips a run w
       }
       await waitUntil('nothing active', async () => (await ledger(emulator)).active.length === 0, 60_000).catch(async (err) => {
         const l = await ledger(emulator);
-        process.stderr.write(`[debug] started ${[...started].join(',')}\nactive ${JSON.stringify(l.resources.filter((r) => l.active.includes(r.id)))}\nsessions ${JSON.stringify(l.sessions.filter((x) => l.active.includes(x.resourceId)))}\n`);
+        process.stderr.write(
+          `[debug] started ${[...started].join(',')}\nactive ${JSON.stringify(l.resources.filter((r) => l.active.includes(r.id)))}\nsessions ${JSON.stringify(l.sessions.filter((x) => l.active.includes(x.resourceId)))}\n`,
+        );
         throw err;
       });
     }

@@ -5,7 +5,13 @@ import { WorkflowFailedError } from '@temporalio/client';
 import { Worker, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import { ProviderRegistry } from '../../workers/providers';
 import { createRoundhouseWorker } from '../../workers/worker';
-import { pauseRoundSignal, resumeRoundSignal, roundProgressQuery, type RoundProgress, type RoundResult } from '../../workflows/round-contract';
+import {
+  pauseRoundSignal,
+  resumeRoundSignal,
+  roundProgressQuery,
+  type RoundProgress,
+  type RoundResult,
+} from '../../workflows/round-contract';
 import { ledger, setFaults, startTestEmulator, type RunningEmulator } from '../helpers/emulator';
 import { ticketRoundInput } from '../helpers/round';
 import { bundleWorkflows, connectTestTemporal, uniqueTaskQueue, type TestTemporal } from '../helpers/temporal';
@@ -74,7 +80,13 @@ test('a round on the support-ticket example trains (trained < baseline), scores,
   });
   expect(report.deactivated_ids).toEqual([report.resource_id]);
   expect(report.evaluations).toHaveLength(10);
-  expect(report.evaluations[0]).toEqual({ line: 1, prompt: expect.any(String), expected: expect.any(String), completion: expect.any(String), match: expect.any(Boolean) });
+  expect(report.evaluations[0]).toEqual({
+    line: 1,
+    prompt: expect.any(String),
+    expected: expect.any(String),
+    completion: expect.any(String),
+    match: expect.any(Boolean),
+  });
   expect(report.steps.map((s: { step: number }) => s.step)).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]);
 
   const l = await ledger(emulator);
@@ -144,7 +156,9 @@ test('a pause interrupts a long segment within about a step: checkpoint, GPU rel
       const paused = await reached('paused', (p) => p.phase === 'paused');
       const pauseMs = Date.now() - pausedAt;
       expect((await ledger(slow)).active).toEqual([]); // the GPU is released while paused
-      process.stderr.write(`[round] paused ${pauseMs} ms after the signal, at step ${paused.step} of 60 (one segment of up to 1000 steps)\n`);
+      process.stderr.write(
+        `[round] paused ${pauseMs} ms after the signal, at step ${paused.step} of 60 (one segment of up to 1000 steps)\n`,
+      );
       expect(paused.step).toBeGreaterThan(0);
       expect(paused.step).toBeLessThan(45);
       await handle.signal(resumeRoundSignal);
@@ -169,8 +183,12 @@ test('a GPU-minute budget interrupts a long segment when it runs out: stopped, c
     const input = ticketRoundInput({ baseUrl: slow.url, campaignId: `budget-${taskQueue}`, trainRows: 240, evalRows: 4 });
     Object.assign(input.spec.training, { epochs: 4, segmentSteps: 1000, segmentSeconds: 600 }); // one segment could hold all 120 steps (~17 s)
     input.budget = { maxGpuMinutes: 0.08 }; // 4.8 s of the trainer
-    const result: RoundResult = await withWorker(taskQueue, () => temporal.client.workflow.execute(roundWorkflow, { taskQueue, workflowId: `round-${taskQueue}`, args: [input] }));
-    process.stderr.write(`[round] budget 0.08 GPU-min: stopped at step ${result.stepsApplied} of 120 with ${result.gpuMinutes.toFixed(3)} GPU-min\n`);
+    const result: RoundResult = await withWorker(taskQueue, () =>
+      temporal.client.workflow.execute(roundWorkflow, { taskQueue, workflowId: `round-${taskQueue}`, args: [input] }),
+    );
+    process.stderr.write(
+      `[round] budget 0.08 GPU-min: stopped at step ${result.stepsApplied} of 120 with ${result.gpuMinutes.toFixed(3)} GPU-min\n`,
+    );
     expect(result).toMatchObject({ status: 'stopped', stopReason: 'GPU-minute budget reached', totalSteps: 120 });
     expect(result.stepsApplied).toBeGreaterThan(0);
     expect(result.stepsApplied).toBeLessThan(120);
@@ -238,7 +256,9 @@ test('history grows with segments, not steps: twice the steps in the same number
   };
   const short = await eventsFor(48, 4); // 12 steps, 3 segments
   const long = await eventsFor(96, 8); // 24 steps, 3 segments
-  process.stderr.write(`[round] ${short.events} events for ${short.steps} steps; ${long.events} events for ${long.steps} steps (3 segments each)\n`);
+  process.stderr.write(
+    `[round] ${short.events} events for ${short.steps} steps; ${long.events} events for ${long.steps} steps (3 segments each)\n`,
+  );
   expect(long.steps).toBe(2 * short.steps);
   expect(Math.abs(long.events - short.events)).toBeLessThanOrEqual(2);
 });

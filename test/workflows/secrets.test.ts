@@ -19,10 +19,25 @@ import { roundWorkflow } from '../../workflows';
 function exportedHistory(workflowId: string): { text: string; json: unknown } {
   const settings = loadWorkerSettings();
   const temporalCli = resolveTemporalExecutable(settings).path!;
-  const text = execFileSync(temporalCli, ['workflow', 'show', '--workflow-id', workflowId, '--output', 'json', '--address', settings.address!, '--namespace', settings.namespace], {
-    encoding: 'utf8',
-    timeout: 30_000,
-  });
+  const text = execFileSync(
+    temporalCli,
+    [
+      'workflow',
+      'show',
+      '--workflow-id',
+      workflowId,
+      '--output',
+      'json',
+      '--address',
+      settings.address!,
+      '--namespace',
+      settings.namespace,
+    ],
+    {
+      encoding: 'utf8',
+      timeout: 30_000,
+    },
+  );
   return { text, json: JSON.parse(text) };
 }
 
@@ -30,7 +45,8 @@ function exportedHistory(workflowId: string): { text: string; json: unknown } {
 function readableForms(exported: { text: string; json: unknown }): string {
   const decoded: string[] = [exported.text];
   const walk = (node: unknown, key?: string): void => {
-    if (typeof node === 'string' && (key === 'data' || key === 'metadata-value')) decoded.push(Buffer.from(node, 'base64').toString('latin1'));
+    if (typeof node === 'string' && (key === 'data' || key === 'metadata-value'))
+      decoded.push(Buffer.from(node, 'base64').toString('latin1'));
     else if (Array.isArray(node)) node.forEach((n) => walk(n));
     else if (node && typeof node === 'object') {
       for (const [k, v] of Object.entries(node)) walk(v, key === 'metadata' ? 'metadata-value' : k);
@@ -41,13 +57,17 @@ function readableForms(exported: { text: string; json: unknown }): string {
 }
 
 /** Every payload object (`{metadata, data}`) in an export. */
-function payloadsIn(node: unknown, out: { metadata: Record<string, string>; data?: string }[] = []): { metadata: Record<string, string>; data?: string }[] {
+function payloadsIn(
+  node: unknown,
+  out: { metadata: Record<string, string>; data?: string }[] = [],
+): { metadata: Record<string, string>; data?: string }[] {
   if (Array.isArray(node)) node.forEach((n) => payloadsIn(n, out));
   else if (node && typeof node === 'object') {
     const o = node as Record<string, unknown>;
     // The SDK core writes its patch markers' details (the patch id) as plain JSON, outside the payload codec.
     if (o.markerName === 'core_patch') return out;
-    if (o.metadata && typeof o.metadata === 'object' && 'encoding' in (o.metadata as object)) out.push(o as { metadata: Record<string, string>; data?: string });
+    if (o.metadata && typeof o.metadata === 'object' && 'encoding' in (o.metadata as object))
+      out.push(o as { metadata: Record<string, string>; data?: string });
     // Search attributes are indexed by the server, so no codec touches them: the SDK's patches upsert
     // `TemporalChangeVersion` (code-version names such as 'pause-interrupts-segments'); no data of ours is in them.
     else Object.entries(o).forEach(([k, v]) => k !== 'searchAttributes' && payloadsIn(v, out));
@@ -111,7 +131,11 @@ test('with payload encryption on, a history exported by the Temporal CLI has no 
   const keys = `k2=${k2},k1=${k1}`; // rotated: k2 encrypts, k1 still decrypts
   const keyring = parseEncryptionKeys(keys, 'ROUNDHOUSE_ENCRYPTION_KEYS');
   const temporal = await connectTestTemporal();
-  const client = new Client({ connection: temporal.client.connection, namespace: temporal.settings.namespace, dataConverter: dataConverterFor({ encryption: keyring }) });
+  const client = new Client({
+    connection: temporal.client.connection,
+    namespace: temporal.settings.namespace,
+    dataConverter: dataConverterFor({ encryption: keyring }),
+  });
   const emulator = await startTestEmulator();
   const taskQueue = uniqueTaskQueue('secrets-encrypted');
   const worker = await startDebugWorker(taskQueue, { ROUNDHOUSE_ENCRYPTION_KEYS: keys, TOGETHER_API_KEY: secret });
@@ -133,7 +157,13 @@ test('with payload encryption on, a history exported by the Temporal CLI has no 
     expect(payloads.length).toBeGreaterThan(20);
     for (const p of payloads) expect(Buffer.from(p.metadata.encoding!, 'base64').toString()).toBe(ENCRYPTED_ENCODING);
     const readable = readableForms(exported);
-    const rows = [input.data.train, input.data.eval].flatMap((f) => fs.readFileSync(f, 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { prompt: string; answer: string }));
+    const rows = [input.data.train, input.data.eval].flatMap((f) =>
+      fs
+        .readFileSync(f, 'utf8')
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l) as { prompt: string; answer: string }),
+    );
     const plaintexts = [
       secret,
       campaignId,
@@ -149,9 +179,16 @@ test('with payload encryption on, a history exported by the Temporal CLI has no 
 
     // The codec server (what the Web UI calls) turns the exported input back into the round's input.
     const started = payloads[0]!;
-    const res = await fetch(`${codecServer.url}/decode`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ payloads: [started] }) });
+    const res = await fetch(`${codecServer.url}/decode`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ payloads: [started] }),
+    });
     const [decoded] = ((await res.json()) as { payloads: { data: string }[] }).payloads;
-    expect(JSON.parse(Buffer.from(decoded!.data, 'base64').toString('utf8'))).toMatchObject({ campaignId, data: { train: input.data.train } });
+    expect(JSON.parse(Buffer.from(decoded!.data, 'base64').toString('utf8'))).toMatchObject({
+      campaignId,
+      data: { train: input.data.train },
+    });
 
     expect(worker.output().length).toBeGreaterThan(1000);
     for (const plain of [secret, k1, k2]) expect(worker.output()).not.toContain(plain);
