@@ -10,7 +10,7 @@ import type { ActivityDeps } from './deps';
 import { dpoLossAndGradients } from './dpo-loss';
 import { atBoundary } from './failures';
 import { writeJsonAtomic } from './files';
-import { roundKey } from './keys';
+import { lineageParts, roundKey } from '../config/keys';
 import { createPreparer, type PreparedPairs } from './prepare';
 import { trainSegmentOf, type SegmentContext, type SegmentInput, type SegmentResult, type StepKind } from './segment';
 
@@ -147,6 +147,7 @@ export function createDpoActivities(deps: ActivityDeps) {
       sessionId: string;
       stepOffset: number;
       outputPath: string;
+      lineage?: number;
     }): Promise<{ path: string; pairs: number }> {
       const provider = await deps.providerFor(input.spec.provider);
       return atBoundary(async () => {
@@ -163,7 +164,7 @@ export function createDpoActivities(deps: ActivityDeps) {
         const of = async (which: Which) =>
           (
             await pairLogprobs(provider, input.sessionId, p[which], batch, (b) =>
-              roundKey(input.campaignId, input.round, 'reference', which, `b${b}`),
+              roundKey(input.campaignId, input.round, ...lineageParts(input.lineage), 'reference', which, `b${b}`),
             )
           ).map((r) => r.sums);
         const reference: ReferenceFile = {
@@ -183,6 +184,7 @@ export function createDpoActivities(deps: ActivityDeps) {
       campaignId: string;
       round: number;
       label: string;
+      lineage?: number;
       spec: RoundSpec;
       data: SegmentInput['data'];
       sessionId: string;
@@ -194,7 +196,7 @@ export function createDpoActivities(deps: ActivityDeps) {
         const p = await preparedPairs(input.spec, input.data);
         const reference = requireReference(input.referencePath, p);
         const policy = await pairLogprobs(provider, input.sessionId, p.eval, Math.max(1, input.spec.training.batchSize), (b) =>
-          roundKey(input.campaignId, input.round, input.label, `b${b}`),
+          roundKey(input.campaignId, input.round, ...lineageParts(input.lineage), input.label, `b${b}`),
         );
         const rows = evaluate(input.spec, p.eval, reference.eval, policy);
         if (input.outputPath) writeJsonAtomic(input.outputPath, rows);

@@ -29,6 +29,9 @@ export function toActivityFailure(err: unknown, details: Record<string, unknown>
 
 /** A provider error's place in the closed set, by its class and, for rejections, its code. */
 export function providerFailureType(err: ProviderError): FailureType {
+  // A failed operation keeps its failed record under its key: only a rollback under new keys runs the work again.
+  if (err.code.startsWith('OPERATION_FAILED_') && err.errorClass === 'retryable') return 'OperationFailed';
+  if (err.providerCode === 'SESSION_NOT_ACTIVE') return 'TrainerLost';
   if (err.errorClass === 'retryable') return 'ProviderUnavailable';
   if (err.errorClass === 'needs-reconcile') return 'NeedsReconcile';
   return err.providerCode === 'NON_FINITE_LOSS' ? 'NonFiniteLoss' : 'ProviderRejected';

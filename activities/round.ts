@@ -8,12 +8,12 @@ import { toDatum } from './data';
 import type { ActivityDeps } from './deps';
 import { atBoundary } from './failures';
 import { writeJsonAtomic } from './files';
-import { roundKey } from './keys';
+import { lineageParts, roundKey } from '../config/keys';
 import { recordRoundGpuMinutes } from './metrics';
 import { createPreparer, tokenizedFile } from './prepare';
 import { rewardFunction } from './rewards';
 import { completionText, scoreCompletion } from './scoring';
-import { readStepRecords, type SegmentInput } from './segment';
+import { readStepRecords, type Rollback, type SegmentInput } from './segment';
 
 /**
  * The round's phases around training: the checks before provisioning, loss measured forward-only, checkpoints,
@@ -79,6 +79,8 @@ export function createRoundActivities(deps: ActivityDeps) {
       campaignId: string;
       round: number;
       label: string;
+      /** After a rollback: the lineage its keys carry. */
+      lineage?: number;
       spec: RoundSpec;
       data: SegmentInput['data'];
       sessionId: string;
@@ -93,9 +95,14 @@ export function createRoundActivities(deps: ActivityDeps) {
         for (let i = 0; i * batch < rows.length; i++) {
           const data = rows.slice(i * batch, (i + 1) * batch).map(toDatum);
           handles.push(
-            await provider.submitForwardBackward(input.sessionId, roundKey(input.campaignId, input.round, input.label, `b${i}`), data, {
-              forwardOnly: true,
-            }),
+            await provider.submitForwardBackward(
+              input.sessionId,
+              roundKey(input.campaignId, input.round, ...lineageParts(input.lineage), input.label, `b${i}`),
+              data,
+              {
+                forwardOnly: true,
+              },
+            ),
           );
           Context.current().heartbeat(i);
         }
@@ -141,6 +148,8 @@ export function createRoundActivities(deps: ActivityDeps) {
       outputPath: string;
       /** Distinguishes the idempotency keys of different sample passes in one round. */
       label: string;
+      /** After a rollback: the lineage its keys carry. */
+      lineage?: number;
       /** Score this JSONL file's rows instead of the eval set (e.g. the campaign's training pool). */
       dataset?: string;
     }): Promise<{ correct: number; total: number; accuracy: number }> {
@@ -155,7 +164,7 @@ export function createRoundActivities(deps: ActivityDeps) {
           const rows = rowsToScore.slice(i * batch, (i + 1) * batch);
           const handle = await provider.submitSample(
             input.sessionId,
-            roundKey(input.campaignId, input.round, input.label, `b${i}`),
+            roundKey(input.campaignId, input.round, ...lineageParts(input.lineage), input.label, `b${i}`),
             rows.map((r) => r.promptTokens),
             {
               maxTokens: s.maxTokens,
@@ -192,10 +201,12 @@ export function createRoundActivities(deps: ActivityDeps) {
       report: Record<string, unknown>;
       evaluationsPath?: string;
       stepsDir?: string;
+      /** Rollbacks: step records of abandoned lineages past each rollback point are not the kept weights'. */
+      rollbacks?: Rollback[];
     }): Promise<string> {
       const evaluations =
         input.evaluationsPath && fs.existsSync(input.evaluationsPath) ? JSON.parse(fs.readFileSync(input.evaluationsPath, 'utf8')) : [];
-      const steps = input.stepsDir ? readStepRecords(input.stepsDir) : [];
+      const steps = input.stepsDir ? readStepRecords(input.stepsDir, input.rollbacks) : [];
       writeJsonAtomic(input.path, { ...input.report, evaluations, steps });
       const { gpu_minutes: gpuMinutes, provider, status } = input.report;
       if (typeof gpuMinutes === 'number') recordRoundGpuMinutes(gpuMinutes, { provider: String(provider), status: String(status) });

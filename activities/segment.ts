@@ -2,13 +2,14 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { Context } from '@temporalio/activity';
 import { learningRateAt } from '../config/schedule';
-import { RoundhouseFailure } from '../config/failures';
+import { isRecoverableFailure, RoundhouseFailure } from '../config/failures';
 import { ProviderError } from '../providers/errors';
 import type { AdamParams, ForwardResult, OperationHandle, OptimStepResult, TrainingProvider } from '../providers/types';
 import type { RoundSpec } from '../workflows/round-contract';
 import type { ActivityDeps } from './deps';
+import { providerFailureType } from './failures';
 import { writeJsonAtomic } from './files';
-import { roundKey } from './keys';
+import { lineageParts, roundKey } from '../config/keys';
 import { recordLatestLoss, recordOptimizerSteps } from './metrics';
 
 /**
@@ -41,6 +42,10 @@ export interface SegmentInput {
   totalSteps: number;
   /** Where the segment's step records are written (atomically). */
   stepsDir: string;
+  /** Rollbacks so far: keys carry the lineage so a provider's deduplication never returns a failed lineage's records. */
+  lineage?: number;
+  /** The round's latest training checkpoint (or where training started): rolling checkpoints count from it. */
+  lastCheckpoint?: { step: number; savedAtMs: number };
 }
 
 export interface SegmentResult {
@@ -48,6 +53,8 @@ export interface SegmentResult {
   stepsApplied: number;
   latestLoss?: number;
   meanLoss?: number;
+  /** Rolling checkpoints this segment saved. */
+  checkpoints?: TrainingCheckpoint[];
 }
 
 /** What every kind's step record holds: its round step (1-based, after the step) and its summed loss over `tokens`. */
@@ -55,6 +62,22 @@ export interface StepRecord {
   step: number;
   loss: number;
   tokens: number;
+  /** The lineage that trained it, after a rollback (absent for the first). */
+  lineage?: number;
+}
+
+/** A rolling training checkpoint a segment saved: the trainer's full state at a confirmed round step. */
+export interface TrainingCheckpoint {
+  checkpointId: string;
+  step: number;
+  savedAtMs: number;
+  lineage: number;
+}
+
+/** A rollback: from this lineage on, training resumed from round step `toStep`. */
+export interface Rollback {
+  lineage: number;
+  toStep: number;
 }
 
 /** What a round kind supplies to the driver: what its step is. */
@@ -86,6 +109,7 @@ export interface SegmentContext {
 interface SegmentHeartbeat<F> {
   step: number;
   inFlight: InFlightStep<F>[];
+  checkpoints?: TrainingCheckpoint[];
 }
 
 interface InFlightStep<F> {
@@ -102,61 +126,133 @@ export async function trainSegmentOf<R extends StepRecord, F = ForwardResult>(
 ): Promise<{ result: SegmentResult; records: R[] }> {
   const provider = await deps.providerFor(input.spec.provider);
   const t = input.spec.training;
+  const lineage = input.lineage ?? 0;
   const stopper = segmentStopper(deps);
-  const ctx: SegmentContext = { provider, key: (...parts) => roundKey(input.campaignId, input.round, ...parts), signal: stopper.signal };
-  const kind = await kindFor(ctx);
-  const { applied, maxStep } = await segmentStart(provider, input);
+  const key = (...parts: (string | number)[]) => roundKey(input.campaignId, input.round, ...lineageParts(lineage), ...parts);
+  const ctx: SegmentContext = { provider, key, signal: stopper.signal };
   const previous = Context.current().info.heartbeatDetails as SegmentHeartbeat<F> | undefined;
-  const records = new StepRecords<R>(input.stepsDir);
-  const metricTags = { provider: input.spec.provider.kind, campaign_name: input.spec.name };
-
-  await kind.begin?.(applied);
-  // Steps the trainer applied whose attempt died before recording them: their keyed forward-backward returns the
-  // original operation (nothing is applied twice), and its result completes the record.
-  for (const step of records.missing(input.cursor.step, applied)) {
-    const fb = await provider.awaitOperation(await kind.submitForwardBackward(step), { signal: stopper.signal });
-    records.add(await kind.record(step, fb));
-  }
-
-  let confirmed = applied;
-  const inFlight = previous?.inFlight?.filter((f) => f.step >= confirmed) ?? [];
-  let next = inFlight.length ? inFlight[inFlight.length - 1]!.step + 1 : confirmed;
-  const deadline = Date.now() + t.segmentSeconds * 1000;
-  const report = () => Context.current().heartbeat({ step: confirmed, inFlight } satisfies SegmentHeartbeat<F>);
-  report();
-
+  const checkpoints = new RollingCheckpoints(provider, input, key, previous?.checkpoints);
+  let confirmed = input.cursor.step;
   try {
-    while (confirmed < maxStep) {
-      while (next < maxStep && inFlight.length < kind.depth && !stopper.stopping() && (Date.now() < deadline || next === confirmed)) {
-        const fb = await kind.submitForwardBackward(next);
-        const opt = await provider.submitOptimStep(
-          input.sessionId,
-          ctx.key(`s${next}`, 'optim-step'),
-          adamAt(t, learningRateAt(next, input.totalSteps, t.learningRate, t.lrSchedule)),
-        );
-        kind.submitted?.(next);
-        inFlight.push({ step: next, fb, opt });
-        next += 1;
-        report();
-      }
-      if (inFlight.length === 0) break; // out of time, interrupted, or the worker is shutting down
-      const head = inFlight[0]!;
-      const fb = await provider.awaitOperation(head.fb, { signal: stopper.signal });
-      checkOptimStep(await provider.awaitOperation(head.opt, { signal: stopper.signal }), head.step, input.stepOffset);
-      inFlight.shift();
-      confirmed = head.step + 1;
-      await kind.confirmed?.(head.step);
-      const record = records.add(await kind.record(head.step, fb));
-      report();
-      recordOptimizerSteps(1, metricTags);
-      recordLatestLoss(record.loss / Math.max(1, record.tokens), metricTags);
+    const kind = await kindFor(ctx);
+    const { applied, maxStep } = await segmentStart(provider, input);
+    const records = new StepRecords<R>(input.stepsDir, lineage);
+    const metricTags = { provider: input.spec.provider.kind, campaign_name: input.spec.name };
+
+    await kind.begin?.(applied);
+    // Steps the trainer applied whose attempt died before recording them: their keyed forward-backward returns the
+    // original operation (nothing is applied twice), and its result completes the record.
+    for (const step of records.missing(input.cursor.step, applied)) {
+      const fb = await provider.awaitOperation(await kind.submitForwardBackward(step), { signal: stopper.signal });
+      records.add(await kind.record(step, fb));
     }
-    await kind.end?.();
-  } finally {
-    records.flush(); // what was confirmed stays recorded even when the segment fails or is cut short
+
+    confirmed = applied;
+    const inFlight = previous?.inFlight?.filter((f) => f.step >= confirmed) ?? [];
+    let next = inFlight.length ? inFlight[inFlight.length - 1]!.step + 1 : confirmed;
+    const deadline = Date.now() + t.segmentSeconds * 1000;
+    const report = () =>
+      Context.current().heartbeat({ step: confirmed, inFlight, checkpoints: checkpoints.saved } satisfies SegmentHeartbeat<F>);
+    report();
+
+    try {
+      while (confirmed < maxStep) {
+        // A checkpoint that is due waits for the pipeline to drain, so it holds only confirmed steps.
+        const submitting = () => next < maxStep && inFlight.length < kind.depth && !stopper.stopping() && !checkpoints.due(confirmed);
+        while (submitting() && (Date.now() < deadline || next === confirmed)) {
+          const fb = await kind.submitForwardBackward(next);
+          const opt = await provider.submitOptimStep(
+            input.sessionId,
+            key(`s${next}`, 'optim-step'),
+            adamAt(t, learningRateAt(next, input.totalSteps, t.learningRate, t.lrSchedule)),
+          );
+          kind.submitted?.(next);
+          inFlight.push({ step: next, fb, opt });
+          next += 1;
+          report();
+        }
+        if (inFlight.length === 0) {
+          if (!checkpoints.due(confirmed) || stopper.stopping()) break; // out of time, interrupted, or draining
+          await checkpoints.save(confirmed, stopper.signal);
+          report();
+          if (Date.now() >= deadline) break;
+          continue;
+        }
+        const head = inFlight[0]!;
+        const fb = await provider.awaitOperation(head.fb, { signal: stopper.signal });
+        checkOptimStep(await provider.awaitOperation(head.opt, { signal: stopper.signal }), head.step, input.stepOffset);
+        inFlight.shift();
+        confirmed = head.step + 1;
+        await kind.confirmed?.(head.step);
+        const record = records.add(await kind.record(head.step, fb));
+        report();
+        recordOptimizerSteps(1, metricTags);
+        recordLatestLoss(record.loss / Math.max(1, record.tokens), metricTags);
+      }
+      await kind.end?.();
+    } finally {
+      records.flush(); // what was confirmed stays recorded even when the segment fails or is cut short
+    }
+    const confirmedRecords = records.since(input.cursor.step);
+    return {
+      result: { cursor: { step: confirmed }, ...lossSummary(confirmedRecords), checkpoints: checkpoints.saved },
+      records: confirmedRecords,
+    };
+  } catch (err) {
+    // The workflow rolls back from what this segment knew: the checkpoints it saved and the step it reached.
+    throw recoverableFailure(err, { step: confirmed, lineage, checkpoints: checkpoints.saved });
   }
-  const confirmedRecords = records.since(input.cursor.step);
-  return { result: { cursor: { step: confirmed }, ...lossSummary(confirmedRecords) }, records: confirmedRecords };
+}
+
+/** A failure the round recovers from by rolling back, with what it needs to do so; other errors pass unchanged. */
+function recoverableFailure(err: unknown, details: Record<string, unknown>): unknown {
+  if (!(err instanceof ProviderError)) return err;
+  const type = providerFailureType(err);
+  return isRecoverableFailure(type) ? new RoundhouseFailure(type, err.message, { ...details, code: err.providerCode ?? err.code }) : err;
+}
+
+/**
+ * The rolling training checkpoints a segment saves (`training.checkpointEvery`): after so many steps or minutes since
+ * the round's latest one, on a drained pipeline, under the lineage's keys.
+ */
+class RollingCheckpoints {
+  readonly saved: TrainingCheckpoint[];
+  private readonly every: { steps?: number; minutes?: number };
+  private last: { step: number; savedAtMs: number };
+
+  constructor(
+    private readonly provider: TrainingProvider,
+    private readonly input: SegmentInput,
+    private readonly key: (...parts: (string | number)[]) => string,
+    earlier: TrainingCheckpoint[] | undefined,
+  ) {
+    this.saved = [...(earlier ?? [])];
+    this.every = input.spec.training.checkpointEvery ?? { minutes: 5 };
+    this.last = this.saved[this.saved.length - 1] ?? input.lastCheckpoint ?? { step: input.cursor.step, savedAtMs: Date.now() };
+  }
+
+  /** Whether a checkpoint is due at this confirmed step (never at the round's end: the round saves its final one). */
+  due(confirmed: number): boolean {
+    if (confirmed <= this.last.step || confirmed >= this.input.totalSteps) return false;
+    const { steps, minutes } = this.every;
+    return (
+      (steps !== undefined && confirmed - this.last.step >= steps) ||
+      (minutes !== undefined && Date.now() - this.last.savedAtMs >= minutes * 60_000)
+    );
+  }
+
+  async save(step: number, signal: AbortSignal): Promise<void> {
+    const handle = await this.provider.submitTrainingCheckpoint(this.input.sessionId, this.key('checkpoint', `s${step}`));
+    const saved = await this.provider.awaitOperation(handle, { signal });
+    if (saved.step - this.input.stepOffset !== step) {
+      throw new RoundhouseFailure(
+        'StepCounterMismatch',
+        `checkpoint at round step ${step} reported provider step ${saved.step} (offset ${this.input.stepOffset})`,
+      );
+    }
+    this.last = { step, savedAtMs: Date.now() };
+    this.saved.push({ checkpointId: saved.checkpointId, step, savedAtMs: this.last.savedAtMs, lineage: this.input.lineage ?? 0 });
+  }
 }
 
 /**
@@ -168,8 +264,11 @@ class StepRecords<R extends StepRecord> {
   private readonly pending: R[] = [];
   private readonly all: R[] = [];
 
-  constructor(private readonly dir: string) {
-    for (const r of readStepRecords(dir)) this.recorded.add(r.step);
+  constructor(
+    private readonly dir: string,
+    private readonly lineage: number,
+  ) {
+    for (const r of readStepRecords(dir)) if ((r.lineage ?? 0) === lineage) this.recorded.add(r.step);
   }
 
   /** Round steps (0-based, as submitted) in [from, to) that no record holds. */
@@ -180,6 +279,7 @@ class StepRecords<R extends StepRecord> {
   }
 
   add(record: R): R {
+    if (this.lineage > 0) record.lineage = this.lineage;
     this.recorded.add(record.step);
     this.pending.push(record);
     this.all.push(record);
@@ -193,23 +293,31 @@ class StepRecords<R extends StepRecord> {
   flush(): void {
     if (this.pending.length === 0) return;
     const first = Math.min(...this.pending.map((r) => r.step));
+    const lineage = this.lineage > 0 ? `.L${this.lineage}` : '';
     writeJsonAtomic(
-      path.join(this.dir, `steps-${String(first).padStart(7, '0')}.json`),
+      path.join(this.dir, `steps-${String(first).padStart(7, '0')}${lineage}.json`),
       this.pending.sort((a, b) => a.step - b.step),
     );
     this.pending.length = 0;
   }
 }
 
-/** Every step record of a round, one per step (a later write of the same step wins), in step order. */
-export function readStepRecords<R extends StepRecord = StepRecord>(dir: string): R[] {
+/**
+ * Every step record of a round that the kept weights hold, one per step, in step order. A rollback to step `toStep`
+ * under lineage L voids the older lineages' records past `toStep`; of the rest, the newest lineage's record wins.
+ */
+export function readStepRecords<R extends StepRecord = StepRecord>(dir: string, rollbacks: Rollback[] = []): R[] {
   if (!fs.existsSync(dir)) return [];
   const byStep = new Map<number, R>();
+  const kept = (r: R) => rollbacks.every((rb) => rb.lineage <= (r.lineage ?? 0) || r.step <= rb.toStep);
   for (const f of fs
     .readdirSync(dir)
     .filter((name) => name.endsWith('.json'))
     .sort()) {
-    for (const r of JSON.parse(fs.readFileSync(path.join(dir, f), 'utf8')) as R[]) byStep.set(r.step, r);
+    for (const r of JSON.parse(fs.readFileSync(path.join(dir, f), 'utf8')) as R[]) {
+      const held = byStep.get(r.step);
+      if (kept(r) && (held === undefined || (held.lineage ?? 0) <= (r.lineage ?? 0))) byStep.set(r.step, r);
+    }
   }
   return [...byStep.values()].sort((a, b) => a.step - b.step);
 }

@@ -126,6 +126,24 @@ export function createTrainerActivities(deps: ActivityDeps) {
     },
 
     /** Releases the trainer; idempotent, and fine with a resource that already stopped or failed. */
+    /**
+     * After a lost session or a failed step: whether the trainer can take a new session (READY), and the old sessions
+     * closed (best effort: their LoRA slots, and weights that must not be trained further).
+     */
+    async prepareRecovery(input: {
+      spec: RoundSpec;
+      resourceId: string;
+      sessionIds: string[];
+    }): Promise<{ trainerReady: boolean; state: string }> {
+      const provider = await deps.providerFor(input.spec.provider);
+      return atBoundary(async () => {
+        const resource = await provider.getResource(input.resourceId).catch(() => undefined);
+        const trainerReady = resource?.state === 'ready';
+        if (trainerReady) for (const id of input.sessionIds) await provider.closeSession(id).catch(() => undefined);
+        return { trainerReady, state: resource?.providerStatus ?? 'gone' };
+      });
+    },
+
     async releaseTrainer(input: {
       spec: RoundSpec;
       resourceId: string;

@@ -9,7 +9,11 @@ export const FAILURE_TYPES = {
   NonFiniteLoss: 'the trainer computed a NaN or infinite loss; the same step would again, so the round fails',
   ProviderRejected: 'the provider refused a request as wrong (4xx, INVALID_INPUT, UNSUPPORTED); never retried',
   ProviderUnavailable: 'a transient provider failure (429, 5xx, network, a retryable operation error); retried',
-  NeedsReconcile: "a provider call's outcome is unknown or its session is gone; never retried blindly",
+  NeedsReconcile: "a provider call's outcome is unknown; never retried blindly",
+  OperationFailed:
+    'a provider operation failed (INTERNAL_ERROR, TIMEOUT, RESOURCE_EXHAUSTED): the round rolls back to its last checkpoint under new keys',
+  TrainerLost:
+    'the trainer died, was preempted, or its session ended: the round reopens a session (on a new trainer if need be) from its last checkpoint',
   ProvisionUnconfirmed: 'a trainer create got no answer and listing found no new trainer yet; retried',
   SessionUnconfirmed: 'a session open got no answer and listing found no new session yet; retried',
   StepCounterMismatch: "the trainer's step counter is not where the round's cursor says; never trained over",
@@ -30,6 +34,13 @@ const RETRYABLE: ReadonlySet<FailureType> = new Set(['ProviderUnavailable', 'Pro
 
 export function isRetryableFailure(type: FailureType): boolean {
   return RETRYABLE.has(type);
+}
+
+/** Failure types a round recovers from by rolling back (bounded by `advanced.maxRecoveries`); not retried in place. */
+const RECOVERABLE: ReadonlySet<string> = new Set<FailureType>(['OperationFailed', 'TrainerLost']);
+
+export function isRecoverableFailure(type: string | undefined): boolean {
+  return type !== undefined && RECOVERABLE.has(type);
 }
 
 /** A domain failure thrown by activities; mapped to a Temporal failure of the same type at the activity boundary. */

@@ -65,6 +65,23 @@ export const TrainingSpecSchema = z
     segmentSeconds: positiveInt.max(3600).default(120),
     /** Steps submitted ahead of the one being awaited (forward_backward + optim_step each). */
     pipelineDepth: positiveInt.max(8).default(2),
+    /**
+     * Rolling training checkpoints (weights + optimizer + step) saved while training, after this many steps or
+     * minutes, whichever comes first: a lost trainer or a failed step rolls back to the latest, so at most this much
+     * work is redone. The round keeps the last `keep` of them.
+     */
+    checkpointEvery: z
+      .object({
+        steps: positiveInt.max(1_000_000).optional(),
+        minutes: z
+          .number()
+          .positive()
+          .max(24 * 60)
+          .optional(),
+        keep: positiveInt.max(100).default(3),
+      })
+      .strict()
+      .default({ minutes: 5, keep: 3 }),
   })
   .strict();
 
@@ -209,6 +226,8 @@ export const AdvancedSpecSchema = z
       .positive()
       .max(24 * 60)
       .default(60),
+    /** Recoveries from provider-side failures (a failed step, a lost session or trainer) before the round fails. */
+    maxRecoveries: z.number().int().min(0).max(100).default(5),
   })
   .strict();
 
@@ -223,7 +242,7 @@ const CampaignSpecBase = z
     round: RoundKindSpecSchema.default({ kind: 'sft' }),
     rounds: RoundsSpecSchema.default({ max: 1, nextData: { policy: 'mistakes', replayShare: 0.3 }, continueFrom: 'checkpoint' }),
     budget: BudgetSpecSchema.default({}),
-    advanced: AdvancedSpecSchema.default({ heartbeatTimeoutSeconds: 30, provisionTimeoutMinutes: 60 }),
+    advanced: AdvancedSpecSchema.default({ heartbeatTimeoutSeconds: 30, provisionTimeoutMinutes: 60, maxRecoveries: 5 }),
   })
   .strict();
 

@@ -65,6 +65,30 @@ export interface RoundProgress {
   resourceId?: string;
   sessionId?: string;
   paused?: boolean;
+  /** Recoveries from provider-side failures so far, and the latest in a line. */
+  recoveries?: number;
+  lastRecovery?: string;
+}
+
+/** A recovery from a provider-side failure: what failed, where the round rolled back to, and what it cost. */
+export interface RoundRecovery {
+  /** The phase that failed (baseline, training, checkpointing, sampler-weights, evaluation). */
+  phase: string;
+  errorType: string;
+  /** The provider's code (e.g. INTERNAL_ERROR, SESSION_NOT_ACTIVE) where it gave one. */
+  code?: string;
+  message: string;
+  /** The step the round had reached, and the checkpoint step it resumed from (steps rolled back = the difference). */
+  failedAtStep: number;
+  rolledBackTo: number;
+  stepsRolledBack: number;
+  /** Resumed on a newly provisioned trainer (the old one was not ready), else on a new session of the same one. */
+  newTrainer: boolean;
+  /** The lineage the round continued under: its operations' keys carry it. */
+  lineage: number;
+  /** GPU time spent on work the rollback discarded (since the checkpoint, or the phase's start). */
+  gpuMinutesLost: number;
+  checkpointId: string | null;
 }
 
 export type RoundStatus = 'completed' | 'failed' | 'cancelled' | 'stopped';
@@ -87,6 +111,10 @@ export interface RoundResult {
   errorType?: string;
   /** Why a `stopped` round ended early. */
   stopReason?: string;
+  /** Recoveries from provider-side failures, in order. */
+  recoveries?: RoundRecovery[];
+  /** The latest rolling training checkpoints (`training.checkpointEvery.keep`), oldest first. */
+  checkpoints?: { checkpointId: string; step: number; lineage: number }[];
   poolEvaluationsPath?: string;
   poolAccuracy?: number;
   kind?: 'sft' | 'grpo' | 'dpo';

@@ -1,4 +1,4 @@
-import type { SegmentInput } from '../activities/segment';
+import type { SegmentInput, TrainingCheckpoint } from '../activities/segment';
 import type { RoundActivities } from './round-activities';
 import type { RoundInput, RoundResult } from './round-contract';
 import type { RoundState } from './round-state';
@@ -29,11 +29,14 @@ export interface KindRun {
   data: SegmentInput['data'];
   sessionId: string;
   referenceSessionId?: string;
+  /** Rollbacks so far: operations' keys carry it, so a provider never hands back a failed lineage's records. */
+  lineage: number;
 }
 
 /** What any kind's training segment reports. */
 export interface SegmentOutcome {
   cursor: { step: number };
+  checkpoints?: TrainingCheckpoint[];
   latestLoss?: number;
   latestReward?: number;
   firstReward?: number;
@@ -46,6 +49,7 @@ const roundArgs = (run: KindRun) => ({
   spec: run.input.spec,
   data: run.data,
   sessionId: run.sessionId,
+  lineage: run.lineage || undefined,
 });
 
 /** SFT and GRPO: loss of the eval answers before and after, accuracy of sampled answers (and of the pool). */
@@ -88,7 +92,11 @@ export const ROUND_KINDS: Record<NonNullable<RoundResult['kind']>, RoundKind> = 
     ...sampled,
     referenceSession: (input) => Boolean(input.spec.round?.grpo?.reference),
     segment: (segments, run, segment) =>
-      segments.trainGrpoSegment({ ...segment, samplesDir: run.state.file('samples'), referenceSessionId: run.referenceSessionId }),
+      segments.trainGrpoSegment({
+        ...segment,
+        samplesDir: run.state.file(run.lineage ? `samples.L${run.lineage}` : 'samples'),
+        referenceSessionId: run.referenceSessionId,
+      }),
   },
   dpo: {
     referenceSession: () => false,

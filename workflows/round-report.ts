@@ -52,6 +52,20 @@ export function roundReport(
     error_type: result.errorType ?? null,
     error_message: failureMessage ?? null,
     cleanup_status: cleanupStatus,
+    recoveries: (result.recoveries ?? []).map((r) => ({
+      phase: r.phase,
+      error_type: r.errorType,
+      code: r.code ?? null,
+      message: r.message,
+      failed_at_step: r.failedAtStep,
+      rolled_back_to: r.rolledBackTo,
+      steps_rolled_back: r.stepsRolledBack,
+      new_trainer: r.newTrainer,
+      lineage: r.lineage,
+      gpu_minutes_lost: r.gpuMinutesLost,
+      checkpoint_id: r.checkpointId,
+    })),
+    rolling_checkpoints: (result.checkpoints ?? []).map((c) => ({ checkpoint_id: c.checkpointId, step: c.step, lineage: c.lineage })),
     deactivated_ids: released,
   };
 }

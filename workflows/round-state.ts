@@ -9,8 +9,10 @@ import {
   type RoundInput,
   type RoundPhase,
   type RoundProgress,
+  type RoundRecovery,
   type RoundResult,
 } from './round-contract';
+import { roundKey } from '../config/keys';
 
 /**
  * What a round knows while it runs: its progress (answered to queries, told to the parent), the GPU time it has
@@ -20,8 +22,10 @@ export class RoundState {
   readonly kind: NonNullable<RoundResult['kind']>;
   readonly progress: RoundProgress;
   readonly result: RoundResult;
-  /** Trainers released so far (pause, budget, cleanup). */
+  /** Trainers released so far (pause, budget, a dead trainer, cleanup). */
   readonly released: string[] = [];
+  /** Recoveries from provider-side failures, in order. */
+  readonly recoveries: RoundRecovery[] = [];
   /** Why the round did not complete, once it did not. */
   failure: Error | undefined;
   pauseRequested = false;
@@ -64,7 +68,7 @@ export class RoundState {
 
   /** An idempotency key of this round: `${campaignId}/r${round}/…parts`. */
   key(...parts: (string | number)[]): string {
-    return [this.input.campaignId, `r${this.input.round}`, ...parts].join('/');
+    return roundKey(this.input.campaignId, this.input.round, ...parts);
   }
 
   /** A path beside the round's report: `round-N.<suffix>`. */
@@ -100,6 +104,12 @@ export class RoundState {
     this.readyAtMs = undefined;
     this.result.gpuMinutes = this.gpuMinutes();
     this.result.costUsd = this.costUsd();
+  }
+
+  /** GPU-minutes held since a moment (capped at what is held now): what a rollback discards. */
+  gpuMinutesSince(ms: number): number {
+    const since = this.readyAtMs === undefined ? 0 : Math.max(0, Date.now() - Math.max(ms, this.readyAtMs));
+    return (since / 60_000) * this.gpuCount;
   }
 
   snapshot(): RoundProgress {

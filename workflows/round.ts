@@ -1,10 +1,12 @@
-import { ApplicationFailure, CancellationScope, condition, log, patched, workflowInfo } from '@temporalio/workflow';
-import { failureDetail, failureMessageOf, failureTypeOf, isCancellation } from './failures';
+import { ApplicationFailure, CancellationScope, condition, log, patched } from '@temporalio/workflow';
+import { failureMessageOf, failureTypeOf, isCancellation } from './failures';
 import { untilInterrupted } from './interrupt';
-import { roundActivities, type RoundActivities } from './round-activities';
-import { ownerTagFor, referenceTagFor, type RoundInput, type RoundResult } from './round-contract';
-import { ROUND_KINDS, type KindRun, type RoundKind } from './round-kinds';
+import { noteCheckpoint, recover, recoverable, recovering } from './recovery';
+import { roundActivities } from './round-activities';
+import type { RoundInput, RoundResult } from './round-contract';
+import { ROUND_KINDS, type RoundKind } from './round-kinds';
 import { roundReport } from './round-report';
+import { acquireTrainer, releaseTrainerNow, runKey, type RoundRun } from './round-trainer';
 import { RoundState } from './round-state';
 
 /**
@@ -32,6 +34,11 @@ export async function roundWorkflow(input: RoundInput): Promise<RoundResult> {
     data: { ...input.data, trainSha256: '', evalSha256: '' },
     sessionId: '',
     stepOffset: 0,
+    lineage: 0,
+    restore: { checkpointId: input.startFrom?.checkpointId, loadOptimizer: input.startFrom?.loadOptimizer ?? true, step: 0, savedAtMs: 0 },
+    checkpoints: [],
+    rollbacks: [],
+    phaseStartedAtMs: 0,
   };
 
   try {
@@ -42,30 +49,25 @@ export async function roundWorkflow(input: RoundInput): Promise<RoundResult> {
 
     await acquireTrainer(run, kind, input.startFrom);
     await state.tell('baseline');
-    await kind.baseline(run, run.stepOffset);
+    await recovering(run, kind, 'baseline', () => kind.baseline(run, run.stepOffset));
 
     await state.tell('training');
-    const { cursor, budgetInterrupts } = await trainAllSteps(run, kind, plan.totalSteps);
-
-    state.trainingOver = true;
-    await state.tell('checkpointing');
-    const checkpoint = await activities.onTrainer.saveTrainingCheckpoint({
-      spec: input.spec,
-      sessionId: run.sessionId,
-      key: state.key('training-checkpoint', `s${cursor.step}`),
-    });
+    const { cursor, checkpoint, budgetInterrupts } = await trainToCheckpoint(run, kind, plan.totalSteps);
     if (budgetInterrupts) state.setStep(trainerStep(checkpoint.step, run.stepOffset, cursor, plan.totalSteps).step);
     result.trainingCheckpointId = checkpoint.checkpointId;
+    run.restore = { checkpointId: checkpoint.checkpointId, loadOptimizer: true, step: state.progress.step, savedAtMs: Date.now() };
     if (result.stopReason) {
       result.status = 'stopped'; // over budget: keep the checkpoint, skip sampling, release the GPU now
     } else {
-      const sampler = await activities.onTrainer.saveSamplerWeights({
-        spec: input.spec,
-        sessionId: run.sessionId,
-        key: state.key('sampler-weights'),
+      await recovering(run, kind, 'sampler-weights', async () => {
+        const sampler = await activities.onTrainer.saveSamplerWeights({
+          spec: input.spec,
+          sessionId: run.sessionId,
+          key: runKey(run, 'sampler-weights'),
+        });
+        result.samplerCheckpointId = sampler.checkpointId;
       });
-      result.samplerCheckpointId = sampler.checkpointId;
-      await kind.evaluate(run);
+      await recovering(run, kind, 'evaluation', () => kind.evaluate(run));
       result.status = 'completed';
     }
   } catch (err) {
@@ -92,67 +94,50 @@ export async function roundWorkflow(input: RoundInput): Promise<RoundResult> {
   return result;
 }
 
-/** A running round: its input, state, activities, lease and current session. */
-interface RoundRun extends KindRun {
-  activities: RoundActivities;
-  lease: { resourceId?: string; sessionId?: string };
-  data: KindRun['data'];
-  /** Round-local step = provider step − offset (non-zero when a session resumed from a checkpoint). */
-  stepOffset: number;
-}
-
-/** Provisions a trainer (lease first) and opens the round's session, fresh or from a checkpoint. */
-async function acquireTrainer(run: RoundRun, kind: RoundKind, startFrom: RoundInput['startFrom']): Promise<void> {
-  const { input, state, activities, lease } = run;
-  const ownerTag = ownerTagFor(workflowInfo().workflowId);
-  await state.tell('provisioning');
-  try {
-    const trainer = await activities.provisioning.provisionTrainer({ spec: input.spec, ownerTag });
-    lease.resourceId = trainer.resourceId;
-    state.trainerReady(trainer.resourceId, trainer.readyAtMs);
-  } catch (err) {
-    lease.resourceId ??= failureDetail<string>(err, 'resourceId'); // created, then failed: still ours to release
-    throw err;
-  }
-  const session = await activities.onTrainer.openTrainingSession({ spec: input.spec, resourceId: lease.resourceId, ownerTag, startFrom });
-  lease.sessionId = state.progress.sessionId = run.sessionId = session.sessionId;
-  run.stepOffset = session.stepOffset;
-  if (kind.referenceSession(input)) {
-    // The reference policy: the round's starting weights, frozen in a second session on the same trainer.
-    const referenceFrom = input.startFrom && { checkpointId: input.startFrom.checkpointId, loadOptimizer: false };
-    const reference = await activities.onTrainer.openTrainingSession({
-      spec: input.spec,
-      resourceId: lease.resourceId,
-      ownerTag: referenceTagFor(workflowInfo().workflowId),
-      startFrom: referenceFrom,
-    });
-    run.referenceSessionId = reference.sessionId;
-  }
-}
-
-/** Releases the trainer now (pause, budget): its GPU time stops counting. */
-async function releaseTrainerNow(run: RoundRun): Promise<void> {
-  const { lease } = run;
-  if (!lease.resourceId) return;
-  await run.activities.cleanup.releaseTrainer({ spec: run.input.spec, resourceId: lease.resourceId, sessionId: lease.sessionId });
-  run.state.trainerReleased(lease.resourceId);
-  lease.resourceId = lease.sessionId = undefined;
-}
-
 /**
- * Training segments until every planned step is applied or a budget is reached. A pause interrupts the running
- * segment (within about a step) rather than waiting for its end, and so does a spent budget.
+ * Training segments until every planned step is applied (or a budget is reached), then the training checkpoint. A
+ * pause interrupts the running segment (within about a step) rather than waiting for its end, and so does a spent
+ * budget; a provider-side failure rolls back to the latest checkpoint (recovery.ts) and training goes on from there.
  */
-async function trainAllSteps(
+async function trainToCheckpoint(
   run: RoundRun,
   kind: RoundKind,
   totalSteps: number,
-): Promise<{ cursor: { step: number }; budgetInterrupts: boolean }> {
+): Promise<{ cursor: { step: number }; checkpoint: { checkpointId: string; step: number }; budgetInterrupts: boolean }> {
   const { input, state, activities } = run;
   const interruptible = patched('pause-interrupts-segments');
   const budgetInterrupts = interruptible && patched('budget-interrupts-segments');
   if (budgetInterrupts) void state.watchBudget().catch(() => undefined); // ends with training, or with the round's cancellation
   let cursor = { step: 0 };
+  run.phaseStartedAtMs = Date.now();
+  for (;;) {
+    cursor = await trainAllSteps(run, kind, cursor, totalSteps, interruptible);
+    state.trainingOver = true;
+    await state.tell('checkpointing');
+    try {
+      const key = runKey(run, 'training-checkpoint', `s${cursor.step}`);
+      const checkpoint = await activities.onTrainer.saveTrainingCheckpoint({ spec: input.spec, sessionId: run.sessionId, key });
+      return { cursor, checkpoint, budgetInterrupts };
+    } catch (err) {
+      if (!recoverable(err)) throw err;
+      cursor = await recover(run, kind, 'checkpointing', err);
+      state.trainingOver = false;
+      if (budgetInterrupts) void state.watchBudget().catch(() => undefined);
+      await state.tell('training');
+    }
+  }
+}
+
+/** Training segments from the cursor until every planned step is applied or a budget is reached. */
+async function trainAllSteps(
+  run: RoundRun,
+  kind: RoundKind,
+  from: { step: number },
+  totalSteps: number,
+  interruptible: boolean,
+): Promise<{ step: number }> {
+  const { input, state, activities } = run;
+  let cursor = from;
   while (cursor.step < totalSteps) {
     state.result.stopReason = state.overBudget();
     if (state.result.stopReason) break;
@@ -167,10 +152,20 @@ async function trainAllSteps(
       cursor,
       totalSteps,
       stepsDir: state.file('steps'),
+      lineage: run.lineage || undefined,
+      lastCheckpoint: { step: run.restore.step, savedAtMs: Math.max(run.restore.savedAtMs, run.phaseStartedAtMs) },
     };
     const train = () => kind.segment(interruptible ? activities.segments : activities.onTrainer, run, segmentInput);
-    const segment = interruptible ? await untilInterrupted(train, () => state.pauseRequested || state.budgetHit) : await train();
+    let segment;
+    try {
+      segment = interruptible ? await untilInterrupted(train, () => state.pauseRequested || state.budgetHit) : await train();
+    } catch (err) {
+      if (!recoverable(err)) throw err;
+      cursor = await recover(run, kind, 'training', err);
+      continue;
+    }
     if (!segment) continue; // interrupted without an answer: the next checkpoint says where the trainer is
+    for (const checkpoint of segment.checkpoints ?? []) noteCheckpoint(run, checkpoint);
     cursor = segment.cursor;
     state.setStep(cursor.step);
     if (segment.latestLoss !== undefined) state.progress.latestLoss = segment.latestLoss;
@@ -181,7 +176,7 @@ async function trainAllSteps(
     if (segment.latestMargin !== undefined) state.progress.latestMargin = segment.latestMargin;
     await state.tell('training', { segmentEnd: true });
   }
-  return { cursor, budgetInterrupts };
+  return cursor;
 }
 
 /** A pause: checkpoint at the cursor, give the GPU back, wait for resume, then come back to the same step. */
@@ -196,13 +191,14 @@ async function pauseAndResume(
   const checkpoint = await run.activities.onTrainer.saveTrainingCheckpoint({
     spec: run.input.spec,
     sessionId: run.sessionId,
-    key: state.key('pause', `s${cursor.step}`),
+    key: runKey(run, 'pause', `s${cursor.step}`),
   });
   // The checkpoint's step is the trainer's own count: the truth, should an interrupted segment not have said.
   if (interruptible) {
     cursor = trainerStep(checkpoint.step, run.stepOffset, cursor, totalSteps);
     state.setStep(cursor.step);
   }
+  run.restore = { checkpointId: checkpoint.checkpointId, loadOptimizer: true, step: cursor.step, savedAtMs: Date.now() };
   await releaseTrainerNow(run);
   await state.tell('paused');
   state.progress.paused = true;
@@ -234,11 +230,16 @@ async function cleanUp(run: RoundRun): Promise<void> {
     }
   }
   state.settleCost();
+  if (state.recoveries.length) state.result.recoveries = state.recoveries;
+  const keep = input.spec.training.checkpointEvery?.keep ?? 3;
+  if (run.checkpoints.length)
+    state.result.checkpoints = run.checkpoints.slice(-keep).map(({ checkpointId, step, lineage }) => ({ checkpointId, step, lineage }));
   const failureMessage = state.failure === undefined ? undefined : failureMessageOf(state.failure);
   await run.activities.cleanup.writeRoundReport({
     path: state.result.reportPath,
     evaluationsPath: state.result.evaluationsPath,
     stepsDir: state.file('steps'),
+    rollbacks: run.rollbacks.length ? run.rollbacks : undefined,
     report: roundReport(input, state.result, run.data, state.progress, state.released, cleanupStatus, failureMessage),
   });
   await state.tell(state.result.status);

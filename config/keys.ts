@@ -5,3 +5,8 @@
 export function roundKey(campaignId: string, round: number, ...parts: (string | number)[]): string {
   return [campaignId, `r${round}`, ...parts].join('/');
 }
+
+/** Key parts that set a lineage apart: none for the first (the keys rounds always had), `L<n>` after a rollback. */
+export function lineageParts(lineage: number | undefined): string[] {
+  return lineage ? [`L${lineage}`] : [];
+}
