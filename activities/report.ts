@@ -29,6 +29,16 @@ interface RoundReportFile {
   latest_reward?: number | null;
   baseline_margin?: number | null;
   trained_margin?: number | null;
+  /** Recoveries from provider-side failures (rolled back to a checkpoint). */
+  recoveries?: {
+    phase: string;
+    error_type: string;
+    code: string | null;
+    failed_at_step: number;
+    rolled_back_to: number;
+    new_trainer: boolean;
+    gpu_minutes_lost: number;
+  }[];
 }
 
 export interface CampaignReportData {
@@ -135,6 +145,14 @@ export function renderCampaignHtml(data: CampaignReportData): string {
         `<td><a href="${escapeHtml(uiLink(data, r.workflow_id))}">${escapeHtml(r.workflow_id)}</a></td><td><code>${escapeHtml(r.train_sha256.slice(0, 12))}</code></td></tr>`,
     )
     .join('\n');
+  const recoveries = data.rounds.flatMap((r) => (r.recoveries ?? []).map((x) => ({ round: r.round, ...x })));
+  const recoveryRows = recoveries
+    .map(
+      (x) =>
+        `<tr><td>${x.round}</td><td>${escapeHtml(x.phase)}</td><td>${escapeHtml(x.error_type)}${x.code ? ` (${escapeHtml(x.code)})` : ''}</td>` +
+        `<td>${x.failed_at_step} → ${x.rolled_back_to}</td><td>${x.new_trainer ? 'new trainer' : 'new session'}</td><td>${fmt(x.gpu_minutes_lost, 3)}</td></tr>`,
+    )
+    .join('\n');
   const flipSections = data.flips
     .map((f) => {
       const list = (items: Flip[]) =>
@@ -169,6 +187,8 @@ ${policyCharts ? `<div class="charts">${policyCharts}</div>` : ''}
 <h2>Rounds</h2>
 <table><tr><th>round</th><th>status</th><th>accuracy</th><th>eval loss (baseline → trained)</th><th>steps</th><th>GPU-min</th><th>est. cost</th><th>workflow</th><th>train sha256</th></tr>
 ${rows}</table>
+<h2>Recoveries from provider failures</h2>
+${recoveryRows ? `<table><tr><th>round</th><th>phase</th><th>failure</th><th>step → resumed from</th><th>on</th><th>GPU-min lost</th></tr>\n${recoveryRows}</table>` : '<p class="none">none</p>'}
 <h2>Per-example flips between rounds</h2>
 ${flipSections || '<p class="none">one round only</p>'}
 <script id="report-data" type="application/json">${JSON.stringify(chartData).replace(/</g, '\\u003c')}</script>

@@ -17,7 +17,7 @@ export function renderProgress(p: CampaignProgress): string {
     '  round  status     accuracy  eval loss (base → trained)  steps      GPU-min',
     ...p.rounds.map(
       (r) =>
-        `  ${String(r.round).padStart(5)}  ${r.status.padEnd(9)}  ${pct(r.accuracy)}   ${num(r.baselineLoss).padStart(8)} → ${num(r.trainedLoss).padEnd(8)}        ${`${r.stepsApplied}/${r.totalSteps}`.padEnd(9)}  ${num(r.gpuMinutes, 2)}`,
+        `  ${String(r.round).padStart(5)}  ${r.status.padEnd(9)}  ${pct(r.accuracy)}   ${num(r.baselineLoss).padStart(8)} → ${num(r.trainedLoss).padEnd(8)}        ${`${r.stepsApplied}/${r.totalSteps}`.padEnd(9)}  ${num(r.gpuMinutes, 2)}${r.recoveries ? `  (${r.recoveries} ${r.recoveries === 1 ? 'recovery' : 'recoveries'})` : ''}`,
     ),
   ];
   const c = p.currentRound;
@@ -27,6 +27,7 @@ export function renderProgress(p: CampaignProgress): string {
     lines.push(
       `  ${String(c.round).padStart(5)}  ${c.phase.padEnd(9)}  ${bar(c.step, c.totalSteps)} ${c.step}/${c.totalSteps}  loss ${num(c.latestLoss)}${policy}  GPU-min ${num(c.gpuMinutes, 2)}`,
     );
+    if (c.recoveries) lines.push(`         recovered ${c.recoveries}× from provider failures; latest: ${c.lastRecovery ?? '?'}`);
   }
   lines.push(`  summary: ${p.summaryPath}`);
   return `${lines.join('\n')}\n`;

@@ -23,6 +23,8 @@ export interface RoundSummary {
   costUsd?: number;
   reportPath: string;
   trainingCheckpointId?: string;
+  /** Recoveries from provider-side failures in the round. */
+  recoveries?: number;
   train: { path: string; sha256?: string; rows?: number };
   errorType?: string;
   /** Why a `stopped` round ended early (a budget). */

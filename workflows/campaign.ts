@@ -225,6 +225,7 @@ export async function campaignWorkflow(input: CampaignInput): Promise<CampaignRe
         trainingCheckpointId: result.trainingCheckpointId,
         errorType: result.errorType,
         stopReason: result.stopReason,
+        recoveries: result.recoveries?.length,
       };
     }
     child = undefined;

@@ -18,3 +18,16 @@ test('the live line shows the loss, and the reward of a GRPO round or the margin
   expect(renderProgress(progress({ latestReward: 0.25 }))).toMatch(/loss 1\.250 {2}reward 0\.250 {2}GPU-min/);
   expect(renderProgress(progress({ latestMargin: 1.5 }))).toMatch(/loss 1\.250 {2}margin 1\.500 {2}GPU-min/);
 });
+
+test('a round that recovered from provider failures says how often and what the latest was', () => {
+  const text = renderProgress(
+    progress({
+      recoveries: 2,
+      lastRecovery: 'TrainerLost (SESSION_NOT_ACTIVE) in training at step 14: resumed from step 12 on a new trainer',
+    }),
+  );
+  expect(text).toMatch(
+    /recovered 2× from provider failures; latest: TrainerLost \(SESSION_NOT_ACTIVE\) in training at step 14: resumed from step 12/,
+  );
+  expect(renderProgress(progress({}))).not.toMatch(/recovered/);
+});

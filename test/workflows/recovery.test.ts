@@ -1,5 +1,7 @@
 import fs from 'node:fs';
+import path from 'node:path';
 import { WorkflowFailedError } from '@temporalio/client';
+import { loadCampaignReportData, renderCampaignHtml } from '../../activities/report';
 import type { RoundInput, RoundResult } from '../../workflows/round-contract';
 import { ledger, setFaults } from '../helpers/emulator';
 import { roundTestEnvironment, ticketRoundInput } from '../helpers/round';
@@ -42,6 +44,7 @@ test('failed forward-backwards (mixed codes) and a trainer death mid-training: r
     `[recovery] ${r.recoveries.length} recoveries: ${r.recoveries.map((x: { error_type: string; code: string; phase: string; failed_at_step: number; rolled_back_to: number; new_trainer: boolean }) => `${x.error_type}/${x.code} ${x.phase}@${x.failed_at_step}→${x.rolled_back_to}${x.new_trainer ? ' new trainer' : ''}`).join(', ')}\n`,
   );
   expect(r.steps.map((s: { step: number }) => s.step)).toEqual(Array.from({ length: 24 }, (_v, i) => i + 1));
+  expect(result.recoveries).toHaveLength(r.recoveries.length);
   const types = new Set(r.recoveries.map((x: { error_type: string }) => x.error_type));
   expect(types).toContain('OperationFailed');
   // The trainer's death is seen as whichever failure the round awaits first (its session's operations fail, or a
@@ -50,6 +53,16 @@ test('failed forward-backwards (mixed codes) and a trainer death mid-training: r
   // A rollback never goes back further than the checkpoint cadence (3 steps) plus the segment it interrupted.
   for (const x of r.recoveries) expect(x.steps_rolled_back).toBeLessThanOrEqual(4);
   expect(r.rolling_checkpoints.length).toBeGreaterThan(0);
+
+  // The campaign report shows each recovery.
+  const campaignDir = path.dirname(result.reportPath);
+  fs.writeFileSync(
+    path.join(campaignDir, 'campaign.json'),
+    JSON.stringify({ campaignId: 'c', status: 'completed', gpuMinutes: 0, rounds: [{ round: 1, reportPath: result.reportPath }] }),
+  );
+  const html = renderCampaignHtml(loadCampaignReportData(campaignDir, { temporalUiUrl: 'http://127.0.0.1:8233', namespace: 'default' }));
+  const table = html.slice(html.indexOf('<h2>Recoveries from provider failures</h2>'), html.indexOf('<h2>Per-example flips'));
+  expect(table.match(/<tr><td>1<\/td>/g)).toHaveLength(r.recoveries.length);
 
   const l = await ledger(env.emulator);
   expect(l.active).toEqual([]);
