@@ -1,0 +1,164 @@
+import fs from 'node:fs';
+import type { Client } from '@temporalio/client';
+import { seededRandom } from '../config/random';
+import { startEmulator, type RunningEmulator } from '../emulator/server';
+import type { Ledger } from '../emulator/engine';
+import { arithmeticRoundInput } from '../test/helpers/round';
+import { bundleToFile, crashTestWorkerEnv, startWorkerProcess, type WorkerProcess } from '../test/helpers/worker-process';
+import { roundWorkflow } from '../workflows';
+import type { RoundInput, RoundResult } from '../workflows/round-contract';
+
+/**
+ * The soak: N randomized rounds (every kind, both dialects where the kind exists) against the emulator, each under
+ * transport faults (429/5xx/resets/lost responses), provider faults (failed forward-backwards with mixed codes, a
+ * trainer that dies, a session that expires, a Baseten run preempted) and SIGKILLs of real worker processes. Each
+ * round is checked against the emulator's ledger: its planned steps applied in the weights it kept, none of them
+ * an optimizer step without a gradient, every step recorded once, and nothing left holding a GPU.
+ */
+export interface SoakFigures {
+  rounds: number;
+  completed: number;
+  stepsExact: number;
+  recordedOnce: number;
+  emptyStepsInKeptWeights: number;
+  resourcesLeftActive: number;
+  recoveries: number;
+  workerKills: number;
+  faultsInjected: number;
+  failures: string[];
+}
+
+type Variant = { kind: 'sft' | 'grpo' | 'dpo'; dialect: 'local' | 'baseten' };
+const VARIANTS: Variant[] = [
+  { kind: 'sft', dialect: 'local' },
+  { kind: 'sft', dialect: 'baseten' },
+  { kind: 'grpo', dialect: 'local' },
+  { kind: 'grpo', dialect: 'baseten' },
+  { kind: 'dpo', dialect: 'local' },
+];
+
+const KIND_YAML: Record<Variant['kind'], string> = {
+  sft: `training: { epochs: 1, batchSize: 8, learningRate: 0.01, loraRank: 8, maxSeqLen: 64, segmentSteps: 3, checkpointEvery: { steps: 2 } }
+sampling: { maxTokens: 3 }`,
+  grpo: `training: { epochs: 1, batchSize: 8, learningRate: 0.002, loraRank: 8, maxSeqLen: 64, segmentSteps: 3, checkpointEvery: { steps: 2 } }
+sampling: { maxTokens: 3, temperature: 1 }
+round: { kind: grpo, grpo: { groupSize: 4, reward: { kind: numeric }, loss: { type: ppo } } }`,
+  dpo: `training: { epochs: 1, batchSize: 8, learningRate: 0.01, loraRank: 8, maxSeqLen: 64, segmentSteps: 3, checkpointEvery: { steps: 2 } }
+sampling: { maxTokens: 3 }
+round: { kind: dpo, dpo: { beta: 0.5 } }`,
+};
+
+/** One round's faults, drawn from the soak's seed: transport faults always, provider faults at random. */
+function faultsFor(random: () => number, variant: Variant, seed: number) {
+  const pick = (p: number) => random() < p;
+  const rules: Record<string, unknown>[] = [
+    { kind: 'http-429', rate: 0.03, max: 1000, retryAfterMs: 5 },
+    { kind: 'http-503', rate: 0.03, max: 1000, retryAfterMs: 5 },
+    { kind: 'reset', rate: 0.02, max: 1000 },
+    { kind: 'lose-response', rate: 0.02, max: 1000 },
+    { kind: 'fail-operation', operation: 'forward-backward', errorCode: ['INTERNAL_ERROR', 'TIMEOUT', 'RESOURCE_EXHAUSTED'][seed % 3], rate: 0.1, max: 2 },
+  ];
+  if (pick(0.3)) rules.push({ kind: 'resource-error', operation: 'optim-step', after: 2 + Math.floor(random() * 4), max: 1 });
+  if (pick(0.3)) rules.push({ kind: 'session-expire', operation: 'optim-step', after: 2 + Math.floor(random() * 4), max: 1 });
+  if (variant.dialect === 'baseten' && pick(0.3)) rules.push({ kind: 'preempt', operation: 'optim-step', after: 2 + Math.floor(random() * 4), max: 1 });
+  return { seed, rules };
+}
+
+async function post(emulator: RunningEmulator, path: string, body: unknown): Promise<void> {
+  const res = await fetch(`${emulator.url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  if (!res.ok) throw new Error(`POST ${path}: ${res.status} ${await res.text()}`);
+}
+
+async function ledgerOf(emulator: RunningEmulator): Promise<Ledger> {
+  return (await (await fetch(`${emulator.url}/_emulator/ledger`)).json()) as Ledger;
+}
+
+export async function runSoak(options: {
+  client: Client;
+  temporalAddress: string;
+  rounds: number;
+  seed?: number;
+  log?: (line: string) => void;
+}): Promise<SoakFigures> {
+  const log = options.log ?? (() => undefined);
+  const random = seededRandom(options.seed ?? 1);
+  const figures: SoakFigures = {
+    rounds: options.rounds,
+    completed: 0,
+    stepsExact: 0,
+    recordedOnce: 0,
+    emptyStepsInKeptWeights: 0,
+    resourcesLeftActive: 0,
+    recoveries: 0,
+    workerKills: 0,
+    faultsInjected: 0,
+    failures: [],
+  };
+  const emulator = await startEmulator({ port: 0, host: '127.0.0.1', provisioningDelayMs: 50 });
+  const bundleFile = await bundleToFile();
+  const taskQueue = `soak-${Date.now().toString(36)}`;
+  const env = { ...crashTestWorkerEnv(taskQueue, bundleFile), TEMPORAL_ADDRESS: options.temporalAddress, BASETEN_API_KEY: 'soak-baseten-key' };
+  const workers: WorkerProcess[] = [startWorkerProcess(env), startWorkerProcess(env)];
+  const dir = fs.mkdtempSync('/tmp/rh-soak-');
+  try {
+    await Promise.all(workers.map((w) => w.ready));
+    for (let i = 0; i < options.rounds; i++) {
+      const variant = VARIANTS[Math.floor(random() * VARIANTS.length)]!;
+      const campaignId = `soak-${i}-${taskQueue}`;
+      const input: RoundInput = arithmeticRoundInput({
+        baseUrl: emulator.url,
+        campaignId,
+        dir,
+        limit: 48,
+        tickets: variant.kind === 'dpo',
+        pairs: false,
+        yaml: `${KIND_YAML[variant.kind]}\nadvanced: { heartbeatTimeoutSeconds: 2, maxRecoveries: 10 }`,
+      });
+      input.spec.provider = { ...input.spec.provider, kind: variant.dialect, baseUrl: emulator.url };
+      await post(emulator, '/_emulator/faults', faultsFor(random, variant, i + 1));
+      const handle = await options.client.workflow.start(roundWorkflow, { taskQueue, workflowId: `round-${campaignId}`, args: [input] });
+      // A SIGKILL of one worker at a random moment of about half the rounds; the other worker takes over.
+      const killAfterMs = random() < 0.5 ? 500 + Math.floor(random() * 4000) : undefined;
+      const killer =
+        killAfterMs === undefined
+          ? undefined
+          : setTimeout(() => {
+              const victim = Math.floor(random() * workers.length);
+              void workers[victim]!.kill().then(() => {
+                workers[victim] = startWorkerProcess(env);
+                figures.workerKills += 1;
+              });
+            }, killAfterMs);
+      let result: RoundResult | undefined;
+      try {
+        result = await handle.result();
+      } catch (err) {
+        figures.failures.push(`round ${i} (${variant.kind}/${variant.dialect}): ${(err as Error).message.slice(0, 300)}`);
+      } finally {
+        if (killer) clearTimeout(killer);
+      }
+      const l = await ledgerOf(emulator);
+      figures.resourcesLeftActive = l.active.length;
+      const report = fs.existsSync(`${input.reportDir}/round-1.json`) ? JSON.parse(fs.readFileSync(`${input.reportDir}/round-1.json`, 'utf8')) : undefined;
+      const kept = report && l.sessions.find((s) => s.id === report.session_id);
+      if (result?.status === 'completed') figures.completed += 1;
+      // The kept session's own step counter is the round's planned steps (the round starts from the base model).
+      if (result && kept && result.stepsApplied === result.totalSteps && kept.step === result.totalSteps) figures.stepsExact += 1;
+      if (report?.steps?.map((s: { step: number }) => s.step).join(',') === Array.from({ length: report.steps_planned }, (_v, k) => k + 1).join(',')) {
+        figures.recordedOnce += 1;
+      }
+      figures.emptyStepsInKeptWeights += kept?.lineageEmptyOptimizerSteps ?? 0;
+      figures.recoveries += report?.recoveries?.length ?? 0;
+      log(
+        `round ${i + 1}/${options.rounds} ${variant.kind}/${variant.dialect}: ${result?.status ?? 'failed'}, ${report?.recoveries?.length ?? 0} recoveries, kept session step ${kept?.step ?? '?'}/${result?.totalSteps ?? '?'}, empty in kept weights ${kept?.lineageEmptyOptimizerSteps ?? '?'}, active ${l.active.length}`,
+      );
+      const fired = ((await (await fetch(`${emulator.url}/_emulator/faults`)).json()) as { fired: { fired: number }[] }).fired;
+      figures.faultsInjected += fired.reduce((a, f) => a + f.fired, 0);
+      await post(emulator, '/_emulator/faults', {});
+    }
+  } finally {
+    await Promise.all(workers.map((w) => w.stop()));
+    await emulator.close();
+  }
+  return figures;
+}
