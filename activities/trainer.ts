@@ -1,15 +1,20 @@
-import { Context } from '@temporalio/activity';
+import { Context, log } from '@temporalio/activity';
 import { RoundhouseFailure } from '../config/failures';
+import { ownerOfTag } from '../config/owner-tag';
+import type { ProvisionGateKey } from '../config/provision-gate';
 import { ProviderError } from '../providers/errors';
-import type { TrainingProvider } from '../providers/types';
+import type { TrainerResource, TrainingProvider } from '../providers/types';
+import type { GateLease } from '../workflows/provision-gate-contract';
 import type { RoundInput, RoundSpec } from '../workflows/round-contract';
 import type { ActivityDeps } from './deps';
 import { atBoundary } from './failures';
+import { ProvisionGateHold } from './provision-gate';
 import { recordResource } from './metrics';
 
 /**
- * The trainer's lifecycle: provisioned (an unanswered create is adopted by listing, never created twice), a training
- * session opened (fresh or from a checkpoint; an unanswered open is adopted by name), and released on every path.
+ * The trainer's lifecycle: provisioned (an unanswered create is adopted by listing, only if provably this round's;
+ * never created twice), a training session opened (fresh or from a checkpoint; an unanswered open is adopted by
+ * name), and released on every path.
  */
 export interface ProvisionedTrainer {
   resourceId: string;
@@ -20,63 +25,48 @@ export interface ProvisionedTrainer {
 export function createTrainerActivities(deps: ActivityDeps) {
   return {
     /**
-     * Creates the trainer and waits until it is ready. The resources this account already had are recorded in
-     * the first heartbeat, so an attempt that died after the create (its response unseen) finds and adopts the
-     * new resource by listing instead of creating a second one.
+     * Creates the trainer and waits until it is ready. An attempt that died after the create (its response unseen)
+     * leaves what it listed before in its heartbeat, and the next attempt adopts the new resource, never creating a
+     * second one, but only if it is provably this round's (see createOrAdopt). The id is in the heartbeat before
+     * the wait for readiness.
      */
     async provisionTrainer(input: { spec: RoundSpec; ownerTag: string }): Promise<ProvisionedTrainer> {
       const provider = await deps.providerFor(input.spec.provider);
-      const previous = Context.current().info.heartbeatDetails as { before?: string[]; resourceId?: string } | undefined;
-      let resourceId = previous?.resourceId;
+      const context = Context.current();
+      const beat: ProvisionBeat = { ...(context.info.heartbeatDetails as ProvisionBeat | undefined) };
+      const heartbeat = () => context.heartbeat(beat);
       return atBoundary(
         async () => {
-          const before = previous?.before ?? (await provider.listOwnedResources({ activeOnly: true })).map((r) => r.id);
-          Context.current().heartbeat({ before, resourceId });
-          if (!resourceId) {
-            const adopted = previous?.before ? await adoptNewResource(provider, before, input.spec.provider.model) : undefined;
-            if (adopted) {
-              resourceId = adopted;
-            } else {
-              try {
-                resourceId = (
-                  await provider.provision({
-                    model: input.spec.provider.model,
-                    ownerTag: input.ownerTag,
-                    generatorReplicas: input.spec.provider.generatorReplicas,
-                    inactiveTimeoutSeconds: input.spec.provider.inactiveTimeoutSeconds,
-                  })
-                ).id;
-              } catch (err) {
-                if (!(err instanceof ProviderError && err.errorClass === 'needs-reconcile')) throw err;
-                resourceId = await adoptNewResource(provider, before, input.spec.provider.model);
-                if (!resourceId) {
-                  // The create did not happen after all: let Temporal retry it (the next attempt looks again first).
-                  throw new RoundhouseFailure(
-                    'ProvisionUnconfirmed',
-                    'resource create outcome unknown and no new resource found; retrying',
-                  );
-                }
-              }
-            }
-            Context.current().heartbeat({ before, resourceId });
-          }
-          const timer = setInterval(() => Context.current().heartbeat({ before, resourceId }), 1000);
+          heartbeat();
+          const timer = setInterval(heartbeat, 1000);
           try {
-            await provider.waitReady(resourceId, {
-              timeoutMs: input.spec.advanced.provisionTimeoutMinutes * 60_000,
-              signal: Context.current().cancellationSignal,
-            });
-          } catch (err) {
-            // Cancelled or failed after the create: the workflow may never hear the id, so release it here.
-            await provider.deactivate(resourceId).catch(() => undefined);
-            throw err;
+            if (!beat.resourceId) beat.resourceId = await createOrAdopt(provider, input, beat, heartbeat);
+            else if (beat.gate && !provider.tagsResourcesAtCreate) {
+              // The earlier attempt recorded its trainer; its release may not have reached the gate.
+              await ProvisionGateHold.settle(context.client, gateKey(provider, input.spec), {
+                owner: gateOwner(input.ownerTag),
+                lease: beat.gate,
+                resourceId: beat.resourceId,
+              });
+            }
+            const resourceId = beat.resourceId;
+            try {
+              await provider.waitReady(resourceId, {
+                timeoutMs: input.spec.advanced.provisionTimeoutMinutes * 60_000,
+                signal: context.cancellationSignal,
+              });
+            } catch (err) {
+              // Cancelled or failed after the create: the workflow may never hear the id, so release it here.
+              await provider.deactivate(resourceId).catch(() => undefined);
+              throw err;
+            }
+            recordResource('provisioned', { provider: input.spec.provider.kind });
+            return { resourceId, readyAtMs: Date.now() };
           } finally {
             clearInterval(timer);
           }
-          recordResource('provisioned', { provider: input.spec.provider.kind });
-          return { resourceId, readyAtMs: Date.now() };
         },
-        () => ({ resourceId }),
+        () => ({ resourceId: beat.resourceId }),
       );
     },
 
@@ -160,11 +150,141 @@ export function createTrainerActivities(deps: ActivityDeps) {
   };
 }
 
-/** A resource of this model that appeared since `before` was listed: the one an unanswered create made. */
-async function adoptNewResource(provider: TrainingProvider, before: string[], model: string): Promise<string | undefined> {
-  const known = new Set(before);
-  const fresh = (await provider.listOwnedResources({ activeOnly: true })).filter((r) => !known.has(r.id) && r.model === model);
-  return fresh.sort((a, b) => a.createdAt.localeCompare(b.createdAt))[0]?.id;
+/** What a provisioning attempt leaves in its heartbeat for the next one. */
+interface ProvisionBeat {
+  /** The account's active resources before the create (listed under `gate`, where creates are gated). */
+  before?: string[];
+  /** The provision-gate lease `before` was listed (or the trainer adopted) under. */
+  gate?: GateLease;
+  resourceId?: string;
+}
+
+/**
+ * The round's trainer: adopted when an earlier attempt's create went unanswered and the resource is provably this
+ * round's, created otherwise. Proof is the owner tag (a Baseten run's name) or, where the provider lets a resource
+ * carry none (Together), the provision gate: creates on this account and model are serialized, so a resource that
+ * appeared while this round held the gate is its own. The gate is released as soon as the id is in the heartbeat,
+ * before the (long) wait for readiness: the create, not readiness, is what is serialized.
+ */
+async function createOrAdopt(
+  provider: TrainingProvider,
+  input: { spec: RoundSpec; ownerTag: string },
+  beat: ProvisionBeat,
+  heartbeat: () => void,
+): Promise<string> {
+  const context = Context.current();
+  const model = input.spec.provider.model;
+  const gate = provider.tagsResourcesAtCreate
+    ? undefined
+    : await ProvisionGateHold.acquire(context.client, {
+        gate: gateKey(provider, input.spec),
+        owner: gateOwner(input.ownerTag),
+        leaseSeconds: gateLeaseSeconds(context.info.heartbeatTimeoutMs),
+        since: beat.gate,
+        signal: context.cancellationSignal,
+      });
+  let settled = false; // what was created under the lease is known: release it saying so (else it runs out)
+  try {
+    const own = (before: string[], untaggedAreMine: boolean, claimedByOthers: string[] = []) =>
+      adoptOwnResource(provider, { before, model, ownerTag: input.ownerTag, untaggedAreMine, claimedByOthers });
+    let resourceId: string | undefined;
+    if (beat.before) {
+      // An earlier attempt listed and may have created. Untagged, its resource is provably its own only if every
+      // other round that held the gate since said what it created.
+      const proven = gate?.othersSince !== undefined && !gate.othersSince.uncertain;
+      resourceId = await own(beat.before, proven, gate?.othersSince?.claimed);
+      if (!resourceId && gate && !proven) {
+        log.warn('an earlier provisioning attempt cannot be told apart from other rounds; creating anew', {
+          owner: gateOwner(input.ownerTag),
+        });
+      }
+    }
+    if (!resourceId) {
+      // Untagged creates are attributed only against a listing made under the lease now held.
+      if (gate || !beat.before) {
+        beat.before = (await provider.listOwnedResources({ activeOnly: true })).map((r) => r.id);
+        beat.gate = gate?.lease;
+        heartbeat();
+      }
+      try {
+        resourceId = (
+          await provider.provision({
+            model,
+            ownerTag: input.ownerTag,
+            generatorReplicas: input.spec.provider.generatorReplicas,
+            inactiveTimeoutSeconds: input.spec.provider.inactiveTimeoutSeconds,
+          })
+        ).id;
+      } catch (err) {
+        if (!(err instanceof ProviderError && err.errorClass === 'needs-reconcile')) {
+          settled = err instanceof ProviderError; // refused or unreachable: nothing was created
+          throw err;
+        }
+        resourceId = await own(beat.before, gate !== undefined);
+        if (!resourceId) {
+          settled = true;
+          // The create did not happen after all: let Temporal retry it (the next attempt looks again first).
+          throw new RoundhouseFailure('ProvisionUnconfirmed', 'resource create outcome unknown and no new resource found; retrying');
+        }
+      }
+    }
+    beat.resourceId = resourceId;
+    beat.gate = gate?.lease ?? beat.gate;
+    heartbeat();
+    settled = true;
+    return resourceId;
+  } finally {
+    if (gate && settled) await gate.release(beat.resourceId);
+    else gate?.abandon();
+  }
+}
+
+/**
+ * The resource an unanswered create of this round made: active, of this model, not in `before`, and provably the
+ * round's: tagged with its owner tag (a Baseten run's name, a session's display name), or untagged when
+ * `untaggedAreMine` (no other round created since `before`) and not claimed by another round. Never another
+ * round's. Should there be more than one (the round's own duplicates), the oldest is kept and the rest deactivated.
+ */
+async function adoptOwnResource(
+  provider: TrainingProvider,
+  options: { before: string[]; model: string; ownerTag: string; untaggedAreMine: boolean; claimedByOthers: string[] },
+): Promise<string | undefined> {
+  const known = new Set([...options.before, ...options.claimedByOthers]);
+  const fresh = (await provider.listOwnedResources({ activeOnly: true })).filter((r) => !known.has(r.id) && r.model === options.model);
+  const mine: TrainerResource[] = [];
+  for (const resource of fresh) {
+    const tags =
+      resource.ownerTag !== undefined
+        ? [resource.ownerTag]
+        : (await provider.listSessions(resource.id)).flatMap((s) => (s.displayName ? [s.displayName] : []));
+    if (tags.length === 0 ? options.untaggedAreMine : tags.every((tag) => sameOwner(tag, options.ownerTag))) mine.push(resource);
+  }
+  mine.sort((a, b) => a.createdAt.localeCompare(b.createdAt));
+  for (const duplicate of mine.slice(1)) {
+    log.warn('deactivating a duplicate trainer of this round', { resourceId: duplicate.id, kept: mine[0]!.id });
+    await provider.deactivate(duplicate.id);
+  }
+  return mine[0]?.id;
+}
+
+/** The same owning workflow (its session tag or its reference tag), or the very tag. */
+function sameOwner(tag: string, ownerTag: string): boolean {
+  const owner = ownerOfTag(ownerTag);
+  return tag === ownerTag || (owner !== undefined && ownerOfTag(tag) === owner);
+}
+
+/** The round's workflow id: a retried attempt of the same round holds the gate it held. */
+function gateOwner(ownerTag: string): string {
+  return Context.current().info.workflowExecution?.workflowId ?? ownerTag;
+}
+
+function gateKey(provider: TrainingProvider, spec: RoundSpec): ProvisionGateKey {
+  return { taskQueue: Context.current().info.taskQueue, provider: provider.kind, account: provider.account, model: spec.provider.model };
+}
+
+/** Outlasts a dead attempt's heartbeat timeout and the retry's first backoff, so a retry usually finds its lease. */
+function gateLeaseSeconds(heartbeatTimeoutMs: number | undefined): number {
+  return Math.min(3600, Math.max(30, Math.ceil((2 * (heartbeatTimeoutMs ?? 30_000)) / 1000)));
 }
 
 export type TrainerActivities = ReturnType<typeof createTrainerActivities>;

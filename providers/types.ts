@@ -187,6 +187,14 @@ export interface AwaitOptions {
 
 export interface TrainingProvider {
   readonly kind: ProviderKind;
+  /** The endpoint + account, as a fingerprint (never the key): what per-account coordination is keyed on. */
+  readonly account: string;
+  /**
+   * A created resource carries its `ownerTag` from the create on (Baseten names runs after it), so an unanswered
+   * create is found by its tag. Where not (Together model resources: untagged until a session opens, no idempotency
+   * key on the create), only creates serialized per account and model make a new resource attributable.
+   */
+  readonly tagsResourcesAtCreate: boolean;
   supportedModels(): Promise<ModelInfo[]>;
   /** The provider's on-demand price of one trainer resource of this model, when it quotes one. */
   estimateCost?(model: string, generatorReplicas?: number): Promise<{ currency: string; pricePerHour: number }>;

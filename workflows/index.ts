@@ -3,3 +3,4 @@ export { preflightWorkflow } from './preflight';
 export { roundWorkflow } from './round';
 export { campaignWorkflow } from './campaign';
 export { reaperWorkflow } from './reaper';
+export { provisionGateWorkflow } from './provision-gate';

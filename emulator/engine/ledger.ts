@@ -17,6 +17,8 @@ export interface Ledger {
   sessions: {
     id: string;
     resourceId: string;
+    /** The name the client gave it (Roundhouse: the owner tag): who trained on the resource. */
+    displayName: string | null;
     status: string;
     step: number;
     optimizerSteps: number;
@@ -42,6 +44,7 @@ export function ledgerOf(state: EngineState): Ledger {
   const sessions = [...state.sessions.values()].map((s) => ({
     id: s.id,
     resourceId: s.resourceId,
+    displayName: s.displayName ?? null,
     status: s.status,
     step: state.sessionStep(s),
     optimizerSteps: s.optimizerSteps,

@@ -1,5 +1,6 @@
 import { createHash, randomUUID } from 'node:crypto';
 import type { z } from 'zod';
+import { accountFingerprint } from '../account';
 import { ProviderError, classifyOperationError } from '../errors';
 import { HttpClient, poll, type HttpClientOptions } from '../http';
 import type {
@@ -78,6 +79,9 @@ export interface BasetenProviderOptions extends Omit<HttpClientOptions, 'baseUrl
  */
 export class BasetenProvider implements TrainingProvider {
   readonly kind = 'baseten' as const;
+  readonly account: string;
+  /** Runs are named after the owner tag at their create. */
+  readonly tagsResourcesAtCreate = true;
   private readonly control: HttpClient;
   private readonly planes = new Map<string, HttpClient>();
   private readonly runs = new Map<string, RunWire>();
@@ -91,6 +95,7 @@ export class BasetenProvider implements TrainingProvider {
   constructor(private readonly options: BasetenProviderOptions) {
     const baseUrl = (options.baseUrl ?? BASETEN_DEFAULT_BASE_URL).replace(/\/+$/, '');
     this.control = new HttpClient({ ...options, baseUrl, userAgent: options.userAgent ?? 'roundhouse-baseten' });
+    this.account = accountFingerprint(baseUrl, options.apiKey);
     this.pollIntervalMs = options.pollIntervalMs ?? 100;
     this.maxPollIntervalMs = options.maxPollIntervalMs ?? 2_000;
   }

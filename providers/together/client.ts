@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { checkDatum, checkPolicyDatum } from '../datum';
+import { accountFingerprint } from '../account';
 import { ProviderError, classifyOperationError } from '../errors';
 import { HttpClient, poll, type HttpClientOptions } from '../http';
 import type {
@@ -165,6 +166,9 @@ function lossBody(loss: PolicyLoss, data: Datum[]): { loss: Record<string, unkno
 
 export class TogetherProvider implements TrainingProvider {
   readonly kind = 'together' as const;
+  readonly account: string;
+  /** Model resources carry no name or metadata, and their create takes no idempotency key (see provision). */
+  readonly tagsResourcesAtCreate = false;
   private readonly http: HttpClient;
   private readonly pollIntervalMs: number;
   private readonly maxPollIntervalMs: number;
@@ -172,6 +176,7 @@ export class TogetherProvider implements TrainingProvider {
   constructor(options: TogetherProviderOptions) {
     const baseUrl = (options.baseUrl ?? TOGETHER_DEFAULT_BASE_URL).replace(/\/+$/, '').replace(/\/v1$/, '');
     this.http = new HttpClient({ ...options, baseUrl, userAgent: options.userAgent ?? 'roundhouse-together' });
+    this.account = accountFingerprint(baseUrl, options.apiKey);
     this.pollIntervalMs = options.pollIntervalMs ?? 100;
     this.maxPollIntervalMs = options.maxPollIntervalMs ?? 2_000;
   }

@@ -2,11 +2,14 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { MockActivityEnvironment } from '@temporalio/testing';
+import type { Worker } from '@temporalio/worker';
 import { createActivities } from '../../activities';
 import { readStepRecords, type SegmentInput } from '../../activities/segment';
 import { ProviderRegistry } from '../../workers/providers';
+import { createRoundhouseWorker } from '../../workers/worker';
 import { ledger, startTestEmulator, type RunningEmulator } from '../helpers/emulator';
 import { ticketRoundInput } from '../helpers/round';
+import { bundleWorkflows, connectTestTemporal, uniqueTaskQueue, type TestTemporal } from '../helpers/temporal';
 
 let emulator: RunningEmulator;
 
@@ -15,13 +18,30 @@ function run<A extends unknown[], R>(env: MockActivityEnvironment, fn: (...args:
   return env.run<A, R, (...a: A) => Promise<R>>(fn, ...args);
 }
 let providers: ProviderRegistry;
+// Provisioning takes the account's provision gate (a workflow): a worker on the task queue the activities run on.
+let temporal: TestTemporal;
+let worker: Worker;
+let workerRun: Promise<void>;
+const taskQueue = uniqueTaskQueue('segment');
 
 beforeAll(async () => {
   emulator = await startTestEmulator();
   providers = new ProviderRegistry({ stateDir: fs.mkdtempSync(path.join(os.tmpdir(), 'rh-seg-')) });
+  temporal = await connectTestTemporal();
+  worker = await createRoundhouseWorker({
+    connection: temporal.nativeConnection,
+    namespace: temporal.settings.namespace,
+    taskQueue,
+    workflowBundle: await bundleWorkflows(),
+    providers,
+  });
+  workerRun = worker.run();
 });
 
 afterAll(async () => {
+  worker?.shutdown();
+  await workerRun;
+  await temporal?.close();
   await providers.close();
   await emulator.close();
 });
@@ -32,7 +52,8 @@ async function setup(campaignId: string) {
   const activities = createActivities(providers);
   const env = new MockActivityEnvironment();
   const plan = await run(env, activities.prepareRound, { spec: input.spec, data: input.data });
-  const trainer = await run(env, activities.provisionTrainer, { spec: input.spec, ownerTag: campaignId });
+  const provisioning = new MockActivityEnvironment({ taskQueue }, { client: temporal.client });
+  const trainer = await run(provisioning, activities.provisionTrainer, { spec: input.spec, ownerTag: campaignId });
   const session = await run(env, activities.openTrainingSession, {
     spec: input.spec,
     resourceId: trainer.resourceId,

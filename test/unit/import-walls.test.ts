@@ -23,6 +23,7 @@ const cases: Case[] = [
   { folder: 'workflows', code: "import { ProviderRegistry } from '../workers/providers';", allowed: false },
   { folder: 'workflows', code: "import { seededRandom } from '../config/random';", allowed: true },
   { folder: 'workflows', code: "import { ownerTagFor } from '../config/owner-tag';", allowed: true },
+  { folder: 'workflows', code: "import { ACQUIRE_GATE_UPDATE } from '../config/provision-gate';", allowed: true },
   { folder: 'workflows', code: "import type { CampaignSpec } from '../config/spec';", allowed: true },
   { folder: 'workflows', code: "import { loadCampaignSpec } from '../config/spec';", allowed: false },
   { folder: 'workflows', code: "import fs from 'node:fs';", allowed: false },
@@ -32,6 +33,7 @@ const cases: Case[] = [
   { folder: 'activities', code: "import { ownerOfTag } from '../config/owner-tag';", allowed: true },
   { folder: 'activities', code: "import type { RoundInput } from '../workflows/round-contract';", allowed: true },
   { folder: 'activities', code: "import { ownerTagFor } from '../workflows/round-contract';", allowed: false },
+  { folder: 'activities', code: "import { acquireGateUpdate } from '../workflows/provision-gate-contract';", allowed: false },
   { folder: 'activities', code: "import { startEmulator } from '../emulator/server';", allowed: false },
   { folder: 'activities', code: "import { ProviderRegistry } from '../workers/providers';", allowed: false },
 

@@ -1,0 +1,117 @@
+import { CancelledFailure, log } from '@temporalio/activity';
+import { WithStartWorkflowOperation, type Client } from '@temporalio/client';
+import {
+  ACQUIRE_GATE_UPDATE,
+  PROVISION_GATE_WORKFLOW,
+  RELEASE_GATE_UPDATE,
+  provisionGateWorkflowId,
+  type ProvisionGateKey,
+} from '../config/provision-gate';
+import type { provisionGateWorkflow } from '../workflows/provision-gate';
+import type {
+  AcquireGateRequest,
+  AcquireGateResult,
+  GateLease,
+  OthersSince,
+  ReleaseGateRequest,
+} from '../workflows/provision-gate-contract';
+
+/** How long one acquire waits in line before asking again (the caller heartbeats meanwhile; a cancel is seen). */
+const WAIT_IN_LINE_SECONDS = 10;
+
+/**
+ * A held provision gate (workflows/provision-gate.ts): trainer creates on this account and model are this owner's
+ * alone until it is released. The lease is renewed in the background, so it runs out only if this process stops.
+ */
+export class ProvisionGateHold {
+  private renewal: NodeJS.Timeout | undefined;
+
+  private constructor(
+    private readonly client: Client,
+    private readonly workflowId: string,
+    private readonly owner: string,
+    private readonly leaseSeconds: number,
+    readonly lease: GateLease,
+    /** Given the caller's earlier lease: what other owners created under their grants since. */
+    readonly othersSince: OthersSince | undefined,
+  ) {}
+
+  /** Waits in line until the gate is the owner's (at once if it holds it already), starting the gate if need be. */
+  static async acquire(
+    client: Client,
+    options: { gate: ProvisionGateKey; owner: string; leaseSeconds: number; since?: GateLease; signal?: AbortSignal },
+  ): Promise<ProvisionGateHold> {
+    const workflowId = provisionGateWorkflowId(options.gate);
+    const request: AcquireGateRequest = {
+      owner: options.owner,
+      leaseSeconds: options.leaseSeconds,
+      waitSeconds: WAIT_IN_LINE_SECONDS,
+      since: options.since,
+    };
+    for (;;) {
+      if (options.signal?.aborted) throw new CancelledFailure('cancelled while waiting for the provision gate');
+      const startWorkflowOperation = new WithStartWorkflowOperation<typeof provisionGateWorkflow>(PROVISION_GATE_WORKFLOW, {
+        workflowId,
+        taskQueue: options.gate.taskQueue,
+        args: [{}],
+        workflowIdConflictPolicy: 'USE_EXISTING',
+      });
+      const result = await client.workflow.executeUpdateWithStart<typeof provisionGateWorkflow, AcquireGateResult, [AcquireGateRequest]>(
+        ACQUIRE_GATE_UPDATE,
+        { args: [request], startWorkflowOperation },
+      );
+      if (result.granted) {
+        const hold = new ProvisionGateHold(client, workflowId, options.owner, options.leaseSeconds, result.lease, result.othersSince);
+        hold.keepAlive();
+        return hold;
+      }
+    }
+  }
+
+  /**
+   * Settles a grant with what was created under it, and frees the gate if the grant still holds it. Also what a
+   * later attempt does for an earlier one that recorded its trainer but died before releasing.
+   */
+  static async settle(client: Client, gate: ProvisionGateKey, request: ReleaseGateRequest): Promise<void> {
+    return settle(client, provisionGateWorkflowId(gate), request);
+  }
+
+  /** Releases the gate, saying what was created under the lease (`undefined`: certainly nothing). */
+  async release(resourceId: string | undefined): Promise<void> {
+    this.abandon();
+    await settle(this.client, this.workflowId, { owner: this.owner, lease: this.lease, resourceId });
+  }
+  /**
+   * Stops renewing without releasing: what was created under the lease is not known. A retried attempt of the same
+   * owner takes the lease back at once; otherwise it runs out, and its grant stays unsettled.
+   */
+  abandon(): void {
+    clearInterval(this.renewal);
+    this.renewal = undefined;
+  }
+
+  private keepAlive(): void {
+    const request: AcquireGateRequest = { owner: this.owner, leaseSeconds: this.leaseSeconds, waitSeconds: 0, renewOnly: true };
+    this.renewal = setInterval(
+      () => {
+        this.client.workflow
+          .getHandle(this.workflowId)
+          .executeUpdate<AcquireGateResult, [AcquireGateRequest]>(ACQUIRE_GATE_UPDATE, { args: [request] })
+          .then((result) => {
+            if (!result.granted) log.warn('the provision gate lease ran out while held', { owner: this.owner });
+          })
+          .catch((err: unknown) => log.warn('could not renew the provision gate lease', { owner: this.owner, error: String(err) }));
+      },
+      (this.leaseSeconds * 1000) / 3,
+    );
+  }
+}
+
+async function settle(client: Client, workflowId: string, request: ReleaseGateRequest): Promise<void> {
+  try {
+    await client.workflow.getHandle(workflowId).executeUpdate<boolean, [ReleaseGateRequest]>(RELEASE_GATE_UPDATE, { args: [request] });
+  } catch (err) {
+    // The lease runs out on its own; until its grant is settled, others cannot attribute an untagged resource by it.
+    log.warn('could not release the provision gate', { owner: request.owner, generation: request.lease.generation, error: String(err) });
+  }
+}

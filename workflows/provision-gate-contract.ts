@@ -1,0 +1,73 @@
+import { defineQuery, defineUpdate } from '@temporalio/workflow';
+import { ACQUIRE_GATE_UPDATE, RELEASE_GATE_UPDATE } from '../config/provision-gate';
+
+/** One grant of the gate: `epoch` names this gate's life (a gate started anew has another), `generation` the grant. */
+export interface GateLease {
+  epoch: string;
+  generation: number;
+}
+
+export interface AcquireGateRequest {
+  /** The round's workflow id. The owner holding the gate gets its lease back at once (a retried attempt). */
+  owner: string;
+  /** The lease runs out this long after the last acquire unless renewed: a dead holder blocks others no longer. */
+  leaseSeconds: number;
+  /** How long to wait in line before answering "not yet" (the caller heartbeats and asks again). */
+  waitSeconds: number;
+  /** Renew only: extend the lease if the caller still holds it, never join the line. */
+  renewOnly?: boolean;
+  /** The caller's earlier lease: the answer says what other owners created under their grants since. */
+  since?: GateLease;
+}
+
+/** What owners other than the caller created under the grants after a lease. */
+export interface OthersSince {
+  /** The resources they reported (created or adopted). */
+  claimed: string[];
+  /**
+   * Some grant ended without its owner saying what it created (its lease ran out), or lies beyond what the gate
+   * remembers (another epoch, trimmed): a resource nobody tagged can then not be attributed.
+   */
+  uncertain: boolean;
+}
+
+export type AcquireGateResult =
+  { granted: true; lease: GateLease; othersSince?: OthersSince } | { granted: false; holder?: string; waiting: number };
+
+export interface ReleaseGateRequest {
+  owner: string;
+  lease: GateLease;
+  /** The resource created or adopted under the lease; absent means certainly none was. */
+  resourceId?: string;
+}
+
+/** A grant as the gate remembers it. */
+export interface GateGrant {
+  generation: number;
+  owner: string;
+  /** Its owner said what it created (`resourceId`, or nothing): false while held, and for a lease that ran out. */
+  settled: boolean;
+  resourceId?: string;
+}
+
+/** The gate's state: what continue-as-new carries (waiters are not carried: their updates finish first). */
+export interface ProvisionGateState {
+  epoch: string;
+  /** The latest grant's generation. */
+  generation: number;
+  holder?: { owner: string; generation: number; expiresAtMs: number };
+  /** The latest grants, oldest first (bounded). */
+  grants: GateGrant[];
+}
+
+export interface ProvisionGateInput {
+  state?: ProvisionGateState;
+  /** Continue-as-new past this many history events (also when the server suggests it). */
+  maxHistoryEvents?: number;
+  /** Complete after this long with no holder, no waiter and no message. */
+  idleMinutes?: number;
+}
+
+export const acquireGateUpdate = defineUpdate<AcquireGateResult, [AcquireGateRequest]>(ACQUIRE_GATE_UPDATE);
+export const releaseGateUpdate = defineUpdate<boolean, [ReleaseGateRequest]>(RELEASE_GATE_UPDATE);
+export const provisionGateStateQuery = defineQuery<ProvisionGateState & { waiting: string[] }>('provisionGateState');

@@ -1,0 +1,190 @@
+import { allHandlersFinished, condition, continueAsNew, setHandler, uuid4, workflowInfo } from '@temporalio/workflow';
+import {
+  acquireGateUpdate,
+  provisionGateStateQuery,
+  releaseGateUpdate,
+  type AcquireGateRequest,
+  type AcquireGateResult,
+  type GateLease,
+  type OthersSince,
+  type ProvisionGateInput,
+  type ProvisionGateState,
+  type ReleaseGateRequest,
+} from './provision-gate-contract';
+
+/** Grants remembered for `othersSince`: far more than can pass while one round's provision is retried. */
+const REMEMBERED_GRANTS = 256;
+
+/**
+ * The provision gate of one (provider endpoint + account, model): trainer creates there happen one round at a time,
+ * so a resource that appears while a round holds the gate is that round's, tag or no tag. The activity that
+ * provisions acquires it (update-with-start) before listing and creating, and releases it as soon as the trainer's
+ * id is in its heartbeat, saying what it created. A lease runs out unless renewed, so a dead holder blocks the
+ * others only that long. Long-lived: continues as new when its history grows, completes when idle.
+ */
+export async function provisionGateWorkflow(input: ProvisionGateInput = {}): Promise<void> {
+  const gate = new ProvisionGate(input.state ?? { epoch: uuid4(), generation: 0, grants: [] }, Date.now());
+  let draining = false;
+
+  setHandler(
+    acquireGateUpdate,
+    async (request) => {
+      const leaseMs = request.leaseSeconds * 1000;
+      const ready = () => gate.holds(request.owner, Date.now()) || gate.mayTake(request.owner, Date.now());
+      if (!request.renewOnly) {
+        gate.join(request.owner, Date.now());
+        try {
+          if (!ready() && request.waitSeconds > 0) await condition(() => draining || ready(), request.waitSeconds * 1000);
+          if (gate.mayTake(request.owner, Date.now())) gate.take(request.owner, leaseMs, Date.now());
+        } finally {
+          gate.leave(request.owner, Date.now());
+        }
+      }
+      if (!gate.holds(request.owner, Date.now())) return gate.refusal();
+      const lease = gate.renew(request.owner, leaseMs, Date.now());
+      return { granted: true, lease, othersSince: request.since && gate.othersSince(request.owner, request.since) };
+    },
+    { validator: validateAcquire },
+  );
+  setHandler(releaseGateUpdate, (request) => gate.release(request, Date.now()), { validator: validateRelease });
+  setHandler(provisionGateStateQuery, () => gate.snapshot());
+
+  const idleMs = (input.idleMinutes ?? 60) * 60_000;
+  const maxHistoryEvents = input.maxHistoryEvents ?? 10_000;
+  const historyFull = () => workflowInfo().continueAsNewSuggested || workflowInfo().historyLength >= maxHistoryEvents;
+  for (;;) {
+    const now = Date.now();
+    gate.expire(now);
+    if (historyFull()) break;
+    if (gate.idleFor(now) >= idleMs && allHandlersFinished()) return;
+    const seen = gate.version;
+    const wake = gate.msToExpiry(now) ?? idleMs - gate.idleFor(now);
+    await condition(() => gate.version !== seen || historyFull(), Math.max(wake, 1000));
+  }
+  // Waiters answer "not yet" at once (they ask the next run); the holder and the memory of grants carry over.
+  draining = true;
+  await condition(allHandlersFinished);
+  await continueAsNew<typeof provisionGateWorkflow>({ ...input, state: gate.state() });
+}
+
+/** The gate's rules, apart from message plumbing: one holder at a time, first come first served, leases that run out. */
+class ProvisionGate {
+  /** Bumped on every change: wakes the main loop. */
+  version = 0;
+  private lastChangeMs: number;
+  /** Owners waiting, in arrival order (not carried over continue-as-new: their updates have answered by then). */
+  private readonly line: string[] = [];
+
+  constructor(
+    private readonly s: ProvisionGateState,
+    nowMs: number,
+  ) {
+    this.lastChangeMs = nowMs;
+  }
+
+  holds(owner: string, nowMs: number): boolean {
+    const holder = this.s.holder;
+    return holder !== undefined && holder.owner === owner && holder.expiresAtMs > nowMs;
+  }
+
+  /** The gate is free (no holder, or its lease ran out) and the owner is first in line. */
+  mayTake(owner: string, nowMs: number): boolean {
+    const holder = this.s.holder;
+    return (holder === undefined || holder.expiresAtMs <= nowMs) && this.line[0] === owner;
+  }
+
+  join(owner: string, nowMs: number): void {
+    this.line.push(owner);
+    this.changed(nowMs);
+  }
+
+  leave(owner: string, nowMs: number): void {
+    const at = this.line.indexOf(owner);
+    if (at >= 0) this.line.splice(at, 1);
+    this.changed(nowMs);
+  }
+
+  take(owner: string, leaseMs: number, nowMs: number): void {
+    this.expire(nowMs);
+    const generation = ++this.s.generation;
+    this.s.holder = { owner, generation, expiresAtMs: nowMs + leaseMs };
+    this.s.grants.push({ generation, owner, settled: false });
+    if (this.s.grants.length > REMEMBERED_GRANTS) this.s.grants.splice(0, this.s.grants.length - REMEMBERED_GRANTS);
+    this.changed(nowMs);
+  }
+
+  /** Extends the holder's lease (an acquire by the holder is a renewal). */
+  renew(owner: string, leaseMs: number, nowMs: number): GateLease {
+    const holder = this.s.holder!;
+    if (holder.owner !== owner) throw new Error(`renew by ${owner}, but ${holder.owner} holds the gate`);
+    holder.expiresAtMs = Math.max(holder.expiresAtMs, nowMs + leaseMs);
+    this.changed(nowMs);
+    return { epoch: this.s.epoch, generation: holder.generation };
+  }
+
+  /** A lease that ran out frees the gate; its grant stays unsettled unless its owner reports later. */
+  expire(nowMs: number): void {
+    if (this.s.holder && this.s.holder.expiresAtMs <= nowMs) {
+      this.s.holder = undefined;
+      this.changed(nowMs);
+    }
+  }
+
+  /** Settles a grant with what its owner created (late too: a lease that ran out), and frees the gate if it is held. */
+  release(request: ReleaseGateRequest, nowMs: number): boolean {
+    if (request.lease.epoch !== this.s.epoch) return false;
+    const grant = this.s.grants.find((g) => g.generation === request.lease.generation && g.owner === request.owner);
+    if (!grant) return false;
+    grant.settled = true;
+    if (request.resourceId !== undefined) grant.resourceId = request.resourceId;
+    if (this.s.holder?.generation === request.lease.generation) this.s.holder = undefined;
+    this.changed(nowMs);
+    return true;
+  }
+
+  othersSince(owner: string, since: GateLease): OthersSince {
+    const oldest = this.s.grants[0]?.generation ?? this.s.generation + 1;
+    const remembered = since.epoch === this.s.epoch && oldest <= since.generation + 1;
+    const later = this.s.grants.filter((g) => g.generation > since.generation && g.owner !== owner);
+    return {
+      claimed: later.flatMap((g) => (g.resourceId !== undefined ? [g.resourceId] : [])),
+      uncertain: !remembered || later.some((g) => !g.settled),
+    };
+  }
+
+  refusal(): AcquireGateResult {
+    return { granted: false, holder: this.s.holder?.owner, waiting: this.line.length };
+  }
+
+  msToExpiry(nowMs: number): number | undefined {
+    return this.s.holder && this.s.holder.expiresAtMs - nowMs;
+  }
+
+  idleFor(nowMs: number): number {
+    return this.s.holder === undefined && this.line.length === 0 ? nowMs - this.lastChangeMs : 0;
+  }
+
+  state(): ProvisionGateState {
+    return this.s;
+  }
+
+  snapshot(): ProvisionGateState & { waiting: string[] } {
+    return { ...this.s, waiting: [...this.line] };
+  }
+
+  private changed(nowMs: number): void {
+    this.version += 1;
+    this.lastChangeMs = nowMs;
+  }
+}
+
+function validateAcquire(request: AcquireGateRequest): void {
+  if (typeof request?.owner !== 'string' || request.owner.length === 0) throw new Error('owner must be a non-empty string');
+  if (!(request.leaseSeconds >= 1 && request.leaseSeconds <= 3600)) throw new Error('leaseSeconds must be within 1..3600');
+  if (!(request.waitSeconds >= 0 && request.waitSeconds <= 60)) throw new Error('waitSeconds must be within 0..60');
+}
+
+function validateRelease(request: ReleaseGateRequest): void {
+  if (typeof request?.owner !== 'string' || typeof request.lease?.epoch !== 'string' || !Number.isInteger(request.lease.generation))
+    throw new Error('release needs the owner and the lease it was granted');
+}
