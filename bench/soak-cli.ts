@@ -40,7 +40,12 @@ async function main(argv: string[]): Promise<number> {
     ];
     process.stdout.write(`${lines.join('\n')}\n`);
     for (const failure of f.failures) process.stderr.write(`[soak] ${failure}\n`);
-    const ok = f.completed === rounds && f.stepsExact === rounds && f.recordedOnce === rounds && f.emptyStepsInKeptWeights === 0 && f.resourcesLeftActive === 0;
+    const ok =
+      f.completed === rounds &&
+      f.stepsExact === rounds &&
+      f.recordedOnce === rounds &&
+      f.emptyStepsInKeptWeights === 0 &&
+      f.resourcesLeftActive === 0;
     return ok ? 0 : 1;
   } finally {
     await connection.close();

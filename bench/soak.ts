@@ -56,16 +56,27 @@ function faultsFor(random: () => number, variant: Variant, seed: number) {
     { kind: 'http-503', rate: 0.03, max: 1000, retryAfterMs: 5 },
     { kind: 'reset', rate: 0.02, max: 1000 },
     { kind: 'lose-response', rate: 0.02, max: 1000 },
-    { kind: 'fail-operation', operation: 'forward-backward', errorCode: ['INTERNAL_ERROR', 'TIMEOUT', 'RESOURCE_EXHAUSTED'][seed % 3], rate: 0.1, max: 2 },
+    {
+      kind: 'fail-operation',
+      operation: 'forward-backward',
+      errorCode: ['INTERNAL_ERROR', 'TIMEOUT', 'RESOURCE_EXHAUSTED'][seed % 3],
+      rate: 0.1,
+      max: 2,
+    },
   ];
   if (pick(0.3)) rules.push({ kind: 'resource-error', operation: 'optim-step', after: 2 + Math.floor(random() * 4), max: 1 });
   if (pick(0.3)) rules.push({ kind: 'session-expire', operation: 'optim-step', after: 2 + Math.floor(random() * 4), max: 1 });
-  if (variant.dialect === 'baseten' && pick(0.3)) rules.push({ kind: 'preempt', operation: 'optim-step', after: 2 + Math.floor(random() * 4), max: 1 });
+  if (variant.dialect === 'baseten' && pick(0.3))
+    rules.push({ kind: 'preempt', operation: 'optim-step', after: 2 + Math.floor(random() * 4), max: 1 });
   return { seed, rules };
 }
 
 async function post(emulator: RunningEmulator, path: string, body: unknown): Promise<void> {
-  const res = await fetch(`${emulator.url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  const res = await fetch(`${emulator.url}${path}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
   if (!res.ok) throw new Error(`POST ${path}: ${res.status} ${await res.text()}`);
 }
 
@@ -97,7 +108,11 @@ export async function runSoak(options: {
   const emulator = await startEmulator({ port: 0, host: '127.0.0.1', provisioningDelayMs: 50 });
   const bundleFile = await bundleToFile();
   const taskQueue = `soak-${Date.now().toString(36)}`;
-  const env = { ...crashTestWorkerEnv(taskQueue, bundleFile), TEMPORAL_ADDRESS: options.temporalAddress, BASETEN_API_KEY: 'soak-baseten-key' };
+  const env = {
+    ...crashTestWorkerEnv(taskQueue, bundleFile),
+    TEMPORAL_ADDRESS: options.temporalAddress,
+    BASETEN_API_KEY: 'soak-baseten-key',
+  };
   const workers: WorkerProcess[] = [startWorkerProcess(env), startWorkerProcess(env)];
   const dir = fs.mkdtempSync('/tmp/rh-soak-');
   try {
@@ -139,12 +154,17 @@ export async function runSoak(options: {
       }
       const l = await ledgerOf(emulator);
       figures.resourcesLeftActive = l.active.length;
-      const report = fs.existsSync(`${input.reportDir}/round-1.json`) ? JSON.parse(fs.readFileSync(`${input.reportDir}/round-1.json`, 'utf8')) : undefined;
+      const report = fs.existsSync(`${input.reportDir}/round-1.json`)
+        ? JSON.parse(fs.readFileSync(`${input.reportDir}/round-1.json`, 'utf8'))
+        : undefined;
       const kept = report && l.sessions.find((s) => s.id === report.session_id);
       if (result?.status === 'completed') figures.completed += 1;
       // The kept session's own step counter is the round's planned steps (the round starts from the base model).
       if (result && kept && result.stepsApplied === result.totalSteps && kept.step === result.totalSteps) figures.stepsExact += 1;
-      if (report?.steps?.map((s: { step: number }) => s.step).join(',') === Array.from({ length: report.steps_planned }, (_v, k) => k + 1).join(',')) {
+      if (
+        report?.steps?.map((s: { step: number }) => s.step).join(',') ===
+        Array.from({ length: report.steps_planned }, (_v, k) => k + 1).join(',')
+      ) {
         figures.recordedOnce += 1;
       }
       figures.emptyStepsInKeptWeights += kept?.lineageEmptyOptimizerSteps ?? 0;
