@@ -1,7 +1,9 @@
 import { CancelledFailure, log } from '@temporalio/activity';
-import { WithStartWorkflowOperation, type Client } from '@temporalio/client';
+import { WithStartWorkflowOperation, WorkflowUpdateFailedError, type Client } from '@temporalio/client';
+import { ApplicationFailure } from '@temporalio/common';
 import {
   ACQUIRE_GATE_UPDATE,
+  GATE_BUSY,
   PROVISION_GATE_WORKFLOW,
   RELEASE_GATE_UPDATE,
   provisionGateWorkflowId,
@@ -16,8 +18,8 @@ import type {
   ReleaseGateRequest,
 } from '../workflows/provision-gate-contract';
 
-/** How long one acquire waits in line before asking again (the caller heartbeats meanwhile; a cancel is seen). */
-const WAIT_IN_LINE_SECONDS = 10;
+/** A busy gate is asked again after a jittered wait growing to this (the caller heartbeats meanwhile). */
+const MAX_POLL_MS = 2000;
 
 /**
  * A held provision gate (workflows/provision-gate.ts): trainer creates on this account and model are this owner's
@@ -39,16 +41,16 @@ export class ProvisionGateHold {
   /** Waits in line until the gate is the owner's (at once if it holds it already), starting the gate if need be. */
   static async acquire(
     client: Client,
-    options: { gate: ProvisionGateKey; owner: string; leaseSeconds: number; since?: GateLease; signal?: AbortSignal },
+    options: { gate: ProvisionGateKey; owner: string; leaseSeconds: number; since?: GateLease; signal?: AbortSignal; onWait?: () => void },
   ): Promise<ProvisionGateHold> {
     const workflowId = provisionGateWorkflowId(options.gate);
     const request: AcquireGateRequest = {
       owner: options.owner,
       leaseSeconds: options.leaseSeconds,
-      waitSeconds: WAIT_IN_LINE_SECONDS,
+      waitSeconds: 0,
       since: options.since,
     };
-    for (;;) {
+    for (let polls = 0; ; polls++) {
       if (options.signal?.aborted) throw new CancelledFailure('cancelled while waiting for the provision gate');
       const startWorkflowOperation = new WithStartWorkflowOperation<typeof provisionGateWorkflow>(PROVISION_GATE_WORKFLOW, {
         workflowId,
@@ -56,15 +58,22 @@ export class ProvisionGateHold {
         args: [{}],
         workflowIdConflictPolicy: 'USE_EXISTING',
       });
-      const result = await client.workflow.executeUpdateWithStart<typeof provisionGateWorkflow, AcquireGateResult, [AcquireGateRequest]>(
-        ACQUIRE_GATE_UPDATE,
-        { args: [request], startWorkflowOperation },
-      );
-      if (result.granted) {
-        const hold = new ProvisionGateHold(client, workflowId, options.owner, options.leaseSeconds, result.lease, result.othersSince);
-        hold.keepAlive();
-        return hold;
+      try {
+        const result = await client.workflow.executeUpdateWithStart<typeof provisionGateWorkflow, AcquireGateResult, [AcquireGateRequest]>(
+          ACQUIRE_GATE_UPDATE,
+          { args: [request], startWorkflowOperation },
+        );
+        if (result.granted) {
+          const hold = new ProvisionGateHold(client, workflowId, options.owner, options.leaseSeconds, result.lease, result.othersSince);
+          hold.keepAlive();
+          return hold;
+        }
+      } catch (err) {
+        if (!isGateBusy(err)) throw err;
       }
+      options.onWait?.();
+      const ms = Math.min(MAX_POLL_MS, 100 * 2 ** Math.min(polls, 5)) * (0.5 + Math.random());
+      await new Promise((resolve) => setTimeout(resolve, ms));
     }
   }
 
@@ -114,4 +123,10 @@ async function settle(client: Client, workflowId: string, request: ReleaseGateRe
     // The lease runs out on its own; until its grant is settled, others cannot attribute an untagged resource by it.
     log.warn('could not release the provision gate', { owner: request.owner, generation: request.lease.generation, error: String(err) });
   }
+}
+
+/** The gate rejected an acquire because another owner holds it (its validator's answer: nothing was recorded). */
+function isGateBusy(err: unknown): boolean {
+  const cause = err instanceof WorkflowUpdateFailedError ? err.cause : undefined;
+  return cause instanceof ApplicationFailure && cause.type === GATE_BUSY;
 }

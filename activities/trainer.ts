@@ -182,6 +182,7 @@ async function createOrAdopt(
         leaseSeconds: gateLeaseSeconds(context.info.heartbeatTimeoutMs),
         since: beat.gate,
         signal: context.cancellationSignal,
+        onWait: heartbeat,
       });
   let settled = false; // what was created under the lease is known: release it saying so (else it runs out)
   try {

@@ -8,6 +8,8 @@
 export const PROVISION_GATE_WORKFLOW = 'provisionGateWorkflow';
 export const ACQUIRE_GATE_UPDATE = 'acquireProvisionGate';
 export const RELEASE_GATE_UPDATE = 'releaseProvisionGate';
+/** The failure type of an acquire the gate rejects because another owner holds it: ask again shortly. */
+export const GATE_BUSY = 'ProvisionGateBusy';
 
 /**
  * What a gate serializes: one deployment's (its task queue's) creates on one endpoint + account, of one model.

@@ -1,4 +1,5 @@
-import { allHandlersFinished, condition, continueAsNew, setHandler, uuid4, workflowInfo } from '@temporalio/workflow';
+import { allHandlersFinished, ApplicationFailure, condition, continueAsNew, setHandler, uuid4, workflowInfo } from '@temporalio/workflow';
+import { GATE_BUSY } from '../config/provision-gate';
 import {
   acquireGateUpdate,
   provisionGateStateQuery,
@@ -28,23 +29,27 @@ export async function provisionGateWorkflow(input: ProvisionGateInput = {}): Pro
 
   setHandler(
     acquireGateUpdate,
-    async (request) => {
+    (request) => {
       const leaseMs = request.leaseSeconds * 1000;
-      const ready = () => gate.holds(request.owner, Date.now()) || gate.mayTake(request.owner, Date.now());
-      if (!request.renewOnly) {
-        gate.join(request.owner, Date.now());
-        try {
-          if (!ready() && request.waitSeconds > 0) await condition(() => draining || ready(), request.waitSeconds * 1000);
-          if (gate.mayTake(request.owner, Date.now())) gate.take(request.owner, leaseMs, Date.now());
-        } finally {
-          gate.leave(request.owner, Date.now());
-        }
-      }
+      if (!request.renewOnly && gate.mayTake(request.owner, Date.now())) gate.take(request.owner, leaseMs, Date.now());
       if (!gate.holds(request.owner, Date.now())) return gate.refusal();
       const lease = gate.renew(request.owner, leaseMs, Date.now());
       return { granted: true, lease, othersSince: request.since && gate.othersSince(request.owner, request.since) };
     },
-    { validator: validateAcquire },
+    {
+      // A busy gate rejects in the validator: a waiter's poll costs no history and holds no in-flight update (the
+      // server allows 10 per workflow; hundreds of rounds may wait on one account).
+      validator: (request) => {
+        validateAcquire(request);
+        if (draining || !(gate.holds(request.owner, Date.now()) || gate.mayTake(request.owner, Date.now()))) {
+          throw ApplicationFailure.create({
+            type: GATE_BUSY,
+            nonRetryable: true,
+            message: `held by ${gate.holderOwner() ?? 'another owner'}`,
+          });
+        }
+      },
+    },
   );
   setHandler(releaseGateUpdate, (request) => gate.release(request, Date.now()), { validator: validateRelease });
   setHandler(provisionGateStateQuery, () => gate.snapshot());
@@ -72,8 +77,6 @@ class ProvisionGate {
   /** Bumped on every change: wakes the main loop. */
   version = 0;
   private lastChangeMs: number;
-  /** Owners waiting, in arrival order (not carried over continue-as-new: their updates have answered by then). */
-  private readonly line: string[] = [];
 
   constructor(
     private readonly s: ProvisionGateState,
@@ -87,21 +90,14 @@ class ProvisionGate {
     return holder !== undefined && holder.owner === owner && holder.expiresAtMs > nowMs;
   }
 
-  /** The gate is free (no holder, or its lease ran out) and the owner is first in line. */
-  mayTake(owner: string, nowMs: number): boolean {
+  /** The gate is free: no holder, or its lease ran out. Waiters poll (with jitter), so whoever asks first takes it. */
+  mayTake(_owner: string, nowMs: number): boolean {
     const holder = this.s.holder;
-    return (holder === undefined || holder.expiresAtMs <= nowMs) && this.line[0] === owner;
+    return holder === undefined || holder.expiresAtMs <= nowMs;
   }
 
-  join(owner: string, nowMs: number): void {
-    this.line.push(owner);
-    this.changed(nowMs);
-  }
-
-  leave(owner: string, nowMs: number): void {
-    const at = this.line.indexOf(owner);
-    if (at >= 0) this.line.splice(at, 1);
-    this.changed(nowMs);
+  holderOwner(): string | undefined {
+    return this.s.holder?.owner;
   }
 
   take(owner: string, leaseMs: number, nowMs: number): void {
@@ -153,7 +149,7 @@ class ProvisionGate {
   }
 
   refusal(): AcquireGateResult {
-    return { granted: false, holder: this.s.holder?.owner, waiting: this.line.length };
+    return { granted: false, holder: this.s.holder?.owner, waiting: 0 };
   }
 
   msToExpiry(nowMs: number): number | undefined {
@@ -161,7 +157,7 @@ class ProvisionGate {
   }
 
   idleFor(nowMs: number): number {
-    return this.s.holder === undefined && this.line.length === 0 ? nowMs - this.lastChangeMs : 0;
+    return this.s.holder === undefined ? nowMs - this.lastChangeMs : 0;
   }
 
   state(): ProvisionGateState {
@@ -169,7 +165,7 @@ class ProvisionGate {
   }
 
   snapshot(): ProvisionGateState & { waiting: string[] } {
-    return { ...this.s, waiting: [...this.line] };
+    return { ...this.s, waiting: [] };
   }
 
   private changed(nowMs: number): void {
