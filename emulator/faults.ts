@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { OPERATION_ERROR_CODES } from './engine/records';
 import { seededRandom } from './random';
 
 /**
@@ -9,6 +10,11 @@ import { seededRandom } from './random';
  * - `lose-response`: the request is handled (work applied), then the connection is destroyed instead of answering.
  * - `fail-operation`: a submitted operation completes as FAILED with `errorCode` (its work is not applied).
  * - `resource-error`: the resource of a matching operation dies (ERROR) instead of running it; billing stops.
+ * - `preempt`: the same, as a reclaimed spot GPU (Baseten: deployment PREEMPTED; Together: as `resource-error`).
+ * - `session-expire`, `session-error`: the session of a matching operation ends (EXPIRED, or ERROR) instead of
+ *   running it; the resource stays READY and billing (Together only: a Baseten run's session is the run).
+ * - `capacity-queue`: a resource create waits in the capacity queue (from `queuePosition`, counting down) for
+ *   `durationMs`, then provisions; `capacity-timeout`: it waits as long, then fails (capacity wait timeout).
  * - `delay`: a matching request waits `delayMs` before it is handled (a slow phase, for chaos tests).
  */
 export const FAULT_KINDS = [
@@ -19,9 +25,27 @@ export const FAULT_KINDS = [
   'lose-response',
   'fail-operation',
   'resource-error',
+  'preempt',
+  'session-expire',
+  'session-error',
+  'capacity-queue',
+  'capacity-timeout',
   'delay',
 ] as const;
 export type FaultKind = (typeof FAULT_KINDS)[number];
+
+/** Faults drawn when an operation runs, and when a resource is created. */
+export const OPERATION_FAULTS: readonly FaultKind[] = ['fail-operation', 'resource-error', 'preempt', 'session-expire', 'session-error'];
+export const CAPACITY_FAULTS: readonly FaultKind[] = ['capacity-queue', 'capacity-timeout'];
+
+/** Kinds that exist only on some dialects: elsewhere their rules neither match nor count an event as seen. */
+const ONLY_ON: Partial<Record<FaultKind, readonly string[]>> = { 'session-expire': ['together'], 'session-error': ['together'] };
+
+/** The engine's operation error codes; Together's full enum names are accepted too. */
+const ErrorCode = z.preprocess(
+  (v) => (typeof v === 'string' ? v.replace(/^TRAINING_OPERATION_ERROR_CODE_/, '') : v),
+  z.enum(OPERATION_ERROR_CODES),
+);
 
 export const FaultRuleSchema = z.object({
   kind: z.enum(FAULT_KINDS),
@@ -34,9 +58,16 @@ export const FaultRuleSchema = z.object({
   path: z.string().optional(),
   /** Operation kind (dialect-neutral: forward-backward, optim-step, sample, ...) for operation-level faults. */
   operation: z.string().optional(),
-  errorCode: z.string().optional(),
+  /** Only on this dialect's resources and sessions (operation-level and capacity faults). */
+  dialect: z.enum(['together', 'baseten']).optional(),
+  /** `fail-operation`: the code the operation fails with. */
+  errorCode: ErrorCode.default('INTERNAL_ERROR'),
   retryAfterMs: z.number().int().min(0).max(60_000).default(200),
   delayMs: z.number().int().min(0).max(600_000).default(1000),
+  /** `capacity-queue` / `capacity-timeout`: how long the create waits in the queue. */
+  durationMs: z.number().int().min(0).max(3_600_000).default(2000),
+  /** `capacity-queue` / `capacity-timeout`: the queue position the create starts at (it counts down to 1). */
+  queuePosition: z.number().int().min(1).max(100_000).default(5),
 });
 
 export const FaultConfigSchema = z.object({
@@ -53,6 +84,7 @@ export interface FaultEvent {
   method?: string;
   path?: string;
   operation?: string;
+  dialect?: string;
 }
 
 interface RuleState {
@@ -85,6 +117,9 @@ export class FaultInjector {
       if (rule.method && rule.method.toUpperCase() !== event.method?.toUpperCase()) continue;
       if (rule.path && !(event.path && new RegExp(rule.path).test(event.path))) continue;
       if (rule.operation && rule.operation !== event.operation) continue;
+      if (rule.dialect && rule.dialect !== event.dialect) continue;
+      const only = ONLY_ON[rule.kind];
+      if (only && !(event.dialect && only.includes(event.dialect))) continue;
       if (state.fired >= rule.max) continue;
       state.seen += 1;
       if (state.seen <= rule.after) continue;

@@ -24,6 +24,22 @@ function model(m: Omit<EmulatedModel, 'seed'>): EmulatedModel {
   return { ...m, seed: hashString(m.name) };
 }
 
+/** A Qwen3.5-family model (248,320-id vocabulary, 262,144-token context) on H100s. */
+function qwen35(name: string, gpuCount: number): EmulatedModel {
+  return model({
+    name,
+    vocabSize: 248_320,
+    maxSeqLen: 32_768,
+    maxLoraRank: 64,
+    maxBatchSize: 512,
+    gpuType: 'H100-80GB',
+    gpuCount,
+    pricePerGpuHour: 2.99,
+    contextLength: 262_144,
+    tokenizer: name,
+  });
+}
+
 export const EMULATED_MODELS: readonly EmulatedModel[] = [
   model({
     name: 'roundhouse/tiny-chat',
@@ -50,6 +66,9 @@ export const EMULATED_MODELS: readonly EmulatedModel[] = [
     contextLength: 40_960,
     tokenizer: 'Qwen/Qwen3-8B',
   }),
+  // The models the providers' own guides train: Together's "write a training loop" and Baseten's "programmatic training".
+  qwen35('Qwen/Qwen3.8-27B', 8),
+  qwen35('Qwen/Qwen3.5-2B', 1),
   model({
     name: 'Qwen/Qwen3-4B-Instruct-2507',
     vocabSize: 151_936,

@@ -56,11 +56,17 @@ export function deploymentStatus(r: ResourceRecord): string {
     case 'READY':
       return 'RUNNING';
     case 'ERROR':
-      return (r.extra as Partial<RunExtra>).availabilityModel === 'spot' ? 'PREEMPTED' : 'FAILED';
+      return preempted(r) ? 'PREEMPTED' : 'FAILED';
     default:
       // Stopped without a deactivation: the idle scale-down (scale_down_delay_seconds) did it.
       return (r.extra as { deactivatedAt?: number }).deactivatedAt === undefined ? 'SCALED_TO_ZERO' : 'STOPPED';
   }
+}
+
+/** A reclaimed GPU (an injected `preempt`, on any run), or a spot run whose resource died. */
+function preempted(r: ResourceRecord): boolean {
+  const code = r.error?.code;
+  return code === 'PREEMPTED' || (code === 'RESOURCE_UNAVAILABLE' && (r.extra as Partial<RunExtra>).availabilityModel === 'spot');
 }
 
 /** Sampler status (the generic model-deployment statuses), from the resource that serves it. */

@@ -55,6 +55,7 @@ export class Checkpoints {
       createdAt: this.state.now(),
       loraRank: s.lora.rank,
       withOptimizer: training,
+      lineageEmptyOptimizerSteps: rt.learner.emptyOptimizerSteps,
       state: rt.learner.exportState({ withOptimizer: training }),
       name,
     };

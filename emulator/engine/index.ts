@@ -12,7 +12,7 @@ import { Checkpoints, type CheckpointFilter } from './checkpoints';
 import { ledgerOf, type Ledger } from './ledger';
 import { Lifecycle } from './lifecycle';
 import { Operations, type SubmitOptions } from './operations';
-import { Resources, expiresAt, gpuSeconds, type ResourceFilter, type ResourceInput } from './resources';
+import { Resources, expiresAt, gpuSeconds, queuePosition, type ResourceFilter, type ResourceInput } from './resources';
 import { Sessions, type SessionFilter, type SessionInput } from './sessions';
 import { restoreInto, snapshotOf, type EngineSnapshot } from './snapshot';
 import { EngineState, type EngineOptions } from './state';
@@ -49,7 +49,7 @@ export class Engine {
   constructor(options: EngineOptions = {}) {
     this.state = new EngineState(options);
     this.lifecycle = new Lifecycle(this.state);
-    this.resources = new Resources(this.state, this.lifecycle);
+    this.resources = new Resources(this.state, this.lifecycle, this.faults);
     this.sessions = new Sessions(this.state, this.lifecycle, this.resources);
     this.checkpoints = new Checkpoints(this.state);
     const work = new OperationWork(this.state, this.checkpoints);
@@ -106,6 +106,11 @@ export class Engine {
 
   expiresAt(r: ResourceRecord): number | undefined {
     return expiresAt(r);
+  }
+
+  /** A PENDING create's place in the capacity queue (counting down to 1); undefined when it is not queued. */
+  queuePosition(r: ResourceRecord): number | undefined {
+    return queuePosition(r, this.state.now());
   }
 
   /** A request that keeps a resource warm without an operation (a health probe, a heartbeat). */

@@ -2,7 +2,10 @@ import { gpuSeconds } from './resources';
 import { ACTIVE_RESOURCE, type EngineState } from './state';
 import type { ResourceStatus } from './records';
 
-/** What tests and benchmarks assert on: GPU-seconds billed, optimizer steps applied, duplicates absorbed, what is left active. */
+/**
+ * What tests and benchmarks assert on: GPU-seconds billed, optimizer steps applied (and how many of them had no
+ * gradient), duplicates absorbed, what is left active, and which checkpoint each session's weights came from.
+ */
 export interface Ledger {
   resources: {
     id: string;
@@ -11,6 +14,8 @@ export interface Ledger {
     ownerTag: string | null;
     baseModel: string;
     status: string;
+    /** Why it failed (RESOURCE_UNAVAILABLE, PREEMPTED, CAPACITY_WAIT_TIMEOUT), or null. */
+    error: string | null;
     gpuSeconds: number;
     createdAt: string;
   }[];
@@ -20,13 +25,36 @@ export interface Ledger {
     /** The name the client gave it (Roundhouse: the owner tag): who trained on the resource. */
     displayName: string | null;
     status: string;
+    /** The trainer's optimizer step counter (it continues from a checkpoint's step on a resume with the optimizer). */
     step: number;
     optimizerSteps: number;
+    /** Optimizer steps this session applied with no gradient accumulated since the previous one. */
+    emptyOptimizerSteps: number;
+    /** Empty steps in the weights the session holds: those of the checkpoint it resumed from, plus its own since. */
+    lineageEmptyOptimizerSteps: number;
+    /** The checkpoint its weights came from (at creation, or the last in-place load), or null. */
+    resumedFromCheckpoint: string | null;
     operationsSubmitted: number;
     duplicatesAbsorbed: number;
   }[];
+  checkpoints: {
+    id: string;
+    type: 'training' | 'inference';
+    resourceId: string;
+    sessionId: string;
+    /** The name it was saved under (Baseten: `bt://loops:<resourceId>/weights/<name>`), or null. */
+    name: string | null;
+    step: number;
+    lineageEmptyOptimizerSteps: number;
+  }[];
   active: string[];
-  totals: { gpuSeconds: number; optimizerSteps: number; operationsSubmitted: number; duplicatesAbsorbed: number };
+  totals: {
+    gpuSeconds: number;
+    optimizerSteps: number;
+    emptyOptimizerSteps: number;
+    operationsSubmitted: number;
+    duplicatesAbsorbed: number;
+  };
 }
 
 /** The ledger of the state as it stands (time-driven transitions already applied by the caller). */
@@ -38,6 +66,7 @@ export function ledgerOf(state: EngineState): Ledger {
     ownerTag: r.ownerTag ?? null,
     baseModel: r.model.name,
     status: r.status,
+    error: r.error?.code ?? null,
     gpuSeconds: round3(gpuSeconds(r, state.now())),
     createdAt: new Date(r.createdAt).toISOString(),
   }));
@@ -48,18 +77,34 @@ export function ledgerOf(state: EngineState): Ledger {
     status: s.status,
     step: state.sessionStep(s),
     optimizerSteps: s.optimizerSteps,
+    emptyOptimizerSteps: s.emptyOptimizerSteps ?? 0,
+    lineageEmptyOptimizerSteps: state.lineageEmptySteps(s),
+    resumedFromCheckpoint: s.resumeFromCheckpointId ?? null,
     operationsSubmitted: s.operationsSubmitted,
     duplicatesAbsorbed: s.duplicatesAbsorbed,
   }));
+  const checkpoints = [...state.checkpoints.values()].map((c) => ({
+    id: c.id,
+    type: c.type,
+    resourceId: c.resourceId,
+    sessionId: c.sessionId,
+    name: c.name ?? null,
+    step: c.step,
+    lineageEmptyOptimizerSteps: c.lineageEmptyOptimizerSteps ?? 0,
+  }));
+  const sum = (key: 'optimizerSteps' | 'emptyOptimizerSteps' | 'operationsSubmitted' | 'duplicatesAbsorbed') =>
+    sessions.reduce((a, s) => a + s[key], 0);
   return {
     resources,
     sessions,
+    checkpoints,
     active: resources.filter((r) => ACTIVE_RESOURCE.has(r.status as ResourceStatus)).map((r) => r.id),
     totals: {
       gpuSeconds: round3(resources.reduce((a, r) => a + r.gpuSeconds, 0)),
-      optimizerSteps: sessions.reduce((a, s) => a + s.optimizerSteps, 0),
-      operationsSubmitted: sessions.reduce((a, s) => a + s.operationsSubmitted, 0),
-      duplicatesAbsorbed: sessions.reduce((a, s) => a + s.duplicatesAbsorbed, 0),
+      optimizerSteps: sum('optimizerSteps'),
+      emptyOptimizerSteps: sum('emptyOptimizerSteps'),
+      operationsSubmitted: sum('operationsSubmitted'),
+      duplicatesAbsorbed: sum('duplicatesAbsorbed'),
     },
   };
 }

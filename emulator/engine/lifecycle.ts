@@ -1,5 +1,13 @@
-import type { OperationErrorCode, OperationRecord, ResourceRecord, ResourceStatus, SessionRecord, SessionStatus } from './records';
-import { ACTIVE_RESOURCE, type EngineState } from './state';
+import type {
+  OperationErrorCode,
+  OperationRecord,
+  ResourceRecord,
+  ResourceStatus,
+  SessionRecord,
+  SessionStatus,
+  StatusError,
+} from './records';
+import { ACTIVE_RESOURCE, noteTrainer, type EngineState } from './state';
 
 /**
  * The records' state machines. Time-driven transitions (provisioning, stopping, idle expiry) are computed from
@@ -18,8 +26,13 @@ export class Lifecycle {
 
   refreshResource(r: ResourceRecord, now: number): void {
     const { provisioningDelayMs, stopDelayMs } = this.state.options;
+    const queue = r.capacityQueue;
+    if (r.status === 'PENDING' && queue?.timesOut && now >= queue.until) {
+      this.failResource(r, 'CAPACITY_WAIT_TIMEOUT', 'injected fault: no capacity for this GPU type within the capacity wait', queue.until);
+    }
     if (r.status === 'PENDING' || r.status === 'CREATING') {
-      const half = r.createdAt + provisioningDelayMs / 2;
+      // Provisioning starts when the create leaves the capacity queue: half waiting for pods, half loading.
+      const half = (queue?.until ?? r.createdAt) + provisioningDelayMs / 2;
       const next: ResourceStatus = now >= r.readyAt ? 'READY' : now >= half ? 'CREATING' : 'PENDING';
       if (next !== r.status) {
         r.status = next;
@@ -70,23 +83,21 @@ export class Lifecycle {
     }
   }
 
-  /** A resource dies (preemption, hardware): billing stops, its sessions fail. */
-  failResource(r: ResourceRecord, code: string, message: string): void {
+  /** A resource dies (preemption, hardware, no capacity) at `at`: billing stops, its sessions fail. */
+  failResource(r: ResourceRecord, code: string, message: string, at = this.state.now()): void {
     if (!ACTIVE_RESOURCE.has(r.status)) return;
     const now = this.state.now();
-    if (r.status === 'READY') r.leftReadyAt = now;
+    if (r.status === 'READY') r.leftReadyAt = at;
     r.status = 'ERROR';
     r.updatedAt = now;
-    r.error = { code, message, occurredAt: now };
-    for (const s of this.state.liveSessionsOn(r.id)) {
-      s.error = { code: 'RESOURCE_UNAVAILABLE', message, occurredAt: now };
-      this.endSession(s, 'ERROR');
-    }
+    r.error = { code, message, occurredAt: at };
+    for (const s of this.state.liveSessionsOn(r.id)) this.endSession(s, 'ERROR', { code: 'RESOURCE_UNAVAILABLE', message, occurredAt: at });
     this.state.changed();
   }
 
-  /** A session ends: its queued operations fail, and its learners are freed once no operation runs. */
-  endSession(s: SessionRecord, status: SessionStatus): void {
+  /** A session ends (with `error` for ERROR): its queued operations fail, and its learners are freed once no operation runs. */
+  endSession(s: SessionRecord, status: SessionStatus, error?: StatusError): void {
+    if (error) s.error = error;
     s.status = status;
     s.updatedAt = this.state.now();
     const rt = this.state.runtimes.get(s.id);
@@ -101,6 +112,8 @@ export class Lifecycle {
   disposeRuntime(sessionId: string): void {
     const rt = this.state.runtimes.get(sessionId);
     if (!rt) return;
+    const s = this.state.sessions.get(sessionId);
+    if (s) noteTrainer(s, rt.learner);
     this.state.runtimes.delete(sessionId);
     rt.learner.dispose();
     rt.generator.dispose();

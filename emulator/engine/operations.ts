@@ -1,10 +1,10 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { EmulatorHttpError, badRequest, notFound } from '../errors';
-import type { FaultInjector } from '../faults';
+import { OPERATION_FAULTS, type FaultInjector } from '../faults';
 import type { Lifecycle } from './lifecycle';
-import type { EngineOperationKind, OperationErrorCode, OperationInput, OperationKind, OperationRecord, SessionRecord } from './records';
+import type { EngineOperationKind, OperationInput, OperationKind, OperationRecord, ResourceRecord, SessionRecord } from './records';
 import type { Sessions } from './sessions';
-import { LIVE_SESSION, operationKey, type EngineState, type SessionRuntime } from './state';
+import { LIVE_SESSION, noteTrainer, operationKey, type EngineState, type SessionRuntime } from './state';
 import type { OperationWork } from './work';
 
 export interface SubmitOptions {
@@ -165,6 +165,52 @@ export class Operations {
     }
   }
 
+  /** An injected operation-level fault takes the operation's place (it applies nothing); false when none fires. */
+  private injectFault(s: SessionRecord, r: ResourceRecord, op: OperationRecord): boolean {
+    const fault = this.faults.draw(OPERATION_FAULTS, { operation: op.kind, dialect: r.dialect });
+    switch (fault?.kind) {
+      case 'fail-operation':
+        this.lifecycle.failOperation(op, fault.errorCode, 'injected fault: operation failed');
+        return true;
+      case 'resource-error':
+      case 'preempt': {
+        const preempted = fault.kind === 'preempt';
+        const message = preempted ? 'injected fault: the GPUs were reclaimed (preempted)' : 'injected fault: the resource died';
+        this.lifecycle.failResource(r, preempted ? 'PREEMPTED' : 'RESOURCE_UNAVAILABLE', message);
+        this.lifecycle.failOperation(op, 'SESSION_NOT_ACTIVE', `resource ${r.id} failed while running this operation`);
+        return true;
+      }
+      case 'session-expire':
+      case 'session-error': {
+        const status = fault.kind === 'session-expire' ? 'EXPIRED' : 'ERROR';
+        const error = { code: 'SESSION_FAILED', message: 'injected fault: the session failed', occurredAt: this.state.now() };
+        this.lifecycle.endSession(s, status, status === 'ERROR' ? error : undefined);
+        this.lifecycle.failOperation(op, 'SESSION_NOT_ACTIVE', `session ${s.id} is ${status.toLowerCase()}`);
+        return true;
+      }
+      default:
+        return false;
+    }
+  }
+
+  /** The work itself: COMPLETED with its output, or FAILED with the learner's error (a failed one applied nothing). */
+  private async run(s: SessionRecord, rt: SessionRuntime, op: OperationRecord, input: OperationInput): Promise<void> {
+    try {
+      op.output = await this.work.run(s, rt, input);
+      noteTrainer(s, rt.learner);
+      op.status = 'COMPLETED';
+      op.completedAt = this.state.now();
+      delete op.input;
+    } catch (err) {
+      const code = (err as { code?: string }).code;
+      this.lifecycle.failOperation(
+        op,
+        code === 'NON_FINITE_LOSS' ? 'NON_FINITE_LOSS' : code === 'INVALID_INPUT' ? 'INVALID_INPUT' : 'INTERNAL_ERROR',
+        (err as Error).message,
+      );
+    }
+  }
+
   /** Runs one operation unless the session is over or an injected fault takes its place. */
   private async execute(s: SessionRecord, rt: SessionRuntime, op: OperationRecord): Promise<void> {
     const input = op.input!;
@@ -178,29 +224,7 @@ export class Operations {
       );
       return;
     }
-    const fault = this.faults.draw(['fail-operation', 'resource-error'], { operation: op.kind });
-    if (fault?.kind === 'resource-error') {
-      this.lifecycle.failResource(r, 'RESOURCE_UNAVAILABLE', 'injected fault: the resource died');
-      this.lifecycle.failOperation(op, 'SESSION_NOT_ACTIVE', `resource ${r.id} failed while running this operation`);
-      return;
-    }
-    if (fault?.kind === 'fail-operation') {
-      this.lifecycle.failOperation(op, (fault.errorCode as OperationErrorCode) ?? 'INTERNAL_ERROR', 'injected fault: operation failed');
-      return;
-    }
-    try {
-      op.output = await this.work.run(s, rt, input);
-      op.status = 'COMPLETED';
-      op.completedAt = this.state.now();
-      delete op.input;
-    } catch (err) {
-      const code = (err as { code?: string }).code;
-      this.lifecycle.failOperation(
-        op,
-        code === 'NON_FINITE_LOSS' ? 'NON_FINITE_LOSS' : code === 'INVALID_INPUT' ? 'INVALID_INPUT' : 'INTERNAL_ERROR',
-        (err as Error).message,
-      );
-    }
+    if (!this.injectFault(s, r, op)) await this.run(s, rt, op, input);
     s.lastActivityAt = this.state.now();
     r.lastActivityAt = this.state.now();
     this.state.changed();

@@ -17,8 +17,15 @@ export type OperationKind =
 /** Every kind the engine runs: the shared ones plus in-place trainer resets and loads (Baseten's trainer). */
 export type EngineOperationKind = OperationKind | 'trainer-reset' | 'load-checkpoint';
 
-export type OperationErrorCode =
-  'RESOURCE_EXHAUSTED' | 'TIMEOUT' | 'INTERNAL_ERROR' | 'SESSION_NOT_ACTIVE' | 'INVALID_INPUT' | 'NON_FINITE_LOSS';
+export const OPERATION_ERROR_CODES = [
+  'RESOURCE_EXHAUSTED',
+  'TIMEOUT',
+  'INTERNAL_ERROR',
+  'SESSION_NOT_ACTIVE',
+  'INVALID_INPUT',
+  'NON_FINITE_LOSS',
+] as const;
+export type OperationErrorCode = (typeof OPERATION_ERROR_CODES)[number];
 
 export interface StatusError {
   code: string;
@@ -47,6 +54,11 @@ export interface ResourceRecord {
   inactiveTimeoutMs: number;
   lastActivityAt: number;
   error?: StatusError;
+  /**
+   * A create that waited for capacity (an injected `capacity-queue` or `capacity-timeout`): it joined the queue at
+   * `position` and leaves it at `until`, then provisions as usual, or fails there when `timesOut`.
+   */
+  capacityQueue?: { position: number; until: number; timesOut: boolean };
   /** Dialect-specific fields echoed back (compute config, optimizer config, names, ...). */
   extra: Record<string, unknown>;
 }
@@ -69,12 +81,18 @@ export interface SessionRecord {
   lora: LoraSettings;
   /** The generator's adapter settings when they differ from the trainer's (after an in-place reset or load). */
   generatorLora?: LoraSettings;
+  /** The checkpoint the trainer's weights came from: at creation, or the last in-place load (Baseten's `load_state`). */
   resumeFromCheckpointId?: string;
   loadOptimizer?: boolean;
   displayName?: string;
   metadata: Record<string, unknown>;
   /** Optimizer steps applied in this session (the ledger's count; the learner's step may start higher on resume). */
   optimizerSteps: number;
+  /** Of those, the ones applied with no gradient accumulated since the previous optimizer step. */
+  emptyOptimizerSteps: number;
+  /** The trainer's step and its weights' lineage count of empty steps, as last seen (kept when the learner is freed). */
+  step?: number;
+  lineageEmptyOptimizerSteps?: number;
   operationsSubmitted: number;
   duplicatesAbsorbed: number;
   /** Policy version the generator replicas serve (the trainer step at the last weights sync). */
@@ -95,6 +113,8 @@ export interface CheckpointRecord {
   createdAt: number;
   loraRank: number;
   withOptimizer: boolean;
+  /** Empty optimizer steps in the saved weights' lineage (also inside `state`, so a resume carries them on). */
+  lineageEmptyOptimizerSteps?: number;
   state: LearnerState;
   /** Dialect-specific naming (e.g. a path or URI). */
   name?: string;

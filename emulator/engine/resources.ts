@@ -1,4 +1,5 @@
 import { badRequest } from '../errors';
+import { CAPACITY_FAULTS, type FaultInjector } from '../faults';
 import { findModel } from '../models';
 import { shortId } from './ids';
 import type { Lifecycle } from './lifecycle';
@@ -30,28 +31,37 @@ export class Resources {
   constructor(
     private readonly state: EngineState,
     private readonly lifecycle: Lifecycle,
+    private readonly faults: FaultInjector,
   ) {}
 
+  /** A new resource: PENDING (in the capacity queue first when an injected capacity fault says so), then provisioning. */
   create(input: ResourceInput): ResourceRecord {
     const model = findModel(input.baseModel);
     if (!model) throw badRequest(`base_model '${input.baseModel}' is not supported; see the supported models list`);
     const { provisioningDelayMs, defaultInactiveTimeoutMs } = this.state.options;
     const now = this.state.now();
+    const capacity = this.faults.draw(CAPACITY_FAULTS, { dialect: input.dialect });
+    const queue = capacity && {
+      position: capacity.queuePosition,
+      until: now + capacity.durationMs,
+      timesOut: capacity.kind === 'capacity-timeout',
+    };
     const resource: ResourceRecord = {
       id: input.id ?? shortId('mr'),
       dialect: input.dialect,
       owner: input.owner,
       ownerTag: input.ownerTag,
       model,
-      status: provisioningDelayMs > 0 ? 'PENDING' : 'READY',
+      status: queue || provisioningDelayMs > 0 ? 'PENDING' : 'READY',
       createdAt: now,
       updatedAt: now,
-      readyAt: now + provisioningDelayMs,
+      readyAt: (queue?.until ?? now) + provisioningDelayMs,
       numGeneratorReplicas: input.numGeneratorReplicas ?? 1,
       loraEnabled: input.loraEnabled ?? true,
       inactiveTimeoutMs: input.inactiveTimeoutMs ?? defaultInactiveTimeoutMs,
       lastActivityAt: now,
       extra: input.extra ?? {},
+      ...(queue ? { capacityQueue: queue } : {}),
     };
     this.state.resources.set(resource.id, resource);
     this.state.changed();
@@ -114,6 +124,14 @@ export class Resources {
     for (const s of this.state.sessions.values()) if (s.resourceId === resourceId && s.status === 'RUNNING') s.lastActivityAt = now;
     this.state.changed();
   }
+}
+
+/** Where a create waiting for capacity stands in the queue (counting down to 1); undefined once it left (or never joined). */
+export function queuePosition(r: ResourceRecord, now: number): number | undefined {
+  const queue = r.capacityQueue;
+  if (!queue || r.status !== 'PENDING' || now >= queue.until) return undefined;
+  const left = (queue.until - now) / Math.max(1, queue.until - r.createdAt);
+  return Math.max(1, Math.ceil(queue.position * left));
 }
 
 export function expiresAt(r: ResourceRecord): number | undefined {

@@ -4,7 +4,7 @@ import { shortId } from './ids';
 import type { Lifecycle } from './lifecycle';
 import type { CheckpointRecord, LoraSettings, ResourceRecord, SessionRecord, SessionStatus } from './records';
 import type { Resources } from './resources';
-import { LIVE_SESSION, learnerOptions, newestFirst, ownedOrNotFound, type EngineState } from './state';
+import { LIVE_SESSION, learnerOptions, newestFirst, noteTrainer, ownedOrNotFound, type EngineState } from './state';
 
 export interface SessionInput {
   /** A dialect-shaped id; generated when absent. */
@@ -69,11 +69,13 @@ export class Sessions {
       displayName: input.displayName,
       metadata: input.metadata ?? {},
       optimizerSteps: 0,
+      emptyOptimizerSteps: 0,
       operationsSubmitted: 0,
       duplicatesAbsorbed: 0,
       weightsVersion: learner.step,
       checkpointIds: [],
     };
+    noteTrainer(session, learner);
     this.state.sessions.set(session.id, session);
     this.state.runtimes.set(session.id, { learner, generator, queue: [], pumping: false });
     r.lastActivityAt = now;

@@ -92,8 +92,19 @@ export class EngineState {
 
   /** The trainer's optimizer step (continues across a resume with optimizer state). */
   sessionStep(s: SessionRecord): number {
-    return this.runtimes.get(s.id)?.learner.step ?? s.optimizerSteps;
+    return this.runtimes.get(s.id)?.learner.step ?? s.step ?? s.optimizerSteps;
   }
+
+  /** Empty optimizer steps in the weights the session's trainer holds (its checkpoint's lineage plus its own). */
+  lineageEmptySteps(s: SessionRecord): number {
+    return this.runtimes.get(s.id)?.learner.emptyOptimizerSteps ?? s.lineageEmptyOptimizerSteps ?? 0;
+  }
+}
+
+/** Copies what the ledger reads from a trainer onto its session's record, so it outlives the learner. */
+export function noteTrainer(s: SessionRecord, learner: Learner): void {
+  s.step = learner.step;
+  s.lineageEmptyOptimizerSteps = learner.emptyOptimizerSteps;
 }
 
 /** Idempotency keys are scoped to a session. */

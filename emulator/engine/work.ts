@@ -22,8 +22,9 @@ export class OperationWork {
         return { kind: 'custom-forward-backward', loss: result.loss, logprobs: result.logprobs };
       }
       case 'optim-step': {
-        const { step, gradNorm } = rt.learner.optimStep(input.adam);
+        const { step, gradNorm, empty } = rt.learner.optimStep(input.adam);
         s.optimizerSteps += 1;
+        if (empty) s.emptyOptimizerSteps += 1;
         return { kind: 'optim-step', step, gradNorm };
       }
       case 'weights-sync':
@@ -71,6 +72,7 @@ export class OperationWork {
   private async resetTrainer(s: SessionRecord, rt: SessionRuntime, input: Input<'trainer-reset'>): Promise<Output<'trainer-reset'>> {
     const learner = await Learner.create(learnerOptions(this.state.resourceOf(s).model, input.lora));
     this.replaceTrainer(s, rt, learner, input.lora);
+    delete s.resumeFromCheckpointId;
     return { kind: 'trainer-reset', step: learner.step, loraRank: input.lora.rank };
   }
 
@@ -84,6 +86,7 @@ export class OperationWork {
       optimizer: input.optimizer,
     });
     this.replaceTrainer(s, rt, learner, lora);
+    s.resumeFromCheckpointId = checkpoint.id;
     return { kind: 'load-checkpoint', step: learner.step, checkpointId: checkpoint.id };
   }
 

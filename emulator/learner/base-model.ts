@@ -61,8 +61,8 @@ export const MLP_INPUT_WIDTH = FEATURE_WIDTH + ATTENDED_WIDTH;
  * The frozen base: a seeded attention query projection and MLP from context features to an output state z, and
  * per-token embedding, attention key and value, and unembedding rows that are pure functions of (seed, tokenId),
  * so no vocabulary-sized table exists.
- * Scales: embeddings ~N(0, 1) per component; unembedding rows ~N(0, 1/d), which makes the log-mean-exp of an
- * unseen token's logit exactly ‖z‖²/(2d) (see `remainderLogit` in network.ts).
+ * Scales: embeddings ~N(0, 1) per component; unembedding rows ~N(0, 1/d), so base logits u·z have standard
+ * deviation outputRms. A token's unembedding row is the sum of its output-grid row's and column's (vocabulary.ts).
  */
 export class BaseModel {
   readonly queryWeights: tf.Tensor2D; // FEATURE_WIDTH × QUERY_WIDTH
@@ -125,9 +125,14 @@ export class BaseModel {
     return row;
   }
 
-  /** The output (unembedding) row of a token; only tokens in the active vocabulary ever need one. */
-  unembeddingOf(tokenId: number): Float32Array {
-    return gaussianVector(hashKey(this.seed, 'unembedding', tokenId), BASE_DIMS.embedding, 1 / Math.sqrt(BASE_DIMS.embedding));
+  /** Row i's part P_i of the unembedding rows of output-grid row i (vocabulary.ts): ~N(0, 1/2d) per component. */
+  outputRowOf(row: number): Float32Array {
+    return gaussianVector(hashKey(this.seed, 'unembedding-row', row), BASE_DIMS.embedding, 1 / Math.sqrt(2 * BASE_DIMS.embedding));
+  }
+
+  /** Column j's part Q_j: token (i, j) unembeds with P_i + Q_j, ~N(0, 1/d) per component. */
+  outputColumnOf(column: number): Float32Array {
+    return gaussianVector(hashKey(this.seed, 'unembedding-column', column), BASE_DIMS.embedding, 1 / Math.sqrt(2 * BASE_DIMS.embedding));
   }
 
   dispose(): void {

@@ -8,9 +8,10 @@
  * active vocabulary; scores are soft-capped. The attended values (2·32, RMS-normalised per head) join f_t as the
  * input of a frozen MLP 448 → 256 (GELU) → 64 with LoRA on both maps, and also reach its output through a frozen
  * projection (a residual path) → RMS-normalised z → logits over the tokens seen so far (the active vocabulary)
- * through frozen unembedding rows plus a LoRA, and one shared remainder logit for every other id, so losses and
- * logprobs are a proper distribution over the whole vocabulary. Frozen parameters are pure functions of
- * (seed, tokenId); only the adapter trains (AdamW).
+ * through frozen unembedding rows plus a LoRA, and over every other id through its frozen row alone, summed in closed
+ * form over the output grid (vocabulary.ts), so losses and logprobs are a proper distribution over the whole
+ * vocabulary, and a token scores the same whether or not the learner has seen it (sampling and scoring agree). Frozen parameters are pure
+ * functions of (seed, tokenId); only the adapter trains (AdamW).
  */
 import * as tf from '@tensorflow/tfjs-core';
 import { adamWStep, validateAdamSettings, type AdamMoments, type AdamSettings } from './adam';
@@ -26,7 +27,7 @@ import {
 import { attentionInputs, blockScoreSize, PackedKeys, type ActiveRows, type AttentionBlock } from './attention';
 import { ensureWasmBackend } from './backend';
 import { ATTENDED_WIDTH, ATTENTION, BaseModel, FEATURE_WIDTH, QUERY_WIDTH } from './base-model';
-import { LearnerInputError } from './errors';
+import { LearnerInputError, NonFiniteLossError } from './errors';
 import { CausalContext, sequenceFeatures } from './features';
 import { ActiveVocabulary } from './vocabulary';
 import { evaluateTokenLoss, type Segment, type TokenLoss } from './losses';
@@ -37,6 +38,7 @@ import {
   networkInputTensors,
   nextTokenLogprobs,
   targetLogprobs,
+  type GridShape,
   type NetworkInputs,
   type NetworkWeights,
 } from './network';
@@ -93,12 +95,14 @@ export interface SampledSequence {
   stopReason: 'length' | 'stop';
 }
 
-/** The whole next-token distribution after a context: every active-vocabulary token, plus the shared remainder. */
+/** The whole next-token distribution after a context: every active-vocabulary token, plus the unseen ids' total. */
 export interface NextTokenDistribution {
   seen: Array<{ tokenId: number; logprob: number }>;
-  /** log p of each single unseen id. */
-  unseenLogprob: number;
   unseenCount: number;
+  /** Σ p over the unseen ids. */
+  unseenMass: number;
+  /** log p of one id, seen or not. */
+  logprobOf(tokenId: number): number;
 }
 
 export const MAX_LORA_RANK = 128;
@@ -138,6 +142,7 @@ export class Learner {
     private readonly adapter: ParameterSet,
     private readonly moments: AdamMoments,
     private stepCount: number,
+    private emptySteps: number,
   ) {
     this.samplingStream = new RandomStream(hashKey(options.seed, 'sampling'));
   }
@@ -147,10 +152,13 @@ export class Learner {
     const resolved = resolveOptions(options);
     const base = new BaseModel(resolved.seed);
     const adapter = initialAdapter(resolved, resolved.loraSeed, 0);
-    return new Learner(resolved, base, new ActiveVocabulary(base, resolved.vocabSize), adapter, freshMoments(adapter), 0);
+    return new Learner(resolved, base, new ActiveVocabulary(base, resolved.vocabSize), adapter, freshMoments(adapter), 0, 0);
   }
 
-  /** Restores a learner; with `optimizer: false` the Adam moments start fresh and the step count at 0. */
+  /**
+   * Restores a learner; with `optimizer: false` the Adam moments start fresh and the step count at 0. The weights'
+   * count of empty optimizer steps comes back either way: it belongs to the weights, not to the optimizer.
+   */
   static async fromState(options: LearnerOptions, state: LearnerState, restore: { optimizer: boolean }): Promise<Learner> {
     await ensureWasmBackend();
     const resolved = resolveOptions(options);
@@ -162,8 +170,8 @@ export class Learner {
     const vocabulary = new ActiveVocabulary(base, resolved.vocabSize);
     vocabulary.register(decoded.vocabulary);
     return restore.optimizer
-      ? new Learner(resolved, base, vocabulary, decoded.adapter, decoded.moments!, decoded.step)
-      : new Learner(resolved, base, vocabulary, decoded.adapter, freshMoments(decoded.adapter), 0);
+      ? new Learner(resolved, base, vocabulary, decoded.adapter, decoded.moments!, decoded.step, decoded.emptySteps)
+      : new Learner(resolved, base, vocabulary, decoded.adapter, freshMoments(decoded.adapter), 0, decoded.emptySteps);
   }
 
   /** Optimizer steps applied. */
@@ -171,25 +179,37 @@ export class Learner {
     return this.stepCount;
   }
 
+  /**
+   * Optimizer steps these weights went through with no gradient accumulated since the step before (counted over
+   * their whole lineage: a restored state brings its count). Such a step still moves the weights, by Adam's momentum.
+   */
+  get emptyOptimizerSteps(): number {
+    return this.emptySteps;
+  }
+
   /** Loss and target logprobs, without gradients. */
   forward(batch: TokenSequence[], loss: TokenLoss): ForwardResult {
     return this.evaluate(batch, loss, false);
   }
 
-  /** Loss and target logprobs; the loss's gradients are added to those pending for the next optimStep. */
+  /**
+   * Loss and target logprobs; the loss's gradients are added to those pending for the next optimStep, all at once
+   * when the call succeeds: one that throws (bad input, a non-finite loss or gradient) accumulates nothing.
+   */
   forwardBackward(batch: TokenSequence[], loss: TokenLoss): ForwardResult {
     return this.evaluate(batch, loss, true);
   }
 
-  /** Applies the pending gradients (zero if none) with AdamW and clears them. */
-  optimStep(adam: AdamSettings): { step: number; gradNorm: number } {
+  /** Applies the pending gradients (zero if none: an `empty` step, which momentum still moves) with AdamW and clears them. */
+  optimStep(adam: AdamSettings): { step: number; gradNorm: number; empty: boolean } {
     this.assertLive();
     validateAdamSettings(adam);
-    const gradients = this.pendingGradients ?? zerosLike(this.adapter);
-    const gradNorm = adamWStep(this.adapter, gradients, this.moments, adam, this.stepCount + 1);
+    const empty = this.pendingGradients === undefined;
+    const gradNorm = adamWStep(this.adapter, this.pendingGradients ?? zerosLike(this.adapter), this.moments, adam, this.stepCount + 1);
     this.pendingGradients = undefined;
     this.stepCount += 1;
-    return { step: this.stepCount, gradNorm };
+    if (empty) this.emptySteps += 1;
+    return { step: this.stepCount, gradNorm, empty };
   }
 
   /**
@@ -229,10 +249,9 @@ export class Learner {
       for (let i = active.length - 1; i >= 0; i--) {
         const a = active[i];
         const dist = distributions[i];
-        const choice = chooseToken(dist, params, a.random);
-        const token = choice.kind === 'seen' ? dist.tokenIds[choice.row] : this.unseenToken(params.temperature === 0, a.random);
+        const { token, logprob } = chooseToken(dist, params, a.random);
         a.result.tokens.push(token);
-        a.result.logprobs.push(choice.kind === 'seen' ? dist.seen[choice.row] : dist.unseen);
+        a.result.logprobs.push(logprob);
         a.context.push(this.base.embeddingOf(token));
         this.packKey(a.keys, token);
         if (eos.has(token) || stops.some((stop) => endsWith(a.result.tokens, stop))) {
@@ -263,18 +282,32 @@ export class Learner {
     this.registerTokens(context);
     const all = sequenceFeatures([context], (id) => this.base.embeddingOf(id));
     const [dist] = this.nextTokenDistributions(all.subarray((context.length - 1) * FEATURE_WIDTH), [this.packKeys(context)]);
+    const vocabulary = this.vocabulary;
+    const seen = Array.from(dist.seen, (logprob, row) => ({ tokenId: dist.tokenIds[row], logprob }));
+    const unseenLogprob = (tokenId: number) => {
+      const { row, column } = vocabulary.cellOf(tokenId);
+      return dist.rows[row] + dist.columns[column];
+    };
+    let unseenMass = 0;
+    for (let row = 0; row < vocabulary.rows; row++) {
+      for (let column = 0; column < vocabulary.columnsIn(row); column++) {
+        if (!vocabulary.seenColumns(row).includes(column)) unseenMass += Math.exp(dist.rows[row] + dist.columns[column]);
+      }
+    }
     return {
-      seen: Array.from(dist.seen, (logprob, row) => ({ tokenId: dist.tokenIds[row], logprob })),
-      unseenLogprob: dist.unseen,
-      unseenCount: dist.unseenCount,
+      seen,
+      unseenCount: vocabulary.unseenCount,
+      unseenMass,
+      logprobOf: (tokenId) => (vocabulary.has(tokenId) ? dist.seen[vocabulary.row(tokenId)] : unseenLogprob(tokenId)),
     };
   }
 
-  /** Adapter weights, active vocabulary and step; Adam moments too when asked. Pending gradients are not saved. */
+  /** Adapter weights, active vocabulary, step and empty-step count; Adam moments too when asked. Pending gradients are not saved. */
   exportState(options: { withOptimizer: boolean }): LearnerState {
     this.assertLive();
     return encodeState(this.options, {
       step: this.stepCount,
+      emptySteps: this.emptySteps,
       vocabulary: [...this.vocabulary.tokenIds],
       adapter: this.adapter,
       moments: options.withOptimizer ? this.moments : undefined,
@@ -321,6 +354,7 @@ export class Learner {
         ? evaluateTokenLoss(loss, logprobs, prepared.segments, withGradients)
         : { value: 0, gradient: undefined };
       if (gradient) {
+        const batchGradients = zerosLike(this.adapter);
         chunks.forEach((chunk, k) => {
           // Results leave the tidy through this variable: returning typed arrays from tf.tidy makes it walk every element.
           let grads: Float32Array[] = [];
@@ -334,8 +368,9 @@ export class Learner {
             );
             grads = differentiate(this.adapterTensors(names), upstream).map((g) => g.dataSync() as Float32Array);
           });
-          this.accumulate(names, grads);
+          addInto(batchGradients, names, grads);
         });
+        this.accumulate(batchGradients);
       }
       return {
         loss: value,
@@ -361,13 +396,19 @@ export class Learner {
     return prepared.targetRows.subarray(chunk.start, chunk.start + chunk.length);
   }
 
-  private accumulate(names: AdapterParameter[], gradients: Float32Array[]): void {
-    this.pendingGradients ??= zerosLike(this.adapter);
-    names.forEach((name, k) => {
-      const sum = this.pendingGradients!.get(name)!;
-      const add = gradients[k];
+  /** Adds a whole batch's gradients to those pending; a non-finite one is refused before anything is added. */
+  private accumulate(gradients: ParameterSet): void {
+    for (const values of gradients.values()) {
+      if (!values.every(Number.isFinite)) throw new NonFiniteLossError("the loss's gradient with respect to the adapter is not finite");
+    }
+    if (!this.pendingGradients) {
+      this.pendingGradients = gradients;
+      return;
+    }
+    for (const [name, add] of gradients) {
+      const sum = this.pendingGradients.get(name)!;
       for (let i = 0; i < add.length; i++) sum[i] += add[i];
-    });
+    }
   }
 
   /** Validates a batch, adds its tokens to the active vocabulary and computes features and target rows. */
@@ -401,8 +442,7 @@ export class Learner {
   /** The next-token distribution after each sequence, given the feature row of its last position and its packed keys. */
   private nextTokenDistributions(features: Float32Array, sequences: PackedKeys[]): TokenDistribution[] {
     const rows = sequences.length;
-    let seen: Float32Array = new Float32Array(0);
-    let unseen: Float32Array = new Float32Array(0);
+    let [seen, gridRows, gridColumns]: Float32Array[] = [];
     tf.tidy(() => {
       const names = this.adapterNames();
       const weights = this.weights(names, this.adapterTensors(names));
@@ -414,22 +454,18 @@ export class Learner {
       sequences.forEach((keys, i) =>
         keys.attendLatest(queries, i * QUERY_WIDTH, keyQueries, i * keyQueryWidth, attended, i * ATTENDED_WIDTH),
       );
-      const out = nextTokenLogprobs(logitsOfAttended(inputs, tf.tensor2d(attended, [rows, ATTENDED_WIDTH]), weights), weights.unseenCount);
-      seen = out.seen.dataSync() as Float32Array;
-      unseen = out.unseen.dataSync() as Float32Array;
+      const out = nextTokenLogprobs(logitsOfAttended(inputs, tf.tensor2d(attended, [rows, ATTENDED_WIDTH]), weights), weights);
+      [seen, gridRows, gridColumns] = [out.seen, out.rows, out.columns].map((t) => t.dataSync() as Float32Array);
     });
-    const size = this.vocabulary.size;
+    const vocabulary = this.vocabulary;
+    const [size, gridHeight, gridWidth] = [vocabulary.size, vocabulary.rows, vocabulary.columns];
     return Array.from({ length: rows }, (_, i) => ({
       seen: seen.subarray(i * size, (i + 1) * size),
-      tokenIds: this.vocabulary.tokenIds,
-      unseen: unseen[i],
-      unseenCount: this.vocabulary.unseenCount,
+      tokenIds: vocabulary.tokenIds,
+      rows: gridRows.subarray(i * gridHeight, (i + 1) * gridHeight),
+      columns: gridColumns.subarray(i * gridWidth, (i + 1) * gridWidth),
+      grid: vocabulary,
     }));
-  }
-
-  /** The id the remainder class stands for when it is chosen: uniform over unseen ids (greedy: the smallest). */
-  private unseenToken(greedy: boolean, random: RandomStream): number {
-    return greedy ? this.vocabulary.smallestUnseen() : this.vocabulary.randomUnseen(random);
   }
 
   private registerTokens(tokens: number[]): void {
@@ -484,10 +520,16 @@ export class Learner {
       hiddenBias: this.base.hiddenBias,
       outputWeights: this.base.outputWeights,
       unembedding: this.vocabulary.unembedding(),
+      grid: { ...this.vocabulary.gridUnembedding(), shape: this.gridShape() },
       adapter: new Map(names.map((name, k) => [name, values[k]])),
       scale: this.options.alpha / this.options.rank,
       unseenCount: this.vocabulary.unseenCount,
     };
+  }
+
+  private gridShape(): GridShape {
+    const { columns, vocabSize } = { columns: this.vocabulary.columns, vocabSize: this.options.vocabSize };
+    return { fullRows: Math.floor(vocabSize / columns), partialColumns: vocabSize % columns };
   }
 
   private isTokenId(value: unknown): boolean {
@@ -555,6 +597,15 @@ function batchChunks(sequences: number[][], vocabularyRows: number): Chunk[] {
   }
   if (chunk.length > 0) chunks.push(chunk);
   return chunks;
+}
+
+/** sums[name] += values[k] for each adapter parameter, in `names` order. */
+function addInto(sums: ParameterSet, names: AdapterParameter[], values: Float32Array[]): void {
+  names.forEach((name, k) => {
+    const sum = sums.get(name)!;
+    const add = values[k];
+    for (let i = 0; i < add.length; i++) sum[i] += add[i];
+  });
 }
 
 function endsWith(tokens: number[], suffix: number[]): boolean {

@@ -22,19 +22,30 @@ export interface NetworkWeights {
   outputWeights: FrozenMatrix;
   /** Frozen unembedding of the active vocabulary, one column per token (d × |S|). */
   unembedding: FrozenMatrix;
+  /** The output grid's frozen row and column vectors (d × rows, d × columns): the unseen tokens' unembedding. */
+  grid: { rows: FrozenMatrix; columns: FrozenMatrix; shape: GridShape };
   /** Adapter tensors by name; the unembedding pair is absent when it does not train. */
   adapter: ReadonlyMap<AdapterParameter, tf.Tensor2D>;
   /** LoRA scale alpha / rank. */
   scale: number;
-  /** Vocabulary ids outside the active vocabulary; each has the remainder logit. */
+  /** Vocabulary ids outside the active vocabulary. */
   unseenCount: number;
+}
+
+/** The output grid's size: `fullRows` rows of `columns` ids, then a row with `partialColumns` (0: none). */
+export interface GridShape {
+  fullRows: number;
+  partialColumns: number;
 }
 
 export interface OutputLogits {
   /** Logits of the active vocabulary, N × |S|. */
   seen: tf.Tensor2D;
-  /** The logit each unseen token shares, N. */
-  remainder: tf.Tensor1D;
+  /** Their frozen part alone (what the same tokens scored unseen), N × |S|. */
+  frozenSeen: tf.Tensor2D;
+  /** The grid's row and column logits, N × rows and N × columns: unseen token (i, j) scores rows_i + columns_j. */
+  rows: tf.Tensor2D;
+  columns: tf.Tensor2D;
 }
 
 // TF.js's WASM matMul runs 10–40× slower with a transpose flag, and its matMul gradient uses those flags; the
@@ -60,24 +71,26 @@ function frozenMatMul(x: tf.Tensor2D, w: FrozenMatrix): tf.Tensor2D {
 }
 
 /**
- * log Z per row, Z = Σ_j exp(seen_j) + exp(extra), with the softmax as its gradient. Built on WASM's softmax
- * kernel, which runs ~7× faster than its exp: the row's largest probability is exp(0)/Σ, so Σ comes for free.
+ * log Σ_j exp(x_ij) per row, with the softmax as its gradient. Built on WASM's softmax kernel, which runs ~7× faster
+ * than its exp: the row's largest probability is exp(0)/Σ, so Σ comes for free. Entries of −∞ weigh nothing.
  */
-const logPartition = tf.customGrad((seenInput, extraInput, save) => {
-  const [seen, extra] = [seenInput as tf.Tensor2D, extraInput as tf.Tensor1D];
-  const probabilities = tf.softmax(seen);
-  const seenLogZ = tf.sub(tf.max(seen, 1), tf.log(tf.max(probabilities, 1)));
-  const shift = tf.maximum(seenLogZ, extra);
-  const value = tf.add(shift, tf.log(tf.add(tf.exp(tf.sub(seenLogZ, shift)), tf.exp(tf.sub(extra, shift))))) as tf.Tensor1D;
-  (save as tf.GradSaveFunc)([probabilities, seenLogZ, extra, value]);
+const logSumExp = tf.customGrad((input, save) => {
+  const x = input as tf.Tensor2D;
+  const probabilities = tf.softmax(x);
+  const value = tf.sub(tf.max(x, 1), tf.log(tf.max(probabilities, 1))) as tf.Tensor1D;
+  (save as tf.GradSaveFunc)([probabilities]);
+  return { value, gradFunc: (dy: tf.Tensor1D, [p]: tf.Tensor[]) => tf.mul(p, tf.expandDims(dy, 1)) };
+}) as (x: tf.Tensor2D) => tf.Tensor1D;
+
+/** log(1 − e^x) for x < 0, exact near 0 (TF.js has no gradient for expm1: given here, −1/expm1(−x)). */
+const logOneMinusExp = tf.customGrad((input, save) => {
+  const x = input as tf.Tensor1D;
+  (save as tf.GradSaveFunc)([x]);
   return {
-    value,
-    gradFunc: (dy: tf.Tensor1D, [p, sLogZ, e, logZ]: tf.Tensor[]) => [
-      tf.mul(p, tf.expandDims(tf.mul(dy, tf.exp(tf.sub(sLogZ, logZ))), 1)),
-      tf.mul(dy, tf.exp(tf.sub(e, logZ))),
-    ],
+    value: tf.log(tf.neg(tf.expm1(x))) as tf.Tensor1D,
+    gradFunc: (dy: tf.Tensor1D, [saved]: tf.Tensor[]) => tf.div(tf.neg(dy), tf.expm1(tf.neg(saved))),
   };
-}) as (seen: tf.Tensor2D, extra: tf.Tensor1D) => tf.Tensor1D;
+}) as (x: tf.Tensor1D) => tf.Tensor1D;
 
 /** seen[i, column[i]] per row, given flat indices i·|S| + column[i]; the gradient scatters back (no one-hot). */
 function pickColumns(seen: tf.Tensor2D, flatIndices: tf.Tensor1D): tf.Tensor1D {
@@ -154,10 +167,9 @@ export function attentionQueries(inputs: NetworkInputs, w: NetworkWeights): { qu
 }
 
 /**
- * The network's inputs → logits, attention included. The remainder logit is log E_u[exp(u·z)] = ‖z‖²/(2d) for an
- * unembedding row u ~ N(0, I/d): what an average unseen token would score, so the distribution over the whole
- * vocabulary stays consistent as tokens move from unseen to seen. (With z RMS-normalised it is the constant
- * outputRms²/2.)
+ * The network's inputs → logits, attention included: the active vocabulary's (frozen rows plus the LoRA), and the
+ * output grid's rows and columns, whose sums are the unseen ids' logits. A token's adapter columns start at zero,
+ * so it scores the same before and after it joins the active vocabulary.
  */
 export function outputLogits(inputs: NetworkInputs, w: NetworkWeights): OutputLogits {
   const { query, keyQuery } = attentionQueries(inputs, w);
@@ -174,15 +186,29 @@ export function logitsOfAttended(inputs: NetworkInputs, attendedValues: tf.Tenso
   const z = rmsNormalize(tf.add(mlpState, frozenMatMul(attended, w.residualWeights)), BASE_DIMS.outputRms);
   const frozenLogits = frozenMatMul(z, w.unembedding);
   const seen = w.adapter.has('unembedB') ? adapted(frozenLogits, z, lora('unembedA'), lora('unembedB'), w.scale) : frozenLogits;
-  const remainder = tf.div<tf.Tensor1D>(tf.sum(tf.square(z), 1), 2 * BASE_DIMS.embedding);
-  return { seen, remainder };
+  return { seen, frozenSeen: frozenLogits, rows: frozenMatMul(z, w.grid.rows), columns: frozenMatMul(z, w.grid.columns) };
 }
 
-/** log Z per row, Z = Σ_{s∈S} exp(seen_s) + unseenCount·exp(remainder). */
-export function logNormalizer(logits: OutputLogits, unseenCount: number): tf.Tensor1D {
-  const remainderMass =
-    unseenCount > 0 ? tf.add<tf.Tensor1D>(logits.remainder, Math.log(unseenCount)) : tf.fill([logits.remainder.shape[0]], -Infinity);
-  return logPartition(logits.seen, remainderMass as tf.Tensor1D);
+/** log Σ over every id of the grid of exp(rows_i + columns_j), per row: the frozen logits' total, in closed form. */
+function logGridTotal(rows: tf.Tensor2D, columns: tf.Tensor2D, shape: GridShape): tf.Tensor1D {
+  const full = tf.add<tf.Tensor1D>(logSumExp(tf.slice(rows, [0, 0], [-1, shape.fullRows])), logSumExp(columns));
+  if (shape.partialColumns === 0) return full;
+  const lastRow = tf.reshape(tf.slice(rows, [0, shape.fullRows], [-1, 1]), [-1]);
+  const partial = tf.add<tf.Tensor1D>(lastRow, logSumExp(tf.slice(columns, [0, 0], [-1, shape.partialColumns])));
+  return logSumExp(tf.concat([tf.expandDims<tf.Tensor2D>(full, 1), tf.expandDims<tf.Tensor2D>(partial, 1)], 1));
+}
+
+/**
+ * log Z per row, Z = Σ_{s∈S} exp(seen_s) + Σ_{t∉S} exp(frozen_t): the softmax over the whole vocabulary. The unseen
+ * sum is the grid's total less the seen tokens' frozen part, so a token joining S moves its term, changing nothing.
+ */
+export function logNormalizer(logits: OutputLogits, w: Pick<NetworkWeights, 'grid' | 'unseenCount'>): tf.Tensor1D {
+  if (w.unseenCount === 0) return logSumExp(logits.seen);
+  const logTotal = logGridTotal(logits.rows, logits.columns, w.grid.shape);
+  // log(total − seen) = log total + log(1 − e^x), x = log seen − log total < 0 (clamped against rounding).
+  const x = tf.minimum<tf.Tensor1D>(tf.sub(logSumExp(logits.frozenSeen), logTotal), -1e-12);
+  const logUnseen = tf.add<tf.Tensor1D>(logTotal, logOneMinusExp(x));
+  return logSumExp(tf.concat([logits.seen, tf.expandDims<tf.Tensor2D>(logUnseen, 1)], 1));
 }
 
 /** log p of each row's target, given as its active-vocabulary row. */
@@ -193,11 +219,17 @@ export function targetLogprobs(inputs: NetworkInputs, targetRows: Int32Array, w:
     Int32Array.from(targetRows, (row, i) => i * columns + row),
     'int32',
   );
-  return tf.sub(pickColumns(logits.seen, flatIndices), logNormalizer(logits, w.unseenCount));
+  return tf.sub(pickColumns(logits.seen, flatIndices), logNormalizer(logits, w));
 }
 
-/** log p of every active-vocabulary token (N × |S|) and of each single unseen token (N). */
-export function nextTokenLogprobs(logits: OutputLogits, unseenCount: number): { seen: tf.Tensor2D; unseen: tf.Tensor1D } {
-  const logZ = logNormalizer(logits, unseenCount);
-  return { seen: tf.sub(logits.seen, tf.expandDims(logZ, 1)), unseen: tf.sub(logits.remainder, logZ) };
+/**
+ * log p of every active-vocabulary token (N × |S|), and the grid's terms for the unseen ones: unseen token (i, j)
+ * has log p = rows_i + columns_j, with log Z already taken off the rows (N × rows, N × columns).
+ */
+export function nextTokenLogprobs(
+  logits: OutputLogits,
+  w: Pick<NetworkWeights, 'grid' | 'unseenCount'>,
+): { seen: tf.Tensor2D; rows: tf.Tensor2D; columns: tf.Tensor2D } {
+  const logZ = tf.expandDims(logNormalizer(logits, w), 1);
+  return { seen: tf.sub(logits.seen, logZ), rows: tf.sub(logits.rows, logZ), columns: logits.columns };
 }

@@ -11,6 +11,8 @@ export interface LearnerState {
   /** What the adapter was trained against; a state only loads into a learner with the same values. */
   model: { vocabSize: number; seed: number; loraRank: number; loraAlpha: number; trainUnembed: boolean; architecture: string };
   step: number;
+  /** Optimizer steps these weights went through without a gradient (absent in states saved before it was counted: 0). */
+  emptySteps?: number;
   /** Active vocabulary in row order. */
   vocabulary: number[];
   adapter: Partial<Record<AdapterParameter, string>>;
@@ -25,6 +27,7 @@ interface StateOptions extends AdapterLayout {
 
 export interface DecodedState {
   step: number;
+  emptySteps: number;
   vocabulary: number[];
   adapter: ParameterSet;
   moments?: AdamMoments;
@@ -32,18 +35,20 @@ export interface DecodedState {
 
 /**
  * Changes whenever the base model's shape changes, so old adapters are refused rather than misread (states from
- * before attention pooling, `mlp-d64-h256-rms2-decays0.5,0.85,0.97`, fail on this field with both values named).
+ * before attention pooling, `mlp-d64-h256-rms2-decays0.5,0.85,0.97`, or before the output grid, fail on this field
+ * with both values named).
  */
 const ARCHITECTURE =
   `mlp-d${BASE_DIMS.embedding}-h${BASE_DIMS.hidden}-rms${BASE_DIMS.outputRms}-decays${DECAY_RATES.join(',')}` +
   `-attn${ATTENTION.heads}x${ATTENTION.keyWidth}k${ATTENTION.valueWidth}v-w${ATTENTION.window}-q${ATTENTION.queryScale}-cap${ATTENTION.scoreCap}` +
-  `-arms${ATTENTION.attendedRms}-keylora-residual`;
+  `-arms${ATTENTION.attendedRms}-keylora-residual-unembedgrid`;
 
 export function encodeState(options: StateOptions, state: DecodedState): LearnerState {
   return {
     format: STATE_FORMAT,
     model: modelOf(options),
     step: state.step,
+    emptySteps: state.emptySteps,
     vocabulary: state.vocabulary,
     adapter: encodeSet(state.adapter),
     ...(state.moments && { optimizer: { first: encodeSet(state.moments.first), second: encodeSet(state.moments.second) } }),
@@ -61,6 +66,8 @@ export function decodeState(state: LearnerState, options: StateOptions): Decoded
       fail(`was made for ${key} = ${String(state.model?.[key])}, this learner has ${String(expected[key])}`);
   }
   if (!Number.isSafeInteger(state.step) || state.step < 0) fail(`step must be an integer ≥ 0, got ${String(state.step)}`);
+  const emptySteps = state.emptySteps ?? 0;
+  if (!Number.isSafeInteger(emptySteps) || emptySteps < 0) fail(`emptySteps must be an integer ≥ 0, got ${String(state.emptySteps)}`);
   const vocabulary = state.vocabulary;
   if (!Array.isArray(vocabulary) || !vocabulary.every((id) => Number.isInteger(id) && id >= 0 && id < options.vocabSize)) {
     fail('vocabulary must be an array of token ids of this model');
@@ -79,6 +86,7 @@ export function decodeState(state: LearnerState, options: StateOptions): Decoded
     );
   return {
     step: state.step,
+    emptySteps,
     vocabulary,
     adapter: decodeSet(state.adapter, 'adapter'),
     moments: state.optimizer && {

@@ -44,8 +44,14 @@ const OPERATION_KINDS: readonly OperationKind[] = [
   'inference-checkpoint',
 ];
 
+/** Together has no preempted state: a reclaimed GPU reads as any other resource failure. */
+function resourceErrorCode(code: string): string {
+  return `MODEL_RESOURCES_ERROR_CODE_${code === 'PREEMPTED' ? 'RESOURCE_UNAVAILABLE' : code}`;
+}
+
 function resourceJson(engine: Engine, r: ResourceRecord): Record<string, unknown> {
   const expires = engine.expiresAt(r);
+  const queuePosition = engine.queuePosition(r);
   return {
     id: r.id,
     base_model: r.model.name,
@@ -57,11 +63,12 @@ function resourceJson(engine: Engine, r: ResourceRecord): Record<string, unknown
     lora_enabled: r.loraEnabled,
     optimizer_config: r.extra.optimizer_config ?? { adam: {} },
     status: `MODEL_RESOURCES_STATUS_${r.status}`,
-    status_details: r.status === 'PENDING' ? { queue_position: 0 } : {},
+    // Set while the create waits in the capacity queue; 0 once it waits only for its pods.
+    status_details: r.status === 'PENDING' ? { queue_position: queuePosition ?? 0 } : {},
     ...(r.extra.base_weights_ref ? { base_weights_ref: r.extra.base_weights_ref } : {}),
     ...(expires !== undefined ? { expires_at: iso(expires) } : {}),
     ...(r.error
-      ? { error: { code: `MODEL_RESOURCES_ERROR_CODE_${r.error.code}`, message: r.error.message, occurred_at: iso(r.error.occurredAt) } }
+      ? { error: { code: resourceErrorCode(r.error.code), message: r.error.message, occurred_at: iso(r.error.occurredAt) } }
       : {}),
   };
 }

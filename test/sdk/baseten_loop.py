@@ -21,7 +21,7 @@ import zlib
 import httpx
 from baseten.loops import AdamParams, Datum, ModelInput, SamplingParams, ServiceClient, TensorData
 
-BASE_MODEL = "roundhouse/tiny-chat"  # the emulator's own model: vocabulary 4096, EOS ids 0 and 2
+BASE_MODEL = "Qwen/Qwen3.5-2B"  # the guide's model (the emulator serves it with Qwen3.5's 248,320-id vocabulary)
 BOS, EOS, SEP = 1, 2, 3
 LABELS = {"access": 11, "billing": 12}
 TOKEN_LABELS = {v: k for k, v in LABELS.items()}

@@ -15,7 +15,7 @@ from together.post_training import ModelResourcesClient
 
 BASE_URL = os.environ["TOGETHER_BASE_URL"]
 API_KEY = os.environ["TOGETHER_API_KEY"]
-MODEL = os.environ.get("TOGETHER_BASE_MODEL", "roundhouse/tiny-chat")
+MODEL = os.environ.get("TOGETHER_BASE_MODEL", "Qwen/Qwen3.8-27B")  # the model of Together's training-loop guide
 STEPS = 15
 
 

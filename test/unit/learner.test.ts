@@ -107,21 +107,25 @@ describe('loss and logprobs', () => {
     expect(learner.nextTokenDistribution(context).unseenCount).toBe(0);
   });
 
-  test('over a 152K vocabulary, seen tokens plus the shared remainder make one proper distribution', async () => {
+  test('over a 152K vocabulary, seen tokens plus every unseen id make one proper distribution', async () => {
     const learner = await newLearner();
     train(learner, memorisationSet(1), 5); // seen tokens now carry real mass
     const context = [101, 2002, 30_003];
     const dist = learner.nextTokenDistribution(context);
     const seenMass = dist.seen.reduce((sum, s) => sum + Math.exp(s.logprob), 0);
     expect(dist.unseenCount).toBe(QWEN_VOCAB - dist.seen.length);
-    expect(seenMass + dist.unseenCount * Math.exp(dist.unseenLogprob)).toBeCloseTo(1, 4);
+    expect(seenMass + dist.unseenMass).toBeCloseTo(1, 4);
     // The same numbers come back through promptLogprobs for a seen token…
     const seenToken = dist.seen[dist.seen.length - 1];
     expect(learner.promptLogprobs([...context, seenToken.tokenId])[3]).toBeCloseTo(seenToken.logprob, 4);
-    // …and through sampling for an unseen one (the remainder class holds most of the mass of a fresh context).
+    // …and through sampling for an unseen one (the unseen ids hold most of the mass of a fresh context)…
     const [drawn] = learner.sample(context, { maxTokens: 1, temperature: 1, seed: 5 }, 1);
-    expect(dist.seen.some((s) => s.tokenId === drawn.tokens[0])).toBe(false);
-    expect(drawn.logprobs[0]).toBeCloseTo(dist.unseenLogprob, 4);
+    const token = drawn.tokens[0];
+    expect(dist.seen.some((s) => s.tokenId === token)).toBe(false);
+    expect(drawn.logprobs[0]).toBeCloseTo(dist.logprobOf(token), 4);
+    // …and scoring it, which adds it to the seen tokens, gives it the same probability and changes no other.
+    expect(learner.promptLogprobs([...context, token])[3]).toBeCloseTo(drawn.logprobs[0], 4);
+    expect(learner.promptLogprobs([...context, seenToken.tokenId])[3]).toBeCloseTo(seenToken.logprob, 4);
   });
 });
 
@@ -229,7 +233,7 @@ describe('optimizer', () => {
 
   test('optimStep with nothing accumulated still counts a step', async () => {
     const learner = await newLearner();
-    expect(learner.optimStep(adam())).toEqual({ step: 1, gradNorm: 0 });
+    expect(learner.optimStep(adam())).toEqual({ step: 1, gradNorm: 0, empty: true });
     expect(learner.step).toBe(1);
   });
 });
