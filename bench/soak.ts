@@ -124,7 +124,7 @@ export async function runSoak(options: {
         baseUrl: emulator.url,
         campaignId,
         dir,
-        limit: 48,
+        limit: 8,
         tickets: variant.kind === 'dpo',
         pairs: false,
         yaml: `${KIND_YAML[variant.kind]}\nadvanced: { heartbeatTimeoutSeconds: 2, maxRecoveries: 10 }`,
