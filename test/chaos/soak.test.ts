@@ -1,0 +1,35 @@
+import { runSoak } from '../../bench/soak';
+import { connectTestTemporal, type TestTemporal } from '../helpers/temporal';
+
+// The short soak (`npm run soak` runs 100): randomized rounds of every kind and dialect under worker SIGKILLs,
+// transport faults and provider faults, each checked against the emulator's ledger.
+let temporal: TestTemporal;
+
+beforeAll(async () => {
+  temporal = await connectTestTemporal();
+});
+
+afterAll(async () => {
+  await temporal?.close();
+});
+
+test('10 randomized rounds under SIGKILLs, transport and provider faults: all complete with exact steps, none empty, nothing active', async () => {
+  const f = await runSoak({
+    client: temporal.client,
+    temporalAddress: process.env.TEMPORAL_ADDRESS!,
+    rounds: 10,
+    seed: 4,
+    log: (line) => process.stderr.write(`[soak] ${line}\n`),
+  });
+  process.stderr.write(`[soak] ${JSON.stringify({ ...f, failures: f.failures.length })}\n`);
+  expect(f.failures).toEqual([]);
+  expect(f).toMatchObject({
+    rounds: 10,
+    completed: 10,
+    stepsExact: 10,
+    recordedOnce: 10,
+    emptyStepsInKeptWeights: 0,
+    resourcesLeftActive: 0,
+  });
+  expect(f.faultsInjected).toBeGreaterThan(0);
+}, 600_000);
