@@ -12,6 +12,7 @@ import { atBoundary } from './failures';
 import { writeJsonAtomic } from './files';
 import { lineageParts, roundKey } from '../config/keys';
 import { createPreparer, type PreparedPairs } from './prepare';
+import type { PhaseInput } from './round';
 import { trainSegmentOf, type SegmentContext, type SegmentInput, type SegmentResult, type StepKind } from './segment';
 
 /**
@@ -180,17 +181,7 @@ export function createDpoActivities(deps: ActivityDeps) {
     },
 
     /** Preference accuracy, mean margin and DPO loss of the eval pairs under the current weights (forward only). */
-    async evaluateDpo(input: {
-      campaignId: string;
-      round: number;
-      label: string;
-      lineage?: number;
-      spec: RoundSpec;
-      data: SegmentInput['data'];
-      sessionId: string;
-      referencePath: string;
-      outputPath?: string;
-    }): Promise<DpoEvaluation> {
+    async evaluateDpo(input: PhaseInput & { referencePath: string; outputPath?: string }): Promise<DpoEvaluation> {
       const provider = await deps.providerFor(input.spec.provider);
       return atBoundary(async () => {
         const p = await preparedPairs(input.spec, input.data);

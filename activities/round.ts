@@ -38,6 +38,18 @@ export interface ProvisionedTrainer {
   readyAtMs: number;
 }
 
+/** What a forward-only pass over the round's data needs: whose keys (`label`, and the lineage after a rollback). */
+export interface PhaseInput {
+  campaignId: string;
+  round: number;
+  label: string;
+  /** After a rollback: the lineage its keys carry. */
+  lineage?: number;
+  spec: RoundSpec;
+  data: SegmentInput['data'];
+  sessionId: string;
+}
+
 export function createRoundActivities(deps: ActivityDeps) {
   const { prepared, preparedPairs } = createPreparer(deps);
 
@@ -75,17 +87,7 @@ export function createRoundActivities(deps: ActivityDeps) {
     },
 
     /** Cross-entropy of the answers of a dataset, forward only (no gradient): the baseline and trained loss. */
-    async measureLoss(input: {
-      campaignId: string;
-      round: number;
-      label: string;
-      /** After a rollback: the lineage its keys carry. */
-      lineage?: number;
-      spec: RoundSpec;
-      data: SegmentInput['data'];
-      sessionId: string;
-      which: 'train' | 'eval';
-    }): Promise<{ lossSum: number; tokens: number; perToken: number }> {
+    async measureLoss(input: PhaseInput & { which: 'train' | 'eval' }): Promise<{ lossSum: number; tokens: number; perToken: number }> {
       const provider = await deps.providerFor(input.spec.provider);
       return atBoundary(async () => {
         const p = await prepared(input.spec, input.data);
