@@ -4,6 +4,7 @@ import { ApplicationFailure } from '@temporalio/common';
 import {
   ACQUIRE_GATE_UPDATE,
   GATE_BUSY,
+  NOTE_LISTING_UPDATE,
   PROVISION_GATE_WORKFLOW,
   RELEASE_GATE_UPDATE,
   provisionGateWorkflowId,
@@ -14,6 +15,7 @@ import type {
   AcquireGateRequest,
   AcquireGateResult,
   GateLease,
+  NoteListingRequest,
   OthersSince,
   ReleaseGateRequest,
 } from '../workflows/provision-gate-contract';
@@ -36,6 +38,8 @@ export class ProvisionGateHold {
     readonly lease: GateLease,
     /** Given the caller's earlier lease: what other owners created under their grants since. */
     readonly othersSince: OthersSince | undefined,
+    /** A lease taken back by the same owner: the listing its earlier attempt noted before creating. */
+    readonly listing: string[] | undefined,
   ) {}
 
   /** Waits in line until the gate is the owner's (at once if it holds it already), starting the gate if need be. */
@@ -64,7 +68,15 @@ export class ProvisionGateHold {
           { args: [request], startWorkflowOperation },
         );
         if (result.granted) {
-          const hold = new ProvisionGateHold(client, workflowId, options.owner, options.leaseSeconds, result.lease, result.othersSince);
+          const hold = new ProvisionGateHold(
+            client,
+            workflowId,
+            options.owner,
+            options.leaseSeconds,
+            result.lease,
+            result.othersSince,
+            result.listing,
+          );
           hold.keepAlive();
           return hold;
         }
@@ -83,6 +95,16 @@ export class ProvisionGateHold {
    */
   static async settle(client: Client, gate: ProvisionGateKey, request: ReleaseGateRequest): Promise<void> {
     return settle(client, provisionGateWorkflowId(gate), request);
+  }
+
+  /**
+   * Keeps the listing made before creating on the grant (an update: durable once it returns). A heartbeat is
+   * throttled, so a worker killed right after creating may never have sent its listing; a retry gets this one back.
+   */
+  async noteListing(listing: string[]): Promise<void> {
+    await this.client.workflow
+      .getHandle(this.workflowId)
+      .executeUpdate<boolean, [NoteListingRequest]>(NOTE_LISTING_UPDATE, { args: [{ owner: this.owner, lease: this.lease, listing }] });
   }
 
   /** Releases the gate, saying what was created under the lease (`undefined`: certainly nothing). */

@@ -189,10 +189,17 @@ async function createOrAdopt(
     const own = (before: string[], untaggedAreMine: boolean, claimedByOthers: string[] = []) =>
       adoptOwnResource(provider, { before, model, ownerTag: input.ownerTag, untaggedAreMine, claimedByOthers });
     let resourceId: string | undefined;
+    // An earlier attempt of this round that listed under this very grant (the gate held throughout, so nobody else
+    // created since) noted its listing on the gate: it stands in for a heartbeat that never arrived.
+    const sameGrant = gate?.listing !== undefined && (!beat.gate || beat.gate.generation === gate.lease.generation);
+    if (sameGrant && gate?.listing) {
+      beat.before = gate.listing;
+      beat.gate = gate.lease;
+    }
     if (beat.before) {
       // An earlier attempt listed and may have created. Untagged, its resource is provably its own only if every
       // other round that held the gate since said what it created.
-      const proven = gate?.othersSince !== undefined && !gate.othersSince.uncertain;
+      const proven = sameGrant || (gate?.othersSince !== undefined && !gate.othersSince.uncertain);
       resourceId = await own(beat.before, proven, gate?.othersSince?.claimed);
       if (!resourceId && gate && !proven) {
         log.warn('an earlier provisioning attempt cannot be told apart from other rounds; creating anew', {
@@ -205,6 +212,7 @@ async function createOrAdopt(
       if (gate || !beat.before) {
         beat.before = (await provider.listOwnedResources({ activeOnly: true })).map((r) => r.id);
         beat.gate = gate?.lease;
+        await gate?.noteListing(beat.before);
         heartbeat();
       }
       try {

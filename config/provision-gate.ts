@@ -8,6 +8,7 @@
 export const PROVISION_GATE_WORKFLOW = 'provisionGateWorkflow';
 export const ACQUIRE_GATE_UPDATE = 'acquireProvisionGate';
 export const RELEASE_GATE_UPDATE = 'releaseProvisionGate';
+export const NOTE_LISTING_UPDATE = 'noteProvisionListing';
 /** The failure type of an acquire the gate rejects because another owner holds it: ask again shortly. */
 export const GATE_BUSY = 'ProvisionGateBusy';
 

@@ -1,5 +1,5 @@
 import { defineQuery, defineUpdate } from '@temporalio/workflow';
-import { ACQUIRE_GATE_UPDATE, RELEASE_GATE_UPDATE } from '../config/provision-gate';
+import { ACQUIRE_GATE_UPDATE, NOTE_LISTING_UPDATE, RELEASE_GATE_UPDATE } from '../config/provision-gate';
 
 /** One grant of the gate: `epoch` names this gate's life (a gate started anew has another), `generation` the grant. */
 export interface GateLease {
@@ -32,7 +32,14 @@ export interface OthersSince {
 }
 
 export type AcquireGateResult =
-  { granted: true; lease: GateLease; othersSince?: OthersSince } | { granted: false; holder?: string; waiting: number };
+  { granted: true; lease: GateLease; othersSince?: OthersSince; listing?: string[] } | { granted: false; holder?: string; waiting: number };
+
+/** The holder's listing before it creates, kept by the gate (durable, unlike a throttled heartbeat). */
+export interface NoteListingRequest {
+  owner: string;
+  lease: GateLease;
+  listing: string[];
+}
 
 export interface ReleaseGateRequest {
   owner: string;
@@ -48,6 +55,8 @@ export interface GateGrant {
   /** Its owner said what it created (`resourceId`, or nothing): false while held, and for a lease that ran out. */
   settled: boolean;
   resourceId?: string;
+  /** The account's resources its holder listed before creating: a retried attempt of the same owner gets it back. */
+  listing?: string[];
 }
 
 /** The gate's state: what continue-as-new carries (waiters are not carried: their updates finish first). */
@@ -70,4 +79,5 @@ export interface ProvisionGateInput {
 
 export const acquireGateUpdate = defineUpdate<AcquireGateResult, [AcquireGateRequest]>(ACQUIRE_GATE_UPDATE);
 export const releaseGateUpdate = defineUpdate<boolean, [ReleaseGateRequest]>(RELEASE_GATE_UPDATE);
+export const noteListingUpdate = defineUpdate<boolean, [NoteListingRequest]>(NOTE_LISTING_UPDATE);
 export const provisionGateStateQuery = defineQuery<ProvisionGateState & { waiting: string[] }>('provisionGateState');

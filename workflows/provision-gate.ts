@@ -3,6 +3,7 @@ import { GATE_BUSY } from '../config/provision-gate';
 import {
   acquireGateUpdate,
   provisionGateStateQuery,
+  noteListingUpdate,
   releaseGateUpdate,
   type AcquireGateRequest,
   type AcquireGateResult,
@@ -10,6 +11,7 @@ import {
   type OthersSince,
   type ProvisionGateInput,
   type ProvisionGateState,
+  type NoteListingRequest,
   type ReleaseGateRequest,
 } from './provision-gate-contract';
 
@@ -34,7 +36,12 @@ export async function provisionGateWorkflow(input: ProvisionGateInput = {}): Pro
       if (!request.renewOnly && gate.mayTake(request.owner, Date.now())) gate.take(request.owner, leaseMs, Date.now());
       if (!gate.holds(request.owner, Date.now())) return gate.refusal();
       const lease = gate.renew(request.owner, leaseMs, Date.now());
-      return { granted: true, lease, othersSince: request.since && gate.othersSince(request.owner, request.since) };
+      return {
+        granted: true,
+        lease,
+        othersSince: request.since && gate.othersSince(request.owner, request.since),
+        listing: gate.listingOf(lease.generation),
+      };
     },
     {
       // A busy gate rejects in the validator: a waiter's poll costs no history and holds no in-flight update (the
@@ -52,6 +59,7 @@ export async function provisionGateWorkflow(input: ProvisionGateInput = {}): Pro
     },
   );
   setHandler(releaseGateUpdate, (request) => gate.release(request, Date.now()), { validator: validateRelease });
+  setHandler(noteListingUpdate, (request) => gate.noteListing(request, Date.now()), { validator: validateRelease });
   setHandler(provisionGateStateQuery, () => gate.snapshot());
 
   const idleMs = (input.idleMinutes ?? 60) * 60_000;
@@ -124,6 +132,19 @@ class ProvisionGate {
       this.s.holder = undefined;
       this.changed(nowMs);
     }
+  }
+
+  /** The holder's listing before it creates, on its grant. */
+  noteListing(request: NoteListingRequest, nowMs: number): boolean {
+    const grant = this.s.grants.find((g) => g.generation === request.lease.generation && g.owner === request.owner);
+    if (request.lease.epoch !== this.s.epoch || !grant || grant.settled) return false;
+    grant.listing = request.listing;
+    this.changed(nowMs);
+    return true;
+  }
+
+  listingOf(generation: number): string[] | undefined {
+    return this.s.grants.find((g) => g.generation === generation && !g.settled)?.listing;
   }
 
   /** Settles a grant with what its owner created (late too: a lease that ran out), and frees the gate if it is held. */

@@ -4,6 +4,8 @@ import path from 'node:path';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import type { Worker } from '@temporalio/worker';
 import { createActivities } from '../../activities';
+import { ProvisionGateHold } from '../../activities/provision-gate';
+import { ownerTagFor } from '../../config/owner-tag';
 import { readStepRecords, type SegmentInput } from '../../activities/segment';
 import { ProviderRegistry } from '../../workers/providers';
 import { createRoundhouseWorker } from '../../workers/worker';
@@ -118,4 +120,29 @@ test('a provider step counter outside the segment fails loudly instead of traini
   const env = new MockActivityEnvironment();
   await expect(run(env, activities.trainSegment, segment)).rejects.toMatchObject({ type: 'StepCounterMismatch', nonRetryable: true });
   expect((await ledger(emulator)).sessions.find((s) => s.id === session.sessionId)!.optimizerSteps).toBe(3);
+});
+
+test('a provisioning attempt killed right after its create, before its heartbeat arrived: the retry adopts that trainer from the listing noted on the gate, and creates none', async () => {
+  const owner = `round-gate-note-${Date.now().toString(36)}`;
+  const input = ticketRoundInput({ baseUrl: emulator.url, campaignId: owner, trainRows: 16, evalRows: 4 });
+  const provider = await providers.providerFor(input.spec.provider);
+  const model = input.spec.provider.model;
+  const gate = { taskQueue, provider: provider.kind, account: provider.account, model };
+  // The first attempt takes the gate, lists, notes its listing on the gate, creates… and dies (no heartbeat, no release).
+  const hold = await ProvisionGateHold.acquire(temporal.client, { gate, owner, leaseSeconds: 60 });
+  const before = (await provider.listOwnedResources({ activeOnly: true })).map((r) => r.id);
+  await hold.noteListing(before);
+  const created = (await provider.provision({ model, ownerTag: ownerTagFor(owner), generatorReplicas: 1, inactiveTimeoutSeconds: 1800 }))
+    .id;
+  hold.abandon();
+
+  const retry = new MockActivityEnvironment(
+    { taskQueue, attempt: 2, workflowExecution: { workflowId: owner, runId: 'run-1' } },
+    { client: temporal.client },
+  );
+  const trainer = await run(retry, createActivities(providers).provisionTrainer, { spec: input.spec, ownerTag: ownerTagFor(owner) });
+  expect(trainer.resourceId).toBe(created);
+  const after = (await ledger(emulator)).resources.filter((r) => !before.includes(r.id));
+  expect(after.map((r) => r.id)).toEqual([created]); // nothing created twice
+  await provider.deactivate(created);
 });
