@@ -102,9 +102,14 @@ export class ProvisionGateHold {
    * throttled, so a worker killed right after creating may never have sent its listing; a retry gets this one back.
    */
   async noteListing(listing: string[]): Promise<void> {
-    await this.client.workflow
-      .getHandle(this.workflowId)
-      .executeUpdate<boolean, [NoteListingRequest]>(NOTE_LISTING_UPDATE, { args: [{ owner: this.owner, lease: this.lease, listing }] });
+    try {
+      await this.client.workflow
+        .getHandle(this.workflowId)
+        .executeUpdate<boolean, [NoteListingRequest]>(NOTE_LISTING_UPDATE, { args: [{ owner: this.owner, lease: this.lease, listing }] });
+    } catch (err) {
+      // Best effort: a gate still run by an older worker has no such update (a rolling deploy); the heartbeat remains.
+      log.warn('could not note the listing on the provision gate', { owner: this.owner, error: String(err) });
+    }
   }
 
   /** Releases the gate, saying what was created under the lease (`undefined`: certainly nothing). */
