@@ -1,4 +1,4 @@
-import { Context, log } from '@temporalio/activity';
+import { Context, log, sleep } from '@temporalio/activity';
 import { RoundhouseFailure } from '../config/failures';
 import { ownerOfTag } from '../config/owner-tag';
 import type { ProvisionGateKey } from '../config/provision-gate';
@@ -10,6 +10,7 @@ import type { ActivityDeps } from './deps';
 import { atBoundary } from './failures';
 import { ProvisionGateHold } from './provision-gate';
 import { recordResource } from './metrics';
+import { CapacityWatch } from './capacity';
 
 /**
  * The trainer's lifecycle: provisioned (an unanswered create is adopted by listing, only if provably this round's;
@@ -20,6 +21,8 @@ export interface ProvisionedTrainer {
   resourceId: string;
   /** When it was seen ready (ms since epoch). */
   readyAtMs: number;
+  /** Set when the provider had no GPUs at first: how long provisioning waited, and how many creates it took. */
+  capacityWait?: { creates: number; waitedMs: number };
 }
 
 export function createTrainerActivities(deps: ActivityDeps) {
@@ -28,40 +31,79 @@ export function createTrainerActivities(deps: ActivityDeps) {
      * Creates the trainer and waits until it is ready. An attempt that died after the create (its response unseen)
      * leaves what it listed before in its heartbeat, and the next attempt adopts the new resource, never creating a
      * second one, but only if it is provably this round's (see createOrAdopt). The id is in the heartbeat before
-     * the wait for readiness.
+     * the wait for readiness. A create the provider gives up on for want of capacity is made again, with backoff,
+     * until `advanced.provisionTimeoutMinutes` after the first; meanwhile the round hears that it waits (and its
+     * place in the queue, where the provider tells it).
      */
     async provisionTrainer(input: { spec: RoundSpec; ownerTag: string }): Promise<ProvisionedTrainer> {
       const provider = await deps.providerFor(input.spec.provider);
       const context = Context.current();
       const beat: ProvisionBeat = { ...(context.info.heartbeatDetails as ProvisionBeat | undefined) };
+      beat.startedAtMs ??= Date.now();
+      const deadlineMs = beat.startedAtMs + input.spec.advanced.provisionTimeoutMinutes * 60_000;
       const heartbeat = () => context.heartbeat(beat);
+      const capacity = new CapacityWatch(context.client, context.info.workflowExecution, beat.startedAtMs, (beat.capacityRetries ?? 0) + 1);
       return atBoundary(
         async () => {
           heartbeat();
           const timer = setInterval(heartbeat, 1000);
           try {
-            if (!beat.resourceId) beat.resourceId = await createOrAdopt(provider, input, beat, heartbeat);
-            else if (beat.gate && !provider.tagsResourcesAtCreate) {
-              // The earlier attempt recorded its trainer; its release may not have reached the gate.
-              await ProvisionGateHold.settle(context.client, gateKey(provider, input.spec), {
-                owner: gateOwner(input.ownerTag),
-                lease: beat.gate,
-                resourceId: beat.resourceId,
-              });
+            for (;;) {
+              if (!beat.resourceId) beat.resourceId = await createOrAdopt(provider, input, beat, heartbeat);
+              else if (beat.gate && !provider.tagsResourcesAtCreate) {
+                // The earlier attempt recorded its trainer; its release may not have reached the gate.
+                await ProvisionGateHold.settle(context.client, gateKey(provider, input.spec), {
+                  owner: gateOwner(input.ownerTag),
+                  lease: beat.gate,
+                  resourceId: beat.resourceId,
+                });
+              }
+              const resourceId = beat.resourceId;
+              let queued = false;
+              try {
+                await provider.waitReady(resourceId, {
+                  timeoutMs: Math.max(0, deadlineMs - Date.now()),
+                  signal: context.cancellationSignal,
+                  onWait: (r) => {
+                    queued = r.queuePosition !== undefined;
+                    capacity.note(r);
+                  },
+                });
+              } catch (err) {
+                // Cancelled or failed after the create: the workflow may never hear the id, so release it here.
+                await provider.deactivate(resourceId).catch(() => undefined);
+                const noCapacity = err instanceof ProviderError && err.code === 'NO_CAPACITY';
+                const timedOut = err instanceof ProviderError && err.code === 'POLL_TIMEOUT';
+                if (!noCapacity && !(timedOut && (queued || capacity.creates > 1))) throw err;
+                const remainingMs = deadlineMs - Date.now();
+                if (timedOut || remainingMs <= 0) {
+                  capacity.clear();
+                  throw new RoundhouseFailure(
+                    'CapacityUnavailable',
+                    `no capacity for ${input.spec.provider.model} within advanced.provisionTimeoutMinutes (${input.spec.advanced.provisionTimeoutMinutes} min, ${capacity.creates} create${capacity.creates === 1 ? '' : 's'}); nothing is left active`,
+                    { resourceId },
+                  );
+                }
+                beat.capacityRetries = capacity.creates;
+                beat.resourceId = beat.before = beat.gate = undefined;
+                const backoffMs = capacityBackoffMs(capacity.creates, remainingMs);
+                log.info('no capacity for the trainer; creating again', { resourceId, creates: capacity.creates, backoffMs });
+                capacity.retrying();
+                heartbeat();
+                await sleep(backoffMs);
+                continue;
+              }
+              capacity.clear();
+              await capacity.flush();
+              recordResource('provisioned', { provider: input.spec.provider.kind });
+              return {
+                resourceId,
+                readyAtMs: Date.now(),
+                ...(capacity.creates > 1 || queued
+                  ? { capacityWait: { creates: capacity.creates, waitedMs: Date.now() - beat.startedAtMs! } }
+                  : {}),
+              };
             }
-            const resourceId = beat.resourceId;
-            try {
-              await provider.waitReady(resourceId, {
-                timeoutMs: input.spec.advanced.provisionTimeoutMinutes * 60_000,
-                signal: context.cancellationSignal,
-              });
-            } catch (err) {
-              // Cancelled or failed after the create: the workflow may never hear the id, so release it here.
-              await provider.deactivate(resourceId).catch(() => undefined);
-              throw err;
-            }
-            recordResource('provisioned', { provider: input.spec.provider.kind });
-            return { resourceId, readyAtMs: Date.now() };
           } finally {
             clearInterval(timer);
           }
@@ -157,6 +199,16 @@ interface ProvisionBeat {
   /** The provision-gate lease `before` was listed (or the trainer adopted) under. */
   gate?: GateLease;
   resourceId?: string;
+  /** When the first create of this provisioning was sent: `advanced.provisionTimeoutMinutes` counts from here. */
+  startedAtMs?: number;
+  /** Creates the provider gave up on for want of capacity so far. */
+  capacityRetries?: number;
+}
+
+/** Between creates the provider gave up on for want of capacity: 2 s doubling to a minute, jittered, within the limit. */
+function capacityBackoffMs(creates: number, remainingMs: number): number {
+  const base = Math.min(60_000, 2_000 * 2 ** Math.max(0, creates - 1));
+  return Math.max(0, Math.min(remainingMs, base * (0.5 + Math.random() / 2)));
 }
 
 /**

@@ -1,3 +1,4 @@
+import { describeWait } from '../config/capacity';
 import type { WorkflowHandle } from '@temporalio/client';
 import { campaignProgressQuery, type CampaignProgress } from '../workflows/campaign-contract';
 
@@ -27,6 +28,7 @@ export function renderProgress(p: CampaignProgress): string {
     lines.push(
       `  ${String(c.round).padStart(5)}  ${c.phase.padEnd(9)}  ${bar(c.step, c.totalSteps)} ${c.step}/${c.totalSteps}  loss ${num(c.latestLoss)}${policy}  GPU-min ${num(c.gpuMinutes, 2)}`,
     );
+    if (c.waiting) lines.push(`         ${describeWait(c.waiting, Date.now())}`);
     if (c.recoveries) lines.push(`         recovered ${c.recoveries}× from provider failures; latest: ${c.lastRecovery ?? '?'}`);
   }
   lines.push(`  summary: ${p.summaryPath}`);

@@ -14,6 +14,8 @@ export const FAILURE_TYPES = {
     'a provider operation failed (INTERNAL_ERROR, TIMEOUT, RESOURCE_EXHAUSTED): the round rolls back to its last checkpoint under new keys',
   TrainerLost:
     'the trainer died, was preempted, or its session ended: the round reopens a session (on a new trainer if need be) from its last checkpoint',
+  CapacityUnavailable:
+    'the provider had no GPUs for the trainer within advanced.provisionTimeoutMinutes (creates retried meanwhile); nothing left active',
   ProvisionUnconfirmed: 'a trainer create got no answer and listing found no new trainer yet; retried',
   SessionUnconfirmed: 'a session open got no answer and listing found no new session yet; retried',
   StepCounterMismatch: "the trainer's step counter is not where the round's cursor says; never trained over",

@@ -1,3 +1,4 @@
+import { failedForCapacity, type TrainerResource } from './types';
 /**
  * One error taxonomy for every provider call:
  * - `retryable`: nothing was applied, or resending is safe (same idempotency key); try again after a delay.
@@ -61,4 +62,16 @@ export function classifyOperationError(code: string): ProviderErrorClass {
     default:
       return 'non-retryable'; // INVALID_INPUT, NON_FINITE_LOSS, ...
   }
+}
+
+/**
+ * A resource that failed or stopped while the caller waited for it to be ready: NO_CAPACITY (with the provider's
+ * code) when it failed for want of capacity, RESOURCE_NOT_READY otherwise. Non-retryable as such: the resource is
+ * gone; whether to create another is the caller's decision.
+ */
+export function notReady(resource: TrainerResource, what: string): ProviderError {
+  const code = failedForCapacity(resource) ? 'NO_CAPACITY' : 'RESOURCE_NOT_READY';
+  return new ProviderError(code, 'non-retryable', `${what}${resource.error ? `: ${resource.error}` : ''}`, {
+    providerCode: resource.errorCode,
+  });
 }

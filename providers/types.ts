@@ -32,6 +32,18 @@ export interface TrainerResource {
   /** The tag the owner gave it at provisioning (where the dialect can carry one). */
   ownerTag?: string;
   error?: string;
+  /** Why it failed, as the provider codes it without its enum prefix (CAPACITY_WAIT_TIMEOUT, PROVISIONING_FAILED, ...). */
+  errorCode?: string;
+  /** While a create waits in the provider's capacity queue: its place (1 = next), where the provider tells it. */
+  queuePosition?: number;
+}
+
+/** Error codes that mean the provider had no GPUs for the create (retried, within the spec's provisioning limit). */
+export const CAPACITY_ERROR_CODES: ReadonlySet<string> = new Set(['CAPACITY_WAIT_TIMEOUT', 'RESOURCE_AT_CAPACITY']);
+
+/** Whether a failed resource failed for want of capacity (nothing ran on it, nothing billed). */
+export function failedForCapacity(resource: TrainerResource): boolean {
+  return resource.state === 'failed' && resource.errorCode !== undefined && CAPACITY_ERROR_CODES.has(resource.errorCode);
 }
 
 export interface ProvisionRequest {
@@ -185,6 +197,11 @@ export interface AwaitOptions {
   timeoutMs?: number;
 }
 
+export interface WaitReadyOptions extends AwaitOptions {
+  pollIntervalMs?: number;
+  onWait?: (resource: TrainerResource) => void;
+}
+
 export interface TrainingProvider {
   readonly kind: ProviderKind;
   /** The endpoint + account, as a fingerprint (never the key): what per-account coordination is keyed on. */
@@ -202,8 +219,11 @@ export interface TrainingProvider {
   /** Creates a trainer resource. Not idempotent on every dialect: after a lost response, reconcile by listing. */
   provision(request: ProvisionRequest): Promise<TrainerResource>;
   getResource(resourceId: string): Promise<TrainerResource>;
-  /** Polls until ready; fails (non-retryable) if the resource fails or stops on the way. */
-  waitReady(resourceId: string, options?: AwaitOptions & { pollIntervalMs?: number }): Promise<TrainerResource>;
+  /**
+   * Polls until ready; fails (non-retryable) if the resource fails or stops on the way: with code NO_CAPACITY when it
+   * failed for want of capacity. `onWait` sees each poll that found it not ready yet (a capacity queue's position).
+   */
+  waitReady(resourceId: string, options?: WaitReadyOptions): Promise<TrainerResource>;
   /** Resources this account created, newest first (`activeOnly`: still holding GPUs). */
   listOwnedResources(options?: { activeOnly?: boolean }): Promise<TrainerResource[]>;
   /** Releases the GPUs. Idempotent: a resource already stopped, stopping or failed is fine. Stops its sessions. */

@@ -1,3 +1,4 @@
+import { ROUND_WAITING_SIGNAL, type ProvisioningWait } from '../config/capacity';
 import { defineQuery, defineSignal } from '@temporalio/workflow';
 import type { CampaignSpec } from '../config/spec';
 
@@ -68,6 +69,8 @@ export interface RoundProgress {
   /** Recoveries from provider-side failures so far, and the latest in a line. */
   recoveries?: number;
   lastRecovery?: string;
+  /** While provisioning waits for the provider's GPUs (told by the provisioning activity). */
+  waiting?: ProvisioningWait;
 }
 
 /** A recovery from a provider-side failure: what failed, where the round rolled back to, and what it cost. */
@@ -113,6 +116,8 @@ export interface RoundResult {
   stopReason?: string;
   /** Recoveries from provider-side failures, in order. */
   recoveries?: RoundRecovery[];
+  /** Provisionings that waited for the provider's GPUs: how long, and how many creates it took. */
+  capacityWaits?: { creates: number; waitedMinutes: number }[];
   /** The latest rolling training checkpoints (`training.checkpointEvery.keep`), oldest first. */
   checkpoints?: { checkpointId: string; step: number; lineage: number }[];
   poolEvaluationsPath?: string;
@@ -136,5 +141,7 @@ export const pauseRoundSignal = defineSignal('pauseRound');
 /** Re-provision, reopen from the pause checkpoint (with optimizer), continue at the same step. */
 export const resumeRoundSignal = defineSignal('resumeRound');
 export const setRoundBudgetSignal = defineSignal<[RoundBudget]>('setRoundBudget');
+/** Sent by the provisioning activity to its round while it waits for capacity (null: no longer waiting). */
+export const roundWaitingSignal = defineSignal<[ProvisioningWait | null]>(ROUND_WAITING_SIGNAL);
 /** Sent by a round to its parent campaign at phase changes and segment ends. */
 export const roundProgressSignal = defineSignal<[RoundProgress]>('roundProgress');

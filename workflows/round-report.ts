@@ -66,6 +66,7 @@ export function roundReport(
       checkpoint_id: r.checkpointId,
     })),
     rolling_checkpoints: (result.checkpoints ?? []).map((c) => ({ checkpoint_id: c.checkpointId, step: c.step, lineage: c.lineage })),
+    capacity_waits: (result.capacityWaits ?? []).map((w) => ({ creates: w.creates, waited_minutes: w.waitedMinutes })),
     deactivated_ids: released,
   };
 }

@@ -4,6 +4,7 @@ import {
   resumeRoundSignal,
   roundProgressQuery,
   roundProgressSignal,
+  roundWaitingSignal,
   setRoundBudgetSignal,
   type RoundBudget,
   type RoundInput,
@@ -60,6 +61,10 @@ export class RoundState {
     setHandler(roundProgressQuery, () => this.snapshot());
     setHandler(pauseRoundSignal, () => void (this.pauseRequested = true));
     setHandler(resumeRoundSignal, () => void (this.pauseRequested = false));
+    setHandler(roundWaitingSignal, async (wait) => {
+      this.progress.waiting = wait ?? undefined;
+      if (this.progress.phase === 'provisioning') await this.tell('provisioning');
+    });
     setHandler(setRoundBudgetSignal, (b) => {
       this.budget = { ...this.budget, ...b };
       this.budgetVersion += 1;

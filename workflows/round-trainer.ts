@@ -43,6 +43,12 @@ export async function acquireTrainer(run: RoundRun, kind: RoundKind, startFrom: 
     const trainer = await activities.provisioning.provisionTrainer({ spec: input.spec, ownerTag: ownerTagFor(workflowInfo().workflowId) });
     lease.resourceId = trainer.resourceId;
     state.trainerReady(trainer.resourceId, trainer.readyAtMs);
+    state.progress.waiting = undefined;
+    if (trainer.capacityWait)
+      (state.result.capacityWaits ??= []).push({
+        creates: trainer.capacityWait.creates,
+        waitedMinutes: trainer.capacityWait.waitedMs / 60_000,
+      });
   } catch (err) {
     lease.resourceId ??= failureDetail<string>(err, 'resourceId'); // created, then failed: still ours to release
     throw err;

@@ -1,9 +1,10 @@
 import { createHash, randomUUID } from 'node:crypto';
 import type { z } from 'zod';
 import { accountFingerprint } from '../account';
-import { ProviderError, classifyOperationError } from '../errors';
+import { ProviderError, classifyOperationError, notReady } from '../errors';
 import { HttpClient, poll, type HttpClientOptions } from '../http';
 import type {
+  WaitReadyOptions,
   AdamParams,
   AwaitOptions,
   CheckpointResult,
@@ -157,18 +158,15 @@ export class BasetenProvider implements TrainingProvider {
     return this.describe(await this.fetchRun(resourceId));
   }
 
-  async waitReady(resourceId: string, options: AwaitOptions & { pollIntervalMs?: number } = {}): Promise<TrainerResource> {
+  async waitReady(resourceId: string, options: WaitReadyOptions = {}): Promise<TrainerResource> {
     return poll(
       async () => {
         const r = await this.getResource(resourceId);
-        if (r.state === 'ready') return (await this.healthy(resourceId)) ? r : undefined;
-        if (r.state !== 'provisioning') {
-          throw new ProviderError(
-            'RESOURCE_NOT_READY',
-            'non-retryable',
-            `run ${resourceId} is ${r.providerStatus} while waiting for it to be ready${r.error ? `: ${r.error}` : ''}`,
-          );
+        if (r.state === 'ready' && (await this.healthy(resourceId))) return r;
+        if (r.state !== 'provisioning' && r.state !== 'ready') {
+          throw notReady(r, `run ${resourceId} is ${r.providerStatus} while waiting for it to be ready`);
         }
+        options.onWait?.(r);
         return undefined;
       },
       `run ${resourceId} ready`,
@@ -712,6 +710,7 @@ function toResource(run: RunWire, deployment: string | undefined): TrainerResour
     createdAt: run.created_at,
     createdBy: run.user?.email ?? undefined,
     ownerTag: run.name,
+    ...(run.error?.code ? { error: run.error.message ?? undefined, errorCode: run.error.code } : {}),
   };
 }
 

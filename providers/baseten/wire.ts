@@ -59,6 +59,8 @@ export const RunWire = z
     status: Status,
     user: z.object({ email: nullableString }).passthrough().nullish(),
     sampler: SamplerWire.nullish(),
+    /** Why the run ended (CAPACITY_WAIT_TIMEOUT, ...), where the API says. */
+    error: z.object({ code: nullableString, message: nullableString }).passthrough().nullish(),
   })
   .passthrough();
 export type RunWire = z.infer<typeof RunWire>;

@@ -1,9 +1,10 @@
 import { z } from 'zod';
 import { checkDatum, checkPolicyDatum } from '../datum';
 import { accountFingerprint } from '../account';
-import { ProviderError, classifyOperationError } from '../errors';
+import { ProviderError, classifyOperationError, notReady } from '../errors';
 import { HttpClient, poll, type HttpClientOptions } from '../http';
 import type {
+  WaitReadyOptions,
   AdamParams,
   AwaitOptions,
   CheckpointResult,
@@ -93,6 +94,8 @@ function toResource(w: ModelResourcesWire): TrainerResource {
     createdAt: w.created_at,
     createdBy: w.created_by,
     error: w.error?.message,
+    errorCode: w.error?.code?.replace('MODEL_RESOURCES_ERROR_CODE_', ''),
+    queuePosition: w.status_details?.queue_position || undefined,
   };
 }
 
@@ -230,18 +233,13 @@ export class TogetherProvider implements TrainingProvider {
     );
   }
 
-  async waitReady(resourceId: string, options: AwaitOptions & { pollIntervalMs?: number } = {}): Promise<TrainerResource> {
+  async waitReady(resourceId: string, options: WaitReadyOptions = {}): Promise<TrainerResource> {
     return poll(
       async () => {
         const r = await this.getResource(resourceId);
         if (r.state === 'ready') return r;
-        if (r.state !== 'provisioning') {
-          throw new ProviderError(
-            'RESOURCE_NOT_READY',
-            'non-retryable',
-            `model resource ${resourceId} is ${r.providerStatus} while waiting for READY${r.error ? `: ${r.error}` : ''}`,
-          );
-        }
+        if (r.state !== 'provisioning') throw notReady(r, `model resource ${resourceId} is ${r.providerStatus} while waiting for READY`);
+        options.onWait?.(r);
         return undefined;
       },
       `model resource ${resourceId} ready`,

@@ -14,6 +14,8 @@ export const ModelResourcesWire = z
     created_at: z.string().default(''),
     created_by: z.string().optional(),
     status: z.string(),
+    /** While PENDING: the create's place in the capacity queue (0 once it waits only for its pods). */
+    status_details: z.object({ queue_position: int64.optional() }).passthrough().optional().nullable(),
     error: z.object({ code: z.string().optional(), message: z.string().optional() }).passthrough().optional().nullable(),
   })
   .passthrough();
