@@ -34,6 +34,7 @@ async function main(argv: string[]): Promise<number> {
       `soak.empty_optimizer_steps_in_kept_weights: ${f.emptyStepsInKeptWeights}`,
       `soak.resources_left_active: ${f.resourcesLeftActive}`,
       `soak.recoveries: ${f.recoveries}`,
+      `soak.capacity_waits: ${f.capacityWaits} (${f.capacityRetries} creates given up for capacity and made again)`,
       `soak.worker_kills: ${f.workerKills}`,
       `soak.faults_injected: ${f.faultsInjected}`,
       `soak.minutes: ${((Date.now() - started) / 60_000).toFixed(1)}`,

@@ -11,7 +11,7 @@ import type { RoundInput, RoundResult } from '../workflows/round-contract';
 /**
  * The soak: N randomized rounds (every kind, both dialects where the kind exists) against the emulator, each under
  * transport faults (429/5xx/resets/lost responses), provider faults (failed forward-backwards with mixed codes, a
- * trainer that dies, a session that expires, a Baseten run preempted) and SIGKILLs of real worker processes. Each
+ * trainer that dies, a session that expires, a Baseten run preempted, a create queued or given up for capacity) and SIGKILLs of real worker processes. Each
  * round is checked against the emulator's ledger: its planned steps applied in the weights it kept, none of them
  * an optimizer step without a gradient, every step recorded once, and nothing left holding a GPU.
  */
@@ -23,6 +23,9 @@ export interface SoakFigures {
   emptyStepsInKeptWeights: number;
   resourcesLeftActive: number;
   recoveries: number;
+  /** Provisionings that waited for capacity, and the creates the provider gave up on among them. */
+  capacityWaits: number;
+  capacityRetries: number;
   workerKills: number;
   faultsInjected: number;
   failures: string[];
@@ -68,6 +71,15 @@ function faultsFor(random: () => number, variant: Variant, seed: number) {
   if (pick(0.3)) rules.push({ kind: 'session-expire', operation: 'optim-step', after: 2 + Math.floor(random() * 4), max: 1 });
   if (variant.dialect === 'baseten' && pick(0.3))
     rules.push({ kind: 'preempt', operation: 'optim-step', after: 2 + Math.floor(random() * 4), max: 1 });
+  // A capacity shortage at a create: the provider gives up on it (made again), or it waits in the queue.
+  if (pick(0.1)) rules.push({ kind: 'capacity-timeout', durationMs: 500 + Math.floor(random() * 1000), max: 1 });
+  if (pick(0.2))
+    rules.push({
+      kind: 'capacity-queue',
+      durationMs: 500 + Math.floor(random() * 2000),
+      queuePosition: 1 + Math.floor(random() * 4),
+      max: 1,
+    });
   return { seed, rules };
 }
 
@@ -101,6 +113,8 @@ export async function runSoak(options: {
     emptyStepsInKeptWeights: 0,
     resourcesLeftActive: 0,
     recoveries: 0,
+    capacityWaits: 0,
+    capacityRetries: 0,
     workerKills: 0,
     faultsInjected: 0,
     failures: [],
@@ -169,8 +183,11 @@ export async function runSoak(options: {
       }
       figures.emptyStepsInKeptWeights += kept?.lineageEmptyOptimizerSteps ?? 0;
       figures.recoveries += report?.recoveries?.length ?? 0;
+      const waits: { creates: number }[] = report?.capacity_waits ?? [];
+      figures.capacityWaits += waits.length;
+      figures.capacityRetries += waits.reduce((a, w) => a + w.creates - 1, 0);
       log(
-        `round ${i + 1}/${options.rounds} ${variant.kind}/${variant.dialect}: ${result?.status ?? 'failed'}, ${report?.recoveries?.length ?? 0} recoveries, kept session step ${kept?.step ?? '?'}/${result?.totalSteps ?? '?'}, empty in kept weights ${kept?.lineageEmptyOptimizerSteps ?? '?'}, active ${l.active.length}`,
+        `round ${i + 1}/${options.rounds} ${variant.kind}/${variant.dialect}: ${result?.status ?? 'failed'}, ${report?.recoveries?.length ?? 0} recoveries, ${report?.capacity_waits?.length ?? 0} capacity waits, kept session step ${kept?.step ?? '?'}/${result?.totalSteps ?? '?'}, empty in kept weights ${kept?.lineageEmptyOptimizerSteps ?? '?'}, active ${l.active.length}`,
       );
       const fired = ((await (await fetch(`${emulator.url}/_emulator/faults`)).json()) as { fired: { fired: number }[] }).fired;
       figures.faultsInjected += fired.reduce((a, f) => a + f.fired, 0);
