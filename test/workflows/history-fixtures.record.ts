@@ -9,6 +9,7 @@ import { campaignWorkflow, reaperWorkflow, roundWorkflow } from '../../workflows
 import { ticketCampaignSpec } from '../helpers/campaign';
 import { arithmeticRoundInput, roundTestEnvironment, ticketRoundInput } from '../helpers/round';
 import { uniqueTaskQueue } from '../helpers/temporal';
+import { setFaults } from '../helpers/emulator';
 
 /**
  * Records the histories that test/workflows/history-fixtures.test.ts replays: `npm run record-histories` (not part of
@@ -50,6 +51,37 @@ describe('recording', () => {
       expect((await handle.result()).status).toBe('completed');
       await save('round-sft', handle);
     });
+  });
+
+  test('an SFT round that rolls back from failed forward-backwards and a dead trainer, after waiting for capacity', async () => {
+    const taskQueue = uniqueTaskQueue('rec-recover');
+    const input = ticketRoundInput({ baseUrl: env.emulator.url, campaignId: `rec-recover-${taskQueue}`, trainRows: 48, evalRows: 4 });
+    input.spec.training = { ...input.spec.training, checkpointEvery: { steps: 3, keep: 3 } };
+    await setFaults(env.emulator, {
+      seed: 5,
+      rules: [
+        { kind: 'capacity-timeout', max: 1, durationMs: 1000 },
+        { kind: 'capacity-queue', max: 1, durationMs: 2000, queuePosition: 2 },
+        { kind: 'fail-operation', operation: 'forward-backward', errorCode: 'INTERNAL_ERROR', after: 2, max: 1 },
+        { kind: 'resource-error', operation: 'optim-step', after: 6, max: 1 },
+      ],
+    });
+    try {
+      await withWorker(taskQueue, async () => {
+        const handle = await env.temporal.client.workflow.start(roundWorkflow, {
+          taskQueue,
+          workflowId: `round-${taskQueue}`,
+          args: [input],
+        });
+        const result = await handle.result();
+        expect(result.status).toBe('completed');
+        expect(result.recoveries?.length).toBeGreaterThanOrEqual(2);
+        expect(result.capacityWaits?.length).toBe(1);
+        await save('round-sft-recoveries-capacity', handle);
+      });
+    } finally {
+      await setFaults(env.emulator, {});
+    }
   });
 
   test('an SFT round that fails on bad data before provisioning', async () => {
