@@ -40,12 +40,24 @@ export class ProvisionGateHold {
     readonly othersSince: OthersSince | undefined,
     /** A lease taken back by the same owner: the listing its earlier attempt noted before creating. */
     readonly listing: string[] | undefined,
+    /** What this owner said it created for the same provisioning under earlier grants, oldest first. */
+    readonly mine: string[],
+    private readonly provisioning: string | undefined,
   ) {}
 
   /** Waits in line until the gate is the owner's (at once if it holds it already), starting the gate if need be. */
   static async acquire(
     client: Client,
-    options: { gate: ProvisionGateKey; owner: string; leaseSeconds: number; since?: GateLease; signal?: AbortSignal; onWait?: () => void },
+    options: {
+      gate: ProvisionGateKey;
+      owner: string;
+      leaseSeconds: number;
+      since?: GateLease;
+      /** The provisioning this is for (the same across its retries): the gate gives back what it created before. */
+      provisioning?: string;
+      signal?: AbortSignal;
+      onWait?: () => void;
+    },
   ): Promise<ProvisionGateHold> {
     const workflowId = provisionGateWorkflowId(options.gate);
     const request: AcquireGateRequest = {
@@ -53,6 +65,7 @@ export class ProvisionGateHold {
       leaseSeconds: options.leaseSeconds,
       waitSeconds: 0,
       since: options.since,
+      provisioning: options.provisioning,
     };
     for (let polls = 0; ; polls++) {
       if (options.signal?.aborted) throw new CancelledFailure('cancelled while waiting for the provision gate');
@@ -76,6 +89,8 @@ export class ProvisionGateHold {
             result.lease,
             result.othersSince,
             result.listing,
+            result.mine ?? [],
+            options.provisioning,
           );
           hold.keepAlive();
           return hold;
@@ -115,7 +130,7 @@ export class ProvisionGateHold {
   /** Releases the gate, saying what was created under the lease (`undefined`: certainly nothing). */
   async release(resourceId: string | undefined): Promise<void> {
     this.abandon();
-    await settle(this.client, this.workflowId, { owner: this.owner, lease: this.lease, resourceId });
+    await settle(this.client, this.workflowId, { owner: this.owner, lease: this.lease, resourceId, provisioning: this.provisioning });
   }
   /**
    * Stops renewing without releasing: what was created under the lease is not known. A retried attempt of the same

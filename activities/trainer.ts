@@ -233,6 +233,7 @@ async function createOrAdopt(
         owner: gateOwner(input.ownerTag),
         leaseSeconds: gateLeaseSeconds(context.info.heartbeatTimeoutMs),
         since: beat.gate,
+        provisioning: provisioningId(),
         signal: context.cancellationSignal,
         onWait: heartbeat,
       });
@@ -248,7 +249,13 @@ async function createOrAdopt(
       beat.before = gate.listing;
       beat.gate = gate.lease;
     }
-    if (beat.before) {
+    if (gate?.mine.length) {
+      // An earlier attempt of this provisioning created under its own lease and said so, though its heartbeat with
+      // the id never arrived (killed while the trainer was queued or starting): that trainer, if it still stands.
+      const active = new Set((await provider.listOwnedResources({ activeOnly: true })).filter((r) => r.model === model).map((r) => r.id));
+      resourceId = [...gate.mine].reverse().find((id) => active.has(id));
+    }
+    if (!resourceId && beat.before) {
       // An earlier attempt listed and may have created. Untagged, its resource is provably its own only if every
       // other round that held the gate since said what it created.
       const proven = sameGrant || (gate?.othersSince !== undefined && !gate.othersSince.uncertain);
@@ -332,6 +339,12 @@ async function adoptOwnResource(
 function sameOwner(tag: string, ownerTag: string): boolean {
   const owner = ownerOfTag(ownerTag);
   return tag === ownerTag || (owner !== undefined && ownerOfTag(tag) === owner);
+}
+
+/** One provisioning of a round (its activity, the same across retries; another for each new trainer the round takes). */
+function provisioningId(): string {
+  const info = Context.current().info;
+  return `${info.workflowExecution?.runId ?? ''}/${info.activityId}`;
 }
 
 /** The round's workflow id: a retried attempt of the same round holds the gate it held. */

@@ -18,6 +18,8 @@ export interface AcquireGateRequest {
   renewOnly?: boolean;
   /** The caller's earlier lease: the answer says what other owners created under their grants since. */
   since?: GateLease;
+  /** The provisioning the caller acquires for (its activity: the same across retries); the answer gives its creates. */
+  provisioning?: string;
 }
 
 /** What owners other than the caller created under the grants after a lease. */
@@ -32,7 +34,18 @@ export interface OthersSince {
 }
 
 export type AcquireGateResult =
-  { granted: true; lease: GateLease; othersSince?: OthersSince; listing?: string[] } | { granted: false; holder?: string; waiting: number };
+  | {
+      granted: true;
+      lease: GateLease;
+      othersSince?: OthersSince;
+      listing?: string[];
+      /**
+       * What this owner said it created under earlier grants of the same provisioning, oldest first: a retried attempt
+       * whose heartbeat never carried the id gets it back (its own word, under its own lease).
+       */
+      mine?: string[];
+    }
+  | { granted: false; holder?: string; waiting: number };
 
 /** The holder's listing before it creates, kept by the gate (durable, unlike a throttled heartbeat). */
 export interface NoteListingRequest {
@@ -46,6 +59,8 @@ export interface ReleaseGateRequest {
   lease: GateLease;
   /** The resource created or adopted under the lease; absent means certainly none was. */
   resourceId?: string;
+  /** The provisioning it was created for (see AcquireGateRequest). */
+  provisioning?: string;
 }
 
 /** A grant as the gate remembers it. */
@@ -55,6 +70,7 @@ export interface GateGrant {
   /** Its owner said what it created (`resourceId`, or nothing): false while held, and for a lease that ran out. */
   settled: boolean;
   resourceId?: string;
+  provisioning?: string;
   /** The account's resources its holder listed before creating: a retried attempt of the same owner gets it back. */
   listing?: string[];
 }

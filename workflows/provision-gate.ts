@@ -41,6 +41,7 @@ export async function provisionGateWorkflow(input: ProvisionGateInput = {}): Pro
         lease,
         othersSince: request.since && gate.othersSince(request.owner, request.since),
         listing: gate.listingOf(lease.generation),
+        ...(request.provisioning !== undefined ? { mine: gate.createdFor(request.owner, request.provisioning) } : {}),
       };
     },
     {
@@ -154,9 +155,17 @@ class ProvisionGate {
     if (!grant) return false;
     grant.settled = true;
     if (request.resourceId !== undefined) grant.resourceId = request.resourceId;
+    if (request.provisioning !== undefined) grant.provisioning = request.provisioning;
     if (this.s.holder?.generation === request.lease.generation) this.s.holder = undefined;
     this.changed(nowMs);
     return true;
+  }
+
+  /** What an owner said it created for one provisioning, oldest first. */
+  createdFor(owner: string, provisioning: string): string[] {
+    return this.s.grants.flatMap((g) =>
+      g.owner === owner && g.provisioning === provisioning && g.resourceId !== undefined ? [g.resourceId] : [],
+    );
   }
 
   othersSince(owner: string, since: GateLease): OthersSince {

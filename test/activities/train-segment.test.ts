@@ -146,3 +146,28 @@ test('a provisioning attempt killed right after its create, before its heartbeat
   expect(after.map((r) => r.id)).toEqual([created]); // nothing created twice
   await provider.deactivate(created);
 });
+
+test('a provisioning attempt killed while its trainer waited in the capacity queue, after releasing the gate but before its heartbeat carried the id: the retry adopts that trainer, and creates none', async () => {
+  const owner = `round-gate-mine-${Date.now().toString(36)}`;
+  const input = ticketRoundInput({ baseUrl: emulator.url, campaignId: owner, trainRows: 16, evalRows: 4 });
+  const provider = await providers.providerFor(input.spec.provider);
+  const model = input.spec.provider.model;
+  const gate = { taskQueue, provider: provider.kind, account: provider.account, model };
+  const workflowExecution = { workflowId: owner, runId: 'run-1' };
+  // The first attempt (activity 'test' of run-1) takes the gate, lists, creates, releases the gate saying what it
+  // created… and dies before a heartbeat carried the id (the soak's round 16 left such a trainer billing).
+  const known = new Set((await ledger(emulator)).resources.map((r) => r.id));
+  const hold = await ProvisionGateHold.acquire(temporal.client, { gate, owner, leaseSeconds: 60, provisioning: 'run-1/test' });
+  const before = (await provider.listOwnedResources({ activeOnly: true })).map((r) => r.id);
+  await hold.noteListing(before);
+  const created = (await provider.provision({ model, ownerTag: ownerTagFor(owner), generatorReplicas: 1, inactiveTimeoutSeconds: 1800 }))
+    .id;
+  await hold.release(created);
+
+  const retry = new MockActivityEnvironment({ taskQueue, attempt: 2, workflowExecution }, { client: temporal.client });
+  const trainer = await run(retry, createActivities(providers).provisionTrainer, { spec: input.spec, ownerTag: ownerTagFor(owner) });
+  expect(trainer.resourceId).toBe(created);
+  const after = (await ledger(emulator)).resources.filter((r) => !known.has(r.id));
+  expect(after.map((r) => r.id)).toEqual([created]); // nothing created twice
+  await provider.deactivate(created);
+});
