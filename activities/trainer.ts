@@ -266,6 +266,19 @@ async function createOrAdopt(
         });
       }
     }
+    if (!resourceId && !gate && !beat.before && context.info.attempt > 1) {
+      // Where resources carry the round's tag, an earlier attempt's create is known by it even when the heartbeat with
+      // its listing never arrived (throttled, then the worker killed): one tagged for this round, created since this
+      // provisioning was scheduled (the round's earlier trainers were released before it; 30 s for clock skew).
+      resourceId = await adoptOwnResource(provider, {
+        before: [],
+        model,
+        ownerTag: input.ownerTag,
+        untaggedAreMine: false,
+        claimedByOthers: [],
+        createdSinceMs: context.info.scheduledTimestampMs - 30_000,
+      });
+    }
     if (!resourceId) {
       // Untagged creates are attributed only against a listing made under the lease now held.
       if (gate || !beat.before) {
@@ -315,10 +328,21 @@ async function createOrAdopt(
  */
 async function adoptOwnResource(
   provider: TrainingProvider,
-  options: { before: string[]; model: string; ownerTag: string; untaggedAreMine: boolean; claimedByOthers: string[] },
+  options: {
+    before: string[];
+    model: string;
+    ownerTag: string;
+    untaggedAreMine: boolean;
+    claimedByOthers: string[];
+    /** Only resources the provider says were created at or after this moment (ms since epoch). */
+    createdSinceMs?: number;
+  },
 ): Promise<string | undefined> {
   const known = new Set([...options.before, ...options.claimedByOthers]);
-  const fresh = (await provider.listOwnedResources({ activeOnly: true })).filter((r) => !known.has(r.id) && r.model === options.model);
+  const since = options.createdSinceMs;
+  const fresh = (await provider.listOwnedResources({ activeOnly: true })).filter(
+    (r) => !known.has(r.id) && r.model === options.model && (since === undefined || Date.parse(r.createdAt) >= since),
+  );
   const mine: TrainerResource[] = [];
   for (const resource of fresh) {
     const tags =

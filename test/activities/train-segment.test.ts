@@ -28,7 +28,10 @@ const taskQueue = uniqueTaskQueue('segment');
 
 beforeAll(async () => {
   emulator = await startTestEmulator();
-  providers = new ProviderRegistry({ stateDir: fs.mkdtempSync(path.join(os.tmpdir(), 'rh-seg-')) });
+  providers = new ProviderRegistry({
+    stateDir: fs.mkdtempSync(path.join(os.tmpdir(), 'rh-seg-')),
+    env: { ...process.env, BASETEN_API_KEY: 'bt-seg-key' },
+  });
   temporal = await connectTestTemporal();
   worker = await createRoundhouseWorker({
     connection: temporal.nativeConnection,
@@ -169,5 +172,30 @@ test('a provisioning attempt killed while its trainer waited in the capacity que
   expect(trainer.resourceId).toBe(created);
   const after = (await ledger(emulator)).resources.filter((r) => !known.has(r.id));
   expect(after.map((r) => r.id)).toEqual([created]); // nothing created twice
+  await provider.deactivate(created);
+});
+
+test('Baseten: a provisioning attempt killed after its create, before any heartbeat carried its listing: the retry adopts the run by its tag, and creates none', async () => {
+  const owner = `round-bt-tag-${Date.now().toString(36)}`;
+  const input = ticketRoundInput({ baseUrl: emulator.url, campaignId: owner, trainRows: 16, evalRows: 4 });
+  input.spec.provider = { ...input.spec.provider, kind: 'baseten', baseUrl: emulator.url };
+  const provider = await providers.providerFor(input.spec.provider);
+  const known = new Set((await ledger(emulator)).resources.map((r) => r.id));
+  const scheduled = Date.now();
+  const created = (
+    await provider.provision({
+      model: input.spec.provider.model,
+      ownerTag: ownerTagFor(owner),
+      generatorReplicas: 1,
+      inactiveTimeoutSeconds: 1800,
+    })
+  ).id;
+  const retry = new MockActivityEnvironment(
+    { taskQueue, attempt: 2, scheduledTimestampMs: scheduled, workflowExecution: { workflowId: owner, runId: 'run-1' } },
+    { client: temporal.client },
+  );
+  const trainer = await run(retry, createActivities(providers).provisionTrainer, { spec: input.spec, ownerTag: ownerTagFor(owner) });
+  expect(trainer.resourceId).toBe(created);
+  expect((await ledger(emulator)).resources.filter((r) => !known.has(r.id)).map((r) => r.id)).toEqual([created]);
   await provider.deactivate(created);
 });
