@@ -1,6 +1,7 @@
 import { Context, log, sleep } from '@temporalio/activity';
 import { RoundhouseFailure } from '../config/failures';
 import { ownerOfTag } from '../config/owner-tag';
+import { TRAINER_CREATED_SIGNAL } from '../config/trainer-registry';
 import type { ProvisionGateKey } from '../config/provision-gate';
 import { ProviderError } from '../providers/errors';
 import type { TrainerResource, TrainingProvider } from '../providers/types';
@@ -49,8 +50,10 @@ export function createTrainerActivities(deps: ActivityDeps) {
           const timer = setInterval(heartbeat, 1000);
           try {
             for (;;) {
-              if (!beat.resourceId) beat.resourceId = await createOrAdopt(provider, input, beat, heartbeat);
-              else if (beat.gate && !provider.tagsResourcesAtCreate) {
+              if (!beat.resourceId) {
+                beat.resourceId = await createOrAdopt(provider, input, beat, heartbeat);
+                await tellRoundCreated(beat.resourceId);
+              } else if (beat.gate && !provider.tagsResourcesAtCreate) {
                 // The earlier attempt recorded its trainer; its release may not have reached the gate.
                 await ProvisionGateHold.settle(context.client, gateKey(provider, input.spec), {
                   owner: gateOwner(input.ownerTag),
@@ -363,6 +366,21 @@ async function adoptOwnResource(
 function sameOwner(tag: string, ownerTag: string): boolean {
   const owner = ownerOfTag(ownerTag);
   return tag === ownerTag || (owner !== undefined && ownerOfTag(tag) === owner);
+}
+
+/**
+ * Tells the round the trainer's id the moment the create answered, before the (possibly long) wait for readiness:
+ * the round lists it in its memo, where the reaper reads it. Best effort: the round records it again when
+ * provisioning returns, and the reaper falls back to the owner tag.
+ */
+async function tellRoundCreated(resourceId: string): Promise<void> {
+  const context = Context.current();
+  const workflow = context.info.workflowExecution;
+  if (!workflow) return;
+  await context.client.workflow
+    .getHandle(workflow.workflowId, workflow.runId)
+    .signal(TRAINER_CREATED_SIGNAL, { resourceId })
+    .catch((err: unknown) => log.warn('could not tell the round its trainer id', { resourceId, error: String(err) }));
 }
 
 /** One provisioning of a round (its activity, the same across retries; another for each new trainer the round takes). */

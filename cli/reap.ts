@@ -33,13 +33,20 @@ export function reapCommand(): Command {
           baseUrl: opts.baseUrl,
           graceSeconds: opts.grace,
           dryRun: !opts.apply,
+          taskQueue: settings.taskQueue,
         });
         for (const r of result.reaped)
-          process.stdout.write(`${r.action}  ${r.provider}  ${r.resourceId}  owner ${r.owner ?? 'unknown'} (${r.ownerStatus})\n`);
+          process.stdout.write(
+            `${r.action}  ${r.provider}  ${r.resourceId}  owner ${r.owner ?? 'unknown'} (${r.ownerStatus}): ${r.reason ?? ''}\n`,
+          );
         for (const r of result.kept)
-          process.stdout.write(`kept  ${r.provider}  ${r.resourceId}  owner ${r.owner ?? 'unknown'} (${r.ownerStatus})\n`);
+          process.stdout.write(
+            `kept  ${r.provider}  ${r.resourceId}  owner ${r.owner ?? 'unknown'} (${r.ownerStatus}): ${r.reason ?? ''}\n`,
+          );
+        for (const u of result.unchecked)
+          process.stdout.write(`unchecked  ${u.provider}${u.resourceId ? `  ${u.resourceId}` : ''}: ${u.error}\n`);
         process.stdout.write(
-          `${result.checked} active resources checked, ${result.reaped.length} ${opts.apply ? 'deactivated' : 'would be deactivated (dry run; --apply to act)'}\n`,
+          `${result.checked} active resources checked on ${result.endpoints.length} endpoint(s), ${result.unchecked.length} could not be checked, ${result.reaped.length} ${opts.apply ? 'deactivated' : 'would be deactivated (dry run; --apply to act)'}\n`,
         );
       } finally {
         await close();

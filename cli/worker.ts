@@ -25,30 +25,35 @@ export function workerCommand(): Command {
     .description('Run a Roundhouse worker against an existing Temporal server (TEMPORAL_ADDRESS); SIGTERM/SIGINT drain it gracefully')
     .option(
       '--reaper <providers>',
-      'also create or update the reaper schedule on start, for these providers (e.g. local,together)',
+      "also scan these providers' default endpoints (e.g. local,together); the endpoints rounds used are always covered",
       providerKinds,
     )
+    .option('--no-reaper', 'do not create or update the reaper schedule (another deployment runs it)')
     .option('--reaper-every <interval>', 'how often the reaper runs', '1 minute')
+    .option('--reap-untagged', 'reap untagged resources no round records once 90 min old (only on accounts Roundhouse alone uses)')
     .addHelpText(
       'after',
-      '\nExamples:\n  TEMPORAL_ADDRESS=127.0.0.1:7233 roundhouse worker\n  TEMPORAL_ADDRESS=temporal:7233 ROUNDHOUSE_METRICS_ADDRESS=0.0.0.0:9464 roundhouse worker --reaper local',
+      '\nExamples:\n  TEMPORAL_ADDRESS=127.0.0.1:7233 roundhouse worker\n  TEMPORAL_ADDRESS=temporal:7233 ROUNDHOUSE_METRICS_ADDRESS=0.0.0.0:9464 roundhouse worker --reaper together\n  roundhouse worker --no-reaper',
     )
-    .action(async (opts: { reaper?: (typeof PROVIDER_KINDS)[number][]; reaperEvery: string }) => {
+    .action(async (opts: { reaper?: (typeof PROVIDER_KINDS)[number][] | false; reaperEvery: string; reapUntagged?: boolean }) => {
       const { settings, logger } = cliContext({ serveMetrics: true });
       if (!settings.address)
         throw new ConfigError('TEMPORAL_ADDRESS', 'is required for `roundhouse worker` (use `roundhouse up` for a local server)');
-      if (opts.reaper) {
+      if (opts.reaper !== false) {
+        // On by default: every worker brings the one schedule up to date (its endpoints are merged, never replaced).
         const clientConnection = await connectClient(settings);
+        const providers = (opts.reaper || []).map((kind) => ({ kind, model: '' }));
         try {
-          const providers = opts.reaper.map((kind) => ({ kind, model: '' }));
           await ensureReaperSchedule(temporalClient(settings, clientConnection), {
             taskQueue: settings.taskQueue,
             providers,
             every: opts.reaperEvery,
+            reapUntagged: opts.reapUntagged,
           });
-          logger.info({ providers: opts.reaper, every: opts.reaperEvery }, 'reaper schedule ensured');
+          logger.info({ providers: opts.reaper || [], every: opts.reaperEvery }, 'reaper schedule ensured');
         } catch (err) {
-          if (!(err instanceof ScheduleAlreadyRunning)) throw err; // another worker created it at the same moment
+          // Another worker created it at the same moment, or this identity may not manage schedules: say so, go on.
+          if (!(err instanceof ScheduleAlreadyRunning)) logger.warn({ error: String(err) }, 'could not ensure the reaper schedule');
         } finally {
           await clientConnection.close();
         }

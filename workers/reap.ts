@@ -10,6 +10,9 @@ export interface ReapOnceOptions {
   baseUrl?: string;
   graceSeconds: number;
   dryRun: boolean;
+  /** The deployment whose rounds' records are read. */
+  taskQueue: string;
+  reapUntagged?: boolean;
 }
 
 /**
@@ -22,11 +25,17 @@ export async function reapOnce(client: Client, options: ReapOnceOptions): Promis
     const localUrl = options.kinds.includes('local')
       ? (options.baseUrl ?? (await providers.localEmulatorUrl({ start: false })))
       : undefined;
-    return await reapOrphans(providers, client, {
-      providers: options.kinds.map((kind) => ({ kind, baseUrl: kind === 'local' ? localUrl : options.baseUrl, model: '' })),
-      graceSeconds: options.graceSeconds,
-      dryRun: options.dryRun,
-    });
+    return await reapOrphans(
+      providers,
+      client,
+      {
+        providers: options.kinds.map((kind) => ({ kind, baseUrl: kind === 'local' ? localUrl : options.baseUrl, model: '' })),
+        graceSeconds: options.graceSeconds,
+        dryRun: options.dryRun,
+        reapUntagged: options.reapUntagged,
+      },
+      { taskQueue: options.taskQueue },
+    );
   } finally {
     await providers.close();
   }

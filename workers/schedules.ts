@@ -64,7 +64,11 @@ export async function upsertCampaignSchedule(client: Client, options: CampaignSc
 
 export const REAPER_SCHEDULE_ID = 'roundhouse-reaper';
 
-/** The reaper's schedule (default every minute, SKIP overlaps), created or brought up to date. */
+/**
+ * The reaper's schedule (default every minute, SKIP overlaps), created or brought up to date. The endpoints given
+ * are merged with those the schedule already scans (each worker adds its own, none removes another's); the
+ * endpoints rounds used are read from the rounds themselves on every pass.
+ */
 export async function ensureReaperSchedule(
   client: Client,
   options: {
@@ -72,23 +76,36 @@ export async function ensureReaperSchedule(
     providers: Pick<ProviderSpec, 'kind' | 'baseUrl' | 'model'>[];
     every?: string;
     graceSeconds?: number;
+    reapUntagged?: boolean;
     scheduleId?: string;
   },
 ): Promise<ScheduleHandle> {
   const scheduleId = options.scheduleId ?? REAPER_SCHEDULE_ID;
-  const input: ReaperInput = { providers: options.providers, graceSeconds: options.graceSeconds ?? 300 };
+  const inputWith = (earlier: ReaperInput | undefined): ReaperInput => {
+    const providers = new Map<string, ReaperInput['providers'][number]>();
+    for (const p of [...(earlier?.providers ?? []), ...options.providers]) providers.set(`${p.kind}@${p.baseUrl ?? ''}`, p);
+    return {
+      ...earlier,
+      providers: [...providers.values()],
+      graceSeconds: options.graceSeconds ?? earlier?.graceSeconds ?? 300,
+      ...(options.reapUntagged !== undefined ? { reapUntagged: options.reapUntagged } : {}),
+    };
+  };
   const scheduleSpec = { intervals: [{ every: (options.every ?? '1 minute') as Duration }] };
-  const action = {
+  const action = (input: ReaperInput) => ({
     type: 'startWorkflow' as const,
     workflowType: reaperWorkflow,
     args: [input] as [ReaperInput],
     taskQueue: options.taskQueue,
     workflowId: scheduleId,
-  };
+  });
   const handle = client.schedule.getHandle(scheduleId);
   try {
     await handle.describe();
-    await handle.update((previous) => ({ ...previous, spec: scheduleSpec, action }));
+    await handle.update((previous) => {
+      const earlier = previous.action.type === 'startWorkflow' ? (previous.action.args?.[0] as ReaperInput | undefined) : undefined;
+      return { ...previous, spec: scheduleSpec, action: action(inputWith(earlier)) };
+    });
     return handle;
   } catch (err) {
     if (!(err instanceof ScheduleNotFoundError)) throw err;
@@ -96,7 +113,7 @@ export async function ensureReaperSchedule(
   return client.schedule.create({
     scheduleId,
     spec: scheduleSpec,
-    action,
+    action: action(inputWith(undefined)),
     policies: { overlap: ScheduleOverlapPolicy.SKIP },
     state: { note: 'roundhouse reaper' },
   });

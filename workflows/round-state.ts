@@ -1,4 +1,4 @@
-import { condition, getExternalWorkflowHandle, patched, setHandler, workflowInfo } from '@temporalio/workflow';
+import { condition, defineSignal, getExternalWorkflowHandle, patched, setHandler, upsertMemo, workflowInfo } from '@temporalio/workflow';
 import {
   pauseRoundSignal,
   resumeRoundSignal,
@@ -14,6 +14,7 @@ import {
   type RoundResult,
 } from './round-contract';
 import { roundKey } from '../config/keys';
+import { TRAINER_CREATED_SIGNAL, TRAINERS_MEMO, type RegisteredTrainer } from '../config/trainer-registry';
 
 /**
  * What a round knows while it runs: its progress (answered to queries, told to the parent), the GPU time it has
@@ -42,6 +43,8 @@ export class RoundState {
   private gpuCount = 1;
   private pricePerHour: number | undefined;
   private segmentEndToldMs: number | undefined;
+  /** Trainers created and not released yet, as the memo lists them for the reaper. */
+  private readonly trainers: RegisteredTrainer[] = [];
 
   constructor(private readonly input: RoundInput) {
     const { campaignId, round } = input;
@@ -61,6 +64,7 @@ export class RoundState {
     setHandler(roundProgressQuery, () => this.snapshot());
     setHandler(pauseRoundSignal, () => void (this.pauseRequested = true));
     setHandler(resumeRoundSignal, () => void (this.pauseRequested = false));
+    setHandler(defineSignal<[{ resourceId: string }]>(TRAINER_CREATED_SIGNAL), ({ resourceId }) => this.registerTrainer(resourceId));
     setHandler(roundWaitingSignal, async (wait) => {
       this.progress.waiting = wait ?? undefined;
       if (this.progress.phase === 'provisioning') await this.tell('provisioning');
@@ -96,8 +100,34 @@ export class RoundState {
     this.progress.resourceId = resourceId;
   }
 
+  /**
+   * Records a trainer the round created in its memo, where the reaper reads it through visibility: the reaper then
+   * never takes it while the round runs, and releases it if the round closes without doing so (terminated, timed
+   * out). Told by the provisioning activity the moment the create answers, and again when provisioning returns.
+   */
+  registerTrainer(resourceId: string): void {
+    if (this.trainers.some((t) => t.resourceId === resourceId) || !patched('trainers-in-memo')) return;
+    const { kind, baseUrl } = this.input.spec.provider;
+    this.trainers.push({ resourceId, kind, ...(baseUrl ? { baseUrl } : {}) });
+    upsertMemo({ [TRAINERS_MEMO]: [...this.trainers] });
+  }
+
+  /** Trainers the memo lists (created, not released). */
+  registeredTrainerIds(): string[] {
+    return this.trainers.map((t) => t.resourceId);
+  }
+
+  /** The trainer was released: the memo no longer lists it. */
+  unregisterTrainer(resourceId: string): void {
+    const i = this.trainers.findIndex((t) => t.resourceId === resourceId);
+    if (i < 0) return;
+    this.trainers.splice(i, 1);
+    upsertMemo({ [TRAINERS_MEMO]: [...this.trainers] });
+  }
+
   /** A trainer was released: its GPU time stops counting. */
   trainerReleased(resourceId: string): void {
+    this.unregisterTrainer(resourceId);
     this.released.push(resourceId);
     this.heldMs = this.heldNowMs();
     this.readyAtMs = undefined;

@@ -42,6 +42,7 @@ export async function acquireTrainer(run: RoundRun, kind: RoundKind, startFrom: 
   try {
     const trainer = await activities.provisioning.provisionTrainer({ spec: input.spec, ownerTag: ownerTagFor(workflowInfo().workflowId) });
     lease.resourceId = trainer.resourceId;
+    state.registerTrainer(trainer.resourceId);
     state.trainerReady(trainer.resourceId, trainer.readyAtMs);
     state.progress.waiting = undefined;
     if (trainer.capacityWait)
@@ -51,6 +52,7 @@ export async function acquireTrainer(run: RoundRun, kind: RoundKind, startFrom: 
       });
   } catch (err) {
     lease.resourceId ??= failureDetail<string>(err, 'resourceId'); // created, then failed: still ours to release
+    if (lease.resourceId) state.registerTrainer(lease.resourceId);
     throw err;
   }
   await openSessions(run, kind, startFrom);

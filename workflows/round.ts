@@ -225,6 +225,17 @@ async function cleanUp(run: RoundRun): Promise<void> {
       const resourceId = lease.resourceId;
       cleanupStatus = (await run.activities.cleanup.releaseTrainer({ spec: input.spec, resourceId, sessionId: lease.sessionId })).status;
       state.released.push(resourceId);
+      state.unregisterTrainer(resourceId);
+    } catch (err) {
+      cleanupStatus = `failed: ${failureTypeOf(err)}`;
+    }
+  }
+  // A trainer the round heard of only from its provisioning's word (cancelled or failed before it returned the id).
+  for (const resourceId of state.registeredTrainerIds()) {
+    try {
+      await run.activities.cleanup.releaseTrainer({ spec: input.spec, resourceId });
+      state.released.push(resourceId);
+      state.unregisterTrainer(resourceId);
     } catch (err) {
       cleanupStatus = `failed: ${failureTypeOf(err)}`;
     }

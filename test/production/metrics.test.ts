@@ -61,7 +61,8 @@ test('the metrics endpoint serves Temporal worker metrics and Roundhouse metrics
     expect(total(after, 'roundhouse_round_gpu_minutes_sum')).toBeCloseTo(result.gpuMinutes, 6);
     expect(total(after, 'roundhouse_provider_errors', 'class="retryable"')).toBeGreaterThanOrEqual(1);
 
-    // The reaper deactivates an orphan (its owner never existed): counted as reaped.
+    // The reaper deactivates an orphan (untagged: Together tags a resource only through its sessions; the explicit rule
+    // with no grace): counted as reaped.
     const orphanMaker = togetherProvider(emulator, LOCAL_EMULATOR_KEY);
     const orphan = await orphanMaker.provision({
       model: 'roundhouse/tiny-chat',
@@ -73,7 +74,7 @@ test('the metrics endpoint serves Temporal worker metrics and Roundhouse metrics
     const reaped = await temporal.client.workflow.execute(reaperWorkflow, {
       taskQueue,
       workflowId: `reaper-${taskQueue}`,
-      args: [{ providers: [{ kind: 'local', baseUrl: emulator.url, model: '' }], graceSeconds: 0 }],
+      args: [{ providers: [{ kind: 'local', baseUrl: emulator.url, model: '' }], graceSeconds: 0, untaggedGraceMinutes: 0 }],
     });
     expect((reaped as { reaped: { resourceId: string }[] }).reaped.map((r) => r.resourceId)).toContain(orphan.id);
     const final = await scrape(address);

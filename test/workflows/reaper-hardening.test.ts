@@ -1,0 +1,143 @@
+import { createRoundhouseWorker } from '../../workers/worker';
+import { reaperWorkflow, roundWorkflow } from '../../workflows';
+import { roundProgressQuery } from '../../workflows/round-contract';
+import type { ReaperInput, ReaperResult } from '../../activities/reaper';
+import { registeredTrainers } from '../../config/trainer-registry';
+import { ownerTagFor } from '../../config/owner-tag';
+import { ledger, setFaults } from '../helpers/emulator';
+import { roundTestEnvironment, ticketRoundInput } from '../helpers/round';
+import { uniqueTaskQueue } from '../helpers/temporal';
+import { BasetenProvider } from '../../providers/baseten/client';
+import type { WorkflowHandle } from '@temporalio/client';
+
+// The reaper knows every trainer a round created from the round itself (its memo, read through visibility): it never
+// takes a live round's trainer, however it looks at the provider, and releases a closed round's on the endpoint the
+// round used; failures are isolated per endpoint and per resource and reported.
+const { env } = roundTestEnvironment(
+  { provisioningDelayMs: 50 },
+  { ...process.env, TOGETHER_API_KEY: 'tg-reaper-key', BASETEN_API_KEY: 'bt-reaper-key' },
+);
+
+/** An endpoint nothing listens on (a configured provider that is down). */
+const DOWN = 'http://127.0.0.1:9';
+
+afterEach(async () => {
+  await setFaults(env.emulator, {});
+});
+
+async function withWorker<T>(taskQueue: string, body: () => Promise<T>): Promise<T> {
+  const worker = await createRoundhouseWorker({
+    connection: env.temporal.nativeConnection,
+    namespace: env.temporal.settings.namespace,
+    taskQueue,
+    workflowBundle: env.bundle,
+    providers: env.providers,
+  });
+  return worker.runUntil(body());
+}
+
+async function until(what: string, check: () => Promise<boolean>, timeoutMs = 60_000): Promise<void> {
+  const started = Date.now();
+  while (!(await check())) {
+    if (Date.now() - started > timeoutMs) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+const trainersOf = async (handle: WorkflowHandle) => registeredTrainers((await handle.describe()).memo);
+
+const pass = (taskQueue: string, input: ReaperInput): Promise<ReaperResult> =>
+  env.temporal.client.workflow.execute(reaperWorkflow, { taskQueue, workflowId: `reaper-${taskQueue}-${Date.now()}`, args: [input] });
+
+test("a round terminated while its trainer waits for capacity: a reaper configured with only a down endpoint reaps it on the round's own endpoint, and reports the one it could not reach", async () => {
+  const taskQueue = uniqueTaskQueue('reap-registry');
+  await setFaults(env.emulator, { rules: [{ kind: 'capacity-queue', max: 1, durationMs: 120_000, queuePosition: 3 }] });
+  const input = ticketRoundInput({ baseUrl: env.emulator.url, campaignId: `reap-registry-${taskQueue}`, trainRows: 16, evalRows: 2 });
+  await withWorker(taskQueue, async () => {
+    const handle = await env.temporal.client.workflow.start(roundWorkflow, { taskQueue, workflowId: `round-${taskQueue}`, args: [input] });
+    await until('the round to record its trainer', async () => (await trainersOf(handle)).length === 1);
+    const [trainer] = await trainersOf(handle);
+    expect(trainer).toEqual({ resourceId: expect.any(String) as string, kind: 'local', baseUrl: env.emulator.url });
+    await handle.terminate('test: a round terminated while provisioning');
+    expect((await ledger(env.emulator)).active).toContain(trainer!.resourceId); // queued: termination ran no cleanup
+
+    const result = await pass(taskQueue, { providers: [{ kind: 'together', baseUrl: DOWN }], graceSeconds: 300 });
+    process.stderr.write(`[reaper] ${JSON.stringify({ reaped: result.reaped, unchecked: result.unchecked })}\n`);
+    expect(result.reaped).toEqual([
+      expect.objectContaining({ resourceId: trainer!.resourceId, ownerStatus: 'TERMINATED', action: 'deactivated' }),
+    ]);
+    expect(result.unchecked).toEqual([expect.objectContaining({ provider: `together@${DOWN}` })]);
+    expect(result.endpoints).toEqual(expect.arrayContaining([`together@${DOWN}`, `local@${env.emulator.url}`]));
+    expect((await ledger(env.emulator)).active).not.toContain(trainer!.resourceId);
+  });
+});
+
+test('live rounds keep their trainers through 3 passes of the most aggressive rule: one waiting for capacity (untagged, no session yet), one training under a 250-character id', async () => {
+  const taskQueue = uniqueTaskQueue('reap-live');
+  await setFaults(env.emulator, { rules: [{ kind: 'capacity-queue', max: 1, durationMs: 120_000, queuePosition: 2 }] });
+  const waiting = ticketRoundInput({ baseUrl: env.emulator.url, campaignId: `reap-wait-${taskQueue}`, trainRows: 16, evalRows: 2 });
+  const training = ticketRoundInput({ baseUrl: env.emulator.url, campaignId: `reap-long-${taskQueue}`, trainRows: 400, evalRows: 2 });
+  const longId = `round-${taskQueue}-`.padEnd(250, 'x');
+  await withWorker(taskQueue, async () => {
+    const w = await env.temporal.client.workflow.start(roundWorkflow, {
+      taskQueue,
+      workflowId: `round-wait-${taskQueue}`,
+      args: [waiting],
+    });
+    await until('the waiting round to record its trainer', async () => (await trainersOf(w)).length === 1);
+    const l = await env.temporal.client.workflow.start(roundWorkflow, { taskQueue, workflowId: longId, args: [training] });
+    await until('the long-id round to train', async () => (await l.query(roundProgressQuery)).phase === 'training');
+    const ids = [(await trainersOf(w))[0]!.resourceId, (await l.query(roundProgressQuery)).resourceId!];
+    // Untagged resources reaped at any age, and every endpoint scanned: only the rounds' own records protect them.
+    const aggressive: ReaperInput = {
+      providers: [{ kind: 'local', baseUrl: env.emulator.url }],
+      graceSeconds: 0,
+      reapUntagged: true,
+      untaggedGraceMinutes: 0,
+    };
+    for (let i = 0; i < 3; i++) {
+      const result = await pass(taskQueue, aggressive);
+      expect(result.reaped.map((r) => r.resourceId)).not.toEqual(expect.arrayContaining([ids[0]]));
+      expect(result.reaped.map((r) => r.resourceId)).not.toEqual(expect.arrayContaining([ids[1]]));
+      for (const id of ids)
+        expect(result.kept).toContainEqual(expect.objectContaining({ resourceId: id, reason: 'a running round records it' }));
+    }
+    const active = (await ledger(env.emulator)).active;
+    for (const id of ids) expect(active).toContain(id);
+    expect((await l.query(roundProgressQuery)).phase).toBe('training');
+    await Promise.all([w.cancel(), l.cancel()]);
+    await Promise.all([w.result().catch(() => undefined), l.result().catch(() => undefined)]);
+    // Released by the rounds themselves: the memo no longer lists them.
+    expect(await trainersOf(w)).toEqual([]);
+    expect(await trainersOf(l)).toEqual([]);
+  });
+});
+
+test('owner tags: a trainer whose owner is no workflow of this namespace is kept and reported; one whose owner completed is reaped', async () => {
+  const taskQueue = uniqueTaskQueue('reap-tags');
+  const baseten = new BasetenProvider({ baseUrl: env.emulator.url, apiKey: 'bt-reaper-key' });
+  try {
+    const elsewhere = await baseten.provision({ model: 'roundhouse/tiny-chat', ownerTag: ownerTagFor(`other-namespace-${taskQueue}`) });
+    await withWorker(taskQueue, async () => {
+      const done = await env.temporal.client.workflow.start(reaperWorkflow, {
+        taskQueue,
+        workflowId: `owner-done-${taskQueue}`,
+        args: [{ providers: [], graceSeconds: 300 }],
+      });
+      await done.result();
+      const finished = await baseten.provision({ model: 'roundhouse/tiny-chat', ownerTag: ownerTagFor(done.workflowId) });
+      const result = await pass(taskQueue, { providers: [{ kind: 'baseten', baseUrl: env.emulator.url }], graceSeconds: 0 });
+      expect(result.kept).toContainEqual(
+        expect.objectContaining({
+          resourceId: elsewhere.id,
+          ownerStatus: 'NOT_FOUND',
+          reason: expect.stringMatching(/not a workflow of this namespace/) as string,
+        }),
+      );
+      expect(result.reaped).toContainEqual(expect.objectContaining({ resourceId: finished.id, ownerStatus: 'COMPLETED' }));
+    });
+    await baseten.deactivate(elsewhere.id);
+  } finally {
+    await baseten.close();
+  }
+});
