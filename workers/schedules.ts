@@ -64,6 +64,11 @@ export async function upsertCampaignSchedule(client: Client, options: CampaignSc
 
 export const REAPER_SCHEDULE_ID = 'roundhouse-reaper';
 
+/** One reaper schedule per deployment (task queue): the default queue's keeps its original id. */
+export function reaperScheduleId(taskQueue: string): string {
+  return taskQueue === 'roundhouse' ? REAPER_SCHEDULE_ID : `${REAPER_SCHEDULE_ID}-${taskQueue}`;
+}
+
 /**
  * The reaper's schedule (default every minute, SKIP overlaps), created or brought up to date. The endpoints given
  * are merged with those the schedule already scans (each worker adds its own, none removes another's); the
@@ -80,7 +85,7 @@ export async function ensureReaperSchedule(
     scheduleId?: string;
   },
 ): Promise<ScheduleHandle> {
-  const scheduleId = options.scheduleId ?? REAPER_SCHEDULE_ID;
+  const scheduleId = options.scheduleId ?? reaperScheduleId(options.taskQueue);
   const inputWith = (earlier: ReaperInput | undefined): ReaperInput => {
     const providers = new Map<string, ReaperInput['providers'][number]>();
     for (const p of [...(earlier?.providers ?? []), ...options.providers]) providers.set(`${p.kind}@${p.baseUrl ?? ''}`, p);

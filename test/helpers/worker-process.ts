@@ -27,10 +27,17 @@ export interface WorkerProcess {
 
 /**
  * A real `roundhouse worker` process on its own task queue. `script` runs another entry point with the same
- * command line (the compiled `dist/` CLI); `args` are extra `worker` arguments.
+ * command line (the compiled `dist/` CLI); `args` are extra `worker` arguments. The reaper schedule is left alone
+ * (`--no-reaper`) unless `reaper` or the args say otherwise.
  */
-export function startWorkerProcess(env: Record<string, string>, options: { script?: string; args?: string[] } = {}): WorkerProcess {
-  const child = spawn(process.execPath, [options.script ?? bin, 'worker', ...(options.args ?? [])], {
+export function startWorkerProcess(
+  env: Record<string, string>,
+  options: { script?: string; args?: string[]; reaper?: boolean } = {},
+): WorkerProcess {
+  // The reaper is on by default; tests that measure a round's own cleanup keep it off unless it is what they test.
+  const args = options.args ?? [];
+  const reaperArgs = options.reaper || args.some((a) => a.startsWith('--reaper') || a === '--no-reaper') ? [] : ['--no-reaper'];
+  const child = spawn(process.execPath, [options.script ?? bin, 'worker', ...args, ...reaperArgs], {
     env: { ...process.env, ROUNDHOUSE_LOG_LEVEL: 'info', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });

@@ -9,6 +9,8 @@ import { roundTestEnvironment, ticketRoundInput } from '../helpers/round';
 import { uniqueTaskQueue } from '../helpers/temporal';
 import { BasetenProvider } from '../../providers/baseten/client';
 import type { WorkflowHandle } from '@temporalio/client';
+import { bundleToFile, crashTestWorkerEnv, startWorkerProcess } from '../helpers/worker-process';
+import { reaperScheduleId } from '../../workers/schedules';
 
 // The reaper knows every trainer a round created from the round itself (its memo, read through visibility): it never
 // takes a live round's trainer, however it looks at the provider, and releases a closed round's on the endpoint the
@@ -139,5 +141,38 @@ test('owner tags: a trainer whose owner is no workflow of this namespace is kept
     await baseten.deactivate(elsewhere.id);
   } finally {
     await baseten.close();
+  }
+});
+
+test("a plain `roundhouse worker` runs the reaper: a terminated round's trainer on the spec's own endpoint is reaped within the period + 30 s while a configured endpoint is down", async () => {
+  const taskQueue = uniqueTaskQueue('reap-worker');
+  const env0 = { ...crashTestWorkerEnv(taskQueue, await bundleToFile()), TOGETHER_API_KEY: 'tg-reaper-key' };
+  const schedule = env.temporal.client.schedule.getHandle(reaperScheduleId(taskQueue));
+  // No flag at all: the worker creates the reaper schedule (every minute).
+  const plain = startWorkerProcess(env0, { reaper: true });
+  try {
+    await plain.ready;
+    const described = await schedule.describe();
+    expect(described.spec.intervals?.[0]?.every).toBe(60_000);
+  } finally {
+    await plain.stop();
+  }
+  // Faster passes, and Together's default endpoint (unreachable here) added to what the schedule scans.
+  const worker = startWorkerProcess(env0, { args: ['--reaper', 'together', '--reaper-every', '5 seconds'] });
+  try {
+    await worker.ready;
+    const input = ticketRoundInput({ baseUrl: env.emulator.url, campaignId: `reap-worker-${taskQueue}`, trainRows: 400, evalRows: 2 });
+    const handle = await env.temporal.client.workflow.start(roundWorkflow, { taskQueue, workflowId: `round-${taskQueue}`, args: [input] });
+    await until('training', async () => (await handle.query(roundProgressQuery)).phase === 'training', 120_000);
+    const { resourceId } = await handle.query(roundProgressQuery);
+    await handle.terminate('test: terminated mid-training');
+    const terminatedAt = Date.now();
+    await until('the reaper to release the trainer', async () => !(await ledger(env.emulator)).active.includes(resourceId!), 35_000);
+    process.stderr.write(`[reaper] plain worker: terminated round's trainer reaped after ${Date.now() - terminatedAt} ms (period 5 s)\n`);
+    const args = (await schedule.describe()).action;
+    expect(args.type === 'startWorkflow' && (args.args?.[0] as ReaperInput).providers).toEqual([{ kind: 'together', model: '' }]);
+  } finally {
+    await worker.stop();
+    await schedule.delete().catch(() => undefined);
   }
 });
