@@ -272,6 +272,12 @@ function roundKindProblems(spec: z.infer<typeof CampaignSpecBase>, ctx: z.Refine
         'is above 0 but no reference logprobs are configured: set round.grpo.reference: start (or beta: 0)',
       );
     }
+    if (spec.provider.kind === 'baseten' && grpo.reference) {
+      problem(
+        ['round', 'grpo', 'reference'],
+        "is not available on Baseten Loops: a run is one session, and opening a reference session re-initializes the run and loads the reference state over the policy's weights and optimizer state; remove it (a KL penalty needs the together dialect)",
+      );
+    }
     if (spec.provider.kind === 'baseten' && grpo.loss.type === 'grpo') {
       problem(
         ['round', 'grpo', 'loss', 'type'],

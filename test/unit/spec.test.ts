@@ -117,6 +117,13 @@ describe('campaign spec', () => {
       'round.grpo.loss.type',
       /Baseten Loops has no grpo loss/,
     ],
+    [
+      'a reference session on Baseten (it would replace the policy in the run)',
+      `${grpo.replace('kind: local', 'kind: baseten')}    reference: start\n    loss:\n      type: ppo\n`,
+      25,
+      'round.grpo.reference',
+      /not available on Baseten Loops: a run is one session/,
+    ],
     ['dpo on Baseten', `${valid.replace('kind: local', 'kind: baseten')}round:\n  kind: dpo\n`, 19, 'round.kind', /custom loss/],
     ['dpo settings on an sft round', `${valid}round:\n  dpo:\n    beta: 0.1\n`, 20, 'round.dpo', /only used when round.kind is dpo/],
     ['a non-positive dpo beta', `${valid}round:\n  kind: dpo\n  dpo:\n    beta: 0\n`, 21, 'round.dpo.beta', /Too small|>0/i],
