@@ -6,7 +6,7 @@ import type { ForwardResult, OperationHandle } from '../providers/types';
 import type { RoundInput, RoundSpec } from '../workflows/round-contract';
 import { toDatum } from './data';
 import type { ActivityDeps } from './deps';
-import { atBoundary } from './failures';
+import { atBoundary, toActivityFailure } from './failures';
 import { writeJsonAtomic } from './files';
 import { lineageParts, roundKey } from '../config/keys';
 import { recordRoundGpuMinutes } from './metrics';
@@ -49,6 +49,9 @@ export interface PhaseInput {
   data: SegmentInput['data'];
   sessionId: string;
 }
+
+/** File system errors no retry cures. */
+const UNWRITABLE = new Set(['EISDIR', 'ENOTDIR', 'EACCES', 'EPERM', 'EROFS']);
 
 export function createRoundActivities(deps: ActivityDeps) {
   const { prepared, preparedPairs } = createPreparer(deps);
@@ -209,7 +212,15 @@ export function createRoundActivities(deps: ActivityDeps) {
       const evaluations =
         input.evaluationsPath && fs.existsSync(input.evaluationsPath) ? JSON.parse(fs.readFileSync(input.evaluationsPath, 'utf8')) : [];
       const steps = input.stepsDir ? readStepRecords(input.stepsDir, input.rollbacks) : [];
-      writeJsonAtomic(input.path, { ...input.report, evaluations, steps });
+      try {
+        writeJsonAtomic(input.path, { ...input.report, evaluations, steps });
+      } catch (err) {
+        // A path that cannot take a file will not on a retry either: say so at once (the round keeps its result).
+        const code = (err as NodeJS.ErrnoException).code;
+        if (code && UNWRITABLE.has(code))
+          throw toActivityFailure(new RoundhouseFailure('InvalidInput', `cannot write the round report ${input.path}: ${code}`));
+        throw err;
+      }
       const { gpu_minutes: gpuMinutes, provider, status } = input.report;
       if (typeof gpuMinutes === 'number') recordRoundGpuMinutes(gpuMinutes, { provider: String(provider), status: String(status) });
       return input.path;

@@ -26,6 +26,9 @@ export interface ProvisionedTrainer {
   capacityWait?: { creates: number; waitedMs: number };
 }
 
+/** How long a release waits for the session's own stop, after the trainer is deactivated. */
+const SESSION_CLOSE_WAIT_MS = 5_000;
+
 export function createTrainerActivities(deps: ActivityDeps) {
   return {
     /**
@@ -160,7 +163,6 @@ export function createTrainerActivities(deps: ActivityDeps) {
       });
     },
 
-    /** Releases the trainer; idempotent, and fine with a resource that already stopped or failed. */
     /**
      * After a lost session or a failed step: whether the trainer can take a new session (READY), and the old sessions
      * closed (best effort: their LoRA slots, and weights that must not be trained further).
@@ -179,6 +181,7 @@ export function createTrainerActivities(deps: ActivityDeps) {
       });
     },
 
+    /** Releases the trainer; idempotent, and fine with a resource that already stopped or failed. */
     async releaseTrainer(input: {
       spec: RoundSpec;
       resourceId: string;
@@ -186,9 +189,14 @@ export function createTrainerActivities(deps: ActivityDeps) {
     }): Promise<{ status: string; resourceId: string }> {
       const provider = await deps.providerFor(input.spec.provider);
       return atBoundary(async () => {
-        if (input.sessionId) await provider.closeSession(input.sessionId).catch(() => undefined);
+        // Deactivate first: it stops the GPUs and the sessions on them. Closing the session as well is a courtesy that
+        // must never hold the release up (a hung stop used to delay deactivation by the HTTP timeout, minutes).
         const r = await provider.deactivate(input.resourceId);
         recordResource('released', { provider: input.spec.provider.kind });
+        if (input.sessionId) {
+          const close = provider.closeSession(input.sessionId).catch(() => undefined);
+          await Promise.race([close, new Promise((resolve) => setTimeout(resolve, SESSION_CLOSE_WAIT_MS).unref())]);
+        }
         return { status: r.state === 'failed' ? 'already-failed' : 'deactivated', resourceId: input.resourceId };
       });
     },

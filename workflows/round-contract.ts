@@ -101,6 +101,8 @@ export interface RoundResult {
   round: number;
   status: RoundStatus;
   reportPath: string;
+  /** Set when the report could not be written (the round's result stands; the message says why). */
+  reportError?: string;
   evaluationsPath?: string;
   accuracy?: number;
   baselineLoss?: number;

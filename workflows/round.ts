@@ -246,12 +246,19 @@ async function cleanUp(run: RoundRun): Promise<void> {
   if (run.checkpoints.length)
     state.result.checkpoints = run.checkpoints.slice(-keep).map(({ checkpointId, step, lineage }) => ({ checkpointId, step, lineage }));
   const failureMessage = state.failure === undefined ? undefined : failureMessageOf(state.failure);
-  await run.activities.cleanup.writeRoundReport({
+  const writeReport = run.activities.cleanup.writeRoundReport({
     path: state.result.reportPath,
     evaluationsPath: state.result.evaluationsPath,
     stepsDir: state.file('steps'),
     rollbacks: run.rollbacks.length ? run.rollbacks : undefined,
     report: roundReport(input, state.result, run.data, state.progress, state.released, cleanupStatus, failureMessage),
   });
+  try {
+    await writeReport;
+  } catch (err) {
+    // The round's outcome stands (its checkpoint is what the campaign continues from); the report's loss is said.
+    state.result.reportError = failureMessageOf(err);
+    log.warn('the round report could not be written', { reportPath: state.result.reportPath, error: state.result.reportError });
+  }
   await state.tell(state.result.status);
 }

@@ -1,0 +1,70 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { MockActivityEnvironment } from '@temporalio/testing';
+import { createActivities } from '../../activities';
+import { ownerTagFor } from '../../config/owner-tag';
+import { createRoundhouseWorker } from '../../workers/worker';
+import { roundWorkflow } from '../../workflows';
+import { roundProgressQuery, type RoundResult } from '../../workflows/round-contract';
+import { ledger, setFaults } from '../helpers/emulator';
+import { roundTestEnvironment, ticketRoundInput } from '../helpers/round';
+import { uniqueTaskQueue } from '../helpers/temporal';
+
+// Release and the report, hardened: a hung session stop never holds up deactivation, and a report that cannot be
+// written never replaces the round's result.
+const { env } = roundTestEnvironment({ provisioningDelayMs: 50 });
+
+afterEach(async () => {
+  await setFaults(env.emulator, {});
+});
+
+test('releasing a trainer deactivates it at once even when its session stop hangs', async () => {
+  const input = ticketRoundInput({
+    baseUrl: env.emulator.url,
+    campaignId: `release-${Date.now().toString(36)}`,
+    trainRows: 16,
+    evalRows: 2,
+  });
+  const provider = await env.providers.providerFor(input.spec.provider);
+  const resource = await provider.provision({ model: input.spec.provider.model, ownerTag: ownerTagFor('release-test') });
+  await provider.waitReady(resource.id, { timeoutMs: 30_000 });
+  const session = await provider.openSession({ resourceId: resource.id, loraRank: 8, displayName: ownerTagFor('release-test') });
+  // The session's stop answers only after 20 s (a hung provider call).
+  await setFaults(env.emulator, { rules: [{ kind: 'delay', path: '/training-sessions/[^/]+/stop$', delayMs: 20_000, max: 5 }] });
+  const started = Date.now();
+  const activity = createActivities(env.providers).releaseTrainer;
+  const released = (await new MockActivityEnvironment().run(activity, {
+    spec: input.spec,
+    resourceId: resource.id,
+    sessionId: session.id,
+  })) as Awaited<ReturnType<typeof activity>>;
+  const tookMs = Date.now() - started;
+  process.stderr.write(`[cleanup] released in ${tookMs} ms with the session stop hanging\n`);
+  expect(released.status).toBe('deactivated');
+  expect((await ledger(env.emulator)).active).not.toContain(resource.id);
+  expect(tookMs).toBeLessThan(10_000);
+});
+
+test('a round whose report cannot be written keeps its result (the campaign continues from its checkpoint) and says why', async () => {
+  const taskQueue = uniqueTaskQueue('report-fails');
+  const input = ticketRoundInput({ baseUrl: env.emulator.url, campaignId: `report-fails-${taskQueue}`, trainRows: 32, evalRows: 2 });
+  const worker = await createRoundhouseWorker({
+    connection: env.temporal.nativeConnection,
+    namespace: env.temporal.settings.namespace,
+    taskQueue,
+    workflowBundle: env.bundle,
+    providers: env.providers,
+  });
+  const result: RoundResult = await worker.runUntil(async () => {
+    const handle = await env.temporal.client.workflow.start(roundWorkflow, { taskQueue, workflowId: `round-${taskQueue}`, args: [input] });
+    for (let i = 0; i < 600 && (await handle.query(roundProgressQuery)).phase !== 'training'; i++)
+      await new Promise((r) => setTimeout(r, 50));
+    // Where the report goes, a directory now stands: no retry can write it.
+    fs.mkdirSync(path.join(input.reportDir, 'round-1.json', 'in-the-way'), { recursive: true });
+    return handle.result();
+  });
+  expect(result.status).toBe('completed');
+  expect(result.trainingCheckpointId).toEqual(expect.any(String));
+  expect(result.reportError).toMatch(/cannot write the round report .*round-1\.json: EISDIR/);
+  expect((await ledger(env.emulator)).active).toEqual([]);
+});
