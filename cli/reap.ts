@@ -7,14 +7,18 @@ export function reapCommand(): Command {
     .description('Run the reaper once: find trainers whose owning workflow is gone; dry run unless --apply')
     .option('--apply', 'deactivate them (default: only report)')
     .option(
-      '--grace <seconds>',
-      'leave untagged resources (owner unknown) younger than this alone',
+      '--reap-untagged',
+      'also take untagged resources no round records, once older than --untagged-grace (accounts Roundhouse alone uses)',
+    )
+    .option(
+      '--untagged-grace <minutes>',
+      'how old an untagged resource must be before --reap-untagged takes it',
       (v) => {
         const n = Number(v);
-        if (!Number.isInteger(n) || n < 0) throw new InvalidArgumentError('--grace takes whole seconds');
+        if (!Number.isFinite(n) || n < 0) throw new InvalidArgumentError('--untagged-grace takes minutes');
         return n;
       },
-      300,
+      90,
     )
     .option('--provider <kind>', 'local, together or baseten (repeatable)', (v: string, all: string[]) => [...all, v], [] as string[])
     .option('--base-url <url>', "provider base URL (default: the provider's own, or the local emulator)")
@@ -22,7 +26,7 @@ export function reapCommand(): Command {
       'after',
       '\nExamples:\n  roundhouse reap                      # what would be reaped on the local emulator\n  roundhouse reap --apply --provider together',
     )
-    .action(async (opts: { apply?: boolean; grace: number; provider: string[]; baseUrl?: string }) => {
+    .action(async (opts: { apply?: boolean; reapUntagged?: boolean; untaggedGrace: number; provider: string[]; baseUrl?: string }) => {
       const { settings } = cliContext();
       const kinds = (opts.provider.length ? opts.provider : ['local']) as ('local' | 'together' | 'baseten')[];
       const { client, close } = await cliClient(settings);
@@ -31,7 +35,8 @@ export function reapCommand(): Command {
           stateDir: settings.stateDir,
           kinds,
           baseUrl: opts.baseUrl,
-          graceSeconds: opts.grace,
+          untaggedGraceMinutes: opts.untaggedGrace,
+          reapUntagged: opts.reapUntagged,
           dryRun: !opts.apply,
           taskQueue: settings.taskQueue,
         });

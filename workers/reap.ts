@@ -8,7 +8,7 @@ export interface ReapOnceOptions {
   stateDir: string;
   kinds: ProviderSpec['kind'][];
   baseUrl?: string;
-  graceSeconds: number;
+  untaggedGraceMinutes: number;
   dryRun: boolean;
   /** The deployment whose rounds' records are read. */
   taskQueue: string;
@@ -30,7 +30,8 @@ export async function reapOnce(client: Client, options: ReapOnceOptions): Promis
       client,
       {
         providers: options.kinds.map((kind) => ({ kind, baseUrl: kind === 'local' ? localUrl : options.baseUrl, model: '' })),
-        graceSeconds: options.graceSeconds,
+        graceSeconds: options.untaggedGraceMinutes * 60,
+        untaggedGraceMinutes: options.untaggedGraceMinutes,
         dryRun: options.dryRun,
         reapUntagged: options.reapUntagged,
       },

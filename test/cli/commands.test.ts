@@ -220,7 +220,7 @@ describe('happy paths against a running stack', () => {
   });
 
   test('reap is a dry run by default', async () => {
-    const run = await roundhouse('reap', '--grace', '0');
+    const run = await roundhouse('reap', '--untagged-grace', '0');
     expect(run.code).toBe(0);
     expect(run.stdout).toMatch(
       /active resources checked on \d+ endpoint\(s\), \d+ could not be checked, \d+ would be deactivated \(dry run; --apply to act\)/,
