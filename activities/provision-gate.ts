@@ -1,5 +1,5 @@
 import { CancelledFailure, log } from '@temporalio/activity';
-import { WithStartWorkflowOperation, WorkflowUpdateFailedError, type Client } from '@temporalio/client';
+import { WithStartWorkflowOperation, WorkflowUpdateFailedError, isGrpcServiceError, type Client } from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
 import {
   ACQUIRE_GATE_UPDATE,
@@ -19,6 +19,10 @@ import type {
   OthersSince,
   ReleaseGateRequest,
 } from '../workflows/provision-gate-contract';
+
+/** gRPC status codes (google.rpc.Code) the server answers a turned-away update with. */
+const GRPC_RESOURCE_EXHAUSTED = 8;
+const GRPC_UNAVAILABLE = 14;
 
 /** A busy gate is asked again after a jittered wait growing to this (the caller heartbeats meanwhile). */
 const MAX_POLL_MS = 2000;
@@ -167,8 +171,14 @@ async function settle(client: Client, workflowId: string, request: ReleaseGateRe
   }
 }
 
-/** The gate rejected an acquire because another owner holds it (its validator's answer: nothing was recorded). */
+/**
+ * The gate rejected an acquire because another owner holds it (its validator's answer: nothing was recorded), or the
+ * server turned the update away before the gate saw it: more than 10 updates in flight on one workflow (hundreds of
+ * rounds polling one account) or an update aborted by a workflow task that failed over. Either way: ask again.
+ */
 function isGateBusy(err: unknown): boolean {
   const cause = err instanceof WorkflowUpdateFailedError ? err.cause : undefined;
-  return cause instanceof ApplicationFailure && cause.type === GATE_BUSY;
+  if (cause instanceof ApplicationFailure && cause.type === GATE_BUSY) return true;
+  const grpc = [err, (err as { cause?: unknown } | undefined)?.cause].find(isGrpcServiceError);
+  return grpc !== undefined && (grpc.code === GRPC_RESOURCE_EXHAUSTED || grpc.code === GRPC_UNAVAILABLE);
 }

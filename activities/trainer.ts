@@ -76,7 +76,10 @@ export function createTrainerActivities(deps: ActivityDeps) {
                   },
                 });
               } catch (err) {
-                // Cancelled or failed after the create: the workflow may never hear the id, so release it here.
+                // A worker shutting down (a deploy) or a passing polling failure: keep the trainer (and its place in a
+                // capacity queue); the id is in the heartbeat, and the retry resumes waiting for it.
+                if (context.cancellationDetails?.workerShutdown || isPassing(err)) throw err;
+                // Cancelled by the round, failed, or out of time: the workflow may never hear the id, so release it here.
                 await provider.deactivate(resourceId).catch(() => undefined);
                 const noCapacity = err instanceof ProviderError && err.code === 'NO_CAPACITY';
                 const timedOut = err instanceof ProviderError && err.code === 'POLL_TIMEOUT';
@@ -214,6 +217,11 @@ interface ProvisionBeat {
   startedAtMs?: number;
   /** Creates the provider gave up on for want of capacity so far. */
   capacityRetries?: number;
+}
+
+/** A provider failure that passes (5xx, 429, the network, after the HTTP helper's own retries); not the wait's end. */
+function isPassing(err: unknown): boolean {
+  return err instanceof ProviderError && err.errorClass === 'retryable' && err.code !== 'POLL_TIMEOUT';
 }
 
 /** Between creates the provider gave up on for want of capacity: 2 s doubling to a minute, jittered, within the limit. */

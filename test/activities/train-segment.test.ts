@@ -9,7 +9,8 @@ import { ownerTagFor } from '../../config/owner-tag';
 import { readStepRecords, type SegmentInput } from '../../activities/segment';
 import { ProviderRegistry } from '../../workers/providers';
 import { createRoundhouseWorker } from '../../workers/worker';
-import { ledger, startTestEmulator, type RunningEmulator } from '../helpers/emulator';
+import { ledger, setFaults, startTestEmulator, type RunningEmulator } from '../helpers/emulator';
+import { ActivityCancellationDetails } from '@temporalio/common';
 import { ticketRoundInput } from '../helpers/round';
 import { bundleWorkflows, connectTestTemporal, uniqueTaskQueue, type TestTemporal } from '../helpers/temporal';
 
@@ -198,4 +199,35 @@ test('Baseten: a provisioning attempt killed after its create, before any heartb
   expect(trainer.resourceId).toBe(created);
   expect((await ledger(emulator)).resources.filter((r) => !known.has(r.id)).map((r) => r.id)).toEqual([created]);
   await provider.deactivate(created);
+});
+
+test('a worker shutting down while its trainer waits in the capacity queue keeps the trainer: the retry resumes waiting for the same one', async () => {
+  const owner = `round-shutdown-${Date.now().toString(36)}`;
+  const input = ticketRoundInput({ baseUrl: emulator.url, campaignId: owner, trainRows: 16, evalRows: 4 });
+  const provider = await providers.providerFor(input.spec.provider);
+  const known = new Set((await ledger(emulator)).resources.map((r) => r.id));
+  await setFaults(emulator, { rules: [{ kind: 'capacity-queue', max: 1, durationMs: 4000, queuePosition: 2 }] });
+  try {
+    const workflowExecution = { workflowId: owner, runId: 'run-1' };
+    const first = new MockActivityEnvironment({ taskQueue, workflowExecution }, { client: temporal.client });
+    let beat: unknown;
+    first.on('heartbeat', (d: unknown) => (beat = d));
+    const attempt = run(first, createActivities(providers).provisionTrainer, { spec: input.spec, ownerTag: ownerTagFor(owner) });
+    for (let i = 0; i < 100 && !(beat as { resourceId?: string } | undefined)?.resourceId; i++) await new Promise((r) => setTimeout(r, 50));
+    first.cancel('WORKER_SHUTDOWN', new ActivityCancellationDetails({ workerShutdown: true }));
+    await expect(attempt).rejects.toThrow();
+    const queued = (beat as { resourceId: string }).resourceId;
+    expect((await ledger(emulator)).active).toContain(queued); // still in the queue, not deactivated
+
+    const retry = new MockActivityEnvironment(
+      { taskQueue, attempt: 2, workflowExecution, heartbeatDetails: beat },
+      { client: temporal.client },
+    );
+    const trainer = await run(retry, createActivities(providers).provisionTrainer, { spec: input.spec, ownerTag: ownerTagFor(owner) });
+    expect(trainer.resourceId).toBe(queued);
+    expect((await ledger(emulator)).resources.filter((r) => !known.has(r.id)).map((r) => r.id)).toEqual([queued]);
+    await provider.deactivate(queued);
+  } finally {
+    await setFaults(emulator, {});
+  }
 });
