@@ -180,5 +180,6 @@ function isGateBusy(err: unknown): boolean {
   const cause = err instanceof WorkflowUpdateFailedError ? err.cause : undefined;
   if (cause instanceof ApplicationFailure && cause.type === GATE_BUSY) return true;
   const grpc = [err, (err as { cause?: unknown } | undefined)?.cause].find(isGrpcServiceError);
-  return grpc !== undefined && (grpc.code === GRPC_RESOURCE_EXHAUSTED || grpc.code === GRPC_UNAVAILABLE);
+  const code = Number(grpc?.code);
+  return code === GRPC_RESOURCE_EXHAUSTED || code === GRPC_UNAVAILABLE;
 }
