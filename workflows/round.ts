@@ -2,6 +2,7 @@ import { ApplicationFailure, CancellationScope, condition, log, patched } from '
 import { failureMessageOf, failureTypeOf, isCancellation } from './failures';
 import { untilInterrupted } from './interrupt';
 import { noteCheckpoint, recover, recoverable, recovering } from './recovery';
+import { pausable, pausesAnyPhase, releaseRegistered } from './pause';
 import { roundActivities } from './round-activities';
 import type { RoundInput, RoundResult } from './round-contract';
 import { ROUND_KINDS, type RoundKind } from './round-kinds';
@@ -47,9 +48,10 @@ export async function roundWorkflow(input: RoundInput): Promise<RoundResult> {
     state.pricing(plan);
     progress.totalSteps = result.totalSteps = plan.totalSteps;
 
-    await acquireTrainer(run, kind, input.startFrom);
+    const anyPhase = pausesAnyPhase();
+    await pausable(run, kind, anyPhase, () => acquireTrainer(run, kind, input.startFrom), { reacquire: false });
     await state.tell('baseline');
-    await recovering(run, kind, 'baseline', () => kind.baseline(run, run.stepOffset));
+    await recovering(run, kind, 'baseline', () => pausable(run, kind, anyPhase, () => kind.baseline(run, run.stepOffset)));
 
     await state.tell('training');
     const { cursor, checkpoint, budgetInterrupts } = await trainToCheckpoint(run, kind, plan.totalSteps);
@@ -59,15 +61,17 @@ export async function roundWorkflow(input: RoundInput): Promise<RoundResult> {
     if (result.stopReason) {
       result.status = 'stopped'; // over budget: keep the checkpoint, skip sampling, release the GPU now
     } else {
-      await recovering(run, kind, 'sampler-weights', async () => {
-        const sampler = await activities.onTrainer.saveSamplerWeights({
-          spec: input.spec,
-          sessionId: run.sessionId,
-          key: runKey(run, 'sampler-weights'),
-        });
-        result.samplerCheckpointId = sampler.checkpointId;
-      });
-      await recovering(run, kind, 'evaluation', () => kind.evaluate(run));
+      await recovering(run, kind, 'sampler-weights', () =>
+        pausable(run, kind, anyPhase, async () => {
+          const sampler = await activities.onTrainer.saveSamplerWeights({
+            spec: input.spec,
+            sessionId: run.sessionId,
+            key: runKey(run, 'sampler-weights'),
+          });
+          result.samplerCheckpointId = sampler.checkpointId;
+        }),
+      );
+      await recovering(run, kind, 'evaluation', () => pausable(run, kind, anyPhase, () => kind.evaluate(run)));
       result.status = 'completed';
     }
   } catch (err) {
@@ -231,15 +235,8 @@ async function cleanUp(run: RoundRun): Promise<void> {
     }
   }
   // A trainer the round heard of only from its provisioning's word (cancelled or failed before it returned the id).
-  for (const resourceId of state.registeredTrainerIds()) {
-    try {
-      await run.activities.cleanup.releaseTrainer({ spec: input.spec, resourceId });
-      state.released.push(resourceId);
-      state.unregisterTrainer(resourceId);
-    } catch (err) {
-      cleanupStatus = `failed: ${failureTypeOf(err)}`;
-    }
-  }
+  const unreleased = await releaseRegistered(run);
+  if (unreleased) cleanupStatus = `failed: ${unreleased}`;
   state.settleCost();
   if (state.recoveries.length) state.result.recoveries = state.recoveries;
   const keep = input.spec.training.checkpointEvery?.keep ?? 3;
