@@ -18,7 +18,17 @@ const temporal = (...packages) => `^@temporalio/(${packages.join('|')})(/|$)`;
 const wall = (regex, message, { types = false } = {}) => ({ regex, message, allowTypeImports: types });
 
 /** config/ modules a workflow may import at runtime: no Node builtins, no npm packages, nothing that does I/O. */
-const PURE_CONFIG_MODULES = ['errors', 'failures', 'keys', 'random', 'schedule', 'owner-tag', 'provision-gate', 'capacity', 'trainer-registry'];
+const PURE_CONFIG_MODULES = [
+  'errors',
+  'failures',
+  'keys',
+  'random',
+  'schedule',
+  'owner-tag',
+  'provision-gate',
+  'capacity',
+  'trainer-registry',
+];
 const workflowRuntimeAllowed = [
   '@temporalio/workflow$',
   '\\./', // sibling workflow modules
