@@ -40,7 +40,8 @@ test('in clock-cycle mode operations submitted back to back run in one tick; awa
     await provider.awaitOperation(fb2);
     const opt2 = await provider.submitOptimStep(session.id, 'naive/opt', ADAM);
     await provider.awaitOperation(opt2);
-    expect(completedAt(opt2) - completedAt(fb2)).toBeGreaterThanOrEqual(CYCLE_MS / 2);
+    // A later tick, wherever in it each ran (a gap in milliseconds is a timing, and timings belong to bench/: under
+    // load a forward-backward late in its tick and the next tick's optim_step were 91 ms apart).
     expect(Math.floor(completedAt(opt2) / CYCLE_MS)).toBeGreaterThan(Math.floor(completedAt(fb2) / CYCLE_MS));
   } finally {
     await provider.deactivate(resource.id);
