@@ -3,9 +3,13 @@ import { CancellationScope, CancelledFailure, condition, isCancellation } from '
 /**
  * Runs a segment that `stop()` may interrupt: when it turns true the segment's activity is cancelled; it drains and
  * returns its cursor (the result), or ends without one (undefined). A cancellation of the round itself is passed
- * on at once as a cancellation, without waiting for the segment.
+ * on at once as a cancellation, without waiting for the segment (unless `drainOnCancel`).
  */
-export async function untilInterrupted<T>(run: () => Promise<T>, stop: () => boolean): Promise<T | undefined> {
+export async function untilInterrupted<T>(
+  run: () => Promise<T>,
+  stop: () => boolean,
+  options: { drainOnCancel?: boolean } = {},
+): Promise<T | undefined> {
   const scope = new CancellationScope();
   let settled = false;
   let interrupted = false;
@@ -24,7 +28,8 @@ export async function untilInterrupted<T>(run: () => Promise<T>, stop: () => boo
   );
   try {
     // A cancellation of the round itself does not wait for the segment to drain: cleanup releases the trainer now.
-    return await Promise.race([running, CancellationScope.current().cancelRequested]);
+    // Provisioning does wait (`drainOnCancel`): only its answer says which trainer it made, so cleanup can release it.
+    return await (options.drainOnCancel ? running : Promise.race([running, CancellationScope.current().cancelRequested]));
   } catch (err) {
     if (CancellationScope.current().consideredCancelled)
       throw isCancellation(err) ? err : new CancelledFailure('round cancelled while its segment was stopping');

@@ -20,7 +20,7 @@ export async function pausable<T>(
   kind: RoundKind,
   enabled: boolean,
   body: () => Promise<T>,
-  options: { reacquire: boolean } = { reacquire: true },
+  options: { reacquire: boolean; drainOnCancel?: boolean } = { reacquire: true },
 ): Promise<T> {
   if (!enabled) return body();
   for (;;) {
@@ -28,6 +28,7 @@ export async function pausable<T>(
     const done = await untilInterrupted(
       async () => ({ value: await body() }),
       () => run.state.pauseRequested,
+      { drainOnCancel: options.drainOnCancel },
     );
     if (done) return done.value;
   }

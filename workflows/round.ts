@@ -49,7 +49,8 @@ export async function roundWorkflow(input: RoundInput): Promise<RoundResult> {
     progress.totalSteps = result.totalSteps = plan.totalSteps;
 
     const anyPhase = pausesAnyPhase();
-    await pausable(run, kind, anyPhase, () => acquireTrainer(run, kind, input.startFrom), { reacquire: false });
+    // Provisioning drains on cancel: a cancelled round hears which trainer it made, and cleanup releases it.
+    await pausable(run, kind, anyPhase, () => acquireTrainer(run, kind, input.startFrom), { reacquire: false, drainOnCancel: true });
     await state.tell('baseline');
     await recovering(run, kind, 'baseline', () => pausable(run, kind, anyPhase, () => kind.baseline(run, run.stepOffset)));
 
