@@ -110,7 +110,8 @@ export function roundTestEnvironment(emulatorOptions: EmulatorOptions = {}, prov
     await env.emulator?.close();
     await env.temporal?.close();
   });
-  const runRound = async (input: RoundInput, taskQueue: string): Promise<RoundResult> => {
+  /** Runs `body` while a fresh in-process worker serves the task queue. */
+  const withWorker = async <T>(taskQueue: string, body: () => Promise<T>): Promise<T> => {
     const worker = await createRoundhouseWorker({
       connection: env.temporal.nativeConnection,
       namespace: env.temporal.settings.namespace,
@@ -118,11 +119,13 @@ export function roundTestEnvironment(emulatorOptions: EmulatorOptions = {}, prov
       workflowBundle: env.bundle,
       providers: env.providers,
     });
-    return worker.runUntil(
+    return worker.runUntil(body());
+  };
+  const runRound = (input: RoundInput, taskQueue: string): Promise<RoundResult> =>
+    withWorker(taskQueue, () =>
       env.temporal.client.workflow.execute(roundWorkflow, { taskQueue, workflowId: `round-${input.campaignId}`, args: [input] }),
     );
-  };
-  return { env, runRound };
+  return { env, runRound, withWorker };
 }
 
 /** A round's progress, or undefined while no worker can answer the query (e.g. between a kill and a restart). */

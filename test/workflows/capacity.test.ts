@@ -2,7 +2,6 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { WorkflowFailedError } from '@temporalio/client';
 import { renderProgress } from '../../cli/progress';
-import { createRoundhouseWorker } from '../../workers/worker';
 import { campaignWorkflow } from '../../workflows';
 import { campaignProgressQuery, type CampaignInput } from '../../workflows/campaign-contract';
 import { ticketCampaignSpec } from '../helpers/campaign';
@@ -13,7 +12,10 @@ import { uniqueTaskQueue } from '../helpers/temporal';
 // A create the provider queues for capacity, or gives up on (CAPACITY_WAIT_TIMEOUT): the round waits, creating again
 // with backoff, until advanced.provisionTimeoutMinutes; `status` says it waits (with the queue position); past the
 // limit the round fails cleanly with nothing active.
-const { env, runRound } = roundTestEnvironment({ provisioningDelayMs: 50 }, { ...process.env, BASETEN_API_KEY: 'bt-capacity-key' });
+const { env, runRound, withWorker } = roundTestEnvironment(
+  { provisioningDelayMs: 50 },
+  { ...process.env, BASETEN_API_KEY: 'bt-capacity-key' },
+);
 
 afterEach(async () => {
   await setFaults(env.emulator, {});
@@ -38,15 +40,8 @@ test('a create that times out waiting for capacity, then one that queues: the ro
     yaml: 'rounds: { max: 1, nextData: { policy: static } }',
   });
   const campaignId = `capacity-${taskQueue}`;
-  const worker = await createRoundhouseWorker({
-    connection: env.temporal.nativeConnection,
-    namespace: env.temporal.settings.namespace,
-    taskQueue,
-    workflowBundle: env.bundle,
-    providers: env.providers,
-  });
   const shown: string[] = [];
-  const result = await worker.runUntil(async () => {
+  const result = await withWorker(taskQueue, async () => {
     const handle = await env.temporal.client.workflow.start(campaignWorkflow, {
       taskQueue,
       workflowId: campaignId,

@@ -3,7 +3,6 @@ import path from 'node:path';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { createActivities } from '../../activities';
 import { ownerTagFor } from '../../config/owner-tag';
-import { createRoundhouseWorker } from '../../workers/worker';
 import { roundWorkflow } from '../../workflows';
 import { roundProgressQuery, type RoundResult } from '../../workflows/round-contract';
 import { ledger, setFaults } from '../helpers/emulator';
@@ -12,7 +11,7 @@ import { uniqueTaskQueue } from '../helpers/temporal';
 
 // Release and the report, hardened: a hung session stop never holds up deactivation, and a report that cannot be
 // written never replaces the round's result.
-const { env } = roundTestEnvironment({ provisioningDelayMs: 50 });
+const { env, withWorker } = roundTestEnvironment({ provisioningDelayMs: 50 });
 
 afterEach(async () => {
   await setFaults(env.emulator, {});
@@ -48,14 +47,7 @@ test('releasing a trainer deactivates it at once even when its session stop hang
 test('a round whose report cannot be written keeps its result (the campaign continues from its checkpoint) and says why', async () => {
   const taskQueue = uniqueTaskQueue('report-fails');
   const input = ticketRoundInput({ baseUrl: env.emulator.url, campaignId: `report-fails-${taskQueue}`, trainRows: 32, evalRows: 2 });
-  const worker = await createRoundhouseWorker({
-    connection: env.temporal.nativeConnection,
-    namespace: env.temporal.settings.namespace,
-    taskQueue,
-    workflowBundle: env.bundle,
-    providers: env.providers,
-  });
-  const result: RoundResult = await worker.runUntil(async () => {
+  const result: RoundResult = await withWorker(taskQueue, async () => {
     const handle = await env.temporal.client.workflow.start(roundWorkflow, { taskQueue, workflowId: `round-${taskQueue}`, args: [input] });
     for (let i = 0; i < 600 && (await handle.query(roundProgressQuery)).phase !== 'training'; i++)
       await new Promise((r) => setTimeout(r, 50));

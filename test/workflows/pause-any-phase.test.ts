@@ -1,5 +1,4 @@
 import path from 'node:path';
-import { createRoundhouseWorker } from '../../workers/worker';
 import { campaignWorkflow } from '../../workflows';
 import {
   campaignProgressQuery,
@@ -15,7 +14,7 @@ import { uniqueTaskQueue } from '../helpers/temporal';
 
 // A pause gives the GPU back in whatever phase it arrives, not only at the top of the training loop: here while the
 // trainer waits in the capacity queue, and while the trained model is being sampled and scored.
-const { env } = roundTestEnvironment({ provisioningDelayMs: 50 });
+const { env, withWorker } = roundTestEnvironment({ provisioningDelayMs: 50 });
 
 afterEach(async () => {
   await setFaults(env.emulator, {});
@@ -44,14 +43,7 @@ async function pauseDuring(
     yaml: 'rounds: { max: 1, nextData: { policy: static } }',
   });
   const campaignId = `${label}-${taskQueue}`;
-  const worker = await createRoundhouseWorker({
-    connection: env.temporal.nativeConnection,
-    namespace: env.temporal.settings.namespace,
-    taskQueue,
-    workflowBundle: env.bundle,
-    providers: env.providers,
-  });
-  return worker.runUntil(async () => {
+  return withWorker(taskQueue, async () => {
     const handle = await env.temporal.client.workflow.start(campaignWorkflow, {
       taskQueue,
       workflowId: campaignId,

@@ -1,4 +1,3 @@
-import { createRoundhouseWorker } from '../../workers/worker';
 import { reaperWorkflow, roundWorkflow } from '../../workflows';
 import { roundProgressQuery } from '../../workflows/round-contract';
 import type { ReaperInput, ReaperResult } from '../../activities/reaper';
@@ -15,7 +14,7 @@ import { reaperScheduleId } from '../../workers/schedules';
 // The reaper knows every trainer a round created from the round itself (its memo, read through visibility): it never
 // takes a live round's trainer, however it looks at the provider, and releases a closed round's on the endpoint the
 // round used; failures are isolated per endpoint and per resource and reported.
-const { env } = roundTestEnvironment(
+const { env, withWorker } = roundTestEnvironment(
   { provisioningDelayMs: 50 },
   { ...process.env, TOGETHER_API_KEY: 'tg-reaper-key', BASETEN_API_KEY: 'bt-reaper-key' },
 );
@@ -26,17 +25,6 @@ const DOWN = 'http://127.0.0.1:9';
 afterEach(async () => {
   await setFaults(env.emulator, {});
 });
-
-async function withWorker<T>(taskQueue: string, body: () => Promise<T>): Promise<T> {
-  const worker = await createRoundhouseWorker({
-    connection: env.temporal.nativeConnection,
-    namespace: env.temporal.settings.namespace,
-    taskQueue,
-    workflowBundle: env.bundle,
-    providers: env.providers,
-  });
-  return worker.runUntil(body());
-}
 
 async function until(what: string, check: () => Promise<boolean>, timeoutMs = 60_000): Promise<void> {
   const started = Date.now();
