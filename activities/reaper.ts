@@ -70,7 +70,9 @@ export async function reapOrphans(
   const onResource = options.onResource ?? (() => undefined);
   const result: ReaperResult = { checked: 0, reaped: [], kept: [], unchecked: [], endpoints: [] };
   const rounds = await roundRecords(client, options.taskQueue, input.lookbackHours ?? 24 * 7);
-  const live = new Set(rounds.filter((r) => !CLOSED.has(r.status)).flatMap((r) => r.trainers.map(trainerKey)));
+  const live = new Map(
+    rounds.filter((r) => !CLOSED.has(r.status)).flatMap((r) => r.trainers.map((t) => [trainerKey(t), r.status] as const)),
+  );
   const endpoints = new Map<string, Endpoint>();
   for (const spec of input.providers) endpoints.set(endpointOf(spec), spec);
   for (const r of rounds) for (const t of r.trainers) endpoints.set(endpointOf(t), { kind: t.kind, baseUrl: t.baseUrl });
@@ -118,7 +120,7 @@ export async function reapOrphans(
     let provider: TrainingProvider;
     try {
       provider = await providerOf(spec);
-      resources = await provider.listOwnedResources({ activeOnly: true });
+      resources = [...(await provider.listOwnedResources({ activeOnly: true })), ...((await provider.listStrayResources?.()) ?? [])];
     } catch (err) {
       result.unchecked.push({ provider: label, error: errorText(err) });
       continue;
@@ -131,8 +133,9 @@ export async function reapOrphans(
       onResource();
       const entry: ReapedResource = { provider: label, resourceId: resource.id, ownerStatus: 'UNKNOWN', action: 'kept' };
       try {
-        if (live.has(key)) {
-          result.kept.push({ ...entry, ownerStatus: 'RUNNING', reason: 'a running round records it' });
+        const liveStatus = live.get(key);
+        if (liveStatus !== undefined) {
+          result.kept.push({ ...entry, ownerStatus: liveStatus, reason: `a ${liveStatus.toLowerCase()} round records it` });
           continue;
         }
         // A Baseten run carries its tag; only an untagged resource needs its sessions listed (which calls the trainer).
@@ -209,12 +212,13 @@ interface RoundRecord {
 }
 
 /**
- * The deployment's rounds (its task queue: the reaper runs beside the rounds it looks after) that are running, or
- * closed within the lookback, with the trainers their memo lists.
+ * The deployment's rounds (its task queue: the reaper runs beside the rounds it looks after) that are open (running
+ * or paused), or closed within the lookback, with the trainers their memo lists.
  */
 async function roundRecords(client: Client, taskQueue: string, lookbackHours: number): Promise<RoundRecord[]> {
   const since = new Date(Date.now() - lookbackHours * 3_600_000).toISOString();
-  const query = `WorkflowType = 'roundWorkflow' AND TaskQueue = '${taskQueue.replace(/'/g, "''")}' AND (ExecutionStatus = 'Running' OR CloseTime > '${since}')`;
+  // Open rounds by `CloseTime IS NULL`, not `ExecutionStatus = 'Running'`: a paused round (Temporal's PAUSED) is open too.
+  const query = `WorkflowType = 'roundWorkflow' AND TaskQueue = '${taskQueue.replace(/'/g, "''")}' AND (CloseTime IS NULL OR CloseTime > '${since}')`;
   const out: RoundRecord[] = [];
   for await (const w of client.workflow.list({ query })) {
     const trainers = registeredTrainers(w.memo);

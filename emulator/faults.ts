@@ -16,6 +16,9 @@ import { seededRandom } from './random';
  * - `capacity-queue`: a resource create waits in the capacity queue (from `queuePosition`, counting down) for
  *   `durationMs`, then provisions; `capacity-timeout`: it waits as long, then fails (capacity wait timeout).
  * - `delay`: a matching request waits `delayMs` before it is handled (a slow phase, for chaos tests).
+ * - `duplicate-create`: a create is applied twice, as a service that does not dedupe a resent create would (Baseten's
+ *   paired sampler create: an extra sampler of the run's session, billed on its own, which deactivating the run
+ *   leaves up).
  */
 export const FAULT_KINDS = [
   'http-429',
@@ -31,6 +34,7 @@ export const FAULT_KINDS = [
   'capacity-queue',
   'capacity-timeout',
   'delay',
+  'duplicate-create',
 ] as const;
 export type FaultKind = (typeof FAULT_KINDS)[number];
 
@@ -75,6 +79,8 @@ export const FaultConfigSchema = z.object({
   /** Added to every request before it is handled. */
   latencyMs: z.number().int().min(0).max(60_000).default(0),
   rules: z.array(FaultRuleSchema).max(100).default([]),
+  /** Baseten's run, sampler and deployment listings answer this many per page (`next_page_token`); unset: one page. */
+  listPageSize: z.number().int().min(1).max(10_000).optional(),
 });
 
 export type FaultRule = z.infer<typeof FaultRuleSchema>;
@@ -107,6 +113,10 @@ export class FaultInjector {
 
   get latencyMs(): number {
     return this.config.latencyMs;
+  }
+
+  get listPageSize(): number | undefined {
+    return this.config.listPageSize;
   }
 
   /** The first rule among `kinds` that fires for this event, counting it; undefined when none does. */

@@ -226,6 +226,11 @@ export interface TrainingProvider {
   waitReady(resourceId: string, options?: WaitReadyOptions): Promise<TrainerResource>;
   /** Resources this account created, newest first (`activeOnly`: still holding GPUs). */
   listOwnedResources(options?: { activeOnly?: boolean }): Promise<TrainerResource[]>;
+  /**
+   * Billable resources that serve no trainer (Baseten: samplers billed on their own), still holding GPUs: the reaper
+   * judges them as it does trainers, and `deactivate` takes their ids. Absent where a dialect has none.
+   */
+  listStrayResources?(): Promise<TrainerResource[]>;
   /** Releases the GPUs. Idempotent: a resource already stopped, stopping or failed is fine. Stops its sessions. */
   deactivate(resourceId: string): Promise<TrainerResource>;
 

@@ -119,10 +119,9 @@ export async function startTemporal(settings: WorkerSettings, options: StartTemp
       }
     }
   }
-  const extraArgs = Object.entries(options.dynamicConfig ?? {}).flatMap(([k, v]) => [
-    '--dynamic-config-value',
-    `${k}=${JSON.stringify(v)}`,
-  ]);
+  // Workflow pause (Temporal's PAUSED status) is off by default on the dev server; operators may use it on rounds.
+  const dynamicConfig = { 'frontend.WorkflowPauseEnabled': true, ...options.dynamicConfig };
+  const extraArgs = Object.entries(dynamicConfig).flatMap(([k, v]) => ['--dynamic-config-value', `${k}=${JSON.stringify(v)}`]);
   const env = await TestWorkflowEnvironment.createLocal({
     server: {
       executable: sdkExecutable,

@@ -99,7 +99,7 @@ function samplerJson(req: EmulatorRequest, r: ResourceRecord, s: SamplerInfo): R
     instance_type: instanceType(r),
     node_count: 1,
     // Not in the schema (the SDK ignores extra fields):
-    run_id: s.runId ?? null,
+    run_id: s.runId ?? s.duplicateOf ?? null,
     session_id: s.sessionId,
     ...(s.modelPath ? { model_path: s.modelPath } : {}),
   };
@@ -310,6 +310,10 @@ export function addLoopsControlRoutes(router: Router, engine: Engine, state: Loo
         runId: r.id,
       };
       r.numGeneratorReplicas = Math.max(1, b.num_replicas ?? 1);
+      // An injected `duplicate-create`: the service also applied a resent create as a new one (creates take no
+      // idempotency key): an extra sampler of the session, billed on its own, that deactivating the run leaves up.
+      if (engine.faults.draw(['duplicate-create'], { method: req.method, path: req.path, dialect: 'baseten' }))
+        standaloneSampler(owner, r.model.name, { sessionId: x.sessionId, duplicateOf: r.id }, b.num_replicas);
       engine.noteChange();
       return { body: { sampler: samplerJson(req, r, x.sampler) } };
     }
@@ -323,25 +327,34 @@ export function addLoopsControlRoutes(router: Router, engine: Engine, state: Loo
         throw badRequest(`model_path '${b.model_path}' is not a sampler checkpoint of yours (bt://loops:<run>/sampler_weights/<name>)`);
       baseModel = checkpoint.baseModel;
     }
+    const { resource, sampler } = standaloneSampler(
+      owner,
+      baseModel,
+      { sessionId: b.session_id, ...(b.model_path ? { modelPath: b.model_path } : {}) },
+      b.num_replicas,
+    );
+    return { body: { sampler: samplerJson(req, resource, sampler) } };
+  };
+
+  /** A sampler that is its own resource (billed until deactivated itself): standalone, or a duplicate of a run's. */
+  const standaloneSampler = (
+    owner: string,
+    baseModel: string,
+    info: Pick<SamplerInfo, 'sessionId' | 'modelPath' | 'duplicateOf'>,
+    replicas: number | null | undefined,
+  ) => {
     const id = state.newId();
-    const sampler: SamplerInfo = {
-      id,
-      modelId: state.newId(),
-      deploymentId: state.newId(),
-      createdAt: Date.now(),
-      sessionId: b.session_id,
-      ...(b.model_path ? { modelPath: b.model_path } : {}),
-    };
+    const sampler: SamplerInfo = { id, modelId: state.newId(), deploymentId: state.newId(), createdAt: Date.now(), ...info };
     const extra: SamplerExtra = { kind: 'sampler', sampler };
-    const r = engine.createResource({
+    const resource = engine.createResource({
       id,
       dialect: 'baseten',
       owner,
       baseModel,
-      numGeneratorReplicas: b.num_replicas ?? 1,
+      numGeneratorReplicas: replicas ?? 1,
       extra: extra as unknown as Record<string, unknown>,
     });
-    return { body: { sampler: samplerJson(req, r, sampler) } };
+    return { resource, sampler };
   };
 
   for (const root of ['/v1/loops', '/v1/teams/:team/loops']) {
@@ -368,7 +381,7 @@ export function addLoopsControlRoutes(router: Router, engine: Engine, state: Loo
       .filter((r) => !runId || r.id === runId)
       .filter((r) => !baseModel || r.model.name === baseModel)
       .filter((r) => !sessionId || runExtra(r).sessionId === sessionId);
-    return { body: { runs: runs.map((r) => runJson(req, r)) } };
+    return { body: paged(req, 'runs', runs, (r) => runJson(req, r)) };
   });
 
   add('GET', '/v1/loops/runs/:id', (req) => ({ body: { run: runJson(req, state.run(req.params.id!, loopsOwner(req))) } }));
@@ -382,7 +395,7 @@ export function addLoopsControlRoutes(router: Router, engine: Engine, state: Loo
   });
 
   add('GET', '/v1/loops/samplers', (req) => ({
-    body: { samplers: state.samplers(loopsOwner(req)).map((s) => samplerJson(req, s.resource, s.sampler)) },
+    body: paged(req, 'samplers', state.samplers(loopsOwner(req)), (s) => samplerJson(req, s.resource, s.sampler)),
   }));
 
   add('GET', '/v1/loops/samplers/:id', (req) => {
@@ -393,13 +406,30 @@ export function addLoopsControlRoutes(router: Router, engine: Engine, state: Loo
   add('POST', '/v1/loops/samplers/:id/deactivate', (req) => {
     const owner = loopsOwner(req);
     const s = state.sampler(req.params.id!, owner);
-    if (s.sampler.runId)
+    if (s.resource.extra.kind === 'trainer')
       throw new EmulatorHttpError(409, 'CONFLICT', `sampler ${s.sampler.id} is paired to run ${s.sampler.runId}; deactivate the run`);
     state.deactivate(s.resource);
     return { body: { id: s.sampler.id, base_model: s.resource.model.name, user: userOf(owner) } };
   });
 
-  add('GET', '/v1/loops/deployments', (req) => ({ body: { deployments: state.runs(loopsOwner(req)).map((r) => deploymentJson(req, r)) } }));
+  add('GET', '/v1/loops/deployments', (req) => ({
+    body: paged(req, 'deployments', state.runs(loopsOwner(req)), (r) => deploymentJson(req, r)),
+  }));
+
+  /**
+   * A listing, paged: the service documents no paging for these lists, so by default all fit one page; with the
+   * fault config's `listPageSize` they answer that many at a time with `next_page_token` (an offset, as the
+   * checkpoint files listing does), taken back as `page_token`, so clients that must follow pages are exercised.
+   */
+  function paged<T>(req: EmulatorRequest, key: string, items: T[], json: (item: T) => unknown): Record<string, unknown> {
+    const size = engine.faults.listPageSize;
+    const from = Number(req.query.get('page_token') ?? 0);
+    if (!Number.isInteger(from) || from < 0)
+      throw badRequest(`page_token must be an integer offset ≥ 0, got '${req.query.get('page_token')}'`);
+    if (size === undefined) return { [key]: items.slice(from).map(json) };
+    const page = items.slice(from, from + size);
+    return { [key]: page.map(json), next_page_token: from + size < items.length ? from + size : null };
+  }
 
   add('GET', '/v1/loops/deployments/:id', (req) => ({
     body: { deployment: deploymentJson(req, state.runByDeployment(req.params.id!, loopsOwner(req))) },

@@ -21,6 +21,8 @@ export interface SamplerInfo {
   sessionId: string;
   runId?: string;
   modelPath?: string;
+  /** A duplicate made by a resent paired create (the `duplicate-create` fault): the run it was meant for. */
+  duplicateOf?: string;
 }
 
 export interface RunExtra {

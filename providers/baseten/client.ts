@@ -41,6 +41,7 @@ import {
   PolicyVersionWire,
   RunEnvelope,
   RunsEnvelope,
+  SamplersEnvelope,
   SamplerEnvelope,
   SamplerWeightsOutput,
   SaveStateOutput,
@@ -51,6 +52,7 @@ import {
   toLoopsDatum,
   toLoopsPolicyDatum,
   type RunWire,
+  type SamplerWire,
 } from './wire';
 
 export const BASETEN_DEFAULT_BASE_URL = 'https://api.baseten.co';
@@ -199,13 +201,60 @@ export class BasetenProvider implements TrainingProvider {
 
   async listOwnedResources(options: { activeOnly?: boolean } = {}): Promise<TrainerResource[]> {
     const [runs, deployments] = await Promise.all([
-      this.control.request({ method: 'GET', path: '/v1/loops/runs', schema: RunsEnvelope }),
-      this.control.request({ method: 'GET', path: '/v1/loops/deployments', schema: DeploymentsEnvelope }),
+      this.listAll('/v1/loops/runs', RunsEnvelope, (page) => page.runs),
+      this.listAll('/v1/loops/deployments', DeploymentsEnvelope, (page) => page.deployments),
     ]);
-    const statusOf = new Map(deployments.deployments.map((d) => [d.id, d.status.name]));
-    return runs.runs
+    const statusOf = new Map(deployments.map((d) => [d.id, d.status.name]));
+    return runs
       .filter((r) => !options.activeOnly || r.status.name === 'ACTIVE')
       .map((r) => toResource(r, r.deployment_id ? statusOf.get(r.deployment_id) : undefined));
+  }
+
+  /**
+   * Samplers billed on their own: every listed sampler that is no run's paired sampler (those stop with their run) and
+   * still holds GPUs. Roundhouse creates none on purpose; one exists when a resent create was applied twice. Its owner
+   * tag is its run's (or its session's) where the listing names them (the emulator does; the service's schema does
+   * not, so there such a sampler is untagged).
+   */
+  async listStrayResources(): Promise<TrainerResource[]> {
+    const { runs, samplers } = await this.straySamplers();
+    const tagOf = (s: SamplerWire) =>
+      (runs.find((r) => r.id === s.run_id) ?? runs.find((r) => s.session_id && r.session_id === s.session_id))?.name || undefined;
+    return samplers.map((s) => {
+      const tag = tagOf(s);
+      return { ...samplerResource(s), ...(tag ? { ownerTag: tag } : {}) };
+    });
+  }
+
+  /** The runs, and the samplers that still hold GPUs and are no run's paired sampler. */
+  private async straySamplers(): Promise<{ runs: RunWire[]; samplers: SamplerWire[] }> {
+    const [runs, samplers] = await Promise.all([
+      this.listAll('/v1/loops/runs', RunsEnvelope, (page) => page.runs),
+      this.listAll('/v1/loops/samplers', SamplersEnvelope, (page) => page.samplers),
+    ]);
+    const paired = new Set(runs.flatMap((r) => (r.sampler ? [r.sampler.id] : [])));
+    return { runs, samplers: samplers.filter((s) => !paired.has(s.id) && samplerHoldsGpus(s)) };
+  }
+
+  /** Every page of a listing: the service documents no paging for these, so a `next_page_token` is followed if given. */
+  private async listAll<P extends { next_page_token?: number | string | null }, T>(
+    path: string,
+    schema: z.ZodType<P>,
+    items: (page: NoInfer<P>) => T[],
+    query: Record<string, string> = {},
+  ): Promise<T[]> {
+    const out: T[] = [];
+    const seen = new Set<string>();
+    let token: string | undefined;
+    for (;;) {
+      const page = await this.control.request({ method: 'GET', path, query: token ? { ...query, page_token: token } : query, schema });
+      out.push(...items(page));
+      const next = page.next_page_token;
+      if (next === undefined || next === null || next === '' || seen.has(String(next))) return out;
+      seen.add(String(next));
+      if (seen.size > 10_000) throw new ProviderError('INVALID_RESPONSE', 'retryable', `${path} kept paging past 10,000 pages`);
+      token = String(next);
+    }
   }
 
   /** Deactivates the run and every other active run of its Loops session (a duplicate from an unclear create). */
@@ -214,17 +263,37 @@ export class BasetenProvider implements TrainingProvider {
     try {
       run = await this.fetchRun(resourceId);
     } catch (err) {
-      if (err instanceof ProviderError && err.status === 404)
-        return { id: resourceId, model: '', state: 'stopped', providerStatus: 'NOT_FOUND', createdAt: '' };
+      if (err instanceof ProviderError && err.status === 404) return this.deactivateSampler(resourceId);
       throw err;
     }
     await this.releaseSession(run.session_id);
     return this.getResource(resourceId);
   }
 
-  /** Deactivates every active run of a Loops session (what the guide's `release_session` does); returns their ids. */
+  /** A sampler billed on its own (what `listStrayResources` lists), by its id; not found is stopped. */
+  private async deactivateSampler(samplerId: string): Promise<TrainerResource> {
+    const path = `/v1/loops/samplers/${encodeURIComponent(samplerId)}`;
+    try {
+      await this.control.request({ method: 'POST', path: `${path}/deactivate`, replaySafe: true, schema: AnyJson });
+      return samplerResource((await this.control.request({ method: 'GET', path, schema: SamplerEnvelope })).sampler);
+    } catch (err) {
+      if (err instanceof ProviderError && err.status === 404)
+        return { id: samplerId, model: '', state: 'stopped', providerStatus: 'NOT_FOUND', createdAt: '' };
+      throw err;
+    }
+  }
+
+  /**
+   * Deactivates every active run of a Loops session (what the guide's `release_session` does), and every sampler of
+   * the session billed on its own (a duplicate from a resent create, where the listing names its session); returns
+   * the runs' ids.
+   */
   async releaseSession(sessionId: string): Promise<string[]> {
-    const active = (await this.sessionRuns(sessionId)).filter((r) => r.status.name === 'ACTIVE');
+    const runs = await this.sessionRuns(sessionId);
+    const active = runs.filter((r) => r.status.name === 'ACTIVE');
+    const { samplers } = await this.straySamplers();
+    for (const s of samplers.filter((x) => x.session_id === sessionId || runs.some((r) => r.id === x.run_id)))
+      await this.deactivateSampler(s.id);
     for (const r of active) {
       try {
         // Deactivating twice answers the same, so a resend after a lost answer is harmless.
@@ -243,13 +312,8 @@ export class BasetenProvider implements TrainingProvider {
 
   /** Runs of a Loops session, newest first. The service filters runs by id and model only, so the session filter is applied here too. */
   private async sessionRuns(sessionId: string): Promise<RunWire[]> {
-    const res = await this.control.request({
-      method: 'GET',
-      path: '/v1/loops/runs',
-      query: { session_id: sessionId },
-      schema: RunsEnvelope,
-    });
-    return res.runs.filter((r) => r.session_id === sessionId);
+    const runs = await this.listAll('/v1/loops/runs', RunsEnvelope, (page) => page.runs, { session_id: sessionId });
+    return runs.filter((r) => r.session_id === sessionId);
   }
 
   private async fetchRun(runId: string): Promise<RunWire> {
@@ -715,6 +779,25 @@ function toResource(run: RunWire, deployment: string | undefined): TrainerResour
 }
 
 /** The run says ACTIVE or INACTIVE; its trainer deployment says where in its life it is. */
+const SAMPLER_STOPPED = new Set(['INACTIVE', 'FAILED', 'DEPLOY_FAILED', 'BUILD_FAILED', 'BUILD_STOPPED']);
+
+/** A sampler holds GPUs in every status but the ended ones (deactivating still bills until it is inactive). */
+function samplerHoldsGpus(s: SamplerWire): boolean {
+  return !SAMPLER_STOPPED.has(s.status?.name ?? 'ACTIVE');
+}
+
+function samplerResource(s: SamplerWire): TrainerResource {
+  const status = s.status?.name ?? 'UNKNOWN';
+  return {
+    id: s.id,
+    model: s.base_model ?? '',
+    state: SAMPLER_STOPPED.has(status) ? 'stopped' : status === 'DEACTIVATING' ? 'stopping' : 'ready',
+    providerStatus: `SAMPLER/${status}`,
+    createdAt: s.created_at ?? '',
+    createdBy: s.user?.email ?? undefined,
+  };
+}
+
 function resourceState(run: string, deployment: string | undefined): ResourceState {
   if (deployment === 'FAILED' || deployment === 'PREEMPTED') return 'failed';
   if (run !== 'ACTIVE') return 'stopped';

@@ -43,6 +43,12 @@ export const SamplerWire = z
     model_id: nullableString,
     deployment_id: nullableString,
     status: Status.nullish(),
+    base_model: nullableString,
+    created_at: nullableString,
+    user: z.object({ email: nullableString }).passthrough().nullish(),
+    // Not in the schema (the emulator gives them): the run and session a sampler was created for.
+    run_id: nullableString,
+    session_id: nullableString,
   })
   .passthrough();
 export type SamplerWire = z.infer<typeof SamplerWire>;
@@ -66,12 +72,15 @@ export const RunWire = z
 export type RunWire = z.infer<typeof RunWire>;
 
 export const RunEnvelope = z.object({ run: RunWire }).passthrough();
-export const RunsEnvelope = z.object({ runs: z.array(RunWire).default([]) }).passthrough();
+/** A listing's next page, where the service pages it (it documents none for runs, samplers, deployments). */
+const NextPage = z.union([z.number(), z.string()]).nullish();
+export const RunsEnvelope = z.object({ runs: z.array(RunWire).default([]), next_page_token: NextPage }).passthrough();
 export const SamplerEnvelope = z.object({ sampler: SamplerWire }).passthrough();
+export const SamplersEnvelope = z.object({ samplers: z.array(SamplerWire).default([]), next_page_token: NextPage }).passthrough();
 
 const DeploymentWire = z.object({ id: z.string(), status: Status }).passthrough();
 export const DeploymentEnvelope = z.object({ deployment: DeploymentWire }).passthrough();
-export const DeploymentsEnvelope = z.object({ deployments: z.array(DeploymentWire).default([]) }).passthrough();
+export const DeploymentsEnvelope = z.object({ deployments: z.array(DeploymentWire).default([]), next_page_token: NextPage }).passthrough();
 
 export const CheckpointsEnvelope = z
   .object({

@@ -83,6 +83,60 @@ test('deactivating a run releases every run of its Loops session', async () => {
   await provider.close();
 });
 
+test('listings that come in pages are followed to the end: every run is listed, and a session released whole', async () => {
+  const apiKey = testApiKey();
+  const provider = basetenProvider(emulator, apiKey);
+  await setFaults(emulator, { listPageSize: 2 });
+  const first = await provider.provision({ model: MODEL, ownerTag: 'wf-paged' });
+  const sessionId = (await raw(emulator, 'GET', `/v1/loops/runs/${first.id}`, { apiKey })).json.run.session_id;
+  const others = [];
+  for (const model of ['Qwen/Qwen3-8B', 'Qwen/Qwen3-4B-Instruct-2507', 'meta-llama/Llama-3.1-8B-Instruct']) {
+    const created = await raw(emulator, 'POST', '/v1/loops/trainers', {
+      apiKey,
+      body: { session_id: sessionId, base_model: model, name: 'wf-paged' },
+    });
+    expect(created.status).toBe(200);
+    others.push(created.json.run.id as string);
+  }
+  const page = await raw(emulator, 'GET', '/v1/loops/runs', { apiKey });
+  expect(page.json.runs).toHaveLength(2);
+  expect(page.json.next_page_token).toBe(2);
+
+  expect((await provider.listOwnedResources({ activeOnly: true })).map((r) => r.id).sort()).toEqual([first.id, ...others].sort());
+  await provider.deactivate(others[2]!); // the newest: the session's other runs are on the second page
+  expect((await ownLedger(apiKey)).active).toEqual([]);
+  await provider.close();
+});
+
+test("a resent sampler create the service applied twice leaves no sampler billing: the run's release stops the duplicate too", async () => {
+  const apiKey = testApiKey();
+  const provider = basetenProvider(emulator, apiKey);
+  const run = await provider.provision({ model: MODEL, ownerTag: 'wf-sampler-dup', generatorReplicas: 0 });
+  await provider.waitReady(run.id, { pollIntervalMs: 10 });
+  const session = await provider.openSession({ resourceId: run.id, loraRank: 8, seed: 7 });
+  // The paired sampler's create loses its answer and is sent again; the service applies both.
+  await setFaults(emulator, {
+    rules: [
+      { kind: 'lose-response', method: 'POST', path: '/v1/loops/samplers$', max: 1 },
+      { kind: 'duplicate-create', max: 1 },
+    ],
+  });
+  const samples = await provider.awaitOperation(
+    await provider.submitSample(session.id, 'dup/sample', [[1, 2, 3]], { maxTokens: 2, temperature: 0 }),
+  );
+  expect(samples).toHaveLength(1);
+  const stray = await provider.listStrayResources();
+  expect(stray).toEqual([
+    expect.objectContaining({ ownerTag: 'wf-sampler-dup', state: 'ready', providerStatus: 'SAMPLER/ACTIVE', model: MODEL }),
+  ]);
+  expect((await ownLedger(apiKey)).active.sort()).toEqual([run.id, stray[0]!.id].sort());
+
+  await provider.deactivate(run.id);
+  expect((await ownLedger(apiKey)).active).toEqual([]);
+  expect(await provider.listStrayResources()).toEqual([]);
+  await provider.close();
+});
+
 test('a run idle past its scale-down delay stops billing and reads as stopped, its session as expired', async () => {
   const provider = basetenProvider(emulator);
   const run = await provider.provision({ model: MODEL, ownerTag: 'wf-idle', inactiveTimeoutSeconds: 1 });

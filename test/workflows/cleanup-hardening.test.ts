@@ -60,3 +60,23 @@ test('a round whose report cannot be written keeps its result (the campaign cont
   expect(result.reportError).toMatch(/cannot write the round report .*round-1\.json: EISDIR/);
   expect((await ledger(env.emulator)).active).toEqual([]);
 });
+
+test('a round cancelled while its trainer create is still in flight releases the trainer the create then makes', async () => {
+  const taskQueue = uniqueTaskQueue('cancel-create');
+  // The create is applied 3 s after it is sent: the round is cancelled before anyone knows the trainer's id.
+  await setFaults(env.emulator, { rules: [{ kind: 'delay', method: 'POST', path: '/model-resources$', max: 1, delayMs: 3_000 }] });
+  const input = ticketRoundInput({ baseUrl: env.emulator.url, campaignId: `cancel-create-${taskQueue}`, trainRows: 16, evalRows: 2 });
+  const before = new Set((await ledger(env.emulator)).resources.map((r) => r.id));
+  await withWorker(taskQueue, async () => {
+    const handle = await env.temporal.client.workflow.start(roundWorkflow, { taskQueue, workflowId: `round-${taskQueue}`, args: [input] });
+    await new Promise((r) => setTimeout(r, 1_000));
+    expect((await handle.query(roundProgressQuery)).phase).toBe('provisioning');
+    await handle.cancel();
+    await handle.result().catch(() => undefined);
+    // The create lands after the round was cancelled; give it time, then nothing of this round may still bill.
+    await new Promise((r) => setTimeout(r, 3_000));
+    const created = (await ledger(env.emulator)).resources.filter((r) => !before.has(r.id));
+    expect(created).toHaveLength(1);
+    expect((await ledger(env.emulator)).active).not.toContain(created[0]!.id);
+  });
+});

@@ -3,7 +3,7 @@ import { roundProgressQuery } from '../../workflows/round-contract';
 import type { ReaperInput, ReaperResult } from '../../activities/reaper';
 import { registeredTrainers } from '../../config/trainer-registry';
 import { ownerTagFor } from '../../config/owner-tag';
-import { ledger, setFaults } from '../helpers/emulator';
+import { ledger, raw, setFaults } from '../helpers/emulator';
 import { roundTestEnvironment, ticketRoundInput } from '../helpers/round';
 import { uniqueTaskQueue } from '../helpers/temporal';
 import { BasetenProvider } from '../../providers/baseten/client';
@@ -62,7 +62,7 @@ test("a round terminated while its trainer waits for capacity: a reaper configur
   });
 });
 
-test('live rounds keep their trainers through 3 passes of the most aggressive rule: one waiting for capacity (untagged, no session yet), one training under a 250-character id', async () => {
+test('live rounds keep their trainers through 3 passes of the most aggressive rule: one waiting for capacity (untagged, no session yet) and paused by an operator (status PAUSED), one training under a 250-character id', async () => {
   const taskQueue = uniqueTaskQueue('reap-live');
   await setFaults(env.emulator, { rules: [{ kind: 'capacity-queue', max: 1, durationMs: 120_000, queuePosition: 2 }] });
   const waiting = ticketRoundInput({ baseUrl: env.emulator.url, campaignId: `reap-wait-${taskQueue}`, trainRows: 16, evalRows: 2 });
@@ -78,6 +78,15 @@ test('live rounds keep their trainers through 3 passes of the most aggressive ru
     const l = await env.temporal.client.workflow.start(roundWorkflow, { taskQueue, workflowId: longId, args: [training] });
     await until('the long-id round to train', async () => (await l.query(roundProgressQuery)).phase === 'training');
     const ids = [(await trainersOf(w))[0]!.resourceId, (await l.query(roundProgressQuery)).resourceId!];
+    // An operator pauses the waiting round (Temporal's own pause: the workflow's status reads PAUSED).
+    const { client } = env.temporal;
+    await client.workflowService.pauseWorkflowExecution({
+      namespace: client.options.namespace,
+      workflowId: w.workflowId,
+      reason: 'test: an operator pause',
+      requestId: `pause-${taskQueue}`,
+    });
+    expect((await w.describe()).status.name).toBe('PAUSED');
     // Untagged resources reaped at any age, and every endpoint scanned: only the rounds' own records protect them.
     const aggressive: ReaperInput = {
       providers: [{ kind: 'local', baseUrl: env.emulator.url }],
@@ -89,12 +98,22 @@ test('live rounds keep their trainers through 3 passes of the most aggressive ru
       const result = await pass(taskQueue, aggressive);
       expect(result.reaped.map((r) => r.resourceId)).not.toEqual(expect.arrayContaining([ids[0]]));
       expect(result.reaped.map((r) => r.resourceId)).not.toEqual(expect.arrayContaining([ids[1]]));
-      for (const id of ids)
-        expect(result.kept).toContainEqual(expect.objectContaining({ resourceId: id, reason: 'a running round records it' }));
+      expect(result.kept).toContainEqual(
+        expect.objectContaining({ resourceId: ids[0], ownerStatus: 'PAUSED', reason: 'a paused round records it' }),
+      );
+      expect(result.kept).toContainEqual(
+        expect.objectContaining({ resourceId: ids[1], ownerStatus: 'RUNNING', reason: 'a running round records it' }),
+      );
     }
     const active = (await ledger(env.emulator)).active;
     for (const id of ids) expect(active).toContain(id);
     expect((await l.query(roundProgressQuery)).phase).toBe('training');
+    await client.workflowService.unpauseWorkflowExecution({
+      namespace: client.options.namespace,
+      workflowId: w.workflowId,
+      reason: 'test: unpaused',
+      requestId: `unpause-${taskQueue}`,
+    });
     await Promise.all([w.cancel(), l.cancel()]);
     await Promise.all([w.result().catch(() => undefined), l.result().catch(() => undefined)]);
     // Released by the rounds themselves: the memo no longer lists them.
@@ -103,7 +122,7 @@ test('live rounds keep their trainers through 3 passes of the most aggressive ru
   });
 });
 
-test('owner tags: a trainer whose owner is no workflow of this namespace is kept and reported; one whose owner completed is reaped', async () => {
+test('owner tags: a trainer whose owner is no workflow of this namespace is kept and reported; one whose owner completed is reaped, as is a sampler billed on its own, with listings paged', async () => {
   const taskQueue = uniqueTaskQueue('reap-tags');
   const baseten = new BasetenProvider({ baseUrl: env.emulator.url, apiKey: 'bt-reaper-key' });
   try {
@@ -116,7 +135,29 @@ test('owner tags: a trainer whose owner is no workflow of this namespace is kept
       });
       await done.result();
       const finished = await baseten.provision({ model: 'roundhouse/tiny-chat', ownerTag: ownerTagFor(done.workflowId) });
+      // A run of the same owner whose sampler create the service applied twice: the duplicate is billed on its own
+      // and outlives the run. Listings come one item per page.
+      const auth = { apiKey: 'bt-reaper-key' };
+      const trainer = await baseten.provision({
+        model: 'roundhouse/tiny-chat',
+        ownerTag: ownerTagFor(done.workflowId),
+        generatorReplicas: 0,
+      });
+      const { session_id } = (await raw(env.emulator, 'GET', `/v1/loops/runs/${trainer.id}`, auth)).json.run;
+      await setFaults(env.emulator, { rules: [{ kind: 'duplicate-create', max: 1 }], listPageSize: 1 });
+      const paired = await raw(env.emulator, 'POST', '/v1/loops/samplers', { ...auth, body: { session_id, run_id: trainer.id } });
+      expect((await raw(env.emulator, 'POST', `/v1/loops/runs/${trainer.id}/deactivate`, auth)).status).toBe(200);
+      const samplers = await baseten.listStrayResources();
+      expect(samplers).toHaveLength(1);
+      const duplicate = samplers[0]!.id;
+      expect(duplicate).not.toBe(paired.json.sampler.id);
+      expect((await ledger(env.emulator)).active).toContain(duplicate);
+
       const result = await pass(taskQueue, { providers: [{ kind: 'baseten', baseUrl: env.emulator.url }], graceSeconds: 0 });
+      expect(result.reaped).toContainEqual(
+        expect.objectContaining({ resourceId: duplicate, ownerStatus: 'COMPLETED', action: 'deactivated' }),
+      );
+      expect((await ledger(env.emulator)).active).not.toContain(duplicate);
       expect(result.kept).toContainEqual(
         expect.objectContaining({
           resourceId: elsewhere.id,
@@ -162,5 +203,39 @@ test("a plain `roundhouse worker` runs the reaper: a terminated round's trainer 
   } finally {
     await worker.stop();
     await schedule.delete().catch(() => undefined);
+  }
+});
+
+test('one failing resource does not stop the pass: its deactivation keeps failing and it is reported unchecked, while the next is reaped', async () => {
+  const taskQueue = uniqueTaskQueue('reap-isolate');
+  const baseten = new BasetenProvider({ baseUrl: env.emulator.url, apiKey: 'bt-reaper-key' });
+  try {
+    await withWorker(taskQueue, async () => {
+      const done = await env.temporal.client.workflow.start(reaperWorkflow, {
+        taskQueue,
+        workflowId: `owner-isolate-${taskQueue}`,
+        args: [{ providers: [], graceSeconds: 300 }],
+      });
+      await done.result();
+      const failing = await baseten.provision({ model: 'roundhouse/tiny-chat', ownerTag: ownerTagFor(done.workflowId) });
+      const healthy = await baseten.provision({ model: 'roundhouse/tiny-chat', ownerTag: ownerTagFor(done.workflowId) });
+      await setFaults(env.emulator, {
+        rules: [{ kind: 'http-500', method: 'POST', path: `/v1/loops/runs/${failing.id}/deactivate$`, max: 1000, retryAfterMs: 10 }],
+      });
+      const result = await pass(taskQueue, { providers: [{ kind: 'baseten', baseUrl: env.emulator.url }], graceSeconds: 0 });
+      expect(result.unchecked).toEqual([
+        expect.objectContaining({ resourceId: failing.id, error: expect.stringMatching(/500/) as string }),
+      ]);
+      expect(result.reaped).toContainEqual(
+        expect.objectContaining({ resourceId: healthy.id, ownerStatus: 'COMPLETED', action: 'deactivated' }),
+      );
+      const active = (await ledger(env.emulator)).active;
+      expect(active).toContain(failing.id);
+      expect(active).not.toContain(healthy.id);
+      await setFaults(env.emulator, {});
+      await baseten.deactivate(failing.id);
+    });
+  } finally {
+    await baseten.close();
   }
 });
