@@ -5,7 +5,7 @@ import path from 'node:path';
 import type { Worker } from '@temporalio/worker';
 import { ProviderRegistry } from '../../workers/providers';
 import { createRoundhouseWorker } from '../../workers/worker';
-import { ledger, startTestEmulator, type RunningEmulator } from '../helpers/emulator';
+import { ledger, startTestEmulator, testApiKey, togetherProvider, type RunningEmulator } from '../helpers/emulator';
 import { ticketCampaignSpec } from '../helpers/campaign';
 import { bundleWorkflows, connectTestTemporal, uniqueTaskQueue, type TestTemporal } from '../helpers/temporal';
 
@@ -219,12 +219,39 @@ describe('happy paths against a running stack', () => {
     expectUsageError(await roundhouse('schedule', 'create', specFile, '--id', id), /--every: give --every/);
   });
 
-  test('reap is a dry run by default', async () => {
+  test('reap is a dry run by default; an untagged Together resource is only reported unless --reap-untagged takes it', async () => {
     const run = await roundhouse('reap', '--untagged-grace', '0');
     expect(run.code).toBe(0);
     expect(run.stdout).toMatch(
       /active resources checked on \d+ endpoint\(s\), \d+ could not be checked, \d+ would be deactivated \(dry run; --apply to act\)/,
     );
+    // A Together resource no round records and no session tags (its round was killed before it heard the id).
+    const apiKey = testApiKey();
+    const together = togetherProvider(emulator, apiKey);
+    const untagged = await together.provision({ model: 'roundhouse/tiny-chat' });
+    await together.close();
+    const saved = { ...env };
+    env.TOGETHER_API_KEY = apiKey;
+    try {
+      const reported = await roundhouse('reap', '--provider', 'together', '--base-url', emulator.url, '--apply');
+      expect(reported.stdout).toMatch(new RegExp(`kept  together@\\S+  ${untagged.id}  .*reported only: reapUntagged is off`));
+      expect((await ledger(emulator)).active).toContain(untagged.id);
+      const taken = await roundhouse(
+        'reap',
+        '--provider',
+        'together',
+        '--base-url',
+        emulator.url,
+        '--reap-untagged',
+        '--untagged-grace',
+        '0',
+        '--apply',
+      );
+      expect(taken.stdout).toMatch(new RegExp(`deactivated  together@\\S+  ${untagged.id}  .*untagged, no round records it`));
+      expect((await ledger(emulator)).active).not.toContain(untagged.id);
+    } finally {
+      env = saved;
+    }
   });
 });
 
