@@ -1,5 +1,9 @@
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import { loadWorkerSettings } from '../config/worker-env';
 import { startTemporal, type TemporalServer } from '../workers/temporal-server';
+import { SHARED_BUNDLE_ENV, writeWorkflowBundle } from './helpers/temporal';
 
 declare global {
   var __roundhouseTemporal: TemporalServer | undefined;
@@ -17,4 +21,10 @@ export default async function globalSetup(): Promise<void> {
   process.env.TEMPORAL_NAMESPACE = server.namespace;
   globalThis.__roundhouseTemporal = server;
   process.stderr.write(`\n[test] Temporal ${server.source} at ${server.address} (${Date.now() - started} ms)\n`);
+  // The workflows are bundled once for the run (webpack costs several CPU-seconds); every test file's workers use it.
+  const bundled = Date.now();
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rh-test-bundle-'));
+  await writeWorkflowBundle(dir);
+  process.env[SHARED_BUNDLE_ENV] = dir;
+  process.stderr.write(`[test] workflows bundled once for the run (${Date.now() - bundled} ms)\n`);
 }

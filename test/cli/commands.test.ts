@@ -228,7 +228,7 @@ describe('happy paths against a running stack', () => {
     // A Together resource no round records and no session tags (its round was killed before it heard the id).
     const apiKey = testApiKey();
     const together = togetherProvider(emulator, apiKey);
-    const untagged = await together.provision({ model: 'roundhouse/tiny-chat' });
+    const untagged = await together.provision({ model: 'roundhouse/tiny-chat', ownerTag: 'carried only by sessions on Together' });
     await together.close();
     const saved = { ...env };
     env.TOGETHER_API_KEY = apiKey;

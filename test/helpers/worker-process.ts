@@ -2,17 +2,17 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { bundleWorkflowCode } from '@temporalio/worker';
+import { SHARED_BUNDLE_ENV, writeWorkflowBundle } from './temporal';
 
 const bin = path.resolve(__dirname, '../../bin/roundhouse.js');
 
-/** Bundles the workflows once into a file that worker processes load (no webpack at each start). */
+/** A file of the bundled workflows that worker processes load (no webpack at each start): the run's shared one. */
 export async function bundleToFile(): Promise<string> {
-  const quiet = { log() {}, trace() {}, debug() {}, info() {}, warn() {}, error() {} };
-  const { code } = await bundleWorkflowCode({ workflowsPath: require.resolve('../../workflows'), logger: quiet });
-  const file = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'rh-bundle-')), 'workflow-bundle.js');
-  fs.writeFileSync(file, code);
-  return file;
+  const shared = process.env[SHARED_BUNDLE_ENV];
+  if (shared) return path.join(shared, 'workflow-bundle.js');
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rh-bundle-'));
+  await writeWorkflowBundle(dir);
+  return path.join(dir, 'workflow-bundle.js');
 }
 
 export interface WorkerProcess {
