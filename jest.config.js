@@ -7,6 +7,7 @@ module.exports = {
   globalSetup: '<rootDir>/test/global-setup.ts',
   globalTeardown: '<rootDir>/test/global-teardown.ts',
   setupFiles: ['<rootDir>/test/setup-runtime.ts'],
+  setupFilesAfterEnv: ['<rootDir>/test/cpu-usage.ts'],
   // Generous: a 2-core machine under load runs the heaviest round tests at a third of their quiet speed.
   testTimeout: 300000,
   maxWorkers: 2,

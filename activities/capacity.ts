@@ -34,7 +34,8 @@ export class CapacityWatch {
       creates: this.creates,
       ...(queued ? { queuePosition: resource.queuePosition } : {}),
     };
-    const entering = this.told === undefined || this.told.creates !== wait.creates;
+    // A new create, or the first position heard for it (the retry announced the create before its position was known).
+    const entering = this.told === undefined || this.told.creates !== wait.creates || (this.told.queuePosition === undefined && queued);
     const moved = this.told?.queuePosition !== wait.queuePosition;
     if (entering || (moved && Date.now() - this.toldAtMs >= TELL_EVERY_MS)) this.tell(wait);
   }

@@ -1,6 +1,7 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Payload, PayloadCodec } from '@temporalio/common';
+import type { CodecAuthenticator } from './codec-auth';
 
 /** A payload as the codec server protocol carries it: metadata values and data in base64. */
 interface JsonPayload {
@@ -32,6 +33,10 @@ export interface CodecServerOptions {
   port?: number;
   /** Browser origins allowed to call it (the Temporal Web UI's), e.g. http://localhost:8080. */
   corsOrigins?: string[];
+  /** Every /encode and /decode request must pass this (workers/codec-auth.ts); anything else gets 401. */
+  authenticate: CodecAuthenticator;
+  /** Told of each refused request (never the credential itself). */
+  onRefused?: (reason: string, remote: string | undefined) => void;
 }
 
 export interface RunningCodecServer {
@@ -41,8 +46,8 @@ export interface RunningCodecServer {
 
 /**
  * Temporal's codec server protocol (POST /encode, POST /decode with `{payloads: [...]}`), so the Web UI and
- * `temporal` CLI can show encrypted payloads to whoever may reach it. It decrypts for anyone who can call it:
- * bind it to loopback or put it behind your own authentication.
+ * `temporal` CLI can show encrypted payloads. Only authenticated requests are answered (a bearer token, or a JWT
+ * the Web UI forwards); anything else gets 401 before its body is read.
  */
 export async function startCodecServer(options: CodecServerOptions): Promise<RunningCodecServer> {
   const origins = new Set(options.corsOrigins ?? []);
@@ -68,12 +73,24 @@ export async function startCodecServer(options: CodecServerOptions): Promise<Run
       reply(404, { error: { code: 'NOT_FOUND', message: 'POST /encode or /decode' } });
       return;
     }
+    req.pause(); // nothing of the body is decoded before the caller is authenticated
+    let refused = false;
+    // authenticate() never throws (every failure is a refusal), so this promise is never rejected.
+    void options.authenticate(req.headers.authorization).then((auth) => {
+      if (!auth.ok) {
+        refused = true;
+        options.onRefused?.(auth.reason, req.socket.remoteAddress);
+        res.setHeader('www-authenticate', 'Bearer');
+        reply(401, { error: { code: 'UNAUTHENTICATED', message: auth.reason } });
+      }
+      req.resume();
+    });
     const chunks: Buffer[] = [];
     let size = 0;
     req.on('data', (chunk: Buffer) => {
       size += chunk.length;
       if (size > MAX_BODY_BYTES) req.destroy();
-      else chunks.push(chunk);
+      else if (!refused) chunks.push(chunk);
     });
     const respond = async () => {
       try {
@@ -87,7 +104,9 @@ export async function startCodecServer(options: CodecServerOptions): Promise<Run
       }
     };
     // respond() answers every failure itself (400), so the promise it returns is never rejected.
-    req.on('end', () => void respond());
+    req.on('end', () => {
+      if (!refused) void respond();
+    });
   });
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);

@@ -3,7 +3,7 @@ import net from 'node:net';
 import path from 'node:path';
 import { Client, Connection, type ConnectionOptions } from '@temporalio/client';
 import { NativeConnection, type NativeConnectionOptions } from '@temporalio/worker';
-import { TestWorkflowEnvironment, type EphemeralServerExecutable } from '@temporalio/testing';
+import type { EphemeralServerExecutable } from '@temporalio/testing';
 import { ConfigError } from '../config/errors';
 import type { WorkerSettings } from '../config/worker-env';
 import { dataConverterFor } from './encryption';
@@ -122,6 +122,8 @@ export async function startTemporal(settings: WorkerSettings, options: StartTemp
   // Workflow pause (Temporal's PAUSED status) is off by default on the dev server; operators may use it on rounds.
   const dynamicConfig = { 'frontend.WorkflowPauseEnabled': true, ...options.dynamicConfig };
   const extraArgs = Object.entries(dynamicConfig).flatMap(([k, v]) => ['--dynamic-config-value', `${k}=${JSON.stringify(v)}`]);
+  // Loaded only here, where a dev server is started: a worker or CLI connecting to a server never loads it.
+  const { TestWorkflowEnvironment } = await import('@temporalio/testing');
   const env = await TestWorkflowEnvironment.createLocal({
     server: {
       executable: sdkExecutable,

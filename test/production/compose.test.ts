@@ -101,6 +101,15 @@ test('the codec profile adds the codec server for the Web UI, on loopback, with 
   )['codec-server']!;
   expect(codec.command).toEqual(['codec-server', '--host', '0.0.0.0', '--port', '8888', '--cors-origin', 'http://localhost:8080']);
   expect(codec.ports?.[0]).toMatchObject({ host_ip: '127.0.0.1', published: '8888', target: 8888 });
+  // Its authentication is wired: the token (and the JWKS settings) reach it; without them it refuses to start.
+  expect(Object.keys(codec.environment ?? {})).toEqual(
+    expect.arrayContaining([
+      'ROUNDHOUSE_CODEC_TOKEN',
+      'ROUNDHOUSE_CODEC_JWKS_URL',
+      'ROUNDHOUSE_CODEC_JWT_AUDIENCE',
+      'ROUNDHOUSE_CODEC_JWT_ISSUER',
+    ]),
+  );
 });
 
 test('the validator rejects what the Compose specification forbids (so a pass means something)', () => {

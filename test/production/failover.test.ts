@@ -1,3 +1,5 @@
+import { execFileSync } from 'node:child_process';
+import path from 'node:path';
 import fs from 'node:fs';
 import type { RoundResult } from '../../workflows/round-contract';
 import { ledger, startTestEmulator, type RunningEmulator } from '../helpers/emulator';
@@ -123,3 +125,25 @@ test('SIGTERM during a GRPO round: the worker drains (no new step) and exits wit
   expect(exit.code).toBe(0);
   expect(exit.ms).toBeLessThan(GRACE_MS);
 }, 120_000);
+
+test('the compiled CLI and worker load neither tsx nor @temporalio/testing (only a dev-server start does), and package.json says so', () => {
+  const root = path.resolve(__dirname, '../..');
+  const loaded = execFileSync(
+    process.execPath,
+    [
+      '-e',
+      "require('./dist/cli/main.js'); require('./dist/workers/worker.js'); console.log(JSON.stringify(Object.keys(require.cache).filter((f) => /node_modules[\\\\/](tsx|@temporalio[\\\\/]testing)[\\\\/]/.test(f))))",
+    ],
+    { cwd: root, encoding: 'utf8' },
+  );
+  expect(JSON.parse(loaded)).toEqual([]);
+  const pkg = JSON.parse(fs.readFileSync(path.join(root, 'package.json'), 'utf8')) as {
+    dependencies: Record<string, string>;
+    devDependencies: Record<string, string>;
+    engines: { node: string };
+  };
+  expect(pkg.dependencies.tsx).toBeUndefined();
+  expect(pkg.devDependencies.tsx).toBeDefined();
+  // undici 7 needs Node ≥ 20.18.1.
+  expect(pkg.engines.node).toBe('>=20.18.1');
+});

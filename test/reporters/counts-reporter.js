@@ -7,9 +7,20 @@ const path = require('node:path');
 class CountsReporter {
   constructor(globalConfig) {
     this.file = path.join(globalConfig.rootDir, '.roundhouse', 'test-counts.json');
+    this.cpuFile = path.join(globalConfig.rootDir, '.roundhouse', 'test-cpu.jsonl');
+  }
+
+  onRunStart() {
+    fs.rmSync(this.cpuFile, { force: true });
   }
 
   onRunComplete(_contexts, results) {
+    const cpu = new Map();
+    if (fs.existsSync(this.cpuFile))
+      for (const line of fs.readFileSync(this.cpuFile, 'utf8').split('\n').filter(Boolean)) {
+        const { file, cpuSeconds } = JSON.parse(line);
+        cpu.set(file, cpuSeconds);
+      }
     const counts = {
       passed: results.numPassedTests,
       failed: results.numFailedTests,
@@ -22,6 +33,7 @@ class CountsReporter {
         .map((r) => ({
           file: path.relative(process.cwd(), r.testFilePath),
           seconds: Math.round((r.perfStats.end - r.perfStats.start) / 100) / 10,
+          cpuSeconds: cpu.get(path.relative(process.cwd(), r.testFilePath)),
         }))
         .sort((a, b) => b.seconds - a.seconds)
         .slice(0, 12),

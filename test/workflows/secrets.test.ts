@@ -6,6 +6,7 @@ import path from 'node:path';
 import { Client } from '@temporalio/client';
 import { loadWorkerSettings, parseEncryptionKeys } from '../../config/worker-env';
 import type { RoundResult } from '../../workflows/round-contract';
+import { codecAuthenticator } from '../../workers/codec-auth';
 import { startCodecServer } from '../../workers/codec-server';
 import { AesGcmPayloadCodec, dataConverterFor, ENCRYPTED_ENCODING } from '../../workers/encryption';
 import { resolveTemporalExecutable } from '../../workers/temporal-server';
@@ -139,7 +140,12 @@ test('with payload encryption on, a history exported by the Temporal CLI has no 
   const emulator = await startTestEmulator();
   const taskQueue = uniqueTaskQueue('secrets-encrypted');
   const worker = await startDebugWorker(taskQueue, { ROUNDHOUSE_ENCRYPTION_KEYS: keys, TOGETHER_API_KEY: secret });
-  const codecServer = await startCodecServer({ codec: new AesGcmPayloadCodec(keyring), port: 0 });
+  const codecToken = randomBytes(24).toString('hex');
+  const codecServer = await startCodecServer({
+    codec: new AesGcmPayloadCodec(keyring),
+    port: 0,
+    authenticate: codecAuthenticator({ tokens: [codecToken] }),
+  });
   try {
     await worker.ready;
     const campaignId = `enc-campaign-${randomBytes(6).toString('hex')}`;
@@ -179,11 +185,14 @@ test('with payload encryption on, a history exported by the Temporal CLI has no 
 
     // The codec server (what the Web UI calls) turns the exported input back into the round's input.
     const started = payloads[0]!;
-    const res = await fetch(`${codecServer.url}/decode`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ payloads: [started] }),
-    });
+    const decode = (headers: Record<string, string>) =>
+      fetch(`${codecServer.url}/decode`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...headers },
+        body: JSON.stringify({ payloads: [started] }),
+      });
+    expect((await decode({})).status).toBe(401); // it decrypts only for an authenticated caller
+    const res = await decode({ authorization: `Bearer ${codecToken}` });
     const [decoded] = ((await res.json()) as { payloads: { data: string }[] }).payloads;
     expect(JSON.parse(Buffer.from(decoded!.data, 'base64').toString('utf8'))).toMatchObject({
       campaignId,
