@@ -110,7 +110,7 @@ round: { kind: grpo, grpo: { groupSize: 4, reward: { kind: numeric } } }`,
 test('two workers on one queue: SIGKILL of the one training, the other finishes the round with exact steps and nothing left active', async () => {
   const { exit } = await roundSurvivesLosingItsWorker('SIGKILL');
   expect(exit.code).toBeNull(); // killed, not exited
-}, 120_000);
+}, 240_000);
 
 test('SIGTERM during training: the worker drains and exits within its grace time, the round resumes on the other worker with no step lost or doubled', async () => {
   const { exit, victim } = await roundSurvivesLosingItsWorker('SIGTERM');
@@ -118,13 +118,13 @@ test('SIGTERM during training: the worker drains and exits within its grace time
   expect(exit.ms).toBeLessThan(GRACE_MS);
   expect(victim.output()).toContain('shutdown requested');
   expect(victim.output()).toContain('worker stopped');
-}, 120_000);
+}, 240_000);
 
 test('SIGTERM during a GRPO round: the worker drains (no new step) and exits within its grace time, the other finishes with exact steps', async () => {
   const { exit } = await roundSurvivesLosingItsWorker('SIGTERM', 'grpo');
   expect(exit.code).toBe(0);
   expect(exit.ms).toBeLessThan(GRACE_MS);
-}, 120_000);
+}, 240_000);
 
 test('the compiled CLI and worker load neither tsx nor @temporalio/testing (only a dev-server start does), and package.json says so', () => {
   const root = path.resolve(__dirname, '../..');
