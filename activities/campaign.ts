@@ -1,12 +1,10 @@
-import fs from 'node:fs';
-import path from 'node:path';
+import { joinLocation, sha256, storeFor } from '../config/artifacts';
 import { permutation } from '../config/schedule';
 import { DataValidationError } from '../config/errors';
-import { sha256File } from './data';
 import { Context } from '@temporalio/activity';
 import { atBoundary } from './failures';
 import { writeCampaignReports } from './report';
-import { writeJsonAtomic } from './files';
+import { readJson, writeJsonAtomic } from './files';
 
 export type NextDataPolicy = 'mistakes' | 'all' | 'static';
 
@@ -38,53 +36,56 @@ export interface NextTrainingData {
  * - `all`: the whole pool, every round.
  * - `static`: the same training file, every round.
  */
-export const NEXT_DATA_POLICIES: Record<NextDataPolicy, (input: NextDataInput) => { lines: string[]; mistakes?: number } | 'unchanged'> = {
-  static: () => 'unchanged',
-  all: (input) => ({ lines: poolLines(input.pool) }),
-  mistakes: (input) => {
-    const lines = poolLines(input.pool);
+export const NEXT_DATA_POLICIES: Record<
+  NextDataPolicy,
+  (input: NextDataInput, pool: string[]) => Promise<{ lines: string[]; mistakes?: number } | 'unchanged'>
+> = {
+  static: async () => 'unchanged',
+  all: async (_input, pool) => ({ lines: pool.filter((l) => l.trim() !== '') }),
+  mistakes: async (input, pool) => {
+    const lines = pool.filter((l) => l.trim() !== '');
     if (!input.poolEvaluationsPath) throw new Error('the mistakes policy needs the last round to score the pool');
-    const scored = JSON.parse(fs.readFileSync(input.poolEvaluationsPath, 'utf8')) as { line: number; match: boolean }[];
+    const scored = await readJson<{ line: number; match: boolean }[]>(input.poolEvaluationsPath);
+    if (!scored) throw new Error(`${input.poolEvaluationsPath}: the last round's pool evaluations are missing`);
     const wrong = scored.filter((e) => !e.match).map((e) => e.line);
     const right = scored.filter((e) => e.match).map((e) => e.line);
     if (wrong.length === 0) return { lines, mistakes: 0 };
     const order = permutation(right.length, input.seed);
     const replay = order.slice(0, Math.round(input.replayShare * right.length)).map((i) => right[i]!);
     const chosen = [...wrong, ...replay].sort((a, b) => a - b);
-    const text = fs.readFileSync(input.pool, 'utf8').split('\n');
-    return { lines: chosen.map((l) => text[l - 1]!), mistakes: wrong.length };
+    return { lines: chosen.map((l) => pool[l - 1]!), mistakes: wrong.length };
   },
 };
 
-function poolLines(pool: string): string[] {
-  return fs
-    .readFileSync(pool, 'utf8')
-    .split('\n')
-    .filter((l) => l.trim() !== '');
+/** The pool's lines, as in the file (1-based line numbers index it). */
+async function poolText(pool: string): Promise<{ lines: string[]; sha256: string }> {
+  const body = await storeFor(pool).read(pool);
+  if (body === undefined) throw new DataValidationError([`${pool}: no such file`]);
+  return { lines: body.toString('utf8').split('\n'), sha256: sha256(body) };
 }
 
 export function createCampaignActivities() {
   return {
-    /** Writes the next round's training set (a new file, atomically) and returns its reference and sha256. */
+    /** Writes the next round's training set (a new object, atomically) and returns its reference and sha256. */
     async selectNextTrainingData(input: NextDataInput): Promise<NextTrainingData> {
       return atBoundary(async () => {
-        const chosen = NEXT_DATA_POLICIES[input.policy](input);
-        if (chosen === 'unchanged') return { path: input.pool, sha256: sha256File(input.pool), rows: poolLines(input.pool).length };
+        const pool = await poolText(input.pool);
+        const chosen = await NEXT_DATA_POLICIES[input.policy](input, pool.lines);
+        if (chosen === 'unchanged')
+          return { path: input.pool, sha256: pool.sha256, rows: pool.lines.filter((l) => l.trim() !== '').length };
         if (chosen.lines.length === 0)
           throw new DataValidationError([`${input.pool}: the ${input.policy} policy chose no rows for round ${input.round}`]);
-        const file = path.join(input.outDir, `round-${input.round}.train.jsonl`);
-        fs.mkdirSync(input.outDir, { recursive: true });
-        const partial = `${file}.${process.pid}.partial`;
-        fs.writeFileSync(partial, `${chosen.lines.join('\n')}\n`);
-        fs.renameSync(partial, file);
-        return { path: file, sha256: sha256File(file), rows: chosen.lines.length, mistakes: chosen.mistakes };
+        const file = joinLocation(input.outDir, `round-${input.round}.train.jsonl`);
+        const body = `${chosen.lines.join('\n')}\n`;
+        await storeFor(file).write(file, body, 'application/jsonl');
+        return { path: file, sha256: sha256(body), rows: chosen.lines.length, mistakes: chosen.mistakes };
       });
     },
 
     /** campaign.json, then report.html and summary.md from it and the round reports. */
     async writeCampaignSummary(input: { path: string; summary: unknown }): Promise<string> {
-      writeJsonAtomic(input.path, input.summary);
-      writeCampaignReports(path.dirname(input.path), {
+      await writeJsonAtomic(input.path, input.summary);
+      await writeCampaignReports(input.path.slice(0, input.path.lastIndexOf('/')), {
         temporalUiUrl: process.env.ROUNDHOUSE_UI_URL ?? 'http://127.0.0.1:8233',
         namespace: Context.current().info.workflowNamespace ?? 'default',
       });

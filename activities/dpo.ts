@@ -1,5 +1,3 @@
-import fs from 'node:fs';
-import path from 'node:path';
 import { Context } from '@temporalio/activity';
 import { RoundhouseFailure } from '../config/failures';
 import { batchRows } from '../config/schedule';
@@ -9,7 +7,7 @@ import { toDatum, type TokenizedPair } from './data';
 import type { ActivityDeps } from './deps';
 import { dpoLossAndGradients } from './dpo-loss';
 import { atBoundary } from './failures';
-import { writeJsonAtomic } from './files';
+import { readJson, writeJsonAtomic } from './files';
 import { lineageParts, roundKey } from '../config/keys';
 import { createPreparer, type PreparedPairs } from './prepare';
 import type { PhaseInput } from './round';
@@ -96,14 +94,13 @@ const pairLogprobs = async (
   return out;
 };
 
-const readReference = (file: string, data: { trainSha256: string; evalSha256: string }): ReferenceFile | undefined => {
-  if (!fs.existsSync(file)) return undefined;
-  const ref = JSON.parse(fs.readFileSync(file, 'utf8')) as ReferenceFile;
-  return ref.trainSha256 === data.trainSha256 && ref.evalSha256 === data.evalSha256 ? ref : undefined;
+const readReference = async (file: string, data: { trainSha256: string; evalSha256: string }): Promise<ReferenceFile | undefined> => {
+  const ref = await readJson<ReferenceFile>(file);
+  return ref && ref.trainSha256 === data.trainSha256 && ref.evalSha256 === data.evalSha256 ? ref : undefined;
 };
 
-const requireReference = (file: string, data: { trainSha256: string; evalSha256: string }): ReferenceFile => {
-  const ref = readReference(file, data);
+const requireReference = async (file: string, data: { trainSha256: string; evalSha256: string }): Promise<ReferenceFile> => {
+  const ref = await readReference(file, data);
   if (!ref)
     throw new RoundhouseFailure(
       'ReferenceLogprobsMissing',
@@ -153,7 +150,7 @@ export function createDpoActivities(deps: ActivityDeps) {
       const provider = await deps.providerFor(input.spec.provider);
       return atBoundary(async () => {
         const p = await preparedPairs(input.spec, input.data);
-        if (readReference(input.outputPath, p)) return { path: input.outputPath, pairs: p.train.length + p.eval.length };
+        if (await readReference(input.outputPath, p)) return { path: input.outputPath, pairs: p.train.length + p.eval.length };
         const session = await provider.getSession(input.sessionId);
         if (session.step !== input.stepOffset) {
           throw new RoundhouseFailure(
@@ -174,8 +171,7 @@ export function createDpoActivities(deps: ActivityDeps) {
           train: await of('train'),
           eval: await of('eval'),
         };
-        fs.mkdirSync(path.dirname(input.outputPath), { recursive: true });
-        writeJsonAtomic(input.outputPath, reference);
+        await writeJsonAtomic(input.outputPath, reference);
         return { path: input.outputPath, pairs: p.train.length + p.eval.length };
       });
     },
@@ -185,12 +181,12 @@ export function createDpoActivities(deps: ActivityDeps) {
       const provider = await deps.providerFor(input.spec.provider);
       return atBoundary(async () => {
         const p = await preparedPairs(input.spec, input.data);
-        const reference = requireReference(input.referencePath, p);
+        const reference = await requireReference(input.referencePath, p);
         const policy = await pairLogprobs(provider, input.sessionId, p.eval, Math.max(1, input.spec.training.batchSize), (b) =>
           roundKey(input.campaignId, input.round, ...lineageParts(input.lineage), input.label, `b${b}`),
         );
         const rows = evaluate(input.spec, p.eval, reference.eval, policy);
-        if (input.outputPath) writeJsonAtomic(input.outputPath, rows);
+        if (input.outputPath) await writeJsonAtomic(input.outputPath, rows);
         const n = Math.max(1, rows.length);
         return {
           loss: rows.reduce((a, r) => a + r.loss, 0) / n,
@@ -206,7 +202,7 @@ export function createDpoActivities(deps: ActivityDeps) {
       return atBoundary(async () => {
         const { result, records } = await trainSegmentOf<DpoStepRecord, Record<string, never>>(deps, input, async (ctx) => {
           const p = await preparedPairs(input.spec, input.data);
-          return dpoStep(input, p, requireReference(input.referencePath, p), ctx);
+          return dpoStep(input, p, await requireReference(input.referencePath, p), ctx);
         });
         const last = records[records.length - 1];
         return { ...result, latestMargin: last?.margin, latestAccuracy: last?.accuracy }; // loss per pair: tokens is 1

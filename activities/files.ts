@@ -1,16 +1,11 @@
-import fs from 'node:fs';
-import path from 'node:path';
+import { readJson, writeJson } from '../config/artifacts';
 
-/** Writes JSON so that readers see the old file or the new one, never half of one: temp file, fsync, rename. */
-export function writeJsonAtomic(file: string, value: unknown): void {
-  fs.mkdirSync(path.dirname(file), { recursive: true });
-  const partial = `${file}.${process.pid}.${Date.now()}.partial`;
-  const fd = fs.openSync(partial, 'w');
-  try {
-    fs.writeFileSync(fd, `${JSON.stringify(value, null, 2)}\n`);
-    fs.fsyncSync(fd);
-  } finally {
-    fs.closeSync(fd);
-  }
-  fs.renameSync(partial, file);
+/**
+ * JSON an activity writes or reads back, at a location of the artifact store (a local path or an `s3://` URI):
+ * written atomically, so readers see the old object or the new one, never half of one.
+ */
+export async function writeJsonAtomic(location: string, value: unknown): Promise<void> {
+  await writeJson(location, value);
 }
+
+export { readJson };

@@ -1,5 +1,4 @@
-import fs from 'node:fs';
-import path from 'node:path';
+import { joinLocation } from '../config/artifacts';
 import { RoundhouseFailure } from '../config/failures';
 import { batchRows } from '../config/schedule';
 import type { GrpoSpec } from '../config/spec';
@@ -8,7 +7,7 @@ import type { Datum, PolicyLoss, TrainingProvider } from '../providers/types';
 import type { TokenizedRow } from './data';
 import type { ActivityDeps } from './deps';
 import { atBoundary } from './failures';
-import { writeJsonAtomic } from './files';
+import { readJson, writeJsonAtomic } from './files';
 import { createPreparer, type PreparedData } from './prepare';
 import { groupAdvantages, rewardFunction } from './rewards';
 import { completionText } from './scoring';
@@ -55,7 +54,7 @@ interface StepSamples {
   groups: { line: number; promptTokens: number[]; completions: { tokens: number[]; logprobs: number[]; text: string; reward: number }[] }[];
 }
 
-const stepFile = (dir: string, step: number) => path.join(dir, `s${String(step).padStart(7, '0')}.json`);
+const stepFile = (dir: string, step: number) => joinLocation(dir, `s${String(step).padStart(7, '0')}.json`);
 
 export function policyLossOf(grpo: GrpoSpec): PolicyLoss {
   const l = grpo.loss;
@@ -155,7 +154,6 @@ function grpoStep(
       // The generators serve the weights of the last applied step (a sync lost with a crashed attempt is redone; a
       // done one is the same keyed operation).
       await sync(applied);
-      fs.mkdirSync(input.samplesDir, { recursive: true });
     },
     async submitForwardBackward(step) {
       const { datums } = await datumsOf(step);
@@ -213,7 +211,8 @@ async function drawSamples(
   signal: AbortSignal,
 ): Promise<StepSamples> {
   const file = stepFile(input.samplesDir, step);
-  if (fs.existsSync(file)) return JSON.parse(fs.readFileSync(file, 'utf8')) as StepSamples;
+  const drawn = await readJson<StepSamples>(file);
+  if (drawn) return drawn;
   const t = input.spec.training;
   const s = input.spec.sampling;
   const grpo = input.spec.round!.grpo!;
@@ -241,6 +240,6 @@ async function drawSamples(
     }
     samples.groups.push({ line: row.line, promptTokens: row.promptTokens, completions });
   }
-  writeJsonAtomic(file, samples);
+  await writeJsonAtomic(file, samples);
   return samples;
 }

@@ -1,4 +1,5 @@
 import type { ProviderSpec } from '../config/spec';
+import { localCopy } from '../config/artifacts';
 import { DataValidationError } from '../config/errors';
 import { RoundhouseFailure } from '../config/failures';
 import { tokenizerFor, type TextTokenizer } from '../config/tokenizer';
@@ -48,26 +49,28 @@ export function createPreparer(deps: ActivityDeps) {
 
   /** Loads, validates and tokenises prompt/answer rows, cached per file hash. */
   const prepared = async (spec: RoundSpec, data: RoundInput['data']): Promise<PreparedData> =>
-    cachedLoad(preparedCache, spec, data, (tokenizer, limits) => {
-      const loaded = loadRoundData(data.train, data.eval, tokenizer, limits);
+    cachedLoad(preparedCache, spec, data, (tokenizer, limits, files) => {
+      const loaded = loadRoundData(files.train, files.eval, tokenizer, limits);
       return { train: loaded.train.rows, eval: loaded.eval.rows };
     });
 
   /** DPO's preference pairs, checked and cached the same way. */
   const preparedPairs = async (spec: RoundSpec, data: RoundInput['data']): Promise<PreparedPairs> =>
-    cachedLoad(preparedPairsCache, spec, data, (tokenizer, limits) => {
-      const loaded = loadPreferenceData(data.train, data.eval, tokenizer, limits);
+    cachedLoad(preparedPairsCache, spec, data, (tokenizer, limits, files) => {
+      const loaded = loadPreferenceData(files.train, files.eval, tokenizer, limits);
       return { train: loaded.train, eval: loaded.eval };
     });
 
   async function cachedLoad<T extends { train: unknown[]; eval: unknown[] }>(
     cache: Map<string, T & Omit<PreparedData, 'train' | 'eval'>>,
     spec: RoundSpec,
-    data: RoundInput['data'],
-    load: (tokenizer: TextTokenizer, limits: { maxSeqLen: number; modelMaxSeqLen: number }) => T,
+    given: RoundInput['data'],
+    load: (tokenizer: TextTokenizer, limits: { maxSeqLen: number; modelMaxSeqLen: number }, files: { train: string; eval: string }) => T,
   ): Promise<T & Omit<PreparedData, 'train' | 'eval'>> {
     const provider = await deps.providerFor(spec.provider);
     const model = await modelInfo(provider, spec.provider);
+    // Data in the artifact store (s3://) is read from a local copy; its hash is checked like a local file's.
+    const data = { ...given, train: await localCopy(given.train), eval: await localCopy(given.eval) };
     const { trainSha256, evalSha256 } = checkHashes(data);
     const key = [
       data.train,
@@ -81,7 +84,7 @@ export function createPreparer(deps: ActivityDeps) {
     const cached = cache.get(key);
     if (cached) return cached;
     const tokenizer = tokenizerFor(spec.provider.model, model.tokenizer, spec.provider.tokenizer);
-    const loaded = load(tokenizer, { maxSeqLen: spec.training.maxSeqLen, modelMaxSeqLen: model.maxSeqLen });
+    const loaded = load(tokenizer, { maxSeqLen: spec.training.maxSeqLen, modelMaxSeqLen: model.maxSeqLen }, data);
     checkLoraRank(spec, model);
     const result = { tokenizer, model, ...loaded, trainSha256, evalSha256 };
     cache.set(key, result);
@@ -118,9 +121,9 @@ function checkLoraRank(spec: RoundSpec, model: ModelInfo): void {
 }
 
 /** Rows of a JSONL file, tokenised (for scoring files other than the round's train and eval sets). */
-export function tokenizedFile(file: string, tokenizer: TextTokenizer): TokenizedRow[] {
+export async function tokenizedFile(location: string, tokenizer: TextTokenizer): Promise<TokenizedRow[]> {
   const problems: string[] = [];
-  const dataset = readDataset(file, problems);
+  const dataset = readDataset(await localCopy(location), problems);
   if (problems.length) throw new DataValidationError(problems);
   return dataset.rows.map((r) => tokenizeRow(r, tokenizer));
 }

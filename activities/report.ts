@@ -1,5 +1,6 @@
 import fs from 'node:fs';
 import path from 'node:path';
+import { joinLocation, readJson, storeFor } from '../config/artifacts';
 
 /**
  * The campaign report people look at: `report.html` (self-contained: Chart.js and the data inlined, no network)
@@ -61,21 +62,23 @@ interface Flip {
   after: string;
 }
 
-export function loadCampaignReportData(campaignDir: string, options: { temporalUiUrl: string; namespace: string }): CampaignReportData {
-  const summaryFile = path.join(campaignDir, 'campaign.json');
-  if (!fs.existsSync(summaryFile)) throw new Error(`${summaryFile}: no campaign summary (has a round finished yet?)`);
-  const summary = JSON.parse(fs.readFileSync(summaryFile, 'utf8')) as {
+export async function loadCampaignReportData(
+  campaignDir: string,
+  options: { temporalUiUrl: string; namespace: string },
+): Promise<CampaignReportData> {
+  const summaryFile = joinLocation(campaignDir, 'campaign.json');
+  const summary = await readJson<{
     campaignId: string;
     status: string;
     stopReason?: string;
     gpuMinutes: number;
     costUsd?: number;
     rounds: { round: number; reportPath: string }[];
-  };
-  const rounds = summary.rounds
-    .map((r) => r.reportPath)
-    .filter((p) => fs.existsSync(p))
-    .map((p) => JSON.parse(fs.readFileSync(p, 'utf8')) as RoundReportFile);
+  }>(summaryFile);
+  if (!summary) throw new Error(`${summaryFile}: no campaign summary (has a round finished yet?)`);
+  const rounds = (await Promise.all(summary.rounds.map((r) => readJson<RoundReportFile>(r.reportPath)))).filter(
+    (r): r is RoundReportFile => r !== undefined,
+  );
   const flips = rounds.slice(1).map((after, i) => {
     const before = rounds[i]!;
     const previous = new Map(before.evaluations.map((e) => [e.line, e]));
@@ -250,20 +253,14 @@ export function renderCampaignMarkdown(data: CampaignReportData): string {
 }
 
 /** Writes report.html and summary.md next to campaign.json, atomically. */
-export function writeCampaignReports(
+export async function writeCampaignReports(
   campaignDir: string,
   options: { temporalUiUrl: string; namespace: string },
-): { html: string; markdown: string } {
-  const data = loadCampaignReportData(campaignDir, options);
-  const html = path.join(campaignDir, 'report.html');
-  const markdown = path.join(campaignDir, 'summary.md');
-  for (const [file, text] of [
-    [html, renderCampaignHtml(data)],
-    [markdown, renderCampaignMarkdown(data)],
-  ] as const) {
-    const partial = `${file}.${process.pid}.partial`;
-    fs.writeFileSync(partial, text);
-    fs.renameSync(partial, file);
-  }
+): Promise<{ html: string; markdown: string }> {
+  const data = await loadCampaignReportData(campaignDir, options);
+  const html = joinLocation(campaignDir, 'report.html');
+  const markdown = joinLocation(campaignDir, 'summary.md');
+  await storeFor(html).write(html, renderCampaignHtml(data), 'text/html; charset=utf-8');
+  await storeFor(markdown).write(markdown, renderCampaignMarkdown(data), 'text/markdown; charset=utf-8');
   return { html, markdown };
 }

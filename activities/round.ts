@@ -1,4 +1,3 @@
-import fs from 'node:fs';
 import { Context } from '@temporalio/activity';
 import { RoundhouseFailure } from '../config/failures';
 import { planSteps } from '../config/schedule';
@@ -7,7 +6,7 @@ import type { RoundInput, RoundSpec } from '../workflows/round-contract';
 import { toDatum } from './data';
 import type { ActivityDeps } from './deps';
 import { atBoundary, toActivityFailure } from './failures';
-import { writeJsonAtomic } from './files';
+import { readJson, writeJsonAtomic } from './files';
 import { lineageParts, roundKey } from '../config/keys';
 import { recordRoundGpuMinutes } from './metrics';
 import { createPreparer, tokenizedFile } from './prepare';
@@ -161,7 +160,7 @@ export function createRoundActivities(deps: ActivityDeps) {
       const provider = await deps.providerFor(input.spec.provider);
       return atBoundary(async () => {
         const p = await prepared(input.spec, input.data);
-        const rowsToScore = input.dataset ? tokenizedFile(input.dataset, p.tokenizer) : p.eval;
+        const rowsToScore = input.dataset ? await tokenizedFile(input.dataset, p.tokenizer) : p.eval;
         const s = input.spec.sampling;
         const batch = 16;
         const evaluations: { line: number; prompt: string; expected: string; completion: string; match: boolean }[] = [];
@@ -194,7 +193,7 @@ export function createRoundActivities(deps: ActivityDeps) {
           });
           Context.current().heartbeat(i);
         }
-        writeJsonAtomic(input.outputPath, evaluations);
+        await writeJsonAtomic(input.outputPath, evaluations);
         const correct = evaluations.filter((e) => e.match).length;
         return { correct, total: evaluations.length, accuracy: evaluations.length ? correct / evaluations.length : 0 };
       });
@@ -209,11 +208,10 @@ export function createRoundActivities(deps: ActivityDeps) {
       /** Rollbacks: step records of abandoned lineages past each rollback point are not the kept weights'. */
       rollbacks?: Rollback[];
     }): Promise<string> {
-      const evaluations =
-        input.evaluationsPath && fs.existsSync(input.evaluationsPath) ? JSON.parse(fs.readFileSync(input.evaluationsPath, 'utf8')) : [];
-      const steps = input.stepsDir ? readStepRecords(input.stepsDir, input.rollbacks) : [];
+      const evaluations = (input.evaluationsPath && (await readJson<unknown[]>(input.evaluationsPath))) || [];
+      const steps = input.stepsDir ? await readStepRecords(input.stepsDir, input.rollbacks) : [];
       try {
-        writeJsonAtomic(input.path, { ...input.report, evaluations, steps });
+        await writeJsonAtomic(input.path, { ...input.report, evaluations, steps });
       } catch (err) {
         // A path that cannot take a file will not on a retry either: say so at once (the round keeps its result).
         const code = (err as NodeJS.ErrnoException).code;

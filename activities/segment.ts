@@ -1,5 +1,4 @@
-import fs from 'node:fs';
-import path from 'node:path';
+import { joinLocation, storeFor } from '../config/artifacts';
 import { Context } from '@temporalio/activity';
 import { learningRateAt } from '../config/schedule';
 import { isRecoverableFailure, RoundhouseFailure } from '../config/failures';
@@ -8,7 +7,7 @@ import type { AdamParams, ForwardResult, OperationHandle, OptimStepResult, Train
 import type { RoundSpec } from '../workflows/round-contract';
 import type { ActivityDeps } from './deps';
 import { providerFailureType } from './failures';
-import { writeJsonAtomic } from './files';
+import { readJson, writeJsonAtomic } from './files';
 import { lineageParts, roundKey } from '../config/keys';
 import { recordLatestLoss, recordOptimizerSteps } from './metrics';
 
@@ -136,7 +135,7 @@ export async function trainSegmentOf<R extends StepRecord, F = ForwardResult>(
   try {
     const kind = await kindFor(ctx);
     const { applied, maxStep } = await segmentStart(provider, input);
-    const records = new StepRecords<R>(input.stepsDir, lineage);
+    const records = await StepRecords.load<R>(input.stepsDir, lineage);
     const metricTags = { provider: input.spec.provider.kind, campaign_name: input.spec.name };
 
     await kind.begin?.(applied);
@@ -191,7 +190,7 @@ export async function trainSegmentOf<R extends StepRecord, F = ForwardResult>(
       }
       await kind.end?.();
     } finally {
-      records.flush(); // what was confirmed stays recorded even when the segment fails or is cut short
+      await records.flush(); // what was confirmed stays recorded even when the segment fails or is cut short
     }
     const confirmedRecords = records.since(input.cursor.step);
     return {
@@ -264,11 +263,15 @@ class StepRecords<R extends StepRecord> {
   private readonly pending: R[] = [];
   private readonly all: R[] = [];
 
-  constructor(
+  private constructor(
     private readonly dir: string,
     private readonly lineage: number,
-  ) {
-    for (const r of readStepRecords(dir)) if ((r.lineage ?? 0) === lineage) this.recorded.add(r.step);
+  ) {}
+
+  static async load<R extends StepRecord>(dir: string, lineage: number): Promise<StepRecords<R>> {
+    const records = new StepRecords<R>(dir, lineage);
+    for (const r of await readStepRecords(dir)) if ((r.lineage ?? 0) === lineage) records.recorded.add(r.step);
+    return records;
   }
 
   /** Round steps (0-based, as submitted) in [from, to) that no record holds. */
@@ -290,12 +293,13 @@ class StepRecords<R extends StepRecord> {
     return this.all.filter((r) => r.step > cursorStep).sort((a, b) => a.step - b.step);
   }
 
-  flush(): void {
+  /** One write per segment (never per step): the store is off the per-step path. */
+  async flush(): Promise<void> {
     if (this.pending.length === 0) return;
     const first = Math.min(...this.pending.map((r) => r.step));
     const lineage = this.lineage > 0 ? `.L${this.lineage}` : '';
-    writeJsonAtomic(
-      path.join(this.dir, `steps-${String(first).padStart(7, '0')}${lineage}.json`),
+    await writeJsonAtomic(
+      joinLocation(this.dir, `steps-${String(first).padStart(7, '0')}${lineage}.json`),
       this.pending.sort((a, b) => a.step - b.step),
     );
     this.pending.length = 0;
@@ -306,15 +310,12 @@ class StepRecords<R extends StepRecord> {
  * Every step record of a round that the kept weights hold, one per step, in step order. A rollback to step `toStep`
  * under lineage L voids the older lineages' records past `toStep`; of the rest, the newest lineage's record wins.
  */
-export function readStepRecords<R extends StepRecord = StepRecord>(dir: string, rollbacks: Rollback[] = []): R[] {
-  if (!fs.existsSync(dir)) return [];
+export async function readStepRecords<R extends StepRecord = StepRecord>(dir: string, rollbacks: Rollback[] = []): Promise<R[]> {
   const byStep = new Map<number, R>();
   const kept = (r: R) => rollbacks.every((rb) => rb.lineage <= (r.lineage ?? 0) || r.step <= rb.toStep);
-  for (const f of fs
-    .readdirSync(dir)
-    .filter((name) => name.endsWith('.json'))
-    .sort()) {
-    for (const r of JSON.parse(fs.readFileSync(path.join(dir, f), 'utf8')) as R[]) {
+  const files = (await storeFor(dir).list(dir)).filter((f) => /\/steps-[^/]*\.json$/.test(f));
+  for (const f of files) {
+    for (const r of (await readJson<R[]>(f)) ?? []) {
       const held = byStep.get(r.step);
       if (kept(r) && (held === undefined || (held.lineage ?? 0) <= (r.lineage ?? 0))) byStep.set(r.step, r);
     }

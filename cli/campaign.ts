@@ -11,7 +11,9 @@ import {
 } from '../workflows/campaign-contract';
 import { cliClient, cliContext, reportRoot, unknownId, CliFailure } from './context';
 import { renderProgress, watchCampaign } from './progress';
-import { validateCampaignLocally } from '../workers/validate';
+import { validateCampaignLocally, withLocalData } from '../workers/validate';
+import { stageCampaignData } from '../workers/campaign-data';
+import { artifactRoot } from '../config/artifacts';
 import { campaignWorkflow } from '../workflows';
 
 function campaignIdFor(name: string): string {
@@ -50,8 +52,10 @@ export function runCommand(): Command {
     )
     .action(async (specFile: string, opts: { id?: string; wait?: boolean }) => {
       const { settings } = cliContext();
-      const spec = loadCampaignSpec(specFile);
-      const checked = validateCampaignLocally(spec);
+      const given = loadCampaignSpec(specFile);
+      // Validated before anything starts (from local copies when the data is in S3), then staged in the artifact store.
+      const checked = validateCampaignLocally(await withLocalData(given));
+      const { spec } = await stageCampaignData(given, artifactRoot(process.env, settings.stateDir));
       const campaignId = opts.id ?? campaignIdFor(spec.name);
       const { client, address, close } = await cliClient(settings);
       try {

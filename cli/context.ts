@@ -1,4 +1,4 @@
-import path from 'node:path';
+import { artifactRoot, joinLocation } from '../config/artifacts';
 import { Client, Connection, WorkflowNotFoundError } from '@temporalio/client';
 import { connectionOptions, temporalClient } from '../workers/temporal-server';
 import { ConfigError } from '../config/errors';
@@ -61,8 +61,9 @@ export async function cliClient(settings: WorkerSettings): Promise<CliClient> {
 }
 
 /** Where campaign reports go: <state dir>/campaigns/<campaign id>. */
+/** Where campaigns' reports go: `<ROUNDHOUSE_ARTIFACTS or the state dir>/campaigns` (a directory or an s3:// prefix). */
 export function reportRoot(settings: WorkerSettings): string {
-  return path.join(settings.stateDir, 'campaigns');
+  return joinLocation(artifactRoot(process.env, settings.stateDir), 'campaigns');
 }
 
 /** A command failed for a reason that is not the user's input (exit code 1, one line, no stack). */

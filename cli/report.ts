@@ -1,4 +1,4 @@
-import path from 'node:path';
+import { joinLocation } from '../config/artifacts';
 import { spawn } from 'node:child_process';
 import { Command } from 'commander';
 import { rewriteCampaignReport } from '../workers/report';
@@ -12,8 +12,8 @@ export function reportCommand(): Command {
     .addHelpText('after', '\nExample:\n  roundhouse report support-tickets-20261129120000 --open')
     .action(async (id: string, opts: { open?: boolean }) => {
       const { settings } = cliContext();
-      const dir = path.join(reportRoot(settings), id);
-      const written = rewriteCampaignReport(id, dir, {
+      const dir = joinLocation(reportRoot(settings), id);
+      const written = await rewriteCampaignReport(id, dir, {
         temporalUiUrl: process.env.ROUNDHOUSE_UI_URL ?? 'http://127.0.0.1:8233',
         namespace: settings.namespace,
       });

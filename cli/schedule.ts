@@ -4,7 +4,9 @@ import { ConfigError } from '../config/errors';
 import { loadCampaignSpec } from '../config/spec';
 import { upsertCampaignSchedule, type OverlapName } from '../workers/schedules';
 import { cliClient, cliContext, reportRoot } from './context';
-import { validateCampaignLocally } from '../workers/validate';
+import { validateCampaignLocally, withLocalData } from '../workers/validate';
+import { stageCampaignData } from '../workers/campaign-data';
+import { artifactRoot } from '../config/artifacts';
 
 async function withClient<T>(body: (c: Awaited<ReturnType<typeof cliClient>>) => Promise<T>): Promise<T> {
   const { settings } = cliContext();
@@ -42,8 +44,10 @@ export function scheduleCommand(): Command {
     .action(async (specFile: string, opts: { id?: string; every?: string; cron?: string[]; overlap: OverlapName }) => {
       if (!opts.every && !opts.cron) throw new ConfigError('--every', 'give --every <interval> or --cron <expression>');
       const { settings } = cliContext();
-      const spec = loadCampaignSpec(specFile);
-      validateCampaignLocally(spec);
+      const given = loadCampaignSpec(specFile);
+      validateCampaignLocally(await withLocalData(given));
+      // The schedule's runs train on this copy of the data (unless data.reread), wherever and whenever they run.
+      const { spec } = await stageCampaignData(given, artifactRoot(process.env, settings.stateDir));
       const scheduleId = opts.id ?? `${spec.name}-schedule`;
       await withClient(async ({ client }) => {
         await upsertCampaignSchedule(client, {

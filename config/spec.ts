@@ -235,7 +235,17 @@ const CampaignSpecBase = z
   .object({
     name: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$/, 'letters, digits, dot, dash and underscore; at most 100 characters'),
     provider: ProviderSpecSchema,
-    data: z.object({ train: z.string().min(1), eval: z.string().min(1) }).strict(),
+    data: z
+      .object({
+        train: z.string().min(1),
+        eval: z.string().min(1),
+        /**
+         * false (default): `run` and `schedule create` copy the files into the artifact store, content-addressed, and
+         * every round (every scheduled run too) trains on that copy. true: each run reads the path or URI as it is then.
+         */
+        reread: z.boolean().default(false),
+      })
+      .strict(),
     training: TrainingSpecSchema,
     sampling: SamplingSpecSchema,
     evaluation: EvaluationSpecSchema.default({ scorer: 'exact', caseSensitive: false, normalizeWhitespace: true }),
@@ -353,8 +363,10 @@ export function parseCampaignSpec(text: string, file: string): CampaignSpec {
   }
   const spec = parsed.data;
   const dir = path.dirname(path.resolve(file));
-  spec.data.train = path.resolve(dir, spec.data.train);
-  spec.data.eval = path.resolve(dir, spec.data.eval);
+  // Local paths are relative to the spec; an s3:// URI is taken as it is.
+  const resolveData = (p: string) => (p.startsWith('s3://') ? p : path.resolve(dir, p));
+  spec.data.train = resolveData(spec.data.train);
+  spec.data.eval = resolveData(spec.data.eval);
   if (spec.provider.tokenizer) spec.provider.tokenizer = path.resolve(dir, spec.provider.tokenizer);
   if (spec.round.grpo?.reward.kind === 'module') spec.round.grpo.reward.path = path.resolve(dir, spec.round.grpo.reward.path);
   return spec;

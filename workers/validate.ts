@@ -1,3 +1,4 @@
+import { localCopy } from '../config/artifacts';
 import { DataValidationError } from '../config/errors';
 import type { CampaignSpec } from '../config/spec';
 import { bundledTokenizerDir, huggingFaceCacheDir, tokenizerFor } from '../config/tokenizer';
@@ -10,6 +11,11 @@ import { findModel } from '../emulator/models';
  * rows and overlap always; the model and token limits where they can be known here (the emulator's models, a
  * tokenizer on disk). Throws DataValidationError naming file, line and field.
  */
+/** The spec with its data as local files (S3 objects downloaded), for validation before anything starts. */
+export async function withLocalData(spec: CampaignSpec): Promise<CampaignSpec> {
+  return { ...spec, data: { ...spec.data, train: await localCopy(spec.data.train), eval: await localCopy(spec.data.eval) } };
+}
+
 export function validateCampaignLocally(spec: CampaignSpec): { trainRows: number; evalRows: number; tokenized: boolean } {
   if (spec.provider.kind === 'local' && !spec.provider.baseUrl && !findModel(spec.provider.model)) {
     throw new DataValidationError([`provider.model: '${spec.provider.model}' is not one of the emulator's models`]);

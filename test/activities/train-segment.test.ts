@@ -99,20 +99,20 @@ test("a retried attempt trusts the trainer's step counter over a stale heartbeat
   expect(result.cursor.step).toBe(2);
   const entry = (await ledger(emulator)).sessions.find((s) => s.id === session.sessionId)!;
   expect(entry.optimizerSteps).toBe(2);
-  expect(readStepRecords(segment.stepsDir).map((r) => r.step)).toEqual([1, 2]);
+  expect((await readStepRecords(segment.stepsDir)).map((r) => r.step)).toEqual([1, 2]);
 });
 
 test('steps an attempt applied but never recorded are recorded from their keyed operations, not applied again', async () => {
   const { activities, segment, session } = await setup('seg-unrecorded');
   await run(new MockActivityEnvironment(), activities.trainSegment, segment);
-  const recorded = readStepRecords(segment.stepsDir);
+  const recorded = await readStepRecords(segment.stepsDir);
   fs.rmSync(segment.stepsDir, { recursive: true }); // the attempt died after the trainer applied both steps, before writing
   const result = await run(new MockActivityEnvironment({ attempt: 2 }), activities.trainSegment, segment);
   expect(result.cursor.step).toBe(2);
   const entry = (await ledger(emulator)).sessions.find((s) => s.id === session.sessionId)!;
   expect(entry.optimizerSteps).toBe(2);
   expect(entry.duplicatesAbsorbed).toBe(2); // steps 1 and 2's forward_backward, asked again under their keys
-  expect(readStepRecords(segment.stepsDir)).toEqual(recorded); // the same losses as the first attempt saw
+  expect(await readStepRecords(segment.stepsDir)).toEqual(recorded); // the same losses as the first attempt saw
 });
 
 test('a provider step counter outside the segment fails loudly instead of training over it', async () => {

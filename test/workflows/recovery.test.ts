@@ -60,7 +60,9 @@ test('failed forward-backwards (mixed codes) and a trainer death mid-training: r
     path.join(campaignDir, 'campaign.json'),
     JSON.stringify({ campaignId: 'c', status: 'completed', gpuMinutes: 0, rounds: [{ round: 1, reportPath: result.reportPath }] }),
   );
-  const html = renderCampaignHtml(loadCampaignReportData(campaignDir, { temporalUiUrl: 'http://127.0.0.1:8233', namespace: 'default' }));
+  const html = renderCampaignHtml(
+    await loadCampaignReportData(campaignDir, { temporalUiUrl: 'http://127.0.0.1:8233', namespace: 'default' }),
+  );
   const table = html.slice(html.indexOf('<h2>Recoveries from provider failures</h2>'), html.indexOf('<h2>Per-example flips'));
   expect(table.match(/<tr><td>1<\/td>/g)).toHaveLength(r.recoveries.length);
 

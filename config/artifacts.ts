@@ -1,0 +1,185 @@
+import { createHash } from 'node:crypto';
+import fs from 'node:fs';
+import { createRequire } from 'node:module';
+import os from 'node:os';
+import path from 'node:path';
+import { ConfigError } from './errors';
+
+/**
+ * Where rounds keep what they write (samples, reference logprobs, step records, reports) and where uploaded data
+ * lives: a location is a local path (or `file://` URL) or an `s3://bucket/key` URI, and every reader and writer goes
+ * through the store for its scheme. Workers on separate hosts share an S3 bucket (AWS, R2, GCS interop, SeaweedFS,
+ * MinIO); a local directory is the default, so the embedded quickstart needs nothing.
+ *
+ * Writes are atomic: a reader sees the old object or the new one, never part of one (a rename on disk; a single PUT
+ * on S3). Inputs are stored content-addressed (sha256 in the key), so a retried activity finds what the first wrote.
+ */
+export interface ArtifactStore {
+  /** The object's bytes, or undefined when there is none. */
+  read(location: string): Promise<Buffer | undefined>;
+  write(location: string, body: Buffer | string, contentType?: string): Promise<void>;
+  /** The locations of the objects directly or deeply under `prefix` (a "directory"), sorted. */
+  list(prefix: string): Promise<string[]>;
+  exists(location: string): Promise<boolean>;
+}
+
+export const ARTIFACTS_ENV = 'ROUNDHOUSE_ARTIFACTS';
+
+/** The artifact root: ROUNDHOUSE_ARTIFACTS (a directory, `file://` URL or `s3://bucket/prefix`), else `<stateDir>`. */
+export function artifactRoot(env: NodeJS.ProcessEnv, stateDir: string): string {
+  const value = env[ARTIFACTS_ENV]?.trim();
+  if (!value) return path.resolve(stateDir);
+  if (value.startsWith('s3://')) {
+    const { bucket } = parseS3(value, ARTIFACTS_ENV);
+    if (!bucket) throw new ConfigError(ARTIFACTS_ENV, `'${value}' names no bucket (s3://bucket/prefix)`);
+    return value.replace(/\/+$/, '');
+  }
+  if (value.startsWith('file://')) return path.resolve(new URL(value).pathname);
+  if (/^[a-z][a-z0-9+.-]*:\/\//i.test(value))
+    throw new ConfigError(ARTIFACTS_ENV, `'${value}': only a directory, file:// or s3:// is supported`);
+  return path.resolve(value);
+}
+
+export function isS3(location: string): boolean {
+  return location.startsWith('s3://');
+}
+
+/** `base/part/part`, for paths and URIs alike (what the workflows do with string concatenation). */
+export function joinLocation(base: string, ...parts: string[]): string {
+  return isS3(base) ? [base.replace(/\/+$/, ''), ...parts].join('/') : path.join(base, ...parts);
+}
+
+export function parseS3(uri: string, field = 'location'): { bucket: string; key: string } {
+  const match = /^s3:\/\/([^/]*)\/?(.*)$/.exec(uri);
+  if (!match) throw new ConfigError(field, `'${uri}' is not an s3://bucket/key URI`);
+  return { bucket: match[1]!, key: match[2]! };
+}
+
+export function sha256(body: Buffer | string): string {
+  return createHash('sha256').update(body).digest('hex');
+}
+
+const fileStore: ArtifactStore = {
+  async read(location) {
+    try {
+      return await fs.promises.readFile(localPath(location));
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+      throw err;
+    }
+  },
+  async write(location, body) {
+    writeFileAtomic(localPath(location), body);
+  },
+  async list(prefix) {
+    const root = localPath(prefix);
+    const out: string[] = [];
+    const walk = (dir: string) => {
+      let entries: fs.Dirent[];
+      try {
+        entries = fs.readdirSync(dir, { withFileTypes: true });
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code === 'ENOENT' || (err as NodeJS.ErrnoException).code === 'ENOTDIR') return;
+        throw err;
+      }
+      for (const e of entries) {
+        const full = path.join(dir, e.name);
+        if (e.isDirectory()) walk(full);
+        else if (!e.name.endsWith('.partial')) out.push(full);
+      }
+    };
+    walk(root);
+    return out.sort();
+  },
+  async exists(location) {
+    return fs.existsSync(localPath(location));
+  },
+};
+
+function localPath(location: string): string {
+  return location.startsWith('file://') ? new URL(location).pathname : location;
+}
+
+/** Temp file, fsync, rename: readers see the old file or the new one, never half of one. */
+export function writeFileAtomic(file: string, body: Buffer | string): void {
+  fs.mkdirSync(path.dirname(file), { recursive: true });
+  const partial = `${file}.${process.pid}.${Date.now()}.partial`;
+  const fd = fs.openSync(partial, 'w');
+  try {
+    fs.writeFileSync(fd, body);
+    fs.fsyncSync(fd);
+  } finally {
+    fs.closeSync(fd);
+  }
+  fs.renameSync(partial, file);
+}
+
+let s3: Promise<ArtifactStore> | undefined;
+
+/** The S3 store, made once from the usual AWS environment; loaded on first use, so a deployment without S3 never loads the AWS SDK. */
+const s3Store = (): Promise<ArtifactStore> =>
+  // createRequire, not import(): a dynamic import of a TypeScript source is not hooked when the CLI runs through tsx.
+  (s3 ??= Promise.resolve().then(() =>
+    (createRequire(__filename)('./artifacts-s3') as typeof import('./artifacts-s3')).s3StoreFromEnv(process.env),
+  ));
+
+const lazyS3: ArtifactStore = {
+  read: async (location) => (await s3Store()).read(location),
+  write: async (location, body, contentType) => (await s3Store()).write(location, body, contentType),
+  list: async (prefix) => (await s3Store()).list(prefix),
+  exists: async (location) => (await s3Store()).exists(location),
+};
+
+/** The store for a location's scheme. */
+export function storeFor(location: string): ArtifactStore {
+  return isS3(location) ? lazyS3 : fileStore;
+}
+
+export async function readText(location: string): Promise<string | undefined> {
+  return (await storeFor(location).read(location))?.toString('utf8');
+}
+
+export async function readJson<T>(location: string): Promise<T | undefined> {
+  const text = await readText(location);
+  return text === undefined ? undefined : (JSON.parse(text) as T);
+}
+
+export async function writeJson(location: string, value: unknown): Promise<void> {
+  await storeFor(location).write(location, `${JSON.stringify(value, null, 2)}\n`, 'application/json');
+}
+
+/**
+ * A local file with the location's bytes, for readers that need a file (datasets): the path itself when local; an
+ * S3 object is downloaded to a cache under the OS temp dir (kept when its key is content-addressed, else fetched anew).
+ */
+export async function localCopy(location: string): Promise<string> {
+  if (!isS3(location)) return localPath(location);
+  const file = path.join(
+    os.tmpdir(),
+    'roundhouse-artifacts',
+    sha256(location).slice(0, 32),
+    path.posix.basename(parseS3(location).key) || 'object',
+  );
+  if (CONTENT_ADDRESSED.test(location) && fs.existsSync(file)) return file;
+  const body = await storeFor(location).read(location);
+  if (body === undefined) throw Object.assign(new Error(`${location}: no such object`), { code: 'ENOENT' });
+  writeFileAtomic(file, body);
+  return file;
+}
+
+/** A key that holds its content's sha256 (what `putContentAddressed` writes): its bytes never change. */
+const CONTENT_ADDRESSED = /\/sha256-[0-9a-f]{64}[^/]*$/;
+
+/** Stores bytes under `<root>/<dir>/sha256-<hash><suffix>` unless already there; returns that location and the hash. */
+export async function putContentAddressed(
+  root: string,
+  dir: string,
+  body: Buffer,
+  suffix = '',
+): Promise<{ location: string; sha256: string }> {
+  const hash = sha256(body);
+  const location = joinLocation(root, dir, `sha256-${hash}${suffix}`);
+  const store = storeFor(location);
+  if (!(await store.exists(location))) await store.write(location, body);
+  return { location, sha256: hash };
+}
