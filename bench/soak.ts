@@ -101,6 +101,8 @@ export async function runSoak(options: {
   temporalAddress: string;
   rounds: number;
   seed?: number;
+  /** Round i runs variant i mod 5 (every kind and dialect in any 5 rounds) instead of a random one. */
+  cycleVariants?: boolean;
   log?: (line: string) => void;
 }): Promise<SoakFigures> {
   const log = options.log ?? (() => undefined);
@@ -132,7 +134,8 @@ export async function runSoak(options: {
   try {
     await Promise.all(workers.map((w) => w.ready));
     for (let i = 0; i < options.rounds; i++) {
-      const variant = VARIANTS[Math.floor(random() * VARIANTS.length)]!;
+      const drawn = VARIANTS[Math.floor(random() * VARIANTS.length)]!;
+      const variant = options.cycleVariants ? VARIANTS[i % VARIANTS.length]! : drawn;
       const campaignId = `soak-${i}-${taskQueue}`;
       const input: RoundInput = arithmeticRoundInput({
         baseUrl: emulator.url,

@@ -141,18 +141,37 @@ function drawColumn(grid: OutputGrid, row: number, weights: Float64Array, random
   return columns[columns.length - 1];
 }
 
-/** Top-k and top-p need the ranking of the whole vocabulary: every id is listed (only for these parameters). */
+/**
+ * Top-k and top-p need a ranking: with top-k, of each grid row's best k unseen ids (the global top k is among them;
+ * ties at a row's k-th value are all taken); with top-p alone, of the whole vocabulary.
+ */
 function filteredChoice(dist: TokenDistribution, params: SampleParams, random: RandomStream): TokenChoice {
+  const topK = (params.topK ?? 0) > 0 ? params.topK! : undefined;
   const candidates: TokenChoice[] = Array.from(dist.seen, (_, row) => seenChoice(dist, row));
   if (dist.grid.unseenCount > 0) {
+    const byScore = topK === undefined ? undefined : Array.from(dist.columns.keys()).sort((a, b) => dist.columns[b] - dist.columns[a]);
     for (let row = 0; row < dist.grid.rows; row++) {
+      if (byScore) {
+        // Along byScore a row's logprobs never increase: stop after k, and after every id tied with the k-th.
+        let taken = 0;
+        let kth = -Infinity;
+        for (const column of byScore) {
+          if (!unseenCell(dist.grid, row, column)) continue;
+          const c = unseenChoice(dist, row, column);
+          if (taken >= topK! && c.logprob < kth) break;
+          candidates.push(c);
+          taken += 1;
+          if (taken === topK) kth = c.logprob;
+        }
+        continue;
+      }
       for (let column = 0; column < dist.grid.columnsIn(row); column++) {
         if (unseenCell(dist.grid, row, column)) candidates.push(unseenChoice(dist, row, column));
       }
     }
   }
   candidates.sort((a, b) => b.logprob - a.logprob || a.token - b.token);
-  const kept = keepTopP(candidates.slice(0, (params.topK ?? 0) > 0 ? params.topK : undefined), params.topP ?? 1, params.temperature);
+  const kept = keepTopP(candidates.slice(0, topK), params.topP ?? 1, params.temperature);
   const top = kept[0].logprob / params.temperature;
   const masses = kept.map((c) => Math.exp(c.logprob / params.temperature - top));
   let u = random.next() * masses.reduce((a, b) => a + b, 0);
