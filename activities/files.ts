@@ -1,11 +1,5 @@
-import { readJson, writeJson } from '../config/artifacts';
-
 /**
  * JSON an activity writes or reads back, at a location of the artifact store (a local path or an `s3://` URI):
  * written atomically, so readers see the old object or the new one, never half of one.
  */
-export async function writeJsonAtomic(location: string, value: unknown): Promise<void> {
-  await writeJson(location, value);
-}
-
-export { readJson };
+export { readJson, writeJson as writeJsonAtomic } from '../config/artifacts';

@@ -54,8 +54,9 @@ export function runCommand(): Command {
       const { settings } = cliContext();
       const given = loadCampaignSpec(specFile);
       // Validated before anything starts (from local copies when the data is in S3), then staged in the artifact store.
-      const checked = validateCampaignLocally(await withLocalData(given));
-      const { spec } = await stageCampaignData(given, artifactRoot(process.env, settings.stateDir));
+      const local = await withLocalData(given);
+      const checked = validateCampaignLocally(local);
+      const spec = await stageCampaignData(given, local.data, artifactRoot(process.env, settings.stateDir));
       const campaignId = opts.id ?? campaignIdFor(spec.name);
       const { client, address, close } = await cliClient(settings);
       try {

@@ -45,9 +45,10 @@ export function scheduleCommand(): Command {
       if (!opts.every && !opts.cron) throw new ConfigError('--every', 'give --every <interval> or --cron <expression>');
       const { settings } = cliContext();
       const given = loadCampaignSpec(specFile);
-      validateCampaignLocally(await withLocalData(given));
+      const local = await withLocalData(given);
+      validateCampaignLocally(local);
       // The schedule's runs train on this copy of the data (unless data.reread), wherever and whenever they run.
-      const { spec } = await stageCampaignData(given, artifactRoot(process.env, settings.stateDir));
+      const spec = await stageCampaignData(given, local.data, artifactRoot(process.env, settings.stateDir));
       const scheduleId = opts.id ?? `${spec.name}-schedule`;
       await withClient(async ({ client }) => {
         await upsertCampaignSchedule(client, {

@@ -1,6 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import net from 'node:net';
 import { CreateBucketCommand, S3Client } from '@aws-sdk/client-s3';
+import { freePort } from './ports';
 import { ensureVenv } from './python-venv';
 
 /** The S3-compatible server the tests run (moto's standalone server from PyPI, pinned), installed into its own venv. */
@@ -16,17 +16,6 @@ export interface RunningS3 {
 }
 
 const CREDENTIALS = { AWS_ACCESS_KEY_ID: 'roundhouse-test', AWS_SECRET_ACCESS_KEY: 'roundhouse-test-secret', AWS_REGION: 'us-east-1' };
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as net.AddressInfo;
-      server.close(() => resolve(port));
-    });
-  });
-}
 
 /** Starts the S3 server on loopback (a real process speaking S3 over HTTP) and waits until it answers. */
 export async function startS3Server(): Promise<RunningS3> {

@@ -36,6 +36,12 @@ async function until(what: string, check: () => Promise<boolean>, timeoutMs = 60
 
 const trainersOf = async (handle: WorkflowHandle) => registeredTrainers((await handle.describe()).memo);
 
+/** A workflow of this namespace that has completed: owner tags naming it belong to a closed owner. */
+async function completedOwner(taskQueue: string, workflowId: string): Promise<string> {
+  await env.temporal.client.workflow.execute(reaperWorkflow, { taskQueue, workflowId, args: [{ providers: [], graceSeconds: 300 }] });
+  return workflowId;
+}
+
 const pass = (taskQueue: string, input: ReaperInput): Promise<ReaperResult> =>
   env.temporal.client.workflow.execute(reaperWorkflow, { taskQueue, workflowId: `reaper-${taskQueue}-${Date.now()}`, args: [input] });
 
@@ -128,19 +134,14 @@ test('owner tags: a trainer whose owner is no workflow of this namespace is kept
   try {
     const elsewhere = await baseten.provision({ model: 'roundhouse/tiny-chat', ownerTag: ownerTagFor(`other-namespace-${taskQueue}`) });
     await withWorker(taskQueue, async () => {
-      const done = await env.temporal.client.workflow.start(reaperWorkflow, {
-        taskQueue,
-        workflowId: `owner-done-${taskQueue}`,
-        args: [{ providers: [], graceSeconds: 300 }],
-      });
-      await done.result();
-      const finished = await baseten.provision({ model: 'roundhouse/tiny-chat', ownerTag: ownerTagFor(done.workflowId) });
+      const owner = await completedOwner(taskQueue, `owner-done-${taskQueue}`);
+      const finished = await baseten.provision({ model: 'roundhouse/tiny-chat', ownerTag: ownerTagFor(owner) });
       // A run of the same owner whose sampler create the service applied twice: the duplicate is billed on its own
       // and outlives the run. Listings come one item per page.
       const auth = { apiKey: 'bt-reaper-key' };
       const trainer = await baseten.provision({
         model: 'roundhouse/tiny-chat',
-        ownerTag: ownerTagFor(done.workflowId),
+        ownerTag: ownerTagFor(owner),
         generatorReplicas: 0,
       });
       const { session_id } = (await raw(env.emulator, 'GET', `/v1/loops/runs/${trainer.id}`, auth)).json.run;
@@ -211,14 +212,9 @@ test('one failing resource does not stop the pass: its deactivation keeps failin
   const baseten = new BasetenProvider({ baseUrl: env.emulator.url, apiKey: 'bt-reaper-key' });
   try {
     await withWorker(taskQueue, async () => {
-      const done = await env.temporal.client.workflow.start(reaperWorkflow, {
-        taskQueue,
-        workflowId: `owner-isolate-${taskQueue}`,
-        args: [{ providers: [], graceSeconds: 300 }],
-      });
-      await done.result();
-      const failing = await baseten.provision({ model: 'roundhouse/tiny-chat', ownerTag: ownerTagFor(done.workflowId) });
-      const healthy = await baseten.provision({ model: 'roundhouse/tiny-chat', ownerTag: ownerTagFor(done.workflowId) });
+      const owner = await completedOwner(taskQueue, `owner-isolate-${taskQueue}`);
+      const failing = await baseten.provision({ model: 'roundhouse/tiny-chat', ownerTag: ownerTagFor(owner) });
+      const healthy = await baseten.provision({ model: 'roundhouse/tiny-chat', ownerTag: ownerTagFor(owner) });
       await setFaults(env.emulator, {
         rules: [{ kind: 'http-500', method: 'POST', path: `/v1/loops/runs/${failing.id}/deactivate$`, max: 1000, retryAfterMs: 10 }],
       });
