@@ -297,10 +297,12 @@ describe('a capacity shortage', () => {
     expect(r).toMatchObject({ status: 'MODEL_RESOURCES_STATUS_PENDING', status_details: { queue_position: 4 } });
     const positions: number[] = [];
     for (let i = 0; i < 200; i++) {
+      // The ledger is read first: a status still PENDING after it proves the ledger was read while pending.
+      const billed = (await ledgerResource(r.id)).gpuSeconds;
       const now = await togetherResourceStatus(r.id);
       if (now.status !== 'MODEL_RESOURCES_STATUS_PENDING') break;
       positions.push(now.status_details.queue_position as number);
-      expect((await ledgerResource(r.id)).gpuSeconds).toBe(0);
+      expect(billed).toBe(0);
       await sleep(20);
     }
     expect(positions.length).toBeGreaterThan(3);
@@ -325,22 +327,22 @@ describe('a capacity shortage', () => {
   });
 
   test('Baseten: capacity-queue holds the deployment CREATED (trainer 502, starting) for the wait, then it runs', async () => {
-    await setFaults(emulator, { rules: [{ kind: 'capacity-queue', durationMs: 300, dialect: 'baseten' }] });
+    await setFaults(emulator, { rules: [{ kind: 'capacity-queue', durationMs: 1000, dialect: 'baseten' }] });
     const run = await basetenRun();
     expect(await deploymentStatus(run)).toBe('CREATED');
     expect((await runStatus(run)).status.name).toBe('ACTIVE');
     expect((await loops('GET', `${run.base_url}/health`)).status).toBe(502);
-    await sleep(350);
+    await sleep(1050);
     expect(await deploymentStatus(run)).toBe('RUNNING');
     expect((await loops('GET', `${run.base_url}/health`)).status).toBe(200);
     await initTrainer(run);
   });
 
   test('Baseten: capacity-timeout fails the deployment (FAILED, run INACTIVE, CAPACITY_WAIT_TIMEOUT), never billed', async () => {
-    await setFaults(emulator, { rules: [{ kind: 'capacity-timeout', durationMs: 100, dialect: 'baseten' }] });
+    await setFaults(emulator, { rules: [{ kind: 'capacity-timeout', durationMs: 500, dialect: 'baseten' }] });
     const run = await basetenRun();
     expect(await deploymentStatus(run)).toBe('CREATED');
-    await sleep(150);
+    await sleep(550);
     expect(await deploymentStatus(run)).toBe('FAILED');
     expect(await runStatus(run)).toMatchObject({ status: { name: 'INACTIVE' }, error: { code: 'CAPACITY_WAIT_TIMEOUT' } });
     expect((await loops('GET', `${run.base_url}/health`)).status).toBe(404);
