@@ -2,7 +2,7 @@ import { joinLocation, sha256, storeFor } from '../config/artifacts';
 import { permutation } from '../config/schedule';
 import { DataValidationError } from '../config/errors';
 import { Context } from '@temporalio/activity';
-import { atBoundary } from './failures';
+import { atBoundary, keepingAlive } from './failures';
 import { writeCampaignReports } from './report';
 import { readJson, writeJsonAtomic } from './files';
 
@@ -68,28 +68,32 @@ export function createCampaignActivities() {
   return {
     /** Writes the next round's training set (a new object, atomically) and returns its reference and sha256. */
     async selectNextTrainingData(input: NextDataInput): Promise<NextTrainingData> {
-      return atBoundary(async () => {
-        const pool = await poolText(input.pool);
-        const chosen = await NEXT_DATA_POLICIES[input.policy](input, pool.lines);
-        if (chosen === 'unchanged')
-          return { path: input.pool, sha256: pool.sha256, rows: pool.lines.filter((l) => l.trim() !== '').length };
-        if (chosen.lines.length === 0)
-          throw new DataValidationError([`${input.pool}: the ${input.policy} policy chose no rows for round ${input.round}`]);
-        const file = joinLocation(input.outDir, `round-${input.round}.train.jsonl`);
-        const body = `${chosen.lines.join('\n')}\n`;
-        await storeFor(file).write(file, body, 'application/jsonl');
-        return { path: file, sha256: sha256(body), rows: chosen.lines.length, mistakes: chosen.mistakes };
-      });
+      return keepingAlive(() =>
+        atBoundary(async () => {
+          const pool = await poolText(input.pool);
+          const chosen = await NEXT_DATA_POLICIES[input.policy](input, pool.lines);
+          if (chosen === 'unchanged')
+            return { path: input.pool, sha256: pool.sha256, rows: pool.lines.filter((l) => l.trim() !== '').length };
+          if (chosen.lines.length === 0)
+            throw new DataValidationError([`${input.pool}: the ${input.policy} policy chose no rows for round ${input.round}`]);
+          const file = joinLocation(input.outDir, `round-${input.round}.train.jsonl`);
+          const body = `${chosen.lines.join('\n')}\n`;
+          await storeFor(file).write(file, body, 'application/jsonl');
+          return { path: file, sha256: sha256(body), rows: chosen.lines.length, mistakes: chosen.mistakes };
+        }),
+      );
     },
 
     /** campaign.json, then report.html and summary.md from it and the round reports. */
     async writeCampaignSummary(input: { path: string; summary: unknown }): Promise<string> {
-      await writeJsonAtomic(input.path, input.summary);
-      await writeCampaignReports(input.path.slice(0, input.path.lastIndexOf('/')), {
-        temporalUiUrl: process.env.ROUNDHOUSE_UI_URL ?? 'http://127.0.0.1:8233',
-        namespace: Context.current().info.workflowNamespace ?? 'default',
+      return keepingAlive(async () => {
+        await writeJsonAtomic(input.path, input.summary);
+        await writeCampaignReports(input.path.slice(0, input.path.lastIndexOf('/')), {
+          temporalUiUrl: process.env.ROUNDHOUSE_UI_URL ?? 'http://127.0.0.1:8233',
+          namespace: Context.current().info.workflowNamespace ?? 'default',
+        });
+        return input.path;
       });
-      return input.path;
     },
   };
 }

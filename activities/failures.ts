@@ -1,4 +1,4 @@
-import { ApplicationFailure } from '@temporalio/activity';
+import { ApplicationFailure, Context } from '@temporalio/activity';
 import { ConfigError, DataValidationError } from '../config/errors';
 import { isRetryableFailure, RoundhouseFailure, type FailureType } from '../config/failures';
 import { TokenizerNotFoundError } from '../config/tokenizer';
@@ -47,5 +47,20 @@ export async function atBoundary<T>(body: () => Promise<T>, details?: () => Reco
     return await body();
   } catch (err) {
     throw toActivityFailure(err, details?.());
+  }
+}
+
+/**
+ * Runs an activity body that records no heartbeat details of its own while heartbeating every second, so that its
+ * proxy's heartbeat timeout notices a dead worker in seconds instead of the start-to-close timeout (minutes).
+ */
+export async function keepingAlive<T>(body: () => Promise<T>): Promise<T> {
+  const context = Context.current();
+  context.heartbeat();
+  const timer = setInterval(() => context.heartbeat(), 1000);
+  try {
+    return await body();
+  } finally {
+    clearInterval(timer);
   }
 }

@@ -5,7 +5,7 @@ import type { ForwardResult, OperationHandle } from '../providers/types';
 import type { RoundInput, RoundSpec } from '../workflows/round-contract';
 import { toDatum } from './data';
 import type { ActivityDeps } from './deps';
-import { atBoundary, toActivityFailure } from './failures';
+import { atBoundary, keepingAlive, toActivityFailure } from './failures';
 import { readJson, writeJsonAtomic } from './files';
 import { lineageParts, roundKey } from '../config/keys';
 import { recordRoundGpuMinutes } from './metrics';
@@ -200,30 +200,36 @@ export function createRoundActivities(deps: ActivityDeps) {
     },
 
     /** Writes the round's report atomically, with the evaluations and per-step losses merged in. */
-    async writeRoundReport(input: {
-      path: string;
-      report: Record<string, unknown>;
-      evaluationsPath?: string;
-      stepsDir?: string;
-      /** Rollbacks: step records of abandoned lineages past each rollback point are not the kept weights'. */
-      rollbacks?: Rollback[];
-    }): Promise<string> {
-      const evaluations = (input.evaluationsPath && (await readJson<unknown[]>(input.evaluationsPath))) || [];
-      const steps = input.stepsDir ? await readStepRecords(input.stepsDir, input.rollbacks) : [];
-      try {
-        await writeJsonAtomic(input.path, { ...input.report, evaluations, steps });
-      } catch (err) {
-        // A path that cannot take a file will not on a retry either: say so at once (the round keeps its result).
-        const code = (err as NodeJS.ErrnoException).code;
-        if (code && UNWRITABLE.has(code))
-          throw toActivityFailure(new RoundhouseFailure('InvalidInput', `cannot write the round report ${input.path}: ${code}`));
-        throw err;
-      }
-      const { gpu_minutes: gpuMinutes, provider, status } = input.report;
-      if (typeof gpuMinutes === 'number') recordRoundGpuMinutes(gpuMinutes, { provider: String(provider), status: String(status) });
-      return input.path;
+    async writeRoundReport(input: RoundReportInput): Promise<string> {
+      return keepingAlive(() => writeRoundReport(input));
     },
   };
+}
+
+interface RoundReportInput {
+  path: string;
+  report: Record<string, unknown>;
+  evaluationsPath?: string;
+  stepsDir?: string;
+  /** Rollbacks: step records of abandoned lineages past each rollback point are not the kept weights'. */
+  rollbacks?: Rollback[];
+}
+
+async function writeRoundReport(input: RoundReportInput): Promise<string> {
+  const evaluations = (input.evaluationsPath && (await readJson<unknown[]>(input.evaluationsPath))) || [];
+  const steps = input.stepsDir ? await readStepRecords(input.stepsDir, input.rollbacks) : [];
+  try {
+    await writeJsonAtomic(input.path, { ...input.report, evaluations, steps });
+  } catch (err) {
+    // A path that cannot take a file will not on a retry either: say so at once (the round keeps its result).
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code && UNWRITABLE.has(code))
+      throw toActivityFailure(new RoundhouseFailure('InvalidInput', `cannot write the round report ${input.path}: ${code}`));
+    throw err;
+  }
+  const { gpu_minutes: gpuMinutes, provider, status } = input.report;
+  if (typeof gpuMinutes === 'number') recordRoundGpuMinutes(gpuMinutes, { provider: String(provider), status: String(status) });
+  return input.path;
 }
 
 export type RoundActivities = ReturnType<typeof createRoundActivities>;

@@ -8,7 +8,7 @@ import type { TrainerResource, TrainingProvider } from '../providers/types';
 import type { GateLease } from '../workflows/provision-gate-contract';
 import type { RoundInput, RoundSpec } from '../workflows/round-contract';
 import type { ActivityDeps } from './deps';
-import { atBoundary } from './failures';
+import { atBoundary, keepingAlive } from './failures';
 import { ProvisionGateHold } from './provision-gate';
 import { recordResource } from './metrics';
 import { CapacityWatch } from './capacity';
@@ -191,17 +191,19 @@ export function createTrainerActivities(deps: ActivityDeps) {
       sessionId?: string;
     }): Promise<{ status: string; resourceId: string }> {
       const provider = await deps.providerFor(input.spec.provider);
-      return atBoundary(async () => {
-        // Deactivate first: it stops the GPUs and the sessions on them. Closing the session as well is a courtesy that
-        // must never hold the release up (a hung stop used to delay deactivation by the HTTP timeout, minutes).
-        const r = await provider.deactivate(input.resourceId);
-        recordResource('released', { provider: input.spec.provider.kind });
-        if (input.sessionId) {
-          const close = provider.closeSession(input.sessionId).catch(() => undefined);
-          await Promise.race([close, new Promise((resolve) => setTimeout(resolve, SESSION_CLOSE_WAIT_MS).unref())]);
-        }
-        return { status: r.state === 'failed' ? 'already-failed' : 'deactivated', resourceId: input.resourceId };
-      });
+      return keepingAlive(() =>
+        atBoundary(async () => {
+          // Deactivate first: it stops the GPUs and the sessions on them. Closing the session as well is a courtesy that
+          // must never hold the release up (a hung stop used to delay deactivation by the HTTP timeout, minutes).
+          const r = await provider.deactivate(input.resourceId);
+          recordResource('released', { provider: input.spec.provider.kind });
+          if (input.sessionId) {
+            const close = provider.closeSession(input.sessionId).catch(() => undefined);
+            await Promise.race([close, new Promise((resolve) => setTimeout(resolve, SESSION_CLOSE_WAIT_MS).unref())]);
+          }
+          return { status: r.state === 'failed' ? 'already-failed' : 'deactivated', resourceId: input.resourceId };
+        }),
+      );
     },
   };
 }

@@ -4,6 +4,7 @@ import path from 'node:path';
 import { loadWorkerSettings } from '../config/worker-env';
 import { startTemporal, type TemporalServer } from '../workers/temporal-server';
 import { SHARED_BUNDLE_ENV, writeWorkflowBundle } from './helpers/temporal';
+import { ensureDist } from './helpers/dist';
 
 declare global {
   var __roundhouseTemporal: TemporalServer | undefined;
@@ -27,4 +28,7 @@ export default async function globalSetup(): Promise<void> {
   await writeWorkflowBundle(dir);
   process.env[SHARED_BUNDLE_ENV] = dir;
   process.stderr.write(`[test] workflows bundled once for the run (${Date.now() - bundled} ms)\n`);
+  // Worker and CLI processes the tests start run the compiled CLI, built once here when the sources changed.
+  const dist = ensureDist();
+  process.stderr.write(`[test] dist/ ${dist.built ? 'built' : 'up to date'} (${dist.ms} ms)\n`);
 }

@@ -47,7 +47,12 @@ export async function campaignWorkflow(input: CampaignInput): Promise<CampaignRe
   const { spec } = input;
   const campaignDir = `${input.reportRoot}/${campaignId}`;
   const summaryPath = `${campaignDir}/campaign.json`;
-  const activities = proxyActivities<CampaignActivities>({ startToCloseTimeout: '2 minutes', retry: { maximumAttempts: 10 } });
+  // They heartbeat (keepingAlive): a worker that dies in one is noticed after the heartbeat timeout.
+  const activities = proxyActivities<CampaignActivities>({
+    startToCloseTimeout: '2 minutes',
+    heartbeatTimeout: spec.advanced.heartbeatTimeoutSeconds * 1000,
+    retry: { maximumAttempts: 10 },
+  });
 
   const state: CampaignState = input.state ?? {
     startedAtMs: Date.now(),

@@ -29,9 +29,13 @@ export function roundActivities(heartbeatTimeoutSeconds: number) {
      * flight land and returns its cursor, so the workflow waits for that answer instead of abandoning the activity.
      */
     segments: heartbeating('WAIT_CANCELLATION_COMPLETED'),
-    /** Releasing the trainer and writing the report: retried long, since a trainer left running bills. */
+    /**
+     * Releasing the trainer and writing the report: retried long, since a trainer left running bills. They heartbeat
+     * (keepingAlive), so a worker that dies in them is noticed after the heartbeat timeout, not the start-to-close.
+     */
     cleanup: proxyActivities<Activities>({
       startToCloseTimeout: '2 minutes',
+      heartbeatTimeout,
       retry: { initialInterval: '1 second', maximumInterval: '30 seconds', maximumAttempts: 30 },
     }),
   };

@@ -7,9 +7,11 @@ import { ProviderRegistry } from '../../workers/providers';
 import { createRoundhouseWorker } from '../../workers/worker';
 import { ledger, startTestEmulator, testApiKey, togetherProvider, type RunningEmulator } from '../helpers/emulator';
 import { ticketCampaignSpec } from '../helpers/campaign';
+import { distCli } from '../helpers/dist';
 import { bundleWorkflows, connectTestTemporal, uniqueTaskQueue, type TestTemporal } from '../helpers/temporal';
 
-const bin = path.resolve(__dirname, '../../bin/roundhouse.js');
+// The compiled CLI, as an installed package runs it (exit-codes.test.ts covers bin/roundhouse.js's tsx path).
+const bin = distCli;
 
 let temporal: TestTemporal;
 let emulator: RunningEmulator;

@@ -3,8 +3,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { SHARED_BUNDLE_ENV, writeWorkflowBundle } from './temporal';
-
-const bin = path.resolve(__dirname, '../../bin/roundhouse.js');
+import { distCli } from './dist';
 
 /** A file of the bundled workflows that worker processes load (no webpack at each start): the run's shared one. */
 export async function bundleToFile(): Promise<string> {
@@ -26,19 +25,21 @@ export interface WorkerProcess {
 }
 
 /**
- * A real `roundhouse worker` process on its own task queue. `script` runs another entry point with the same
- * command line (the compiled `dist/` CLI); `args` are extra `worker` arguments. The reaper schedule is left alone
+ * A real `roundhouse worker` process on its own task queue, from the compiled CLI (dist/, built once by the global
+ * setup: a second faster to start than the TypeScript sources through tsx); `script` runs another entry point with
+ * the same command line (bin/roundhouse.js); `args` are extra `worker` arguments. The reaper schedule is left alone
  * (`--no-reaper`) unless `reaper` or the args say otherwise.
  */
 export function startWorkerProcess(
   env: Record<string, string>,
-  options: { script?: string; args?: string[]; reaper?: boolean } = {},
+  options: { script?: string; args?: string[]; reaper?: boolean; cwd?: string } = {},
 ): WorkerProcess {
   // The reaper is on by default; tests that measure a round's own cleanup keep it off unless it is what they test.
   const args = options.args ?? [];
   const reaperArgs = options.reaper || args.some((a) => a.startsWith('--reaper') || a === '--no-reaper') ? [] : ['--no-reaper'];
-  const child = spawn(process.execPath, [options.script ?? bin, 'worker', ...args, ...reaperArgs], {
+  const child = spawn(process.execPath, [options.script ?? distCli, 'worker', ...args, ...reaperArgs], {
     env: { ...process.env, ROUNDHOUSE_LOG_LEVEL: 'info', ...env },
+    cwd: options.cwd,
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let out = '';

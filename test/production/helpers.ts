@@ -1,20 +1,16 @@
-import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import type { WorkflowHandle } from '@temporalio/client';
 import { startWorkerProcess, type WorkerProcess } from '../helpers/worker-process';
+import { distCli, ensureDist } from '../helpers/dist';
 
 export const root = path.resolve(__dirname, '../..');
-export const distCli = path.join(__dirname, 'dist-cli.js');
+export { distCli };
 
-let built = false;
-
-/** `npm run build` once per test file: dist/ and the prebuilt dist/workflow-bundle.js. */
+/** dist/ and the prebuilt dist/workflow-bundle.js, current (the global setup built them once for the run). */
 export function buildDist(): void {
-  if (built) return;
-  execFileSync('npm', ['run', 'build', '--silent'], { cwd: root, stdio: 'pipe', timeout: 180_000 });
-  built = true;
+  ensureDist();
 }
 
 /** A compiled (`dist/`) `roundhouse worker` process, as the Docker image runs it. */
