@@ -1,4 +1,4 @@
-import { joinLocation } from '../config/artifacts';
+import { joinLocation, storeFor } from '../config/artifacts';
 import { RoundhouseFailure } from '../config/failures';
 import { batchRows } from '../config/schedule';
 import type { GrpoSpec } from '../config/spec';
@@ -131,10 +131,17 @@ function grpoStep(
 ): StepKind<GrpoStepRecord> {
   const reward = rewardFunction(grpo.reward);
   const sampling = new Map<number, Promise<StepSamples>>();
+  // The steps an earlier attempt drew samples for, listed once per attempt: a step not listed is drawn without a
+  // read first (one store request per step on S3, not two).
+  let earlier: Promise<Set<string>> | undefined;
+  const drawnBefore = () =>
+    (earlier ??= storeFor(input.samplesDir)
+      .list(input.samplesDir)
+      .then((files) => new Set(files.map((f) => f.slice(f.lastIndexOf('/') + 1)))));
   const samplesFor = (step: number): Promise<StepSamples> => {
     let pending = sampling.get(step);
     if (!pending) {
-      pending = drawSamples(provider, input, p, step, key, reward, signal);
+      pending = drawSamples(provider, input, p, step, key, reward, signal, drawnBefore);
       pending.catch(() => undefined); // awaited where it is used
       sampling.set(step, pending);
     }
@@ -209,9 +216,10 @@ async function drawSamples(
   key: (...parts: (string | number)[]) => string,
   reward: ReturnType<typeof rewardFunction>,
   signal: AbortSignal,
+  drawnBefore: () => Promise<Set<string>>,
 ): Promise<StepSamples> {
   const file = stepFile(input.samplesDir, step);
-  const drawn = await readJson<StepSamples>(file);
+  const drawn = (await drawnBefore()).has(file.slice(file.lastIndexOf('/') + 1)) ? await readJson<StepSamples>(file) : undefined;
   if (drawn) return drawn;
   const t = input.spec.training;
   const s = input.spec.sampling;

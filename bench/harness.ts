@@ -161,21 +161,32 @@ function activityName(e: HistoryEvent): string | undefined {
   return e.activityTaskScheduledEventAttributes?.activityType?.name ?? undefined;
 }
 
+/** The activities that run training segments, by round kind (SFT, GRPO, DPO). */
+const SEGMENT_ACTIVITIES = new Set(['trainSegment', 'trainGrpoSegment', 'trainDpoSegment']);
+
 /**
- * The training phase of a round, read from the server's history: from the first `trainSegment` scheduled to
+ * The training phase of a round, read from the server's history: from the first training segment scheduled to
  * the workflow task that handles the last one's completion. Events in that span are the ones training adds
  * (segments, their workflow tasks, progress signals between segments); time runs to the last segment's
  * completion. Everything else is the round's fixed cost (validate, provision, baseline, checkpoint, sample,
  * cleanup, phase signals).
  */
-export function trainingPhase(history: History): { events: number; segments: number; ms: number; totalEvents: number } {
+export function trainingPhase(history: History): {
+  events: number;
+  segments: number;
+  ms: number;
+  totalEvents: number;
+  /** Wall-clock bounds of the phase (epoch ms). */
+  startMs: number;
+  endMs: number;
+} {
   const events = history.events ?? [];
   const segmentIds = new Set<number>();
   let first = -1;
   let lastCompleted = -1;
   for (let i = 0; i < events.length; i++) {
     const e = events[i]!;
-    if (e.eventType === EVENT.activityScheduled && activityName(e) === 'trainSegment') {
+    if (e.eventType === EVENT.activityScheduled && SEGMENT_ACTIVITIES.has(activityName(e) ?? '')) {
       segmentIds.add(Number(e.eventId));
       if (first < 0) first = i;
     }
@@ -195,6 +206,8 @@ export function trainingPhase(history: History): { events: number; segments: num
     segments: segmentIds.size,
     ms: eventMs(events[lastCompleted]!) - eventMs(events[first]!),
     totalEvents: events.length,
+    startMs: eventMs(events[first]!),
+    endMs: eventMs(events[lastCompleted]!),
   };
 }
 

@@ -5,6 +5,7 @@ import { historyBenchmark } from './history';
 import { recoveryBenchmark } from './recovery';
 import { scaleBenchmark } from './scale';
 import { cleanupBenchmark } from './cleanup';
+import { artifactsBenchmark } from './artifacts';
 
 /**
  * `npm run bench` runs every benchmark; `npm run bench -- <name> [<name>…]` runs some; `--quick` uses tiny sizes
@@ -16,6 +17,7 @@ const BENCHMARKS: Record<string, (ctx: BenchContext, report: Report) => Promise<
   recovery: recoveryBenchmark,
   scale: scaleBenchmark,
   cleanup: cleanupBenchmark,
+  artifacts: artifactsBenchmark,
 };
 
 /** A benchmark past its own bound fails, and the whole run stops at the issue's 10-minute budget. */

@@ -41,5 +41,5 @@ test('`bench -- history --quick` runs a real round and campaign and prints well-
 test('an unknown benchmark name is refused with the list of known ones', async () => {
   const { code, stderr } = await runBench(['nosuch'], 30_000);
   expect(code).toBe(2);
-  expect(stderr).toContain('known: overhead, history, recovery, scale, cleanup');
+  expect(stderr).toContain('known: overhead, history, recovery, scale, cleanup, artifacts');
 }, 40_000);

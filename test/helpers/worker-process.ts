@@ -1,4 +1,4 @@
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -28,17 +28,27 @@ export interface WorkerProcess {
  * A real `roundhouse worker` process on its own task queue, from the compiled CLI (dist/, built once by the global
  * setup: a second faster to start than the TypeScript sources through tsx); `script` runs another entry point with
  * the same command line (bin/roundhouse.js); `args` are extra `worker` arguments. The reaper schedule is left alone
- * (`--no-reaper`) unless `reaper` or the args say otherwise.
+ * (`--no-reaper`) unless `reaper` or the args say otherwise. `privateHost` runs it as if on a host of its own: in a
+ * mount namespace with a private, empty /tmp (`unshare`; see privateHostsAvailable), its working directory and
+ * ROUNDHOUSE_STATE_DIR inside it, so no file it writes can be seen by any other process.
  */
 export function startWorkerProcess(
   env: Record<string, string>,
-  options: { script?: string; args?: string[]; reaper?: boolean; cwd?: string } = {},
+  options: { script?: string; args?: string[]; reaper?: boolean; cwd?: string; privateHost?: boolean } = {},
 ): WorkerProcess {
   // The reaper is on by default; tests that measure a round's own cleanup keep it off unless it is what they test.
   const args = options.args ?? [];
   const reaperArgs = options.reaper || args.some((a) => a.startsWith('--reaper') || a === '--no-reaper') ? [] : ['--no-reaper'];
-  const child = spawn(process.execPath, [options.script ?? distCli, 'worker', ...args, ...reaperArgs], {
-    env: { ...process.env, ROUNDHOUSE_LOG_LEVEL: 'info', ...env },
+  const command = [process.execPath, options.script ?? distCli, 'worker', ...args, ...reaperArgs];
+  // unshare and sh exec in place: the child's pid is the worker's (the pid in its Temporal identity).
+  const [file, ...argv] = options.privateHost ? [...PRIVATE_HOST, ...command] : command;
+  const child = spawn(file!, argv, {
+    env: {
+      ...process.env,
+      ROUNDHOUSE_LOG_LEVEL: 'info',
+      ...env,
+      ...(options.privateHost ? { ROUNDHOUSE_STATE_DIR: '/tmp/host/state' } : {}),
+    },
     cwd: options.cwd,
     stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -67,6 +77,30 @@ export function startWorkerProcess(
       await exited;
     },
   };
+}
+
+const PRIVATE_HOST = [
+  'unshare',
+  '--mount',
+  '--propagation',
+  'private',
+  'sh',
+  '-c',
+  'mount -t tmpfs host-tmp /tmp && mkdir -p /tmp/host/state /tmp/host/cwd && cd /tmp/host/cwd && exec "$@"',
+  'private-host',
+];
+
+let privateHosts: boolean | undefined;
+
+/**
+ * Whether this machine lets a process have its own /tmp (root or CAP_SYS_ADMIN, unshare installed, and the checkout
+ * and node outside /tmp).
+ */
+export function privateHostsAvailable(): boolean {
+  // The private /tmp hides whatever is under /tmp: the checkout (and node) must live elsewhere.
+  const hidden = [distCli, process.execPath].some((f) => fs.realpathSync(f).startsWith('/tmp/'));
+  privateHosts ??= !hidden && spawnSync(PRIVATE_HOST[0]!, [...PRIVATE_HOST.slice(1), 'true'], { timeout: 10_000 }).status === 0;
+  return privateHosts;
 }
 
 /** Environment of the `roundhouse worker` processes crash tests kill: a fast sticky-queue takeover. */

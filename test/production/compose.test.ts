@@ -21,6 +21,9 @@ interface ComposeService {
   environment?: Record<string, string>;
   command?: string[];
   network_mode?: string;
+  volumes?: { type: string; source?: string; target: string }[];
+  tmpfs?: string[];
+  entrypoint?: string[];
 }
 
 function composeConfig(file: string, ...args: string[]): { status: number | null; stdout: string; stderr: string } {
@@ -46,6 +49,8 @@ test('docker-compose.yml is a valid Compose file: PostgreSQL 16, schema and name
   expect(r.status).toBe(0);
   const services = JSON.parse(r.stdout).services as Record<string, ComposeService>;
   expect(Object.keys(services).sort()).toEqual([
+    'object-store',
+    'object-store-bucket',
     'postgresql',
     'roundhouse-worker',
     'temporal',
@@ -65,7 +70,9 @@ test('docker-compose.yml is a valid Compose file: PostgreSQL 16, schema and name
   expect(condition('temporal-ui', 'temporal')).toBe('service_healthy');
   expect(condition('roundhouse-worker', 'temporal')).toBe('service_healthy');
   expect(condition('roundhouse-worker', 'temporal-namespace')).toBe('service_completed_successfully');
-  for (const s of ['postgresql', 'temporal', 'temporal-ui', 'roundhouse-worker'])
+  expect(condition('object-store-bucket', 'object-store')).toBe('service_healthy');
+  expect(condition('roundhouse-worker', 'object-store-bucket')).toBe('service_completed_successfully');
+  for (const s of ['postgresql', 'temporal', 'temporal-ui', 'roundhouse-worker', 'object-store'])
     expect(services[s]!.healthcheck?.test.length).toBeGreaterThan(0);
 
   const worker = services['roundhouse-worker']!;
@@ -77,11 +84,50 @@ test('docker-compose.yml is a valid Compose file: PostgreSQL 16, schema and name
   const secretLines = fs
     .readFileSync(path.join(root, 'docker-compose.yml'), 'utf8')
     .split('\n')
-    .filter((l) => /^\s*[A-Z_]*(PASSWORD|PWD|API_KEY|KEYS)[A-Z_]*:/.test(l));
+    .filter((l) => /^\s*[A-Z_]*(PASSWORD|PWD|API_KEY|KEYS|SECRET)[A-Z_]*:/.test(l));
   expect(secretLines.length).toBeGreaterThan(0);
   for (const line of secretLines) expect(line).toMatch(/:\s*\$\{/); // interpolated from .env
   expect(execFileSync('git', ['check-ignore', '.env'], { cwd: root, encoding: 'utf8' }).trim()).toBe('.env');
   expect(execFileSync('git', ['ls-files', '.env.example'], { cwd: root, encoding: 'utf8' }).trim()).toBe('.env.example');
+});
+
+test('workers share no volume: each has a tmpfs state directory, and artifacts go to the S3-compatible object store service, its bucket made by a one-shot job', () => {
+  const r = composeConfig(path.join(root, 'docker-compose.yml'), '--profiles', 'emulator');
+  expect(r.status).toBe(0);
+  const services = JSON.parse(r.stdout).services as Record<string, ComposeService>;
+  const worker = services['roundhouse-worker']!;
+  expect(worker.volumes ?? []).toEqual([]);
+  expect(worker.tmpfs).toEqual([worker.environment!.ROUNDHOUSE_STATE_DIR]);
+  expect(worker.environment).toMatchObject({
+    ROUNDHOUSE_ARTIFACTS: 's3://roundhouse/artifacts',
+    AWS_ENDPOINT_URL_S3: 'http://object-store:8333',
+    ROUNDHOUSE_S3_FORCE_PATH_STYLE: 'true',
+    AWS_ACCESS_KEY_ID: 'roundhouse',
+    AWS_SECRET_ACCESS_KEY: 'change-me', // .env.example's placeholder, interpolated
+  });
+  // No named volume is mounted by more than one service (the emulator's and the store's are their own).
+  const mounts = Object.entries(services).flatMap(([name, s]) =>
+    (s.volumes ?? []).filter((v) => v.type === 'volume').map((v) => [v.source!, name] as const),
+  );
+  const owners = new Map<string, Set<string>>();
+  for (const [volume, name] of mounts) owners.set(volume, (owners.get(volume) ?? new Set()).add(name));
+  for (const [volume, names] of owners) expect([volume, names.size]).toEqual([volume, 1]);
+  const store = services['object-store']!;
+  expect(store.image).toMatch(/^chrislusf\/seaweedfs:/);
+  expect(store.volumes?.map((v) => v.target)).toEqual(expect.arrayContaining(['/data', '/scripts/start-seaweedfs.sh']));
+  expect(services['object-store-bucket']!.environment).toMatchObject({
+    AWS_ENDPOINT_URL_S3: 'http://object-store:8333',
+    BUCKET: 'roundhouse',
+  });
+  // The store's keys come from .env: the start script refuses to run without them.
+  const script = fs.readFileSync(path.join(root, 'deploy', 'seaweedfs', 'start-seaweedfs.sh'), 'utf8');
+  expect(script).toContain('${S3_SECRET_ACCESS_KEY:?');
+  const missing = spawnSync('/bin/sh', [path.join(root, 'deploy', 'seaweedfs', 'start-seaweedfs.sh')], {
+    env: { PATH: process.env.PATH },
+    encoding: 'utf8',
+  });
+  expect(missing.status).not.toBe(0);
+  expect(missing.stderr).toMatch(/ROUNDHOUSE_S3_ACCESS_KEY_ID/);
 });
 
 test('the emulator profile adds the local provider emulator beside the worker, healthy before use', () => {
