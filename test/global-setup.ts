@@ -5,9 +5,12 @@ import { loadWorkerSettings } from '../config/worker-env';
 import { startTemporal, type TemporalServer } from '../workers/temporal-server';
 import { SHARED_BUNDLE_ENV, writeWorkflowBundle } from './helpers/temporal';
 import { ensureDist } from './helpers/dist';
+import { TEST_ARTIFACT_ROOT_ENV } from './helpers/artifacts';
+import { startS3Server, type RunningS3 } from './helpers/s3-server';
 
 declare global {
   var __roundhouseTemporal: TemporalServer | undefined;
+  var __roundhouseS3: RunningS3 | undefined;
 }
 
 /**
@@ -31,4 +34,12 @@ export default async function globalSetup(): Promise<void> {
   // Worker and CLI processes the tests start run the compiled CLI, built once here when the sources changed.
   const dist = ensureDist();
   process.stderr.write(`[test] dist/ ${dist.built ? 'built' : 'up to date'} (${dist.ms} ms)\n`);
+  // ROUNDHOUSE_TEST_ARTIFACTS=s3: reports go to an S3-compatible server (test/helpers/artifacts.ts).
+  if (process.env.ROUNDHOUSE_TEST_ARTIFACTS === 's3') {
+    const s3 = await startS3Server();
+    globalThis.__roundhouseS3 = s3;
+    Object.assign(process.env, s3.env);
+    process.env[TEST_ARTIFACT_ROOT_ENV] = `${await s3.bucket(`roundhouse-tests-${Date.now()}`)}/tests`;
+    process.stderr.write(`[test] artifacts in ${process.env[TEST_ARTIFACT_ROOT_ENV]} (${s3.endpoint})\n`);
+  }
 }

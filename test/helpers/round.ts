@@ -13,6 +13,7 @@ import { bundleWorkflows, connectTestTemporal, type TestTemporal } from './tempo
 import { writeTicketData, writeTicketPreferences } from '../../examples/support-tickets/generate';
 import { writeArithmeticData } from '../../examples/arithmetic/generate';
 import { roundWorkflow } from '../../workflows';
+import { testReportDir } from './artifacts';
 
 /** A round input for the support-ticket example at a given size, against an emulator URL. */
 export function ticketRoundInput(options: {
@@ -49,7 +50,7 @@ ${options.overrides ?? ''}`;
       advanced: spec.advanced,
     },
     data: { train: spec.data.train, eval: spec.data.eval },
-    reportDir: path.join(dir, 'report'),
+    reportDir: testReportDir(path.join(dir, 'report')),
   };
 }
 
@@ -89,7 +90,7 @@ ${options.yaml}`;
       round: spec.round,
     },
     data: { train: spec.data.train, eval: spec.data.eval },
-    reportDir: path.join(dir, `report-${options.campaignId.replace(/[^A-Za-z0-9]/g, '-')}`),
+    reportDir: testReportDir(path.join(dir, `report-${options.campaignId.replace(/[^A-Za-z0-9]/g, '-')}`)),
   };
 }
 

@@ -4,6 +4,7 @@ import fs from 'node:fs';
 import type { RoundResult } from '../../workflows/round-contract';
 import { ledger, startTestEmulator, type RunningEmulator } from '../helpers/emulator';
 import { arithmeticRoundInput, ticketRoundInput } from '../helpers/round';
+import { readArtifact } from '../helpers/artifacts';
 import { connectTestTemporal, uniqueTaskQueue, type TestTemporal } from '../helpers/temporal';
 import type { WorkerProcess } from '../helpers/worker-process';
 import { buildDist, startDistWorker, trainingWorkerPid, waitFor } from './helpers';
@@ -93,7 +94,7 @@ round: { kind: grpo, grpo: { groupSize: 4, reward: { kind: numeric } } }`,
     expect(l.totals.optimizerSteps).toBe(24); // none lost, none doubled
     expect(l.resources).toHaveLength(1);
     expect(l.active).toEqual([]);
-    const report = JSON.parse(fs.readFileSync(result.reportPath, 'utf8'));
+    const report = await readArtifact(result.reportPath);
     expect(report.steps.map((s: { step: number }) => s.step)).toEqual(Array.from({ length: 24 }, (_v, i) => i + 1));
     expect(survivor.child.exitCode).toBeNull(); // the other worker finished it
     process.stderr.write(

@@ -14,6 +14,8 @@ import {
   type CampaignResult,
 } from '../../workflows/campaign-contract';
 import { ledger, startTestEmulator, type RunningEmulator } from '../helpers/emulator';
+import { readArtifact, testReportDir } from '../helpers/artifacts';
+import { joinLocation } from '../../config/artifacts';
 import { ticketCampaignSpec } from '../helpers/campaign';
 import { loadCampaignSpec } from '../../config/spec';
 import { bundleWorkflows, connectTestTemporal, uniqueTaskQueue, type TestTemporal } from '../helpers/temporal';
@@ -55,7 +57,7 @@ test('a 3-round campaign trains each round from the last checkpoint on its mista
   spec.provider.baseUrl = emulator.url;
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rh-example-'));
   const campaignId = `camp-${taskQueue}`;
-  const input: CampaignInput = { campaignId, spec, reportRoot: path.join(dir, 'campaigns') };
+  const input: CampaignInput = { campaignId, spec, reportRoot: testReportDir(path.join(dir, 'campaigns')) };
   const result: CampaignResult = await withWorker(taskQueue, async () => {
     const handle = await temporal.client.workflow.start(campaignWorkflow, { taskQueue, workflowId: campaignId, args: [input] });
     // Starting the same campaign id again attaches to the running one.
@@ -78,16 +80,16 @@ test('a 3-round campaign trains each round from the last checkpoint on its mista
   expect(r3!.accuracy!).toBeGreaterThan(r2!.accuracy!);
   expect(r3!.trainedLoss!).toBeLessThan(r1!.trainedLoss!);
   // Round 2 and 3 trained on a mistake-driven subset written as a new file, recorded with its sha256.
-  expect(r2!.train.path).toBe(path.join(dir, 'campaigns', campaignId, 'round-2.train.jsonl'));
+  expect(r2!.train.path).toBe(joinLocation(input.reportRoot, campaignId, 'round-2.train.jsonl'));
   expect(r2!.train.sha256).toMatch(/^[0-9a-f]{64}$/);
   expect(r2!.train.rows).toBeLessThan(300);
   expect(spec.rounds.nextData.policy).toBe('mistakes');
   // Each round continued from the previous round's training checkpoint.
   for (const r of [r2!, r3!]) {
-    const report = JSON.parse(fs.readFileSync(r.reportPath, 'utf8'));
+    const report = await readArtifact(r.reportPath);
     expect(report.started_from_checkpoint).toBe(result.rounds[r.round - 2]!.trainingCheckpointId);
   }
-  const summary = JSON.parse(fs.readFileSync(result.summaryPath, 'utf8'));
+  const summary = await readArtifact(result.summaryPath);
   expect(summary.rounds).toHaveLength(3);
   expect(summary.status).toBe('completed');
   expect((await ledger(emulator)).active).toEqual([]);
@@ -110,7 +112,7 @@ test('pause mid-training releases the GPU; resume continues at the same step, no
     const handle = await temporal.client.workflow.start(campaignWorkflow, {
       taskQueue,
       workflowId: campaignId,
-      args: [{ campaignId, spec, reportRoot: path.join(dir, 'campaigns') } satisfies CampaignInput],
+      args: [{ campaignId, spec, reportRoot: testReportDir(path.join(dir, 'campaigns')) } satisfies CampaignInput],
     });
     for (let i = 0; i < 300; i++) {
       const p = await handle.query(campaignProgressQuery);
@@ -136,7 +138,7 @@ test('pause mid-training releases the GPU; resume continues at the same step, no
     const result: CampaignResult = await handle.result();
     const round = result.rounds[0]!;
     expect(round).toMatchObject({ status: 'completed', stepsApplied: 24, totalSteps: 24 });
-    const report = JSON.parse(fs.readFileSync(round.reportPath, 'utf8'));
+    const report = await readArtifact(round.reportPath);
     expect(report.steps.map((s: { step: number }) => s.step)).toEqual(Array.from({ length: 24 }, (_v, i) => i + 1));
     expect(report.deactivated_ids).toHaveLength(2); // the paused trainer and the resumed one
     const l2 = await ledger(emulator);
@@ -155,7 +157,7 @@ test('stop now cancels the running round, which releases its GPU; the campaign e
     const handle = await temporal.client.workflow.start(campaignWorkflow, {
       taskQueue,
       workflowId: campaignId,
-      args: [{ campaignId, spec, reportRoot: path.join(dir, 'c') } satisfies CampaignInput],
+      args: [{ campaignId, spec, reportRoot: testReportDir(path.join(dir, 'c')) } satisfies CampaignInput],
     });
     for (let i = 0; i < 300; i++) {
       const p = await handle.query(campaignProgressQuery);
@@ -184,7 +186,7 @@ test('a GPU-minute limit lowered mid-round stops training at the next segment; t
     const handle = await temporal.client.workflow.start(campaignWorkflow, {
       taskQueue,
       workflowId: campaignId,
-      args: [{ campaignId, spec, reportRoot: dir } satisfies CampaignInput],
+      args: [{ campaignId, spec, reportRoot: testReportDir(dir) } satisfies CampaignInput],
     });
     for (let i = 0; i < 300; i++) {
       const p = await handle.query(campaignProgressQuery);

@@ -14,6 +14,8 @@ import {
 } from '../../workflows/round-contract';
 import { ledger, setFaults, startTestEmulator, type RunningEmulator } from '../helpers/emulator';
 import { ticketRoundInput } from '../helpers/round';
+import { readArtifact } from '../helpers/artifacts';
+import { joinLocation } from '../../config/artifacts';
 import { bundleWorkflows, connectTestTemporal, uniqueTaskQueue, type TestTemporal } from '../helpers/temporal';
 import { roundWorkflow } from '../../workflows';
 
@@ -47,8 +49,8 @@ async function withWorker<T>(taskQueue: string, body: () => Promise<T>): Promise
   return worker.runUntil(body());
 }
 
-function readReport(result: { reportPath: string }): Record<string, any> {
-  return JSON.parse(fs.readFileSync(result.reportPath, 'utf8'));
+function readReport(result: { reportPath: string }): Promise<Record<string, any>> {
+  return readArtifact(result.reportPath);
 }
 
 test('a round on the support-ticket example trains (trained < baseline), scores, releases the GPU and reports', async () => {
@@ -66,7 +68,7 @@ test('a round on the support-ticket example trains (trained < baseline), scores,
   expect(result.trainedLoss!).toBeLessThan(result.baselineLoss!);
   expect(result.accuracy).toBeGreaterThanOrEqual(0);
 
-  const report = readReport(result);
+  const report = await readReport(result);
   expect(report).toMatchObject({
     status: 'completed',
     error_type: null,
@@ -128,7 +130,7 @@ test('a cancelled round releases its trainer within 10 s and reports cancelled',
     expect(released).toBe(true);
     process.stderr.write(`[round] cancel → deactivated in ${Date.now() - cancelledAt} ms\n`);
   });
-  const report = JSON.parse(fs.readFileSync(path.join(input.reportDir, 'round-1.json'), 'utf8'));
+  const report = await readArtifact(joinLocation(input.reportDir, 'round-1.json'));
   expect(report).toMatchObject({ status: 'cancelled', error_type: 'Cancelled', cleanup_status: 'deactivated' });
 });
 
@@ -164,7 +166,7 @@ test('a pause interrupts a long segment within about a step: checkpoint, GPU rel
       await handle.signal(resumeRoundSignal);
       const result: RoundResult = await handle.result();
       expect(result).toMatchObject({ status: 'completed', stepsApplied: 60, totalSteps: 60 });
-      const report = readReport(result);
+      const report = await readReport(result);
       expect(report.steps.map((s: { step: number }) => s.step)).toEqual(Array.from({ length: 60 }, (_v, i) => i + 1));
       const l = await ledger(slow);
       expect(l.totals.optimizerSteps).toBe(60); // none lost, none doubled across the interruption
@@ -194,7 +196,7 @@ test('a GPU-minute budget interrupts a long segment when it runs out: stopped, c
     expect(result.stepsApplied).toBeLessThan(120);
     expect(result.gpuMinutes).toBeLessThan(0.08 + 0.07); // overrun: heartbeat delivery (≤ 2 s), steps in flight, checkpoint, release
     expect(result.trainingCheckpointId).toBeDefined();
-    const report = readReport(result);
+    const report = await readReport(result);
     expect(report.steps.map((s: { step: number }) => s.step)).toEqual(Array.from({ length: result.stepsApplied }, (_v, i) => i + 1));
     const l = await ledger(slow);
     expect(l.totals.optimizerSteps).toBe(result.stepsApplied);
@@ -218,7 +220,7 @@ test('a round whose loss goes non-finite fails with that error type, releases th
   } finally {
     await setFaults(emulator, {});
   }
-  const report = JSON.parse(fs.readFileSync(path.join(input.reportDir, 'round-1.json'), 'utf8'));
+  const report = await readArtifact(joinLocation(input.reportDir, 'round-1.json'));
   expect(report).toMatchObject({ status: 'failed', error_type: 'NonFiniteLoss', cleanup_status: 'deactivated' });
   expect((await ledger(emulator)).active).not.toContain(report.resource_id);
 });
@@ -233,7 +235,7 @@ test('bad data fails before anything is provisioned, naming file, line and field
     return handle.result().catch((e: unknown) => e);
   });
   expect((err as WorkflowFailedError).cause).toMatchObject({ type: 'InvalidInput' });
-  const report = JSON.parse(fs.readFileSync(path.join(input.reportDir, 'round-1.json'), 'utf8'));
+  const report = await readArtifact(joinLocation(input.reportDir, 'round-1.json'));
   expect(report.error_type).toBe('InvalidInput');
   expect(report.cleanup_status).toBe('nothing-to-release');
   expect((await ledger(emulator)).resources.length).toBe(before);
