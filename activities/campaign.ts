@@ -3,6 +3,8 @@ import { permutation } from '../config/schedule';
 import { DataValidationError } from '../config/errors';
 import { Context } from '@temporalio/activity';
 import { atBoundary, keepingAlive } from './failures';
+import { trackCampaign } from './tracking';
+import type { CampaignSpec } from '../config/spec';
 import { writeCampaignReports } from './report';
 import { readJson, writeJsonAtomic } from './files';
 
@@ -85,13 +87,31 @@ export function createCampaignActivities() {
     },
 
     /** campaign.json, then report.html and summary.md from it and the round reports. */
-    async writeCampaignSummary(input: { path: string; summary: unknown }): Promise<string> {
+    async writeCampaignSummary(input: {
+      path: string;
+      summary: unknown;
+      track?: Pick<CampaignSpec, 'name' | 'tracking'>;
+    }): Promise<string> {
       return keepingAlive(async () => {
         await writeJsonAtomic(input.path, input.summary);
-        await writeCampaignReports(input.path.slice(0, input.path.lastIndexOf('/')), {
+        const dir = input.path.slice(0, input.path.lastIndexOf('/'));
+        await writeCampaignReports(dir, {
           temporalUiUrl: process.env.ROUNDHOUSE_UI_URL ?? 'http://127.0.0.1:8233',
           namespace: Context.current().info.workflowNamespace ?? 'default',
         });
+        if (input.track) {
+          const summary = input.summary as Parameters<typeof trackCampaign>[2] & { campaignId: string };
+          const artifacts = [];
+          for (const [name, contentType] of [
+            ['campaign.json', 'application/json'],
+            ['report.html', 'text/html'],
+            ['summary.md', 'text/markdown'],
+          ] as const) {
+            const body = await storeFor(dir).read(joinLocation(dir, name));
+            if (body) artifacts.push({ name, body, contentType });
+          }
+          await trackCampaign(input.track, summary.campaignId, summary, artifacts);
+        }
         return input.path;
       });
     },

@@ -5,6 +5,7 @@ import type { ForwardResult, OperationHandle } from '../providers/types';
 import type { RoundInput, RoundSpec } from '../workflows/round-contract';
 import { toDatum } from './data';
 import type { ActivityDeps } from './deps';
+import { trackRoundEnd, type RoundTracking } from './tracking';
 import { atBoundary, keepingAlive, toActivityFailure } from './failures';
 import { readJson, writeJsonAtomic } from './files';
 import { lineageParts, roundKey } from '../config/keys';
@@ -213,13 +214,16 @@ interface RoundReportInput {
   stepsDir?: string;
   /** Rollbacks: step records of abandoned lineages past each rollback point are not the kept weights'. */
   rollbacks?: Rollback[];
+  /** The round, for the experiment tracker (absent in rounds recorded before tracking existed). */
+  track?: RoundTracking & { totalSteps: number };
 }
 
 async function writeRoundReport(input: RoundReportInput): Promise<string> {
   const evaluations = (input.evaluationsPath && (await readJson<unknown[]>(input.evaluationsPath))) || [];
   const steps = input.stepsDir ? await readStepRecords(input.stepsDir, input.rollbacks) : [];
+  const full = { ...input.report, evaluations, steps };
   try {
-    await writeJsonAtomic(input.path, { ...input.report, evaluations, steps });
+    await writeJsonAtomic(input.path, full);
   } catch (err) {
     // A path that cannot take a file will not on a retry either: say so at once (the round keeps its result).
     const code = (err as NodeJS.ErrnoException).code;
@@ -229,6 +233,15 @@ async function writeRoundReport(input: RoundReportInput): Promise<string> {
   }
   const { gpu_minutes: gpuMinutes, provider, status } = input.report;
   if (typeof gpuMinutes === 'number') recordRoundGpuMinutes(gpuMinutes, { provider: String(provider), status: String(status) });
+  if (input.track) {
+    const name = input.path.slice(input.path.lastIndexOf('/') + 1);
+    await trackRoundEnd(
+      { ...input.track, stepsDir: input.stepsDir, rollbacks: input.rollbacks },
+      input.report,
+      `${JSON.stringify(full, null, 2)}\n`,
+      name,
+    );
+  }
   return input.path;
 }
 

@@ -10,6 +10,7 @@ import { providerFailureType } from './failures';
 import { readJson, writeJsonAtomic } from './files';
 import { lineageParts, roundKey } from '../config/keys';
 import { recordLatestLoss, recordOptimizerSteps } from './metrics';
+import { trackSteps } from './tracking';
 
 /**
  * The one segment driver: where a training step is submitted and confirmed, for every round kind. A segment trains
@@ -63,6 +64,8 @@ export interface StepRecord {
   tokens: number;
   /** The lineage that trained it, after a rollback (absent for the first). */
   lineage?: number;
+  /** When it was confirmed (epoch ms): the time the tracker logs it with, the same on every retry. */
+  at?: number;
 }
 
 /** A rolling training checkpoint a segment saved: the trainer's full state at a confirmed round step. */
@@ -190,7 +193,9 @@ export async function trainSegmentOf<R extends StepRecord, F = ForwardResult>(
       }
       await kind.end?.();
     } finally {
-      await records.flush(); // what was confirmed stays recorded even when the segment fails or is cut short
+      // What was confirmed stays recorded even when the segment fails or is cut short; then the tracker logs it.
+      const flushed = await records.flush();
+      await trackSteps(input, flushed);
     }
     const confirmedRecords = records.since(input.cursor.step);
     return {
@@ -283,6 +288,7 @@ class StepRecords<R extends StepRecord> {
 
   add(record: R): R {
     if (this.lineage > 0) record.lineage = this.lineage;
+    record.at ??= Date.now();
     this.recorded.add(record.step);
     this.pending.push(record);
     this.all.push(record);
@@ -293,16 +299,16 @@ class StepRecords<R extends StepRecord> {
     return this.all.filter((r) => r.step > cursorStep).sort((a, b) => a.step - b.step);
   }
 
-  /** One write per segment (never per step): the store is off the per-step path. */
-  async flush(): Promise<void> {
-    if (this.pending.length === 0) return;
+  /** One write per segment (never per step): the store is off the per-step path. Returns what it wrote. */
+  async flush(): Promise<R[]> {
+    if (this.pending.length === 0) return [];
     const first = Math.min(...this.pending.map((r) => r.step));
     const lineage = this.lineage > 0 ? `.L${this.lineage}` : '';
     await writeJsonAtomic(
       joinLocation(this.dir, `steps-${String(first).padStart(7, '0')}${lineage}.json`),
       this.pending.sort((a, b) => a.step - b.step),
     );
-    this.pending.length = 0;
+    return this.pending.splice(0);
   }
 }
 

@@ -231,6 +231,32 @@ export const AdvancedSpecSchema = z
   })
   .strict();
 
+/**
+ * Experiment tracking. MLflow: the campaign is a run, each round a nested run, logged from the durable records.
+ * The server is `uri` or the worker's MLFLOW_TRACKING_URI; credentials only ever come from the worker's environment
+ * (MLFLOW_TRACKING_TOKEN, or MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD), never from a spec.
+ */
+export const TrackingSpecSchema = z
+  .object({
+    mlflow: z
+      .object({
+        uri: z
+          .string()
+          .url()
+          .refine((u) => /^https?:\/\//.test(u), 'must be an http(s) URL of the tracking server')
+          .refine(
+            (u) => !/^https?:\/\/[^/]*@/.test(u),
+            'must not carry credentials: set MLFLOW_TRACKING_TOKEN or MLFLOW_TRACKING_USERNAME/PASSWORD on the worker',
+          )
+          .optional(),
+        /** The MLflow experiment (made if missing); default: the campaign's name. */
+        experiment: z.string().min(1).max(500).optional(),
+      })
+      .strict()
+      .default({}),
+  })
+  .strict();
+
 const CampaignSpecBase = z
   .object({
     name: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$/, 'letters, digits, dot, dash and underscore; at most 100 characters'),
@@ -253,6 +279,7 @@ const CampaignSpecBase = z
     rounds: RoundsSpecSchema.default({ max: 1, nextData: { policy: 'mistakes', replayShare: 0.3 }, continueFrom: 'checkpoint' }),
     budget: BudgetSpecSchema.default({}),
     advanced: AdvancedSpecSchema.default({ heartbeatTimeoutSeconds: 30, provisionTimeoutMinutes: 60, maxRecoveries: 5 }),
+    tracking: TrackingSpecSchema.optional(),
   })
   .strict();
 

@@ -211,10 +211,15 @@ function headerText(h: string | string[] | undefined): string | undefined {
 /** Reads `error.message` / `message` (and a code) from either error-body shape providers use. */
 function errorBody(text: string): { message?: string; code?: string } {
   try {
-    const json = JSON.parse(text) as { error?: { message?: unknown; code?: unknown } | string; message?: unknown; code?: unknown };
+    const json = JSON.parse(text) as {
+      error?: { message?: unknown; code?: unknown } | string;
+      message?: unknown;
+      code?: unknown;
+      error_code?: unknown; // MLflow's REST API
+    };
     const inner = typeof json.error === 'object' && json.error ? json.error : undefined;
     const message = inner?.message ?? (typeof json.error === 'string' ? json.error : json.message);
-    const code = inner?.code ?? json.code;
+    const code = inner?.code ?? json.code ?? json.error_code;
     return { message: bodyText(message), code: bodyText(code) };
   } catch {
     return { message: text.slice(0, 300) || undefined };

@@ -47,6 +47,8 @@ export async function campaignWorkflow(input: CampaignInput): Promise<CampaignRe
   const { spec } = input;
   const campaignDir = `${input.reportRoot}/${campaignId}`;
   const summaryPath = `${campaignDir}/campaign.json`;
+  // Where the campaign is tracked (MLflow), for the summary activity: the spec's settings or the worker's environment.
+  const track = { name: spec.name, ...(spec.tracking ? { tracking: spec.tracking } : {}) };
   // They heartbeat (keepingAlive): a worker that dies in one is noticed after the heartbeat timeout.
   const activities = proxyActivities<CampaignActivities>({
     startToCloseTimeout: '2 minutes',
@@ -164,6 +166,7 @@ export async function campaignWorkflow(input: CampaignInput): Promise<CampaignRe
         evaluation: spec.evaluation,
         advanced: spec.advanced,
         round: spec.round,
+        ...(spec.tracking ? { tracking: spec.tracking } : {}),
       },
       data: { train: state.nextTrain.path, eval: spec.data.eval, trainSha256: state.nextTrain.sha256 },
       startFrom:
@@ -203,7 +206,7 @@ export async function campaignWorkflow(input: CampaignInput): Promise<CampaignRe
         state.rounds.push({ ...summary, status: 'cancelled', errorType: 'Cancelled' });
         status = 'stopped';
         stopReason = 'campaign cancelled';
-        await CancellationScope.nonCancellable(() => activities.writeCampaignSummary({ path: summaryPath, summary: progress() }));
+        await CancellationScope.nonCancellable(() => activities.writeCampaignSummary({ path: summaryPath, summary: progress(), track }));
         throw err;
       }
       result = childRoundResultOf<RoundResult>(err);
@@ -249,7 +252,7 @@ export async function campaignWorkflow(input: CampaignInput): Promise<CampaignRe
         outDir: campaignDir,
       });
     }
-    await activities.writeCampaignSummary({ path: summaryPath, summary: { ...progress(), status: 'running' } });
+    await activities.writeCampaignSummary({ path: summaryPath, summary: { ...progress(), status: 'running' }, track });
     // Let update handlers finish so nothing sent to this run is lost, then start afresh with the summary only.
     await condition(allHandlersFinished);
     await continueAsNew<typeof campaignWorkflow>({ ...input, campaignId, state });
@@ -264,7 +267,7 @@ export async function campaignWorkflow(input: CampaignInput): Promise<CampaignRe
         : 'completed';
   const accuracies = state.rounds.map((r) => r.accuracy).filter((a): a is number => a !== undefined);
   const final: CampaignResult = { ...progress(), bestAccuracy: accuracies.length ? Math.max(...accuracies) : undefined };
-  await activities.writeCampaignSummary({ path: summaryPath, summary: final });
+  await activities.writeCampaignSummary({ path: summaryPath, summary: final, track });
   await condition(allHandlersFinished);
   return final;
 }

@@ -4,7 +4,7 @@ import type { CampaignSpec } from '../config/spec';
 
 /** What a round needs from the campaign spec (no secrets: API keys stay in the worker's environment). */
 export type RoundSpec = Pick<CampaignSpec, 'name' | 'provider' | 'training' | 'sampling' | 'evaluation' | 'advanced'> &
-  Partial<Pick<CampaignSpec, 'round'>>;
+  Partial<Pick<CampaignSpec, 'round' | 'tracking'>>;
 
 export interface RoundInput {
   /** Business identity: idempotency keys are `${campaignId}/r${round}/…`. */

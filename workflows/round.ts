@@ -250,6 +250,8 @@ async function cleanUp(run: RoundRun): Promise<void> {
     stepsDir: state.file('steps'),
     rollbacks: run.rollbacks.length ? run.rollbacks : undefined,
     report: roundReport(input, state.result, run.data, state.progress, state.released, cleanupStatus, failureMessage),
+    // For the experiment tracker (the spec's settings or the worker's MLFLOW_TRACKING_URI).
+    track: { campaignId: input.campaignId, round: input.round, spec: input.spec, totalSteps: state.result.totalSteps },
   });
   try {
     await writeReport;

@@ -1,0 +1,275 @@
+import { Context } from '@temporalio/activity';
+import { joinLocation } from '../config/artifacts';
+import { learningRateAt } from '../config/schedule';
+import type { CampaignSpec } from '../config/spec';
+import { credentialsFromEnv, MlflowClient, type MlflowMetric } from '../providers/mlflow/client';
+import type { RoundSpec } from '../workflows/round-contract';
+import { readJson, writeJsonAtomic } from './files';
+import { readStepRecords, type Rollback, type StepRecord } from './segment';
+
+/**
+ * Experiment tracking in MLflow, logged from the durable records only: a campaign is a run, each round a nested run
+ * (found again by tag, never made twice); a round's per-step metrics are logged when a segment has flushed its step
+ * records, from those records, with the records' own step numbers and timestamps. A cursor in the round's steps
+ * directory (`tracked.json`) says how far the run holds them: an attempt that dies after logging but before moving
+ * the cursor logs the same (key, step, timestamp, value) again, which MLflow stores once; one that dies before
+ * logging leaves the cursor behind, and the next segment (or the round's report) logs the gap from the store.
+ * Tracking never fails a round: an unreachable server is a warning, and the next segment catches up.
+ */
+
+type Tracked = Pick<CampaignSpec, 'name' | 'tracking'>;
+
+const clients = new Map<string, MlflowClient>();
+const runIds = new Map<string, string>();
+const experiments = new Map<string, string>();
+
+/** The tracking server and experiment for a spec, or undefined when the campaign is not tracked. */
+export function trackingTarget(spec: Tracked, env: NodeJS.ProcessEnv = process.env): { uri: string; experiment: string } | undefined {
+  const uri = spec.tracking?.mlflow?.uri ?? (spec.tracking?.mlflow || env.MLFLOW_TRACKING_URI ? env.MLFLOW_TRACKING_URI : undefined);
+  if (!uri) return undefined;
+  return { uri, experiment: spec.tracking?.mlflow?.experiment ?? spec.name };
+}
+
+function clientFor(uri: string): MlflowClient {
+  let client = clients.get(uri);
+  if (!client) clients.set(uri, (client = new MlflowClient(uri, credentialsFromEnv(process.env))));
+  return client;
+}
+
+async function experimentOf(client: MlflowClient, name: string): Promise<string> {
+  const key = `${client.uri} ${name}`;
+  let id = experiments.get(key);
+  if (!id) experiments.set(key, (id = await client.experimentId(name)));
+  return id;
+}
+
+const TAG_KEY = 'roundhouse.key';
+
+/** The run tagged with `key` in the experiment, made (with `create`'s tags and params) when there is none. */
+async function ensureRun(
+  client: MlflowClient,
+  experimentId: string,
+  key: string,
+  create: () => { name: string; tags: Record<string, string>; params: Record<string, string> },
+): Promise<string> {
+  const cacheKey = `${client.uri} ${experimentId} ${key}`;
+  const cached = runIds.get(cacheKey);
+  if (cached) return cached;
+  let runId = await client.findRun(experimentId, TAG_KEY, key);
+  if (!runId) {
+    const { name, tags, params } = create();
+    runId = await client.createRun(experimentId, { name, startTime: Date.now(), tags: { ...tags, [TAG_KEY]: key } });
+    await client.logBatch(runId, { params });
+    // Two creators racing (not one round's attempts, which run one at a time): the oldest run is the one kept.
+    const oldest = await client.findRun(experimentId, TAG_KEY, key);
+    if (oldest && oldest !== runId) {
+      await client.setStatus(runId, 'KILLED', Date.now());
+      runId = oldest;
+    }
+  }
+  runIds.set(cacheKey, runId);
+  return runId;
+}
+
+/** The spec as MLflow params (dotted keys, scalar values); it holds no secrets (keys live in the worker's env). */
+export function specParams(spec: object, prefix = ''): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [key, value] of Object.entries(spec)) {
+    const name = prefix ? `${prefix}.${key}` : key;
+    if (value === undefined || value === null) continue;
+    if (Array.isArray(value)) out[name] = JSON.stringify(value);
+    else if (typeof value === 'object') Object.assign(out, specParams(value as object, name));
+    else out[name] = String(value);
+  }
+  return out;
+}
+
+function uiLink(workflowId: string): string {
+  const ui = (process.env.ROUNDHOUSE_UI_URL ?? 'http://127.0.0.1:8233').replace(/\/+$/, '');
+  const namespace = Context.current().info.workflowNamespace ?? 'default';
+  return `${ui}/namespaces/${encodeURIComponent(namespace)}/workflows/${encodeURIComponent(workflowId)}`;
+}
+
+async function campaignRun(client: MlflowClient, experimentId: string, campaignId: string, spec: object): Promise<string> {
+  return ensureRun(client, experimentId, `campaign/${campaignId}`, () => ({
+    name: campaignId,
+    tags: {
+      'roundhouse.campaign_id': campaignId,
+      'roundhouse.workflow_id': campaignId,
+      'roundhouse.temporal_ui': uiLink(campaignId),
+      'mlflow.source.name': 'roundhouse',
+    },
+    params: { campaign_id: campaignId, ...specParams(spec) },
+  }));
+}
+
+export interface RoundTracking {
+  campaignId: string;
+  round: number;
+  spec: RoundSpec;
+}
+
+async function roundRun(target: { uri: string; experiment: string }, r: RoundTracking): Promise<{ client: MlflowClient; runId: string }> {
+  const client = clientFor(target.uri);
+  const experimentId = await experimentOf(client, target.experiment);
+  const parent = await campaignRun(client, experimentId, r.campaignId, r.spec);
+  const workflowId = `${r.campaignId}-round-${r.round}`;
+  const runId = await ensureRun(client, experimentId, `round/${r.campaignId}/${r.round}`, () => ({
+    name: `round-${r.round}`,
+    tags: {
+      'mlflow.parentRunId': parent,
+      'roundhouse.campaign_id': r.campaignId,
+      'roundhouse.round': String(r.round),
+      'roundhouse.workflow_id': workflowId,
+      'roundhouse.temporal_ui': uiLink(workflowId),
+      'roundhouse.kind': r.spec.round?.kind ?? 'sft',
+    },
+    params: specParams(r.spec),
+  }));
+  return { client, runId };
+}
+
+/** A step record's metrics, by round kind. */
+function stepMetrics(r: StepRecord & Record<string, unknown>, spec: RoundSpec, totalSteps: number, at: number): MlflowMetric[] {
+  const out: MlflowMetric[] = [];
+  const add = (key: string, value: unknown) => {
+    if (typeof value === 'number' && Number.isFinite(value)) out.push({ key, value, timestamp: at, step: r.step });
+  };
+  add('train/loss_per_token', r.tokens > 0 ? r.loss / r.tokens : undefined);
+  if (totalSteps > 0) add('train/learning_rate', learningRateOf(spec, r.step, totalSteps));
+  add('train/mean_reward', r.meanReward);
+  add('train/dpo_margin', r.margin);
+  add('train/preference_accuracy', r.accuracy);
+  return out;
+}
+
+/** The learning rate the step was taken with (the schedule is a pure function of the step). */
+function learningRateOf(spec: RoundSpec, step: number, totalSteps: number): number {
+  const t = spec.training;
+  return learningRateAt(step - 1, totalSteps, t.learningRate, t.lrSchedule);
+}
+
+interface Cursor {
+  /** The last step the run holds, under `lineage`. */
+  step: number;
+  lineage: number;
+}
+
+const cursorFile = (stepsDir: string) => joinLocation(stepsDir, 'tracked.json');
+
+/**
+ * Logs the round's step records the run does not hold yet (past the cursor), then moves the cursor. `fresh` are the
+ * records this segment just flushed (no store read when they follow the cursor); otherwise the records are read.
+ */
+export async function trackSteps(
+  r: RoundTracking & { stepsDir: string; totalSteps: number; rollbacks?: Rollback[] },
+  fresh: StepRecord[] = [],
+): Promise<void> {
+  const target = trackingTarget(r.spec);
+  if (!target) return;
+  try {
+    const { client, runId } = await roundRun(target, r);
+    const cursor = (await readJson<Cursor>(cursorFile(r.stepsDir))) ?? { step: 0, lineage: 0 };
+    const first = fresh.length ? Math.min(...fresh.map((x) => x.step)) : Infinity;
+    const sameLineage = fresh.every((x) => (x.lineage ?? 0) === cursor.lineage);
+    const records = first === cursor.step + 1 && sameLineage ? fresh : await readStepRecords(r.stepsDir, r.rollbacks);
+    // A newer lineage (after a rollback) retrained steps the run already holds: they are logged again, retrained.
+    const due = records.filter((x) => (x.lineage ?? 0) > cursor.lineage || x.step > cursor.step).sort((a, b) => a.step - b.step);
+    if (due.length === 0) return;
+    const metrics = due.flatMap((x) => stepMetrics(x as StepRecord & Record<string, unknown>, r.spec, r.totalSteps, x.at ?? Date.now()));
+    await client.logBatch(runId, { metrics });
+    const last = due[due.length - 1]!;
+    await writeJsonAtomic(cursorFile(r.stepsDir), {
+      step: last.step,
+      lineage: Math.max(cursor.lineage, ...due.map((x) => x.lineage ?? 0)),
+    });
+  } catch (err) {
+    warn(`MLflow: could not log steps of round ${r.round} of ${r.campaignId} (the next segment retries): ${(err as Error).message}`);
+  }
+}
+
+/** At the round's report: the steps not logged yet, the round's figures, its report as an artifact, its status. */
+export async function trackRoundEnd(
+  r: RoundTracking & { stepsDir?: string; totalSteps: number; rollbacks?: Rollback[] },
+  report: Record<string, unknown>,
+  reportBody: string,
+  reportName: string,
+): Promise<void> {
+  const target = trackingTarget(r.spec);
+  if (!target) return;
+  if (r.stepsDir) await trackSteps({ ...r, stepsDir: r.stepsDir });
+  try {
+    const { client, runId } = await roundRun(target, r);
+    const at = Date.now();
+    const metrics: MlflowMetric[] = [];
+    const add = (key: string, value: unknown, step: number) => {
+      if (typeof value === 'number' && Number.isFinite(value)) metrics.push({ key, value, timestamp: at, step });
+    };
+    const applied = typeof report.steps_applied === 'number' ? report.steps_applied : r.totalSteps;
+    add('eval/loss', report.baseline_loss, 0);
+    add('eval/loss', report.trained_loss, applied);
+    add('eval/preference_accuracy', report.baseline_preference_accuracy, 0);
+    add('eval/dpo_margin', report.baseline_margin, 0);
+    add('eval/dpo_margin', report.trained_margin, applied);
+    add('eval/metric', report.accuracy, applied);
+    add('eval/pool_metric', report.pool_accuracy, applied);
+    add('round/gpu_minutes', report.gpu_minutes, applied);
+    add('round/cost_usd', report.estimated_cost_usd, applied);
+    add('round/steps_applied', report.steps_applied, applied);
+    await client.logBatch(runId, { metrics, tags: { 'roundhouse.status': String(report.status) } });
+    await client.uploadArtifact(runId, reportName, reportBody, 'application/json');
+    const status = report.status === 'completed' ? 'FINISHED' : report.status === 'failed' ? 'FAILED' : 'KILLED';
+    await client.setStatus(runId, status, at);
+  } catch (err) {
+    warn(`MLflow: could not log the end of round ${r.round} of ${r.campaignId}: ${(err as Error).message}`);
+  }
+}
+
+/** At each campaign summary: per-round figures on the campaign run, its reports as artifacts, and its status at the end. */
+export async function trackCampaign(
+  track: Tracked,
+  campaignId: string,
+  summary: {
+    status?: string;
+    rounds?: { round: number; accuracy?: number; gpuMinutes?: number; costUsd?: number; trainedLoss?: number }[];
+  },
+  artifacts: { name: string; body: Buffer | string; contentType: string }[],
+): Promise<void> {
+  const target = trackingTarget(track);
+  if (!target) return;
+  try {
+    const client = clientFor(target.uri);
+    const experimentId = await experimentOf(client, target.experiment);
+    const runId = await campaignRun(client, experimentId, campaignId, { name: track.name });
+    // Stable timestamps (one per round, from the round number) so that a summary written again logs nothing new.
+    const metrics: MlflowMetric[] = [];
+    for (const round of summary.rounds ?? []) {
+      const add = (key: string, value: unknown) => {
+        if (typeof value === 'number' && Number.isFinite(value)) metrics.push({ key, value, timestamp: round.round, step: round.round });
+      };
+      add('round/metric', round.accuracy);
+      add('round/eval_loss', round.trainedLoss);
+      add('round/gpu_minutes', round.gpuMinutes);
+      add('round/cost_usd', round.costUsd);
+    }
+    await client.logBatch(runId, { metrics, tags: { 'roundhouse.status': String(summary.status) } });
+    for (const a of artifacts) await client.uploadArtifact(runId, a.name, a.body, a.contentType);
+    const final: Record<string, 'FINISHED' | 'FAILED' | 'KILLED'> = {
+      completed: 'FINISHED',
+      failed: 'FAILED',
+      stopped: 'KILLED',
+      cancelled: 'KILLED',
+    };
+    if (summary.status && final[summary.status]) await client.setStatus(runId, final[summary.status]!, Date.now());
+  } catch (err) {
+    warn(`MLflow: could not log campaign ${campaignId}: ${(err as Error).message}`);
+  }
+}
+
+function warn(message: string): void {
+  try {
+    Context.current().log.warn(message);
+  } catch {
+    process.stderr.write(`${message}\n`);
+  }
+}

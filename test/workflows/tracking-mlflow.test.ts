@@ -1,0 +1,135 @@
+import { MlflowClient } from '../../providers/mlflow/client';
+import { campaignWorkflow } from '../../workflows';
+import type { CampaignInput, CampaignResult } from '../../workflows/campaign-contract';
+import { campaignProgressQuery } from '../../workflows/campaign-contract';
+import { readArtifact, testReportDir } from '../helpers/artifacts';
+import { ticketCampaignSpec } from '../helpers/campaign';
+import { ledger, startTestEmulator, type RunningEmulator } from '../helpers/emulator';
+import { startMlflowServer, type RunningMlflow } from '../helpers/mlflow-server';
+import { connectTestTemporal, uniqueTaskQueue, type TestTemporal } from '../helpers/temporal';
+import { bundleToFile, crashTestWorkerEnv, startWorkerProcess, type WorkerProcess } from '../helpers/worker-process';
+
+// MLflow tracking against a real `mlflow server` (PyPI, SQLite backend, artifact proxy): a two-round campaign on
+// real worker processes, one SIGKILLed in the middle of a training segment, read back through MLflow's REST API.
+
+let temporal: TestTemporal;
+let mlflow: RunningMlflow;
+let emulator: RunningEmulator;
+let bundleFile: string;
+
+beforeAll(async () => {
+  temporal = await connectTestTemporal();
+  bundleFile = await bundleToFile();
+  [mlflow, emulator] = await Promise.all([startMlflowServer(), startTestEmulator({ provisioningDelayMs: 100, operationLatencyMs: 120 })]);
+}, 600_000);
+
+afterAll(async () => {
+  await emulator?.close();
+  await mlflow?.close();
+  await temporal?.close();
+});
+
+interface SearchedRun {
+  info: { run_id: string; run_name: string; status: string };
+  data: { tags?: { key: string; value: string }[]; params?: { key: string; value: string }[] };
+}
+
+async function runsOf(experimentName: string): Promise<SearchedRun[]> {
+  const exp = (await (
+    await fetch(`${mlflow.uri}/api/2.0/mlflow/experiments/get-by-name?experiment_name=${encodeURIComponent(experimentName)}`)
+  ).json()) as {
+    experiment: { experiment_id: string };
+  };
+  const res = await fetch(`${mlflow.uri}/api/2.0/mlflow/runs/search`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ experiment_ids: [exp.experiment.experiment_id], max_results: 100 }),
+  });
+  return ((await res.json()) as { runs: SearchedRun[] }).runs;
+}
+
+async function artifactsOf(runId: string): Promise<string[]> {
+  const res = await fetch(`${mlflow.uri}/api/2.0/mlflow/artifacts/list?run_id=${runId}`);
+  return (((await res.json()) as { files?: { path: string }[] }).files ?? []).map((f) => f.path);
+}
+
+const tag = (run: SearchedRun, key: string) => run.data.tags?.find((t) => t.key === key)?.value;
+const param = (run: SearchedRun, key: string) => run.data.params?.find((p) => p.key === key)?.value;
+
+test('a two-round campaign with a SIGKILL mid-segment: one nested run per round, every step logged exactly once, params, tags and artifacts', async () => {
+  const taskQueue = uniqueTaskQueue('mlflow');
+  const experiment = `roundhouse-${taskQueue}`;
+  const { spec, dir } = ticketCampaignSpec({
+    baseUrl: emulator.url,
+    trainRows: 40,
+    evalRows: 5,
+    yaml: `rounds: { max: 2, nextData: { policy: all } }
+tracking: { mlflow: { uri: "${mlflow.uri}", experiment: "${experiment}" } }`,
+  });
+  const campaignId = `mlflow-${taskQueue}`;
+  const env = crashTestWorkerEnv(taskQueue, bundleFile);
+  let worker: WorkerProcess = startWorkerProcess(env);
+  let killedAt: number | undefined;
+  try {
+    await worker.ready;
+    const handle = await temporal.client.workflow.start(campaignWorkflow, {
+      taskQueue,
+      workflowId: campaignId,
+      args: [{ campaignId, spec, reportRoot: testReportDir(dir) } satisfies CampaignInput],
+    });
+    // Round 1: 40 rows / 10 × 2 epochs = 8 steps in segments of 4. Kill inside the first segment, after 2 steps
+    // were applied at the trainer and before the segment flushed and logged them.
+    const deadline = Date.now() + 120_000;
+    while (killedAt === undefined && Date.now() < deadline) {
+      const applied = (await ledger(emulator)).totals.optimizerSteps;
+      if (applied >= 2 && applied < 4) killedAt = applied;
+      else if (applied >= 4) break;
+      else await new Promise((r) => setTimeout(r, 20));
+    }
+    expect(killedAt).toBeDefined();
+    await worker.kill();
+    worker = startWorkerProcess(env);
+    await worker.ready;
+    const result: CampaignResult = await handle.result();
+    expect(result.rounds.map((r) => [r.status, r.totalSteps])).toEqual([
+      ['completed', 8],
+      ['completed', 8],
+    ]);
+    expect((await handle.query(campaignProgressQuery)).status).toBe('completed');
+
+    const runs = await runsOf(experiment);
+    const parent = runs.filter((r) => tag(r, 'mlflow.parentRunId') === undefined);
+    expect(parent).toHaveLength(1);
+    expect(tag(parent[0]!, 'roundhouse.workflow_id')).toBe(campaignId);
+    expect(tag(parent[0]!, 'roundhouse.temporal_ui')).toMatch(new RegExp(`/workflows/${campaignId}$`));
+    expect(parent[0]!.info.status).toBe('FINISHED');
+    expect(await artifactsOf(parent[0]!.info.run_id)).toEqual(expect.arrayContaining(['campaign.json', 'report.html', 'summary.md']));
+    const nested = runs
+      .filter((r) => tag(r, 'mlflow.parentRunId') === parent[0]!.info.run_id)
+      .sort((a, b) => a.info.run_name.localeCompare(b.info.run_name));
+    expect(nested.map((r) => [r.info.run_name, tag(r, 'roundhouse.workflow_id'), r.info.status])).toEqual([
+      ['round-1', `${campaignId}-round-1`, 'FINISHED'],
+      ['round-2', `${campaignId}-round-2`, 'FINISHED'],
+    ]);
+    const client = new MlflowClient(mlflow.uri);
+    for (const [i, run] of nested.entries()) {
+      expect(param(run, 'training.learningRate')).toBe(String(spec.training.learningRate));
+      expect(param(run, 'provider.model')).toBe('roundhouse/tiny-chat');
+      // Each step exactly once (no gap, no duplicate), with the loss the round's report holds for it.
+      const history = (await client.metricHistory(run.info.run_id, 'train/loss_per_token')).sort((a, b) => a.step - b.step);
+      expect(history.map((m) => m.step)).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);
+      const report = await readArtifact<{ steps: { step: number; loss: number; tokens: number }[] }>(result.rounds[i]!.reportPath);
+      expect(history.map((m) => m.value)).toEqual(report.steps.map((s) => s.loss / s.tokens));
+      expect((await client.metricHistory(run.info.run_id, 'train/learning_rate')).map((m) => m.step).sort((a, b) => a - b)).toEqual([
+        1, 2, 3, 4, 5, 6, 7, 8,
+      ]);
+      const evalLoss = await client.metricHistory(run.info.run_id, 'eval/loss');
+      expect(evalLoss.map((m) => m.step).sort((a, b) => a - b)).toEqual([0, 8]); // baseline and trained
+      expect(await artifactsOf(run.info.run_id)).toEqual([`round-${i + 1}.json`]);
+    }
+    process.stderr.write(`[mlflow] killed the worker at trainer step ${killedAt}; ${runs.length} runs, each round's 8 steps logged once\n`);
+    expect((await ledger(emulator)).active).toEqual([]);
+  } finally {
+    await worker.stop();
+  }
+}, 300_000);
