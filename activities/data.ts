@@ -167,6 +167,55 @@ export function heldOutProblems(train: Dataset, evalSet: Dataset): string[] {
   return problems;
 }
 
+/** The sentences of a prompt that can tell rows apart: lowercased, split at punctuation, of 5 words or more. */
+function contentSentences(prompt: string): string[] {
+  return prompt
+    .toLowerCase()
+    .split(/[.!?;:,\n]+/)
+    .map((x) =>
+      x
+        .replace(/[^\p{L}\p{N}\s]+/gu, ' ')
+        .replace(/\s+/g, ' ')
+        .trim(),
+    )
+    .filter((x) => x.split(' ').length >= 5);
+}
+
+/**
+ * Eval rows that repeat a sentence of a training row with only the wording around it changed (a greeting, a
+ * sign-off): their accuracy measures memorisation, not generalisation. A warning, not an error. Sentences found in
+ * many training rows (an instruction every prompt starts with) are the template, not content, and are ignored.
+ */
+export function nearDuplicateWarning(
+  train: { path: string; rows: { line: number; prompt: string }[] },
+  evalSet: { path: string; rows: { line: number; prompt: string }[] },
+): string | undefined {
+  const seen = new Map<string, { rows: number; line: number }>();
+  for (const r of train.rows)
+    for (const sentence of new Set(contentSentences(r.prompt))) {
+      const held = seen.get(sentence);
+      if (held) held.rows += 1;
+      else seen.set(sentence, { rows: 1, line: r.line });
+    }
+  const template = Math.max(3, Math.ceil(train.rows.length * 0.02));
+  const shared: { line: number; sentence: string; trainLine: number }[] = [];
+  for (const r of evalSet.rows) {
+    for (const sentence of contentSentences(r.prompt)) {
+      const held = seen.get(sentence);
+      if (held && held.rows < template) {
+        shared.push({ line: r.line, sentence, trainLine: held.line });
+        break;
+      }
+    }
+  }
+  if (shared.length === 0) return undefined;
+  const e = shared[0]!;
+  return (
+    `${evalSet.path}: ${shared.length} of ${evalSet.rows.length} eval rows repeat a sentence of a training row with only the wording ` +
+    `around it changed, so their score measures memorisation more than generalisation (e.g. line ${e.line}: "${e.sentence}", as in ${train.path}:${e.trainLine})`
+  );
+}
+
 export interface ValidationLimits {
   maxSeqLen: number;
   /** The model's own limit, when the provider tells it. */

@@ -9,7 +9,7 @@ import {
   type CampaignInput,
   type CampaignProgress,
 } from '../workflows/campaign-contract';
-import { cliClient, cliContext, reportRoot, unknownId, CliFailure } from './context';
+import { cliClient, cliContext, reportRoot, unknownId, CliFailure, warnAbout } from './context';
 import { renderProgress, watchCampaign } from './progress';
 import { validateCampaignLocally, withLocalData } from '../workers/validate';
 import { stageCampaignData } from '../workers/campaign-data';
@@ -56,6 +56,7 @@ export function runCommand(): Command {
       // Validated before anything starts (from local copies when the data is in S3), then staged in the artifact store.
       const local = await withLocalData(given);
       const checked = validateCampaignLocally(local);
+      warnAbout(checked.warnings);
       const spec = await stageCampaignData(given, local.data, artifactRoot(process.env, settings.stateDir));
       const campaignId = opts.id ?? campaignIdFor(spec.name);
       const { client, address, close } = await cliClient(settings);

@@ -67,6 +67,11 @@ export function reportRoot(settings: WorkerSettings): string {
 }
 
 /** A command failed for a reason that is not the user's input (exit code 1, one line, no stack). */
+/** Warnings about the input (it is usable): on stderr, one line each, before anything starts. */
+export function warnAbout(warnings: string[]): void {
+  for (const w of warnings) process.stderr.write(`roundhouse: warning: ${w}\n`);
+}
+
 export class CliFailure extends Error {
   readonly code = 'CLI_FAILURE';
 }

@@ -6,7 +6,7 @@ import { ProviderRegistry } from '../workers/providers';
 import { createRoundhouseWorker } from '../workers/worker';
 import { dataConverterFor } from '../workers/encryption';
 import type { CampaignInput, CampaignResult } from '../workflows/campaign-contract';
-import { cliContext, reportRoot } from './context';
+import { cliContext, reportRoot, warnAbout } from './context';
 import { watchCampaign } from './progress';
 import { validateCampaignLocally } from '../workers/validate';
 import { campaignWorkflow } from '../workflows';
@@ -23,7 +23,7 @@ export function demoCommand(): Command {
     .action(async (opts: { spec: string }) => {
       const { settings, logger } = cliContext({ quietSdk: true });
       const spec = loadCampaignSpec(opts.spec);
-      validateCampaignLocally(spec);
+      warnAbout(validateCampaignLocally(spec).warnings);
       const server = await startTemporal(settings, { persistent: true });
       logger.info({ address: server.address, ui: server.uiUrl, source: server.source }, 'Temporal server ready');
       const providers = new ProviderRegistry({ stateDir: settings.stateDir });

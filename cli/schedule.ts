@@ -3,7 +3,7 @@ import { ScheduleNotFoundError } from '@temporalio/client';
 import { ConfigError } from '../config/errors';
 import { loadCampaignSpec } from '../config/spec';
 import { upsertCampaignSchedule, type OverlapName } from '../workers/schedules';
-import { cliClient, cliContext, reportRoot } from './context';
+import { cliClient, cliContext, reportRoot, warnAbout } from './context';
 import { validateCampaignLocally, withLocalData } from '../workers/validate';
 import { stageCampaignData } from '../workers/campaign-data';
 import { artifactRoot } from '../config/artifacts';
@@ -46,7 +46,7 @@ export function scheduleCommand(): Command {
       const { settings } = cliContext();
       const given = loadCampaignSpec(specFile);
       const local = await withLocalData(given);
-      validateCampaignLocally(local);
+      warnAbout(validateCampaignLocally(local).warnings);
       // The schedule's runs train on this copy of the data (unless data.reread), wherever and whenever they run.
       const spec = await stageCampaignData(given, local.data, artifactRoot(process.env, settings.stateDir));
       const scheduleId = opts.id ?? `${spec.name}-schedule`;

@@ -2,7 +2,14 @@ import { localCopy } from '../config/artifacts';
 import { DataValidationError } from '../config/errors';
 import type { CampaignSpec } from '../config/spec';
 import { bundledTokenizerDir, huggingFaceCacheDir, tokenizerFor } from '../config/tokenizer';
-import { heldOutProblems, loadPreferenceData, loadRoundData, readDataset, readPreferenceDataset } from '../activities/data';
+import {
+  heldOutProblems,
+  loadPreferenceData,
+  nearDuplicateWarning,
+  loadRoundData,
+  readDataset,
+  readPreferenceDataset,
+} from '../activities/data';
 import { rewardFunction } from '../activities/rewards';
 import { findModel } from '../emulator/models';
 
@@ -16,7 +23,21 @@ export async function withLocalData(spec: CampaignSpec): Promise<CampaignSpec> {
   return { ...spec, data: { ...spec.data, train: await localCopy(spec.data.train), eval: await localCopy(spec.data.eval) } };
 }
 
-export function validateCampaignLocally(spec: CampaignSpec): { trainRows: number; evalRows: number; tokenized: boolean } {
+export function validateCampaignLocally(spec: CampaignSpec): {
+  trainRows: number;
+  evalRows: number;
+  tokenized: boolean;
+  warnings: string[];
+} {
+  const checked = checkCampaign(spec);
+  // Warnings after the errors: data that trains fine but may mislead (eval rows that repeat training sentences).
+  const problems: string[] = [];
+  const read = spec.round.kind === 'dpo' ? readPreferenceDataset : readDataset;
+  const warning = nearDuplicateWarning(read(spec.data.train, problems), read(spec.data.eval, problems));
+  return { ...checked, warnings: warning ? [warning] : [] };
+}
+
+function checkCampaign(spec: CampaignSpec): { trainRows: number; evalRows: number; tokenized: boolean } {
   if (spec.provider.kind === 'local' && !spec.provider.baseUrl && !findModel(spec.provider.model)) {
     throw new DataValidationError([`provider.model: '${spec.provider.model}' is not one of the emulator's models`]);
   }

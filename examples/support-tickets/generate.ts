@@ -1,6 +1,9 @@
 /**
  * Generates the support-ticket classifier data (the Baseten guide's example, enlarged): short tickets, each
- * labelled with one of five categories; a held-out eval set with no prompt shared with training.
+ * labelled with one of five categories. The held-out eval set is worded apart from training: a ticket's
+ * "subject + problem" sentence is one of 36 per category, and a third of them (`heldOutPhrasing`) appear only in
+ * eval rows, the rest only in training rows, so eval accuracy measures what the model generalises (each subject and
+ * each problem is seen in training, never in that combination), not what it memorised.
  * Deterministic: `npx tsx examples/support-tickets/generate.ts [trainRows] [evalRows] [outDir]`.
  */
 import fs from 'node:fs';
@@ -77,7 +80,17 @@ const CLOSERS = [
   '',
 ];
 
-export function generateTickets(count: number, seed: number, exclude = new Set<string>()): { prompt: string; answer: string }[] {
+/** Whether a subject/problem combination is held out (worded only in eval rows): a third of them, spread evenly. */
+export function heldOutPhrasing(subject: number, problem: number): boolean {
+  return (subject + 2 * problem) % 3 === 0;
+}
+
+export function generateTickets(
+  count: number,
+  seed: number,
+  exclude = new Set<string>(),
+  phrasings: 'train' | 'held-out' | 'all' = 'all',
+): { prompt: string; answer: string }[] {
   const random = seededRandom(seed);
   const pick = <T>(xs: T[]) => xs[Math.floor(random() * xs.length)]!;
   const labels = Object.keys(CATEGORIES);
@@ -86,7 +99,10 @@ export function generateTickets(count: number, seed: number, exclude = new Set<s
   for (let attempts = 0; rows.length < count && attempts < count * 50; attempts++) {
     const label = labels[rows.length % labels.length]!;
     const c = CATEGORIES[label]!;
-    const ticket = [pick(OPENERS), `${pick(c.subjects)} ${pick(c.problems)}.`, pick(CLOSERS)].filter(Boolean).join(' ');
+    const subject = Math.floor(random() * c.subjects.length);
+    const problem = Math.floor(random() * c.problems.length);
+    if (phrasings !== 'all' && heldOutPhrasing(subject, problem) !== (phrasings === 'held-out')) continue;
+    const ticket = [pick(OPENERS), `${c.subjects[subject]} ${c.problems[problem]}.`, pick(CLOSERS)].filter(Boolean).join(' ');
     const prompt = `Classify this support ticket as billing, outage, login, shipping or refund.\nTicket: ${ticket}\nCategory:`;
     if (seen.has(prompt)) continue;
     seen.add(prompt);
@@ -96,8 +112,8 @@ export function generateTickets(count: number, seed: number, exclude = new Set<s
 }
 
 export function writeTicketData(outDir: string, trainRows: number, evalRows: number): { train: string; eval: string } {
-  const evalSet = generateTickets(evalRows, 7);
-  const train = generateTickets(trainRows, 1, new Set(evalSet.map((r) => r.prompt)));
+  const evalSet = generateTickets(evalRows, 7, new Set(), 'held-out');
+  const train = generateTickets(trainRows, 1, new Set(evalSet.map((r) => r.prompt)), 'train');
   fs.mkdirSync(outDir, { recursive: true });
   const files = { train: path.join(outDir, 'train.jsonl'), eval: path.join(outDir, 'eval.jsonl') };
   fs.writeFileSync(files.train, train.map((r) => JSON.stringify(r)).join('\n') + '\n');
@@ -110,8 +126,8 @@ export function writeTicketData(outDir: string, trainRows: number, evalRows: num
  * (picked by a seeded draw). Written as `pairs.train.jsonl` and `pairs.eval.jsonl`.
  */
 export function writeTicketPreferences(outDir: string, trainRows: number, evalRows: number): { train: string; eval: string } {
-  const evalSet = generateTickets(evalRows, 7);
-  const train = generateTickets(trainRows, 1, new Set(evalSet.map((r) => r.prompt)));
+  const evalSet = generateTickets(evalRows, 7, new Set(), 'held-out');
+  const train = generateTickets(trainRows, 1, new Set(evalSet.map((r) => r.prompt)), 'train');
   const labels = Object.keys(CATEGORIES);
   const random = seededRandom(11);
   const pair = (r: { prompt: string; answer: string }) => {

@@ -10,7 +10,7 @@ const { env, runRound } = roundTestEnvironment({ provisioningDelayMs: 50 });
 
 const report = (r: { reportPath: string }) => JSON.parse(fs.readFileSync(r.reportPath, 'utf8'));
 
-const dpoYaml = `training: { epochs: 2, batchSize: 8, learningRate: 0.01, loraRank: 8, maxSeqLen: 64, segmentSteps: 8 }
+const dpoYaml = `training: { epochs: 2, batchSize: 8, learningRate: 0.005, loraRank: 8, maxSeqLen: 64, segmentSteps: 8 }
 sampling: { maxTokens: 3 }
 round: { kind: dpo, dpo: { beta: 0.5 } }`;
 
