@@ -25,7 +25,7 @@ const experiments = new Map<string, string>();
 
 /** The tracking server and experiment for a spec, or undefined when the campaign is not tracked. */
 export function trackingTarget(spec: Tracked, env: NodeJS.ProcessEnv = process.env): { uri: string; experiment: string } | undefined {
-  const uri = spec.tracking?.mlflow?.uri ?? (spec.tracking?.mlflow || env.MLFLOW_TRACKING_URI ? env.MLFLOW_TRACKING_URI : undefined);
+  const uri = spec.tracking?.mlflow?.uri ?? env.MLFLOW_TRACKING_URI;
   if (!uri) return undefined;
   return { uri, experiment: spec.tracking?.mlflow?.experiment ?? spec.name };
 }

@@ -127,6 +127,8 @@ export function createTrainerActivities(deps: ActivityDeps) {
       resourceId: string;
       ownerTag: string;
       startFrom?: RoundInput['startFrom'];
+      /** The campaign (W&B's default group); absent in rounds recorded before. */
+      campaignId?: string;
     }): Promise<{ sessionId: string; stepOffset: number }> {
       const provider = await deps.providerFor(input.spec.provider);
       const previous = Context.current().info.heartbeatDetails as { sessionId?: string } | undefined;
@@ -150,6 +152,7 @@ export function createTrainerActivities(deps: ActivityDeps) {
               seed: input.spec.training.seed,
               fromCheckpoint: input.startFrom && { id: input.startFrom.checkpointId, loadOptimizer: input.startFrom.loadOptimizer },
               displayName,
+              ...wandbMetadata(input.spec, input.ownerTag, input.campaignId),
             });
           } catch (err) {
             if (!(err instanceof ProviderError && err.errorClass === 'needs-reconcile')) throw err;
@@ -204,6 +207,26 @@ export function createTrainerActivities(deps: ActivityDeps) {
           return { status: r.state === 'failed' ? 'already-failed' : 'deactivated', resourceId: input.resourceId };
         }),
       );
+    },
+  };
+}
+
+/**
+ * The spec's W&B settings as session metadata (Together's integration: labels that tie the session to a W&B run;
+ * no key). The group defaults to the campaign, the run name to the round's workflow.
+ */
+function wandbMetadata(spec: RoundSpec, ownerTag: string, campaignId?: string): { metadata?: Record<string, unknown> } {
+  const w = spec.tracking?.wandb;
+  if (!w) return {};
+  const workflowId = ownerOfTag(ownerTag) ?? ownerTag;
+  return {
+    metadata: {
+      wandb: {
+        project: w.project,
+        ...(w.entity ? { entity: w.entity } : {}),
+        group: w.group ?? campaignId ?? workflowId,
+        run_name: w.runName ?? workflowId,
+      },
     },
   };
 }

@@ -253,7 +253,23 @@ export const TrackingSpecSchema = z
         experiment: z.string().min(1).max(500).optional(),
       })
       .strict()
-      .default({}),
+      .optional(),
+    /**
+     * Weights & Biases, through the provider's own integration: Together's training sessions carry
+     * `metadata.wandb {project, entity, group, run_name}` (labels that tie the session to a W&B run). No API key is
+     * sent or needed; Baseten Loops' API takes no W&B settings (its SDK logs to W&B from the client).
+     */
+    wandb: z
+      .object({
+        project: z.string().min(1).max(128),
+        entity: z.string().min(1).max(128).optional(),
+        /** Default: the campaign id, so a campaign's rounds group together. */
+        group: z.string().min(1).max(128).optional(),
+        /** Default: the round's workflow id. */
+        runName: z.string().min(1).max(128).optional(),
+      })
+      .strict()
+      .optional(),
   })
   .strict();
 
@@ -322,6 +338,11 @@ function roundKindProblems(spec: z.infer<typeof CampaignSpecBase>, ctx: z.Refine
       );
     }
   }
+  if (spec.tracking?.wandb && spec.provider.kind === 'baseten')
+    problem(
+      ['tracking', 'wandb'],
+      'is not available on Baseten Loops: its API takes no W&B settings (the baseten-loops SDK starts the W&B run on the client); use tracking.mlflow, or the together dialect',
+    );
   if (kind === 'dpo') {
     if (spec.provider.kind === 'baseten')
       problem(['round', 'kind'], 'dpo trains through a custom loss (custom_forward_backward), which Baseten Loops does not offer');

@@ -76,7 +76,8 @@ export interface OpenSessionRequest {
   /** Resume from a training checkpoint: with its optimizer state and step, or weights only. */
   fromCheckpoint?: { id: string; loadOptimizer: boolean };
   displayName?: string;
-  metadata?: Record<string, string>;
+  /** Session metadata where the dialect has it (Together: `{ wandb: { project, entity, group, run_name } }`). */
+  metadata?: Record<string, unknown>;
 }
 
 /**

@@ -63,7 +63,13 @@ export async function openSessions(run: RoundRun, kind: RoundKind, startFrom: Ro
   const { input, state, activities, lease } = run;
   const resourceId = lease.resourceId!;
   const ownerTag = ownerTagFor(workflowInfo().workflowId);
-  const session = await activities.onTrainer.openTrainingSession({ spec: input.spec, resourceId, ownerTag, startFrom });
+  const session = await activities.onTrainer.openTrainingSession({
+    spec: input.spec,
+    resourceId,
+    ownerTag,
+    startFrom,
+    campaignId: input.campaignId,
+  });
   lease.sessionId = state.progress.sessionId = run.sessionId = session.sessionId;
   run.stepOffset = session.stepOffset;
   if (kind.referenceSession(input)) {
@@ -74,6 +80,7 @@ export async function openSessions(run: RoundRun, kind: RoundKind, startFrom: Ro
       resourceId,
       ownerTag: referenceTagFor(workflowInfo().workflowId),
       startFrom: referenceFrom,
+      campaignId: input.campaignId,
     });
     run.referenceSessionId = reference.sessionId;
   }
