@@ -1,3 +1,4 @@
+import { bestCheckpoint, roundCheckpoints } from './checkpoints';
 import fs from 'node:fs';
 import path from 'node:path';
 import { joinLocation, readJson, storeFor } from '../config/artifacts';
@@ -225,6 +226,14 @@ function stepSeries(
     }));
 }
 
+/** The campaign's best checkpoint (`roundhouse checkpoints` lists them all). */
+function bestLine(rounds: RoundReportFile[]): string[] {
+  const best = bestCheckpoint(rounds.flatMap((r) => roundCheckpoints(r as Parameters<typeof roundCheckpoints>[0])));
+  return best
+    ? [`- best checkpoint: round ${best.round}, \`${best.checkpoint_id}\` (accuracy ${pct(best.metric ?? null)}, step ${best.step})`]
+    : [];
+}
+
 export function renderCampaignMarkdown(data: CampaignReportData): string {
   const lines = [
     `### Roundhouse campaign \`${data.campaignId}\`: ${data.status}${data.stopReason ? ` (${data.stopReason})` : ''}`,
@@ -246,6 +255,7 @@ export function renderCampaignMarkdown(data: CampaignReportData): string {
           `- round ${r.round} (dpo): eval preference margin ${fmt(r.baseline_margin)} → ${fmt(r.trained_margin)} nats, preference accuracy ${pct(r.accuracy)}`,
       ),
     ...data.flips.map((f) => `- round ${f.from} → ${f.to}: ${f.fixed.length} examples fixed, ${f.regressed.length} regressed`),
+    ...bestLine(data.rounds),
     '',
     `Total: ${fmt(data.gpuMinutes, 2)} GPU-minutes${data.costUsd !== undefined && data.costUsd !== null ? `, estimated $${data.costUsd.toFixed(2)}` : ''}.`,
   ];

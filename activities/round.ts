@@ -5,6 +5,7 @@ import type { ForwardResult, OperationHandle } from '../providers/types';
 import type { RoundInput, RoundSpec } from '../workflows/round-contract';
 import { toDatum } from './data';
 import type { ActivityDeps } from './deps';
+import { roundCheckpoints } from './checkpoints';
 import { trackRoundEnd, type RoundTracking } from './tracking';
 import { atBoundary, keepingAlive, toActivityFailure } from './failures';
 import { readJson, writeJsonAtomic } from './files';
@@ -221,7 +222,7 @@ interface RoundReportInput {
 async function writeRoundReport(input: RoundReportInput): Promise<string> {
   const evaluations = (input.evaluationsPath && (await readJson<unknown[]>(input.evaluationsPath))) || [];
   const steps = input.stepsDir ? await readStepRecords(input.stepsDir, input.rollbacks) : [];
-  const full = { ...input.report, evaluations, steps };
+  const full = { ...input.report, checkpoints: roundCheckpoints(input.report), evaluations, steps };
   try {
     await writeJsonAtomic(input.path, full);
   } catch (err) {

@@ -12,6 +12,7 @@ import { pauseCommand, resumeCommand, runCommand, statusCommand, stopCommand, wa
 import { scheduleCommand } from './schedule';
 import { reapCommand } from './reap';
 import { reportCommand } from './report';
+import { checkpointsCommand } from './checkpoints';
 
 export const EXIT_OK = 0;
 export const EXIT_FAILED = 1;
@@ -37,6 +38,7 @@ export function buildProgram(): Command {
     scheduleCommand(),
     reapCommand(),
     reportCommand(),
+    checkpointsCommand(),
   ]) {
     program.addCommand(command);
   }

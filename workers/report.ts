@@ -1,6 +1,7 @@
 import { joinLocation, storeFor } from '../config/artifacts';
 import { ConfigError } from '../config/errors';
 import { writeCampaignReports } from '../activities/report';
+import { campaignCheckpoints } from '../activities/checkpoints';
 
 /** `roundhouse report`: rewrites a campaign's report.html and summary.md from what its rounds left under `dir` (any store). */
 export async function rewriteCampaignReport(
@@ -11,4 +12,11 @@ export async function rewriteCampaignReport(
   const summary = joinLocation(dir, 'campaign.json');
   if (!(await storeFor(summary).exists(summary))) throw new ConfigError(id, `no campaign report under ${dir}`);
   return writeCampaignReports(dir, options);
+}
+
+/** `roundhouse checkpoints`: every checkpoint a campaign's rounds saved, and the best, from its reports (any store). */
+export async function listCampaignCheckpoints(id: string, dir: string): ReturnType<typeof campaignCheckpoints> {
+  const summary = joinLocation(dir, 'campaign.json');
+  if (!(await storeFor(summary).exists(summary))) throw new ConfigError(id, `no campaign report under ${dir}`);
+  return campaignCheckpoints(dir);
 }

@@ -112,7 +112,12 @@ test('steps an attempt applied but never recorded are recorded from their keyed 
   const entry = (await ledger(emulator)).sessions.find((s) => s.id === session.sessionId)!;
   expect(entry.optimizerSteps).toBe(2);
   expect(entry.duplicatesAbsorbed).toBe(2); // steps 1 and 2's forward_backward, asked again under their keys
-  expect(await readStepRecords(segment.stepsDir)).toEqual(recorded); // the same losses as the first attempt saw
+  // The same losses as the first attempt saw (`at` is when each record was made: this attempt's, later).
+  const content = (records: { step: number; loss: number; tokens: number }[]) =>
+    records.map(({ step, loss, tokens }) => ({ step, loss, tokens }));
+  const again = await readStepRecords(segment.stepsDir);
+  expect(content(again)).toEqual(content(recorded));
+  for (const [i, r] of again.entries()) expect(r.at).toBeGreaterThanOrEqual(recorded[i]!.at!);
 });
 
 test('a provider step counter outside the segment fails loudly instead of training over it', async () => {

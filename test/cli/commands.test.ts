@@ -73,7 +73,7 @@ function expectUsageError(run: { code: number | null; stderr: string }, message:
 }
 
 describe('every subcommand has --help with an example', () => {
-  test.each(['up', 'worker', 'emulator', 'run', 'status', 'watch', 'pause', 'resume', 'stop', 'report', 'reap', 'demo'])(
+  test.each(['up', 'worker', 'emulator', 'run', 'status', 'watch', 'pause', 'resume', 'stop', 'report', 'checkpoints', 'reap', 'demo'])(
     '%s --help',
     async (command) => {
       const run = await roundhouse(command, '--help');
@@ -144,9 +144,12 @@ describe('bad input: documented exit codes and messages', () => {
     expectUsageError(await roundhouse('run', bad), /pairs-bad\.jsonl:2 rejected: is required/);
   });
 
-  test.each([['status'], ['watch'], ['pause'], ['resume'], ['stop'], ['report']])('%s: an unknown campaign id', async (command) => {
-    expectUsageError(await roundhouse(command, 'no-such-campaign'), /no-such-campaign: no campaign/);
-  });
+  test.each([['status'], ['watch'], ['pause'], ['resume'], ['stop'], ['report'], ['checkpoints']])(
+    '%s: an unknown campaign id',
+    async (command) => {
+      expectUsageError(await roundhouse(command, 'no-such-campaign'), /no-such-campaign: no campaign/);
+    },
+  );
 
   test('schedule pause/delete: an unknown schedule id', async () => {
     expectUsageError(await roundhouse('schedule', 'pause', 'no-such-schedule'), /no-such-schedule: no schedule/);
@@ -166,7 +169,7 @@ describe('bad input: documented exit codes and messages', () => {
 });
 
 describe('happy paths against a running stack', () => {
-  test('run --wait, status, status --json, report, watch of a finished campaign', async () => {
+  test('run --wait, status, status --json, report, checkpoints, watch of a finished campaign', async () => {
     const id = `cli-${Date.now()}`;
     const run = await roundhouse('run', specFile, '--id', id, '--wait');
     expect(run.stderr).toBe('');
@@ -185,6 +188,36 @@ describe('happy paths against a running stack', () => {
     const [html, md] = report.stdout.trim().split('\n');
     expect(fs.existsSync(html!)).toBe(true);
     expect(fs.readFileSync(md!, 'utf8')).toMatch(/\| 1 \| completed/);
+
+    // Checkpoints as records: the round's final training and sampler checkpoints, its best named everywhere.
+    const roundReport = JSON.parse(fs.readFileSync(json.rounds[0].reportPath, 'utf8'));
+    const listed = JSON.parse((await roundhouse('checkpoints', id, '--json')).stdout);
+    expect(listed.checkpoints.filter((c: { final: boolean }) => c.final)).toEqual([
+      {
+        round: 1,
+        kind: 'training',
+        checkpoint_id: roundReport.training_checkpoint_id,
+        step: 4,
+        final: true,
+        metric: roundReport.accuracy,
+        eval_loss: roundReport.trained_loss,
+      },
+      {
+        round: 1,
+        kind: 'sampler',
+        checkpoint_id: roundReport.sampler_checkpoint_id,
+        step: 4,
+        final: true,
+        metric: roundReport.accuracy,
+        eval_loss: roundReport.trained_loss,
+      },
+    ]);
+    expect(roundReport.checkpoints).toEqual(listed.checkpoints);
+    expect(listed.best).toMatchObject({ round: 1, kind: 'training', checkpoint_id: roundReport.training_checkpoint_id });
+    const table = await roundhouse('checkpoints', id);
+    expect(table.code).toBe(0);
+    expect(table.stdout).toContain(`${roundReport.training_checkpoint_id}  ← best`);
+    expect(fs.readFileSync(md!, 'utf8')).toContain(`best checkpoint: round 1, \`${roundReport.training_checkpoint_id}\``);
 
     const watch = await roundhouse('watch', id);
     expect(watch.code).toBe(0);

@@ -1,0 +1,82 @@
+import { joinLocation, readJson } from '../config/artifacts';
+
+/**
+ * Checkpoints as records: every checkpoint a round saved — rolling training checkpoints during training, the final
+ * training checkpoint (what the next round continues from) and the sampler checkpoint — with its step, its provider
+ * id and, for the final ones, the round's evaluation figures. Written into the round report (`checkpoints`), read
+ * back by `roundhouse checkpoints` and the campaign summary (the best one).
+ */
+export interface CheckpointEntry {
+  round: number;
+  kind: 'training' | 'sampler';
+  checkpoint_id: string;
+  step: number;
+  lineage?: number;
+  /** The round's last checkpoint of its kind (evaluated: the metric and eval loss are its). */
+  final: boolean;
+  metric?: number | null;
+  eval_loss?: number | null;
+}
+
+interface ReportFields {
+  round?: number;
+  steps_applied?: number;
+  accuracy?: number | null;
+  trained_loss?: number | null;
+  training_checkpoint_id?: string | null;
+  sampler_checkpoint_id?: string | null;
+  rolling_checkpoints?: { checkpoint_id: string; step: number; lineage?: number }[];
+}
+
+/** A round report's checkpoints, rolling ones first, in step order. */
+export function roundCheckpoints(report: ReportFields): CheckpointEntry[] {
+  const round = report.round ?? 1;
+  const step = report.steps_applied ?? 0;
+  const evaluated = { metric: report.accuracy ?? null, eval_loss: report.trained_loss ?? null };
+  const out: CheckpointEntry[] = [];
+  for (const c of report.rolling_checkpoints ?? []) {
+    if (c.checkpoint_id === report.training_checkpoint_id) continue; // listed as the final one below
+    out.push({
+      round,
+      kind: 'training',
+      checkpoint_id: c.checkpoint_id,
+      step: c.step,
+      ...(c.lineage ? { lineage: c.lineage } : {}),
+      final: false,
+    });
+  }
+  out.sort((a, b) => a.step - b.step);
+  if (report.training_checkpoint_id)
+    out.push({ round, kind: 'training', checkpoint_id: report.training_checkpoint_id, step, final: true, ...evaluated });
+  if (report.sampler_checkpoint_id)
+    out.push({ round, kind: 'sampler', checkpoint_id: report.sampler_checkpoint_id, step, final: true, ...evaluated });
+  return out;
+}
+
+/**
+ * The campaign's best checkpoint: the final training checkpoint of the round with the highest metric (ties: the
+ * lower eval loss, then the later round).
+ */
+export function bestCheckpoint(checkpoints: CheckpointEntry[]): CheckpointEntry | undefined {
+  const candidates = checkpoints.filter((c) => c.final && c.kind === 'training' && typeof c.metric === 'number');
+  return candidates.reduce<CheckpointEntry | undefined>((best, c) => {
+    if (!best) return c;
+    if (c.metric! !== best.metric!) return c.metric! > best.metric! ? c : best;
+    const [cl, bl] = [c.eval_loss ?? Infinity, best.eval_loss ?? Infinity];
+    if (cl !== bl) return cl < bl ? c : best;
+    return c.round > best.round ? c : best;
+  }, undefined);
+}
+
+/** Every checkpoint of a campaign, from its summary and round reports in the artifact store. */
+export async function campaignCheckpoints(campaignDir: string): Promise<{ checkpoints: CheckpointEntry[]; best?: CheckpointEntry }> {
+  const summaryFile = joinLocation(campaignDir, 'campaign.json');
+  const summary = await readJson<{ rounds: { reportPath: string }[] }>(summaryFile);
+  if (!summary) throw new Error(`${summaryFile}: no campaign summary (has a round finished yet?)`);
+  const checkpoints: CheckpointEntry[] = [];
+  for (const r of summary.rounds) {
+    const report = await readJson<ReportFields & { checkpoints?: CheckpointEntry[] }>(r.reportPath);
+    if (report) checkpoints.push(...(report.checkpoints ?? roundCheckpoints(report)));
+  }
+  return { checkpoints, best: bestCheckpoint(checkpoints) };
+}

@@ -1,0 +1,40 @@
+import { Command } from 'commander';
+import { joinLocation } from '../config/artifacts';
+import { listCampaignCheckpoints } from '../workers/report';
+import { cliContext, reportRoot } from './context';
+
+export function checkpointsCommand(): Command {
+  return new Command('checkpoints')
+    .description("List every checkpoint a campaign's rounds saved (training and sampler, with step and eval figures) and the best")
+    .argument('<campaign>', 'campaign id')
+    .option('--json', 'print them as JSON')
+    .addHelpText('after', '\nExample:\n  roundhouse checkpoints support-tickets-20261129120000')
+    .action(async (id: string, opts: { json?: boolean }) => {
+      const { settings } = cliContext();
+      const { checkpoints, best } = await listCampaignCheckpoints(id, joinLocation(reportRoot(settings), id));
+      if (opts.json) {
+        process.stdout.write(`${JSON.stringify({ campaignId: id, checkpoints, best: best ?? null }, null, 2)}\n`);
+        return;
+      }
+      const pct = (x: number | null | undefined) => (typeof x === 'number' ? `${(x * 100).toFixed(1)}%` : '–');
+      const loss = (x: number | null | undefined) => (typeof x === 'number' ? x.toFixed(3) : '–');
+      const rows = checkpoints.map((c) => [
+        String(c.round),
+        c.kind,
+        String(c.step),
+        c.final ? pct(c.metric) : '–',
+        c.final ? loss(c.eval_loss) : '–',
+        `${c.checkpoint_id}${c === best ? '  ← best' : ''}`,
+      ]);
+      const header = ['round', 'kind', 'step', 'metric', 'eval loss', 'checkpoint'];
+      const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
+      for (const r of [header, ...rows])
+        process.stdout.write(
+          `${r
+            .map((x, i) => x.padEnd(widths[i]!))
+            .join('  ')
+            .trimEnd()}\n`,
+        );
+      if (best) process.stdout.write(`best: round ${best.round}, ${best.checkpoint_id} (metric ${pct(best.metric)})\n`);
+    });
+}
