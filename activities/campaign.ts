@@ -3,7 +3,7 @@ import { permutation } from '../config/schedule';
 import { DataValidationError } from '../config/errors';
 import { Context } from '@temporalio/activity';
 import { atBoundary, keepingAlive } from './failures';
-import { trackCampaign } from './tracking';
+import { trackCampaign, trackingTarget } from './tracking';
 import type { CampaignSpec } from '../config/spec';
 import { writeCampaignReports } from './report';
 import { readJson, writeJsonAtomic } from './files';
@@ -99,7 +99,8 @@ export function createCampaignActivities() {
           temporalUiUrl: process.env.ROUNDHOUSE_UI_URL ?? 'http://127.0.0.1:8233',
           namespace: Context.current().info.workflowNamespace ?? 'default',
         });
-        if (input.track) {
+        // Only a tracked campaign reads its reports back (for the tracker's artifacts).
+        if (input.track && trackingTarget(input.track)) {
           const summary = input.summary as Parameters<typeof trackCampaign>[2] & { campaignId: string };
           const artifacts = [];
           for (const [name, contentType] of [

@@ -6,7 +6,7 @@ import type { RoundInput, RoundSpec } from '../workflows/round-contract';
 import { toDatum } from './data';
 import type { ActivityDeps } from './deps';
 import { roundCheckpoints } from './checkpoints';
-import { trackRoundEnd, type RoundTracking } from './tracking';
+import { trackingTarget, trackRoundEnd, type RoundTracking } from './tracking';
 import { atBoundary, keepingAlive, toActivityFailure } from './failures';
 import { readJson, writeJsonAtomic } from './files';
 import { lineageParts, roundKey } from '../config/keys';
@@ -234,7 +234,7 @@ async function writeRoundReport(input: RoundReportInput): Promise<string> {
   }
   const { gpu_minutes: gpuMinutes, provider, status } = input.report;
   if (typeof gpuMinutes === 'number') recordRoundGpuMinutes(gpuMinutes, { provider: String(provider), status: String(status) });
-  if (input.track) {
+  if (input.track && trackingTarget(input.track.spec)) {
     const name = input.path.slice(input.path.lastIndexOf('/') + 1);
     await trackRoundEnd(
       { ...input.track, stepsDir: input.stepsDir, rollbacks: input.rollbacks },
