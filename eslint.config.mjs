@@ -28,6 +28,7 @@ const PURE_CONFIG_MODULES = [
   'provision-gate',
   'capacity',
   'trainer-registry',
+  'early-stop',
 ];
 const workflowRuntimeAllowed = [
   '@temporalio/workflow$',

@@ -26,16 +26,21 @@ interface ReportFields {
   training_checkpoint_id?: string | null;
   sampler_checkpoint_id?: string | null;
   rolling_checkpoints?: { checkpoint_id: string; step: number; lineage?: number }[];
+  evaluation_curve?: { step: number; loss: number; metric: number | null; lineage?: number }[];
+  early_stop?: { best_step: number } | null;
 }
 
 /** A round report's checkpoints, rolling ones first, in step order. */
 export function roundCheckpoints(report: ReportFields): CheckpointEntry[] {
   const round = report.round ?? 1;
-  const step = report.steps_applied ?? 0;
+  // A round stopped early finished from its best evaluated weights: its final checkpoints are that step's.
+  const step = report.early_stop?.best_step ?? report.steps_applied ?? 0;
   const evaluated = { metric: report.accuracy ?? null, eval_loss: report.trained_loss ?? null };
   const out: CheckpointEntry[] = [];
   for (const c of report.rolling_checkpoints ?? []) {
     if (c.checkpoint_id === report.training_checkpoint_id) continue; // listed as the final one below
+    // A checkpoint saved where an evaluation during training measured the weights carries its figures.
+    const measured = report.evaluation_curve?.find((p) => p.step === c.step && (p.lineage ?? 0) === (c.lineage ?? 0));
     out.push({
       round,
       kind: 'training',
@@ -43,6 +48,7 @@ export function roundCheckpoints(report: ReportFields): CheckpointEntry[] {
       step: c.step,
       ...(c.lineage ? { lineage: c.lineage } : {}),
       final: false,
+      ...(measured ? { metric: measured.metric, eval_loss: measured.loss } : {}),
     });
   }
   out.sort((a, b) => a.step - b.step);

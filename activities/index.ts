@@ -2,6 +2,7 @@
 import { createCampaignActivities } from './campaign';
 import type { ActivityDeps } from './deps';
 import { createDpoActivities } from './dpo';
+import { createEvaluationActivities } from './evaluation';
 import { createGrpoActivities } from './grpo';
 import { createReaperActivities } from './reaper';
 import { createRoundActivities } from './round';
@@ -13,13 +14,16 @@ export { describeWorker } from './worker-info';
 export type { ActivityDeps } from './deps';
 
 export function createActivities(deps: ActivityDeps) {
+  const round = createRoundActivities(deps);
+  const dpo = createDpoActivities(deps);
   return {
     describeWorker,
-    ...createRoundActivities(deps),
+    ...round,
     ...createTrainerActivities(deps),
     ...createSftActivities(deps),
     ...createGrpoActivities(deps),
-    ...createDpoActivities(deps),
+    ...dpo,
+    ...createEvaluationActivities({ ...round, evaluateDpo: dpo.evaluateDpo }),
     ...createCampaignActivities(),
     ...createReaperActivities(deps),
   };

@@ -31,6 +31,9 @@ interface RoundReportFile {
   latest_reward?: number | null;
   baseline_margin?: number | null;
   trained_margin?: number | null;
+  /** Evaluations during training (`evaluation.every`), and where an early stop ended the round. */
+  evaluation_curve?: { step: number; loss: number; metric: number | null }[];
+  early_stop?: { stopped_at_step: number; best_step: number; best_value: number; on: string; best_checkpoint_id: string } | null;
   /** Recoveries from provider-side failures (rolled back to a checkpoint). */
   recoveries?: {
     phase: string;
@@ -130,10 +133,14 @@ export function renderCampaignHtml(data: CampaignReportData): string {
       round: r.round,
       points: r.steps.map((s) => ({ x: s.step, y: s.tokens ? s.loss / s.tokens : s.loss })),
     })),
+    evalCurves: evalCurves(data),
     rewards: stepSeries(data, 'meanReward'),
     margins: stepSeries(data, 'margin'),
     preference: stepSeries(data, 'accuracy'),
   };
+  const evalChart = chartData.evalCurves.length
+    ? '<h2>Evaluation during training (eval loss; the metric where sampled)</h2><div class="chart"><canvas id="evalCurve"></canvas></div>'
+    : '';
   const policyCharts = [
     chartData.rewards.length ? '<div><h2>GRPO: mean reward per step</h2><div class="chart"><canvas id="reward"></canvas></div></div>' : '',
     chartData.margins.length
@@ -143,7 +150,7 @@ export function renderCampaignHtml(data: CampaignReportData): string {
   const rows = data.rounds
     .map(
       (r) =>
-        `<tr><td>${r.round}</td><td class="${r.status}">${escapeHtml(r.status)}${r.error_type ? ` (${escapeHtml(r.error_type)})` : ''}</td><td>${pct(r.accuracy)}</td>` +
+        `<tr><td>${r.round}</td><td class="${r.status}">${escapeHtml(r.status)}${r.error_type ? ` (${escapeHtml(r.error_type)})` : ''}${earlyStopNote(r)}</td><td>${pct(r.accuracy)}</td>` +
         `<td>${fmt(r.baseline_loss)} → ${fmt(r.trained_loss)}</td><td>${r.steps_applied}/${r.steps_planned}</td><td>${fmt(r.gpu_minutes, 2)}</td>` +
         `<td>${r.estimated_cost_usd === null ? '–' : `$${r.estimated_cost_usd.toFixed(2)}`}</td>` +
         `<td><a href="${escapeHtml(uiLink(data, r.workflow_id))}">${escapeHtml(r.workflow_id)}</a></td><td><code>${escapeHtml(r.train_sha256.slice(0, 12))}</code></td></tr>`,
@@ -187,6 +194,7 @@ td,th{border:1px solid #d0d7de;padding:.3rem .6rem;text-align:left;vertical-alig
 <div><h2>Eval loss per round (baseline vs trained)</h2><div class="chart"><canvas id="evalLoss"></canvas></div></div>
 </div>
 <h2>Training loss per step (per trained token; DPO: mean loss per pair)</h2><div class="chart"><canvas id="stepLoss"></canvas></div>
+${evalChart}
 ${policyCharts ? `<div class="charts">${policyCharts}</div>` : ''}
 <h2>Rounds</h2>
 <table><tr><th>round</th><th>status</th><th>accuracy</th><th>eval loss (baseline → trained)</th><th>steps</th><th>GPU-min</th><th>est. cost</th><th>workflow</th><th>train sha256</th></tr>
@@ -206,11 +214,42 @@ new Chart(document.getElementById('evalLoss'), { type: 'bar', data: { labels: d.
 new Chart(document.getElementById('stepLoss'), { type: 'line', data: { datasets: d.steps.map((s, i) => ({ label: 'round ' + s.round, data: s.points, borderColor: colors[i % colors.length], pointRadius: 0 })) }, options: { ...common, parsing: true, scales: { x: { type: 'linear', title: { display: true, text: 'step' } }, y: { title: { display: true, text: 'loss / token' } } } } });
 const perStep = (id, series, label, extra = []) => document.getElementById(id) && new Chart(document.getElementById(id), { type: 'line', data: { datasets: [...series.map((s, i) => ({ label: label + ' (round ' + s.round + ')', data: s.points, borderColor: colors[i % colors.length], pointRadius: 0 })), ...extra] }, options: { ...common, scales: { x: { type: 'linear', title: { display: true, text: 'step' } } } } });
 perStep('reward', d.rewards, 'mean reward');
+if (document.getElementById('evalCurve')) new Chart(document.getElementById('evalCurve'), { type: 'line', data: { datasets: [
+  ...d.evalCurves.map((c, i) => ({ label: 'eval loss (round ' + c.round + ')', data: c.loss, borderColor: colors[i % colors.length], backgroundColor: colors[i % colors.length], yAxisID: 'y' })),
+  ...d.evalCurves.filter((c) => c.metric.length).map((c, i) => ({ label: 'metric (round ' + c.round + ')', data: c.metric, borderColor: colors[(i + 3) % colors.length], borderDash: [4, 4], yAxisID: 'y1' })),
+  ...d.evalCurves.filter((c) => c.best).map((c) => ({ label: 'best (round ' + c.round + ')', data: [c.best], type: 'scatter', pointRadius: 7, pointStyle: 'star', borderColor: '#cf222e', yAxisID: 'y' })),
+] }, options: { ...common, scales: { x: { type: 'linear', title: { display: true, text: 'step' } }, y: { title: { display: true, text: 'eval loss' } }, y1: { position: 'right', min: 0, max: 1, display: d.evalCurves.some((c) => c.metric.length), grid: { drawOnChartArea: false } } } } });
 perStep('margin', d.margins, 'margin (nats)', d.preference.map((s, i) => ({ label: 'preference accuracy (round ' + s.round + ')', data: s.points, borderColor: colors[(i + 3) % colors.length], borderDash: [4, 4], pointRadius: 0 })));
 document.body.dataset.rendered = String(Chart.instances ? Object.keys(Chart.instances).length : 0);
 </script>
 </body></html>
 `;
+}
+
+/**
+ * The eval-loss curve of each round that evaluated during training: its baseline (step 0), the evaluations, and its
+ * trained loss (at the best step when it stopped early); the metric where it was measured; the best point.
+ */
+function evalCurves(data: CampaignReportData) {
+  return data.rounds
+    .filter((r) => (r.evaluation_curve ?? []).length > 0)
+    .map((r) => {
+      const curve = r.evaluation_curve!;
+      const finalStep = r.early_stop?.best_step ?? r.steps_applied;
+      const loss = [
+        ...(r.baseline_loss === null ? [] : [{ x: 0, y: r.baseline_loss }]),
+        ...curve.map((p) => ({ x: p.step, y: p.loss })),
+        ...(r.trained_loss === null || r.early_stop ? [] : [{ x: finalStep, y: r.trained_loss }]),
+      ];
+      const metric = curve.filter((p) => p.metric !== null).map((p) => ({ x: p.step, y: p.metric! }));
+      const best = r.early_stop ? loss.find((p) => p.x === r.early_stop!.best_step) : undefined;
+      return { round: r.round, loss, metric, best };
+    });
+}
+
+function earlyStopNote(r: RoundReportFile): string {
+  const e = r.early_stop;
+  return e ? ` <span class="meta">(early stop at step ${e.stopped_at_step}; finished from step ${e.best_step})</span>` : '';
 }
 
 /** Per-step series of one field, for the rounds whose steps carry it. */
@@ -253,6 +292,12 @@ export function renderCampaignMarkdown(data: CampaignReportData): string {
       .map(
         (r) =>
           `- round ${r.round} (dpo): eval preference margin ${fmt(r.baseline_margin)} → ${fmt(r.trained_margin)} nats, preference accuracy ${pct(r.accuracy)}`,
+      ),
+    ...data.rounds
+      .filter((r) => r.early_stop)
+      .map(
+        (r) =>
+          `- round ${r.round}: stopped early at step ${r.early_stop!.stopped_at_step} (no better eval ${r.early_stop!.on} since step ${r.early_stop!.best_step}); finished from the step-${r.early_stop!.best_step} checkpoint \`${r.early_stop!.best_checkpoint_id}\``,
       ),
     ...data.flips.map((f) => `- round ${f.from} → ${f.to}: ${f.fixed.length} examples fixed, ${f.regressed.length} regressed`),
     ...bestLine(data.rounds),

@@ -335,7 +335,10 @@ export async function readStepRecords<R extends StepRecord = StepRecord>(dir: st
  * segment's end (someone else trained this session). `applied` is that counter in round steps.
  */
 export async function segmentStart(provider: TrainingProvider, input: SegmentInput): Promise<{ applied: number; maxStep: number }> {
-  const maxStep = Math.min(input.totalSteps, input.cursor.step + input.spec.training.segmentSteps);
+  // A segment ends where an evaluation during training is due (`evaluation.every`): the workflow evaluates there.
+  const every = input.spec.evaluation.every;
+  const nextEvaluation = every ? (Math.floor(input.cursor.step / every) + 1) * every : Infinity;
+  const maxStep = Math.min(input.totalSteps, input.cursor.step + input.spec.training.segmentSteps, nextEvaluation);
   const session = await provider.getSession(input.sessionId);
   if (session.state !== 'running') {
     throw new ProviderError('SESSION_NOT_ACTIVE', 'needs-reconcile', `training session ${input.sessionId} is ${session.state}`, {

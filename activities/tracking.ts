@@ -188,6 +188,32 @@ export async function trackSteps(
   }
 }
 
+/**
+ * An evaluation during training, logged at its step with the workflow's timestamp: a retried attempt logs the same
+ * (key, step, timestamp, value), which MLflow stores once.
+ */
+export async function trackEvaluation(
+  r: RoundTracking,
+  point: { step: number; loss: number; metric?: number; margin?: number; at: number },
+): Promise<void> {
+  const target = trackingTarget(r.spec);
+  if (!target) return;
+  try {
+    const { client, runId } = await roundRun(target, r);
+    const dpo = r.spec.round?.kind === 'dpo';
+    const metrics: MlflowMetric[] = [];
+    const add = (key: string, value: unknown) => {
+      if (typeof value === 'number' && Number.isFinite(value)) metrics.push({ key, value, timestamp: point.at, step: point.step });
+    };
+    add('eval/loss', point.loss);
+    add(dpo ? 'eval/preference_accuracy' : 'eval/metric', point.metric);
+    add('eval/dpo_margin', point.margin);
+    await client.logBatch(runId, { metrics });
+  } catch (err) {
+    warn(`MLflow: could not log the evaluation at step ${point.step} of round ${r.round} of ${r.campaignId}: ${(err as Error).message}`);
+  }
+}
+
 /** At the round's report: the steps not logged yet, the round's figures, its report as an artifact, its status. */
 export async function trackRoundEnd(
   r: RoundTracking & { stepsDir?: string; totalSteps: number; rollbacks?: Rollback[] },
@@ -206,13 +232,16 @@ export async function trackRoundEnd(
       if (typeof value === 'number' && Number.isFinite(value)) metrics.push({ key, value, timestamp: at, step });
     };
     const applied = typeof report.steps_applied === 'number' ? report.steps_applied : r.totalSteps;
+    // A round stopped early finishes from its best evaluated weights: its final figures are that step's.
+    const early = report.early_stop as { best_step?: number } | null | undefined;
+    const measured = typeof early?.best_step === 'number' ? early.best_step : applied;
     add('eval/loss', report.baseline_loss, 0);
-    add('eval/loss', report.trained_loss, applied);
+    add('eval/loss', report.trained_loss, measured);
     add('eval/preference_accuracy', report.baseline_preference_accuracy, 0);
     add('eval/dpo_margin', report.baseline_margin, 0);
-    add('eval/dpo_margin', report.trained_margin, applied);
-    add('eval/metric', report.accuracy, applied);
-    add('eval/pool_metric', report.pool_accuracy, applied);
+    add('eval/dpo_margin', report.trained_margin, measured);
+    add('eval/metric', report.accuracy, measured);
+    add('eval/pool_metric', report.pool_accuracy, measured);
     add('round/gpu_minutes', report.gpu_minutes, applied);
     add('round/cost_usd', report.estimated_cost_usd, applied);
     add('round/steps_applied', report.steps_applied, applied);

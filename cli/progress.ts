@@ -10,6 +10,20 @@ function bar(done: number, total: number, width = 24): string {
   return `[${'#'.repeat(filled)}${'.'.repeat(width - filled)}]`;
 }
 
+const BARS = '▁▂▃▄▅▆▇█';
+
+/** The latest evaluations during training: a sparkline of the eval loss, then the points (`loss@step`, the metric). */
+export function evaluationLine(points: { step: number; loss: number; metric?: number }[]): string {
+  const losses = points.map((p) => p.loss);
+  const [lo, hi] = [Math.min(...losses), Math.max(...losses)];
+  const spark = losses.map((l) => BARS[hi > lo ? Math.round(((l - lo) / (hi - lo)) * (BARS.length - 1)) : 0]).join('');
+  const shown = points
+    .slice(-4)
+    .map((p) => `${num(p.loss)}@${p.step}${p.metric !== undefined ? ` (${(p.metric * 100).toFixed(0)}%)` : ''}`)
+    .join('  ');
+  return `eval loss ${spark}  ${shown}`;
+}
+
 /** A campaign's progress as a small text table. */
 export function renderProgress(p: CampaignProgress): string {
   const lines = [
@@ -28,6 +42,7 @@ export function renderProgress(p: CampaignProgress): string {
     lines.push(
       `  ${String(c.round).padStart(5)}  ${c.phase.padEnd(9)}  ${bar(c.step, c.totalSteps)} ${c.step}/${c.totalSteps}  loss ${num(c.latestLoss)}${policy}  GPU-min ${num(c.gpuMinutes, 2)}`,
     );
+    if (c.evaluations?.length) lines.push(`         ${evaluationLine(c.evaluations)}`);
     if (c.waiting) lines.push(`         ${describeWait(c.waiting, Date.now())}`);
     if (c.recoveries) lines.push(`         recovered ${c.recoveries}× from provider failures; latest: ${c.lastRecovery ?? '?'}`);
   }

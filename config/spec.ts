@@ -104,9 +104,33 @@ export const EvaluationSpecSchema = z
     caseSensitive: z.boolean().default(false),
     /** Trim and collapse whitespace before comparing. */
     normalizeWhitespace: z.boolean().default(true),
+    /**
+     * Evaluation during training: an eval-loss pass (forward only; DPO: the eval pairs' loss and preference accuracy)
+     * every this many optimizer steps, between segments. The round's start and end are measured anyway.
+     */
+    every: positiveInt.max(1_000_000).optional(),
+    /** SFT and GRPO: every k-th of those passes also samples the eval set and scores it (the metric's curve). */
+    sampleEvery: positiveInt.max(1000).optional(),
+    /**
+     * End the round when the evaluations stop improving: after `patience` evaluations without an improvement of more
+     * than `minDelta` (on eval loss, or the metric), training stops and the round finishes from its best evaluated
+     * weights, saved as a checkpoint when they were measured.
+     */
+    earlyStop: z
+      .object({
+        patience: positiveInt.max(1000).default(3),
+        minDelta: z.number().min(0).default(0),
+        on: z.enum(['loss', 'metric']).default('loss'),
+      })
+      .strict()
+      .optional(),
   })
   .strict()
   .superRefine((e, ctx) => {
+    if (e.sampleEvery !== undefined && e.every === undefined)
+      ctx.addIssue({ code: 'custom', path: ['sampleEvery'], message: 'needs evaluation.every (the steps between evaluations)' });
+    if (e.earlyStop && e.every === undefined)
+      ctx.addIssue({ code: 'custom', path: ['earlyStop'], message: 'needs evaluation.every (the steps between evaluations)' });
     if (e.scorer === 'regex') {
       if (!e.pattern) {
         ctx.addIssue({ code: 'custom', path: ['pattern'], message: 'is required when scorer is regex' });
@@ -343,6 +367,14 @@ function roundKindProblems(spec: z.infer<typeof CampaignSpecBase>, ctx: z.Refine
       ['tracking', 'wandb'],
       'is not available on Baseten Loops: its API takes no W&B settings (the baseten-loops SDK starts the W&B run on the client); use tracking.mlflow, or the together dialect',
     );
+  const { earlyStop, sampleEvery } = spec.evaluation;
+  if (kind === 'dpo' && sampleEvery !== undefined)
+    problem(
+      ['evaluation', 'sampleEvery'],
+      'is for sampled answers, which a dpo round has none of (its evaluations measure preference accuracy anyway)',
+    );
+  if (kind !== 'dpo' && earlyStop?.on === 'metric' && sampleEvery === undefined)
+    problem(['evaluation', 'earlyStop', 'on'], 'metric needs evaluation.sampleEvery: the metric is measured from sampled answers');
   if (kind === 'dpo') {
     if (spec.provider.kind === 'baseten')
       problem(['round', 'kind'], 'dpo trains through a custom loss (custom_forward_backward), which Baseten Loops does not offer');

@@ -1,6 +1,7 @@
 import { ROUND_WAITING_SIGNAL, type ProvisioningWait } from '../config/capacity';
 import { defineQuery, defineSignal } from '@temporalio/workflow';
 import type { CampaignSpec } from '../config/spec';
+import type { EvaluationPoint } from '../activities/evaluation';
 
 /** What a round needs from the campaign spec (no secrets: API keys stay in the worker's environment). */
 export type RoundSpec = Pick<CampaignSpec, 'name' | 'provider' | 'training' | 'sampling' | 'evaluation' | 'advanced'> &
@@ -71,6 +72,19 @@ export interface RoundProgress {
   lastRecovery?: string;
   /** While provisioning waits for the provider's GPUs (told by the provisioning activity). */
   waiting?: ProvisioningWait;
+  /** The latest evaluations during training (`evaluation.every`): the curve `watch` draws. */
+  evaluations?: { step: number; loss: number; metric?: number }[];
+}
+
+/** Why and where a round stopped early (`evaluation.earlyStop`): it finished from the best evaluated weights. */
+export interface EarlyStop {
+  on: 'loss' | 'metric';
+  /** The evaluation that ended training, and the best one (whose weights the round finished from). */
+  stoppedAtStep: number;
+  bestStep: number;
+  bestValue: number;
+  bestCheckpointId: string;
+  patience: number;
 }
 
 /** A recovery from a provider-side failure: what failed, where the round rolled back to, and what it cost. */
@@ -132,6 +146,9 @@ export interface RoundResult {
   baselineAccuracy?: number;
   baselineMargin?: number;
   trainedMargin?: number;
+  /** Evaluations during training (`evaluation.every`), in step order; after a rollback, the kept weights' only. */
+  evaluationCurve?: EvaluationPoint[];
+  earlyStop?: EarlyStop;
 }
 
 // Owner tags live in config/owner-tag.ts (pure), so the reaper activity reads them without importing workflow code.

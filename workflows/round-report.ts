@@ -65,6 +65,24 @@ export function roundReport(
       gpu_minutes_lost: r.gpuMinutesLost,
       checkpoint_id: r.checkpointId,
     })),
+    evaluation_curve: (result.evaluationCurve ?? []).map((p) => ({
+      step: p.step,
+      loss: p.loss,
+      metric: p.metric ?? null,
+      ...(p.margin !== undefined ? { margin: p.margin } : {}),
+      ...(p.lineage ? { lineage: p.lineage } : {}),
+      checkpoint_id: p.checkpointId ?? null,
+    })),
+    early_stop: result.earlyStop
+      ? {
+          on: result.earlyStop.on,
+          stopped_at_step: result.earlyStop.stoppedAtStep,
+          best_step: result.earlyStop.bestStep,
+          best_value: result.earlyStop.bestValue,
+          best_checkpoint_id: result.earlyStop.bestCheckpointId,
+          patience: result.earlyStop.patience,
+        }
+      : null,
     rolling_checkpoints: (result.checkpoints ?? []).map((c) => ({ checkpoint_id: c.checkpointId, step: c.step, lineage: c.lineage })),
     capacity_waits: (result.capacityWaits ?? []).map((w) => ({ creates: w.creates, waited_minutes: w.waitedMinutes })),
     deactivated_ids: released,

@@ -1,4 +1,5 @@
 import { workflowInfo } from '@temporalio/workflow';
+import type { EvaluationPoint } from '../activities/evaluation';
 import type { TrainingCheckpoint } from '../activities/segment';
 import { lineageParts, roundKey } from '../config/keys';
 import type { RoundActivities } from './round-activities';
@@ -21,6 +22,8 @@ export interface RoundRun extends KindRun {
   rollbacks: { lineage: number; toStep: number }[];
   /** When the phase running now started (GPU time lost by a rollback outside training counts from here). */
   phaseStartedAtMs: number;
+  /** Evaluations during training so far, every lineage's (workflows/evaluation.ts keeps the kept weights' curve). */
+  evaluations: EvaluationPoint[];
 }
 
 export interface RestorePoint {

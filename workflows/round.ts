@@ -1,4 +1,5 @@
 import { ApplicationFailure, CancellationScope, condition, log, patched } from '@temporalio/workflow';
+import { evaluateDuring, evaluationDue, restoreBest } from './evaluation';
 import { failureMessageOf, failureTypeOf, isCancellation } from './failures';
 import { untilInterrupted } from './interrupt';
 import { noteCheckpoint, recover, recoverable, recovering } from './recovery';
@@ -40,6 +41,7 @@ export async function roundWorkflow(input: RoundInput): Promise<RoundResult> {
     checkpoints: [],
     rollbacks: [],
     phaseStartedAtMs: 0,
+    evaluations: [],
   };
 
   try {
@@ -119,6 +121,12 @@ async function trainToCheckpoint(
     cursor = await trainAllSteps(run, kind, cursor, totalSteps, interruptible);
     state.trainingOver = true;
     await state.tell('checkpointing');
+    if (state.result.earlyStop) {
+      // Stopped early: the round finishes from its best evaluated weights, whose checkpoint is already saved.
+      const stepOffset = run.stepOffset;
+      const best = await recovering(run, kind, 'restore-best', () => restoreBest(run, kind));
+      return { cursor, checkpoint: { checkpointId: best.checkpointId, step: stepOffset + best.step }, budgetInterrupts };
+    }
     try {
       const key = runKey(run, 'training-checkpoint', `s${cursor.step}`);
       const checkpoint = await activities.onTrainer.saveTrainingCheckpoint({ spec: input.spec, sessionId: run.sessionId, key });
@@ -180,6 +188,16 @@ async function trainAllSteps(
     }
     if (segment.latestMargin !== undefined) state.progress.latestMargin = segment.latestMargin;
     await state.tell('training', { segmentEnd: true });
+    if (evaluationDue(run, cursor.step, totalSteps)) {
+      try {
+        await evaluateDuring(run, cursor.step, totalSteps);
+      } catch (err) {
+        if (!recoverable(err)) throw err;
+        cursor = await recover(run, kind, 'evaluation', err);
+        continue;
+      }
+      if (state.result.earlyStop) break;
+    }
   }
   return cursor;
 }
@@ -241,8 +259,12 @@ async function cleanUp(run: RoundRun): Promise<void> {
   state.settleCost();
   if (state.recoveries.length) state.result.recoveries = state.recoveries;
   const keep = input.spec.training.checkpointEvery?.keep ?? 3;
-  if (run.checkpoints.length)
-    state.result.checkpoints = run.checkpoints.slice(-keep).map(({ checkpointId, step, lineage }) => ({ checkpointId, step, lineage }));
+  if (run.checkpoints.length) {
+    // The latest `keep`, and always the one an early stop finished from.
+    const best = state.result.earlyStop?.bestCheckpointId;
+    const kept = run.checkpoints.filter((c, i) => i >= run.checkpoints.length - keep || c.checkpointId === best);
+    state.result.checkpoints = kept.map(({ checkpointId, step, lineage }) => ({ checkpointId, step, lineage }));
+  }
   const failureMessage = state.failure === undefined ? undefined : failureMessageOf(state.failure);
   const writeReport = run.activities.cleanup.writeRoundReport({
     path: state.result.reportPath,

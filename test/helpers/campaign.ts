@@ -5,7 +5,14 @@ import { parseCampaignSpec, type CampaignSpec } from '../../config/spec';
 import { writeTicketData } from '../../examples/support-tickets/generate';
 
 /** A campaign spec over generated ticket data, against an emulator URL. */
-export function ticketCampaignSpec(options: { baseUrl: string; trainRows?: number; evalRows?: number; yaml?: string }): {
+export function ticketCampaignSpec(options: {
+  baseUrl: string;
+  trainRows?: number;
+  evalRows?: number;
+  yaml?: string;
+  /** The `evaluation:` section (default: the exact scorer). */
+  evaluation?: string;
+}): {
   spec: CampaignSpec;
   dir: string;
 } {
@@ -17,7 +24,7 @@ provider: { kind: local, baseUrl: "${options.baseUrl}", model: roundhouse/tiny-c
 data: { train: train.jsonl, eval: eval.jsonl }
 training: { epochs: 2, batchSize: 10, learningRate: 0.005, loraRank: 8, maxSeqLen: 256, segmentSteps: 4 }
 sampling: { maxTokens: 4, temperature: 0 }
-evaluation: { scorer: exact }
+evaluation: ${options.evaluation ?? '{ scorer: exact }'}
 advanced: { heartbeatTimeoutSeconds: 5 }
 ${options.yaml ?? 'rounds: { max: 3 }'}
 `;

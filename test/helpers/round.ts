@@ -65,6 +65,8 @@ export function arithmeticRoundInput(options: {
   round?: number;
   limit?: number;
   tickets?: boolean;
+  /** The `evaluation:` section (default: the numeric scorer). */
+  evaluation?: string;
 }): RoundInput {
   const dir = options.dir ?? fs.mkdtempSync(path.join(os.tmpdir(), 'rh-arith-'));
   if (!fs.existsSync(path.join(dir, 'train.jsonl'))) writeArithmeticData(dir, { limit: options.limit });
@@ -73,7 +75,7 @@ export function arithmeticRoundInput(options: {
 name: arithmetic-test
 provider: { kind: local, baseUrl: "${options.baseUrl}", model: roundhouse/tiny-chat }
 data: ${options.tickets ? '{ train: tickets/pairs.train.jsonl, eval: tickets/pairs.eval.jsonl }' : options.pairs ? '{ train: pairs.train.jsonl, eval: pairs.eval.jsonl }' : '{ train: train.jsonl, eval: eval.jsonl }'}
-evaluation: { scorer: numeric }
+evaluation: ${options.evaluation ?? '{ scorer: numeric }'}
 ${options.yaml}`;
   const file = path.join(dir, `campaign-${options.campaignId.replace(/[^A-Za-z0-9]/g, '-')}.yaml`);
   fs.writeFileSync(file, yaml);

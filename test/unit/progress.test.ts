@@ -31,3 +31,18 @@ test('a round that recovered from provider failures says how often and what the 
   );
   expect(renderProgress(progress({}))).not.toMatch(/recovered/);
 });
+
+test('a round evaluating during training shows its eval-loss curve and the latest points (with the metric where sampled)', () => {
+  const text = renderProgress(
+    progress({
+      evaluations: [
+        { step: 10, loss: 2 },
+        { step: 20, loss: 1.5, metric: 0.4 },
+        { step: 30, loss: 1 },
+        { step: 40, loss: 1.25, metric: 0.55 },
+      ],
+    }),
+  );
+  expect(text).toMatch(/eval loss █▅▁▃ {2}2\.000@10 {2}1\.500@20 \(40%\) {2}1\.000@30 {2}1\.250@40 \(55%\)/);
+  expect(renderProgress(progress({}))).not.toMatch(/eval loss [▁-█]/);
+});

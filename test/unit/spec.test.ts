@@ -3,6 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { loadCampaignSpec, parseCampaignSpec, SpecError } from '../../config/spec';
 import { learningRateAt, batchRows, planSteps } from '../../config/schedule';
+import { earlyStopState } from '../../config/early-stop';
 
 const valid = `name: tickets
 provider:
@@ -95,6 +96,10 @@ describe('campaign spec', () => {
     expect(parseCampaignSpec(`${valid}round:\n  kind: dpo\n`, 'c.yaml').round).toEqual({ kind: 'dpo' });
     const warm = parseCampaignSpec(`${grpo}rounds:\n  startFrom: { checkpointId: ckpt-sft-1 }\n`, 'c.yaml');
     expect(warm.rounds.startFrom).toEqual({ checkpointId: 'ckpt-sft-1', loadOptimizer: false });
+    expect(parseCampaignSpec(`${valid}  every: 10\n  earlyStop: {}\n`, 'c.yaml').evaluation).toMatchObject({
+      every: 10,
+      earlyStop: { patience: 3, minDelta: 0, on: 'loss' },
+    });
     const evaluationLess = valid.replace(/evaluation:\n {2}scorer: exact\n/, '');
     expect(parseCampaignSpec(evaluationLess, 'c.yaml').evaluation.scorer).toBe('exact');
   });
@@ -127,6 +132,28 @@ describe('campaign spec', () => {
     ['dpo on Baseten', `${valid.replace('kind: local', 'kind: baseten')}round:\n  kind: dpo\n`, 19, 'round.kind', /custom loss/],
     ['dpo settings on an sft round', `${valid}round:\n  dpo:\n    beta: 0.1\n`, 20, 'round.dpo', /only used when round.kind is dpo/],
     ['a non-positive dpo beta', `${valid}round:\n  kind: dpo\n  dpo:\n    beta: 0\n`, 21, 'round.dpo.beta', /Too small|>0/i],
+    ['sampled evaluations without evaluation.every', `${valid}  sampleEvery: 2\n`, 18, 'evaluation.sampleEvery', /needs evaluation.every/],
+    [
+      'early stopping without evaluation.every',
+      `${valid}  earlyStop: { patience: 2 }\n`,
+      18,
+      'evaluation.earlyStop',
+      /needs evaluation.every/,
+    ],
+    [
+      'early stopping on the metric without sampled evaluations',
+      `${valid}  every: 10\n  earlyStop: { on: metric }\n`,
+      19,
+      'evaluation.earlyStop.on',
+      /needs evaluation.sampleEvery/,
+    ],
+    [
+      'sampled evaluations on a dpo round',
+      `${valid}  every: 10\n  sampleEvery: 2\nround:\n  kind: dpo\n`,
+      19,
+      'evaluation.sampleEvery',
+      /a dpo round has none/,
+    ],
   ])('%s is refused with file, line and field', (_what, text, line, field, problem) => {
     const err = specError(text);
     expect({ field: err.field, line: err.line }).toEqual({ field, line });
@@ -168,5 +195,23 @@ describe('schedules and batches are pure functions of the step', () => {
     expect(batchRows(3, 20, 8, 7).epoch).toBe(1);
     expect(batchRows(3, 20, 8, 7).rows).not.toEqual(batchRows(0, 20, 8, 7).rows);
     expect(batchRows(4, 20, 8, 7)).toEqual(batchRows(4, 20, 8, 7));
+  });
+});
+
+describe('early stopping is a pure function of the evaluation curve', () => {
+  const curve = (losses: number[], metrics: (number | undefined)[] = []) =>
+    losses.map((loss, i) => ({ step: (i + 1) * 10, loss, metric: metrics[i] }));
+  test('the best is the lowest loss; patience counts the evaluations since it; minDelta ignores small gains', () => {
+    const rule = { patience: 2, minDelta: 0, on: 'loss' as const };
+    expect(earlyStopState(curve([3, 2, 2.5]), rule)).toMatchObject({ best: 20, sinceBest: 1, stop: false, improved: false });
+    expect(earlyStopState(curve([3, 2, 2.5, 2.1]), rule)).toMatchObject({ best: 20, bestValue: 2, sinceBest: 2, stop: true });
+    expect(earlyStopState(curve([3, 2, 2.5, 1.9]), rule)).toMatchObject({ best: 40, sinceBest: 0, stop: false, improved: true });
+    expect(earlyStopState(curve([3, 2, 1.95, 1.94]), { ...rule, minDelta: 0.1 })).toMatchObject({ best: 20, stop: true });
+  });
+  test('on the metric, higher is better and unsampled passes do not count', () => {
+    const rule = { patience: 2, minDelta: 0, on: 'metric' as const };
+    const points = curve([3, 2, 1, 0.5, 0.4], [0.2, undefined, 0.5, undefined, 0.4]);
+    expect(earlyStopState(points, rule)).toMatchObject({ best: 30, bestValue: 0.5, sinceBest: 1, stop: false });
+    expect(earlyStopState([...points, { step: 60, loss: 0.3, metric: 0.5 }], rule)).toMatchObject({ best: 30, stop: true });
   });
 });

@@ -63,6 +63,7 @@ test('a two-round campaign with a SIGKILL mid-segment: one nested run per round,
     baseUrl: emulator.url,
     trainRows: 40,
     evalRows: 5,
+    evaluation: '{ scorer: exact, every: 2 }',
     yaml: `rounds: { max: 2, nextData: { policy: all } }
 tracking: { mlflow: { uri: "${mlflow.uri}", experiment: "${experiment}" } }`,
   });
@@ -123,8 +124,13 @@ tracking: { mlflow: { uri: "${mlflow.uri}", experiment: "${experiment}" } }`,
       expect((await client.metricHistory(run.info.run_id, 'train/learning_rate')).map((m) => m.step).sort((a, b) => a - b)).toEqual([
         1, 2, 3, 4, 5, 6, 7, 8,
       ]);
-      const evalLoss = await client.metricHistory(run.info.run_id, 'eval/loss');
-      expect(evalLoss.map((m) => m.step).sort((a, b) => a - b)).toEqual([0, 8]); // baseline and trained
+      // Baseline, the evaluations during training (every 2 steps), trained: each exactly once, as the report has them.
+      const evalLoss = (await client.metricHistory(run.info.run_id, 'eval/loss')).sort((a, b) => a.step - b.step);
+      expect(evalLoss.map((m) => m.step)).toEqual([0, 2, 4, 6, 8]);
+      const curve = (await readArtifact<{ evaluation_curve: { step: number; loss: number }[] }>(result.rounds[i]!.reportPath))
+        .evaluation_curve;
+      expect(curve.map((p) => p.step)).toEqual([2, 4, 6]);
+      expect(evalLoss.slice(1, 4).map((m) => m.value)).toEqual(curve.map((p) => p.loss));
       expect(await artifactsOf(run.info.run_id)).toEqual([`round-${i + 1}.json`]);
     }
     process.stderr.write(`[mlflow] killed the worker at trainer step ${killedAt}; ${runs.length} runs, each round's 8 steps logged once\n`);

@@ -1,0 +1,79 @@
+import { joinLocation } from '../config/artifacts';
+import { lineageParts, roundKey } from '../config/keys';
+import type { DpoEvaluation } from './dpo';
+import { writeJsonAtomic } from './files';
+import type { PhaseInput } from './round';
+import { trackEvaluation, type RoundTracking } from './tracking';
+
+/**
+ * Evaluation during training (`evaluation.every`): between two segments, on the session's current weights, the eval
+ * loss (forward only; DPO: the eval pairs' loss, preference accuracy and margin) and, every `sampleEvery`-th time,
+ * the sampled scorer's metric. Every provider call is keyed by the step (`eval-s<step>`, `sample-s<step>`), so a
+ * retried attempt gets the same operations and figures back; the figures are written as a record beside the step
+ * records and logged to the tracker with the workflow's timestamp, so a retry logs nothing twice.
+ */
+export interface EvaluationPoint {
+  /** The round step the weights were at (optimizer steps applied). */
+  step: number;
+  /** Eval loss: per trained token (SFT, GRPO), or the mean DPO loss per pair. */
+  loss: number;
+  /** The metric: the sampled scorer's accuracy (SFT, GRPO, when sampled), or the preference accuracy (DPO). */
+  metric?: number;
+  /** DPO: the eval pairs' mean preference margin, in nats. */
+  margin?: number;
+  /** The rollback lineage whose weights were measured (absent for the first). */
+  lineage?: number;
+  /** When it was measured (the workflow's clock: the same on every attempt). */
+  at: number;
+  /** The training checkpoint saved at this step because it was the best so far (with `evaluation.earlyStop`). */
+  checkpointId?: string;
+}
+
+export interface EvaluateDuringInput extends PhaseInput {
+  step: number;
+  at: number;
+  /** Also sample and score the eval set (SFT, GRPO), writing the scored answers here. */
+  samplesPath?: string;
+  /** DPO: the reference logprobs file. */
+  referencePath?: string;
+  stepsDir: string;
+  totalSteps: number;
+}
+
+/** What the evaluation activity calls: the round's own keyed activities (round.ts, dpo.ts). */
+export interface EvaluationParts {
+  measureLoss(input: PhaseInput & { which: 'eval' }): Promise<{ perToken: number }>;
+  evaluateDpo(input: PhaseInput & { referencePath: string }): Promise<DpoEvaluation>;
+  saveSamplerWeights(input: { spec: PhaseInput['spec']; sessionId: string; key: string }): Promise<{ checkpointId: string }>;
+  sampleAndScore(input: PhaseInput & { outputPath: string }): Promise<{ accuracy: number }>;
+}
+
+/** The record file of an evaluation during training, beside the round's step records. */
+export function evaluationRecordPath(stepsDir: string, step: number, lineage?: number): string {
+  return joinLocation(stepsDir, `eval-${String(step).padStart(7, '0')}${lineage ? `.L${lineage}` : ''}.json`);
+}
+
+export function createEvaluationActivities(parts: EvaluationParts) {
+  return {
+    async evaluateDuringTraining(input: EvaluateDuringInput): Promise<EvaluationPoint> {
+      const phase = { ...input, label: `eval-s${input.step}` };
+      const point: EvaluationPoint = { step: input.step, loss: NaN, at: input.at, ...(input.lineage ? { lineage: input.lineage } : {}) };
+      if (input.referencePath) {
+        const dpo = await parts.evaluateDpo({ ...phase, referencePath: input.referencePath });
+        Object.assign(point, { loss: dpo.loss, metric: dpo.accuracy, margin: dpo.meanMargin });
+      } else {
+        point.loss = (await parts.measureLoss({ ...phase, which: 'eval' })).perToken;
+        if (input.samplesPath) {
+          const key = roundKey(input.campaignId, input.round, ...lineageParts(input.lineage), 'sampler-weights', `s${input.step}`);
+          await parts.saveSamplerWeights({ spec: input.spec, sessionId: input.sessionId, key });
+          const scored = await parts.sampleAndScore({ ...phase, label: `sample-s${input.step}`, outputPath: input.samplesPath });
+          point.metric = scored.accuracy;
+        }
+      }
+      await writeJsonAtomic(evaluationRecordPath(input.stepsDir, input.step, input.lineage), point);
+      const tracking: RoundTracking = { campaignId: input.campaignId, round: input.round, spec: input.spec };
+      await trackEvaluation(tracking, point);
+      return point;
+    },
+  };
+}

@@ -1,0 +1,106 @@
+import type { EvaluationPoint } from '../activities/evaluation';
+import { earlyStopState } from '../config/early-stop';
+import { noteCheckpoint } from './recovery';
+import type { RoundKind } from './round-kinds';
+import { acquireTrainer, openSessions, releaseTrainerNow, runKey, type RoundRun } from './round-trainer';
+
+/**
+ * Evaluation during training (`evaluation.every`) and early stopping (`evaluation.earlyStop`). Segments end where an
+ * evaluation is due (activities/segment.ts), so the weights measured are exactly the step's; the pass runs between
+ * two segments, and training goes on as soon as it answers. With early stopping, each new best is saved as a training
+ * checkpoint; when `patience` evaluations pass without improvement, training stops and the round reopens its session
+ * from the best checkpoint, so its sampler weights, final figures and training checkpoint are the best weights'.
+ */
+
+/** Whether an evaluation is due at this confirmed step (not at the start or the end: the round measures those). */
+export function evaluationDue(run: RoundRun, step: number, totalSteps: number): boolean {
+  const every = run.input.spec.evaluation.every;
+  if (!every || step <= 0 || step >= totalSteps || step % every !== 0) return false;
+  return !run.evaluations.some((p) => p.step === step && (p.lineage ?? 0) === run.lineage);
+}
+
+/** The curve the kept weights have: a rollback voids the older lineages' points past its step; the newest wins. */
+export function keptCurve(run: RoundRun): EvaluationPoint[] {
+  const kept = (p: EvaluationPoint) => run.rollbacks.every((rb) => rb.lineage <= (p.lineage ?? 0) || p.step <= rb.toStep);
+  const byStep = new Map<number, EvaluationPoint>();
+  for (const p of run.evaluations) {
+    const held = byStep.get(p.step);
+    if (kept(p) && (held === undefined || (held.lineage ?? 0) <= (p.lineage ?? 0))) byStep.set(p.step, p);
+  }
+  return [...byStep.values()].sort((a, b) => a.step - b.step);
+}
+
+/** Evaluates the weights at `step`; with early stopping, saves a new best and says whether training should stop. */
+export async function evaluateDuring(run: RoundRun, step: number, totalSteps: number): Promise<void> {
+  const { input, state } = run;
+  const e = input.spec.evaluation;
+  const lineageSuffix = run.lineage ? `.L${run.lineage}` : '';
+  const sample = e.sampleEvery !== undefined && (step / e.every!) % e.sampleEvery === 0;
+  const point = await run.activities.onTrainer.evaluateDuringTraining({
+    campaignId: input.campaignId,
+    round: input.round,
+    label: `eval-s${step}`,
+    lineage: run.lineage || undefined,
+    spec: input.spec,
+    data: run.data,
+    sessionId: run.sessionId,
+    step,
+    at: Date.now(),
+    samplesPath: sample && state.kind !== 'dpo' ? state.file(`evaluations-s${step}${lineageSuffix}.json`) : undefined,
+    referencePath: state.kind === 'dpo' ? state.file('reference-logprobs.json') : undefined,
+    stepsDir: state.file('steps'),
+    totalSteps,
+  });
+  run.evaluations.push(point);
+  const rule = e.earlyStop;
+  if (rule) {
+    const standing = earlyStopState(keptCurve(run), rule);
+    if (standing.improved && standing.best === step) {
+      const saved = await run.activities.onTrainer.saveTrainingCheckpoint({
+        spec: input.spec,
+        sessionId: run.sessionId,
+        key: runKey(run, 'best', `s${step}`),
+      });
+      point.checkpointId = saved.checkpointId;
+      noteCheckpoint(run, { checkpointId: saved.checkpointId, step, savedAtMs: Date.now(), lineage: run.lineage });
+    }
+    const best = keptCurve(run).find((p) => p.step === standing.best);
+    if (standing.stop && best?.checkpointId) {
+      state.result.earlyStop = {
+        on: rule.on,
+        stoppedAtStep: step,
+        bestStep: best.step,
+        bestValue: standing.bestValue!,
+        bestCheckpointId: best.checkpointId,
+        patience: rule.patience,
+      };
+    }
+  }
+  const curve = keptCurve(run);
+  state.result.evaluationCurve = curve;
+  state.progress.evaluations = curve
+    .slice(-8)
+    .map((p) => ({ step: p.step, loss: p.loss, ...(p.metric !== undefined ? { metric: p.metric } : {}) }));
+  await state.tell('training'); // the curve reaches `watch` now, not at the next throttled segment end
+}
+
+/**
+ * After an early stop: the session reopened from the best checkpoint (on the same trainer when it is ready, else on a
+ * new one), so what the round measures, samples and hands on is the best weights. Returns that checkpoint.
+ */
+export async function restoreBest(run: RoundRun, kind: RoundKind): Promise<{ checkpointId: string; step: number }> {
+  const early = run.state.result.earlyStop!;
+  const from = { checkpointId: early.bestCheckpointId, loadOptimizer: true };
+  const sessions = [run.sessionId, run.referenceSessionId].filter((id): id is string => Boolean(id));
+  const trainer = run.lease.resourceId
+    ? await run.activities.onTrainer.prepareRecovery({ spec: run.input.spec, resourceId: run.lease.resourceId, sessionIds: sessions })
+    : { trainerReady: false };
+  if (trainer.trainerReady) {
+    await openSessions(run, kind, from);
+  } else {
+    await releaseTrainerNow(run);
+    await acquireTrainer(run, kind, from);
+  }
+  run.stepOffset -= early.bestStep;
+  return { checkpointId: early.bestCheckpointId, step: early.bestStep };
+}
