@@ -120,6 +120,30 @@ round: { kind: grpo, grpo: { groupSize: 4, reward: { kind: numeric }, maxStepsOf
     });
   });
 
+  test('a DPO round evaluating during training that stops early', async () => {
+    const taskQueue = uniqueTaskQueue('rec-dpo-early');
+    const input = arithmeticRoundInput({
+      baseUrl: env.emulator.url,
+      campaignId: `rec-dpo-early-${taskQueue}`,
+      tickets: true,
+      evaluation: '{ scorer: exact, every: 4, earlyStop: { patience: 2 } }',
+      yaml: `training: { epochs: 6, batchSize: 8, learningRate: 0.02, loraRank: 8, maxSeqLen: 128, segmentSteps: 50 }
+sampling: { maxTokens: 3 }
+round: { kind: dpo, dpo: { beta: 0.5 } }`,
+    });
+    await withWorker(taskQueue, async () => {
+      const handle = await env.temporal.client.workflow.start(roundWorkflow, {
+        taskQueue,
+        workflowId: `round-${taskQueue}`,
+        args: [input],
+      });
+      const result = await handle.result();
+      expect(result.status).toBe('completed');
+      expect(result.earlyStop).toBeDefined();
+      await save('round-dpo-early-stop', handle);
+    });
+  });
+
   test('a DPO round', async () => {
     const taskQueue = uniqueTaskQueue('rec-dpo');
     const input = arithmeticRoundInput({
