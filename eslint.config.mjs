@@ -29,6 +29,7 @@ const PURE_CONFIG_MODULES = [
   'capacity',
   'trainer-registry',
   'early-stop',
+  'retention',
 ];
 const workflowRuntimeAllowed = [
   '@temporalio/workflow$',

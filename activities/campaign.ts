@@ -7,6 +7,10 @@ import { trackCampaign, trackingTarget } from './tracking';
 import type { CampaignSpec } from '../config/spec';
 import { writeCampaignReports } from './report';
 import { readJson, writeJsonAtomic } from './files';
+import type { ActivityDeps } from './deps';
+import { applyRetention } from './retention';
+import type { RetentionRule } from '../config/retention';
+import type { ProviderSpec } from '../config/spec';
 
 export type NextDataPolicy = 'mistakes' | 'all' | 'static';
 
@@ -66,7 +70,7 @@ async function poolText(pool: string): Promise<{ lines: string[]; sha256: string
   return { lines: body.toString('utf8').split('\n'), sha256: sha256(body) };
 }
 
-export function createCampaignActivities() {
+export function createCampaignActivities(deps: ActivityDeps) {
   return {
     /** Writes the next round's training set (a new object, atomically) and returns its reference and sha256. */
     async selectNextTrainingData(input: NextDataInput): Promise<NextTrainingData> {
@@ -91,6 +95,8 @@ export function createCampaignActivities() {
       path: string;
       summary: unknown;
       track?: Pick<CampaignSpec, 'name' | 'tracking'>;
+      /** The spec's retention, and the checkpoints the campaign still needs (absent in summaries recorded before). */
+      retention?: { rule: RetentionRule; provider: ProviderSpec; own: string[] };
     }): Promise<string> {
       return keepingAlive(async () => {
         await writeJsonAtomic(input.path, input.summary);
@@ -112,6 +118,16 @@ export function createCampaignActivities() {
             if (body) artifacts.push({ name, body, contentType });
           }
           await trackCampaign(input.track, summary.campaignId, summary, artifacts);
+        }
+        if (input.retention) {
+          const { rule, provider, own } = input.retention;
+          await applyRetention({
+            campaignDir: dir,
+            rule,
+            own,
+            client: Context.current().client,
+            provider: await deps.providerFor(provider),
+          });
         }
         return input.path;
       });

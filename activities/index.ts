@@ -24,7 +24,7 @@ export function createActivities(deps: ActivityDeps) {
     ...createGrpoActivities(deps),
     ...dpo,
     ...createEvaluationActivities({ ...round, evaluateDpo: dpo.evaluateDpo }),
-    ...createCampaignActivities(),
+    ...createCampaignActivities(deps),
     ...createReaperActivities(deps),
   };
 }

@@ -1,3 +1,4 @@
+import { checkpointRefsMemo } from '../config/retention';
 import { Command, Option } from 'commander';
 import { WorkflowFailedError, type WorkflowHandle } from '@temporalio/client';
 import { loadCampaignSpec } from '../config/spec';
@@ -67,6 +68,8 @@ export function runCommand(): Command {
           workflowId: campaignId,
           args: [input],
           workflowIdConflictPolicy: 'USE_EXISTING',
+          // A warm start's checkpoint is in the memo: checkpoint retention never deletes it while the campaign runs.
+          ...(spec.rounds.startFrom ? { memo: checkpointRefsMemo([spec.rounds.startFrom.checkpointId]) } : {}),
         });
         process.stdout.write(
           `campaign ${campaignId} started (${checked.trainRows} training rows, ${checked.evalRows} held out) on ${address}\n` +

@@ -11,22 +11,28 @@ export function checkpointsCommand(): Command {
     .addHelpText('after', '\nExample:\n  roundhouse checkpoints support-tickets-20261129120000')
     .action(async (id: string, opts: { json?: boolean }) => {
       const { settings } = cliContext();
-      const { checkpoints, best } = await listCampaignCheckpoints(id, joinLocation(reportRoot(settings), id));
+      const { checkpoints, best, retention } = await listCampaignCheckpoints(id, joinLocation(reportRoot(settings), id));
       if (opts.json) {
-        process.stdout.write(`${JSON.stringify({ campaignId: id, checkpoints, best: best ?? null }, null, 2)}\n`);
+        process.stdout.write(
+          `${JSON.stringify({ campaignId: id, checkpoints, best: best ?? null, retention: retention ?? null }, null, 2)}\n`,
+        );
         return;
       }
+      // With `retention` in the spec: why each checkpoint is kept, or that it is expendable (deleted, where the provider can).
+      const kept = new Map((retention?.kept ?? []).map((c) => [c.checkpoint_id, `kept: ${c.reasons.join(', ')}`]));
+      const dropped = new Map((retention?.expendable ?? []).map((c) => [c.checkpoint_id, c.deleted ? 'deleted' : 'expendable']));
       const pct = (x: number | null | undefined) => (typeof x === 'number' ? `${(x * 100).toFixed(1)}%` : '–');
       const loss = (x: number | null | undefined) => (typeof x === 'number' ? x.toFixed(3) : '–');
       const rows = checkpoints.map((c) => [
         String(c.round),
         c.kind,
         String(c.step),
-        c.final ? pct(c.metric) : '–',
-        c.final ? loss(c.eval_loss) : '–',
+        pct(c.metric),
+        loss(c.eval_loss),
+        ...(retention ? [kept.get(c.checkpoint_id) ?? dropped.get(c.checkpoint_id) ?? '–'] : []),
         `${c.checkpoint_id}${c === best ? '  ← best' : ''}`,
       ]);
-      const header = ['round', 'kind', 'step', 'metric', 'eval loss', 'checkpoint'];
+      const header = ['round', 'kind', 'step', 'metric', 'eval loss', ...(retention ? ['retention'] : []), 'checkpoint'];
       const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
       for (const r of [header, ...rows])
         process.stdout.write(
@@ -36,5 +42,6 @@ export function checkpointsCommand(): Command {
             .trimEnd()}\n`,
         );
       if (best) process.stdout.write(`best: round ${best.round}, ${best.checkpoint_id} (metric ${pct(best.metric)})\n`);
+      if (retention?.note) process.stdout.write(`retention: ${retention.note}\n`);
     });
 }

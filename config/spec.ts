@@ -320,6 +320,15 @@ const CampaignSpecBase = z
     budget: BudgetSpecSchema.default({}),
     advanced: AdvancedSpecSchema.default({ heartbeatTimeoutSeconds: 30, provisionTimeoutMinutes: 60, maxRecoveries: 5 }),
     tracking: TrackingSpecSchema.optional(),
+    /**
+     * Checkpoint retention, applied after each round: the final checkpoints of the best `keepBest` and the last
+     * `keepLast` rounds are kept, the rest deleted at the provider where it has a delete call; never one that an open
+     * or scheduled workflow starts from. Unset: nothing is deleted.
+     */
+    retention: z
+      .object({ keepBest: z.number().int().min(0).max(100).default(1), keepLast: z.number().int().min(1).max(100).default(2) })
+      .strict()
+      .optional(),
   })
   .strict();
 

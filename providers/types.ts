@@ -274,4 +274,9 @@ export interface TrainingProvider {
   awaitOperation<T>(handle: OperationHandle<T>, options?: AwaitOptions): Promise<T>;
 
   close(): Promise<void>;
+  /**
+   * Deletes a checkpoint at the provider, where the API has a delete call (Together's and Baseten's have none, so
+   * their providers leave it out); deleting one already gone is not an error.
+   */
+  deleteCheckpoint?(checkpointId: string): Promise<void>;
 }

@@ -2,6 +2,8 @@ import { joinLocation, storeFor } from '../config/artifacts';
 import { ConfigError } from '../config/errors';
 import { writeCampaignReports } from '../activities/report';
 import { campaignCheckpoints } from '../activities/checkpoints';
+import { readJson } from '../config/artifacts';
+import type { RetentionReport } from '../activities/retention';
 
 /** `roundhouse report`: rewrites a campaign's report.html and summary.md from what its rounds left under `dir` (any store). */
 export async function rewriteCampaignReport(
@@ -15,8 +17,12 @@ export async function rewriteCampaignReport(
 }
 
 /** `roundhouse checkpoints`: every checkpoint a campaign's rounds saved, and the best, from its reports (any store). */
-export async function listCampaignCheckpoints(id: string, dir: string): ReturnType<typeof campaignCheckpoints> {
+export async function listCampaignCheckpoints(
+  id: string,
+  dir: string,
+): Promise<Awaited<ReturnType<typeof campaignCheckpoints>> & { retention?: RetentionReport }> {
   const summary = joinLocation(dir, 'campaign.json');
   if (!(await storeFor(summary).exists(summary))) throw new ConfigError(id, `no campaign report under ${dir}`);
-  return campaignCheckpoints(dir);
+  const retention = await readJson<RetentionReport>(joinLocation(dir, 'retention.json'));
+  return { ...(await campaignCheckpoints(dir)), ...(retention ? { retention } : {}) };
 }

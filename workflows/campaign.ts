@@ -4,6 +4,7 @@ import {
   allHandlersFinished,
   condition,
   continueAsNew,
+  patched,
   proxyActivities,
   setHandler,
   startChild,
@@ -36,6 +37,7 @@ import {
   type RoundResult,
 } from './round-contract';
 import { roundWorkflow } from './round';
+import { checkpointRefsMemo } from '../config/retention';
 
 /**
  * A campaign: rounds until the target metric, `rounds.max`, or a budget is reached. Each round is a child
@@ -49,6 +51,15 @@ export async function campaignWorkflow(input: CampaignInput): Promise<CampaignRe
   const summaryPath = `${campaignDir}/campaign.json`;
   // Where the campaign is tracked (MLflow), for the summary activity: the spec's settings or the worker's environment.
   const track = { name: spec.name, ...(spec.tracking ? { tracking: spec.tracking } : {}) };
+  // Checkpoint retention, for the summary activity: never what the campaign starts or continues from.
+  const retention = () =>
+    spec.retention
+      ? {
+          rule: spec.retention,
+          provider: spec.provider,
+          own: [spec.rounds.startFrom?.checkpointId, state.lastCheckpointId].filter((id): id is string => Boolean(id)),
+        }
+      : undefined;
   // They heartbeat (keepingAlive): a worker that dies in one is noticed after the heartbeat timeout.
   const activities = proxyActivities<CampaignActivities>({
     startToCloseTimeout: '2 minutes',
@@ -192,10 +203,13 @@ export async function campaignWorkflow(input: CampaignInput): Promise<CampaignRe
     childScope = new CancellationScope();
     try {
       result = await childScope.run(async () => {
+        // The checkpoint the round starts from is in its memo: retention (any campaign's) never deletes it meanwhile.
+        const memo = patched('checkpoint-refs-memo') ? checkpointRefsMemo([roundInput.startFrom?.checkpointId]) : undefined;
         child = await startChild(roundWorkflow, {
           workflowId,
           args: [roundInput],
           parentClosePolicy: ParentClosePolicy.REQUEST_CANCEL,
+          ...(memo ? { memo } : {}),
         });
         if (state.paused) await child.signal(pauseRoundSignal);
         return child.result();
@@ -206,7 +220,9 @@ export async function campaignWorkflow(input: CampaignInput): Promise<CampaignRe
         state.rounds.push({ ...summary, status: 'cancelled', errorType: 'Cancelled' });
         status = 'stopped';
         stopReason = 'campaign cancelled';
-        await CancellationScope.nonCancellable(() => activities.writeCampaignSummary({ path: summaryPath, summary: progress(), track }));
+        await CancellationScope.nonCancellable(() =>
+          activities.writeCampaignSummary({ path: summaryPath, summary: progress(), track, retention: retention() }),
+        );
         throw err;
       }
       result = childRoundResultOf<RoundResult>(err);
@@ -252,7 +268,12 @@ export async function campaignWorkflow(input: CampaignInput): Promise<CampaignRe
         outDir: campaignDir,
       });
     }
-    await activities.writeCampaignSummary({ path: summaryPath, summary: { ...progress(), status: 'running' }, track });
+    await activities.writeCampaignSummary({
+      path: summaryPath,
+      summary: { ...progress(), status: 'running' },
+      track,
+      retention: retention(),
+    });
     // Let update handlers finish so nothing sent to this run is lost, then start afresh with the summary only.
     await condition(allHandlersFinished);
     await continueAsNew<typeof campaignWorkflow>({ ...input, campaignId, state });
@@ -267,7 +288,7 @@ export async function campaignWorkflow(input: CampaignInput): Promise<CampaignRe
         : 'completed';
   const accuracies = state.rounds.map((r) => r.accuracy).filter((a): a is number => a !== undefined);
   const final: CampaignResult = { ...progress(), bestAccuracy: accuracies.length ? Math.max(...accuracies) : undefined };
-  await activities.writeCampaignSummary({ path: summaryPath, summary: final, track });
+  await activities.writeCampaignSummary({ path: summaryPath, summary: final, track, retention: retention() });
   await condition(allHandlersFinished);
   return final;
 }
