@@ -5,6 +5,17 @@ import path from 'node:path';
 
 const root = path.resolve(__dirname, '../..');
 
+/** The official SDKs the tests run as real clients, pinned (and installed ahead by .ci/run: `installSdkVenvs`). */
+export const SDK_VENVS = {
+  together: { requirements: ['together==3.1.1'], options: {} },
+  baseten: { requirements: ['baseten-loops==0.32.0'], options: { minPython: [3, 12] as [number, number] } }, // needs Python ≥ 3.12
+};
+
+/** The venv of an official SDK (made once; see SDK_VENVS). */
+export function sdkVenv(name: keyof typeof SDK_VENVS): string {
+  return ensureVenv(name, SDK_VENVS[name].requirements, SDK_VENVS[name].options);
+}
+
 export interface VenvOptions {
   /** The lowest Python the packages install on, e.g. [3, 12] for baseten-loops. Default: any python3. */
   minPython?: [number, number];

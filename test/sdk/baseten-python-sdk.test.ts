@@ -3,16 +3,14 @@ import os from 'node:os';
 import path from 'node:path';
 import { ownerOf } from '../../emulator/engine';
 import { ledger, startTestEmulator, testApiKey, type RunningEmulator } from '../helpers/emulator';
-import { ensureVenv, runPython } from '../helpers/python-venv';
-
-const BASETEN_SDK = 'baseten-loops==0.32.0';
+import { runPython, sdkVenv } from '../helpers/python-venv';
 
 let emulator: RunningEmulator;
 let python: string;
 let tmp: string;
 
 beforeAll(async () => {
-  python = ensureVenv('baseten', [BASETEN_SDK], { minPython: [3, 12] }); // baseten-loops needs Python ≥ 3.12
+  python = sdkVenv('baseten');
   emulator = await startTestEmulator();
   tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'roundhouse-baseten-sdk-'));
 }, 600_000);

@@ -1,14 +1,12 @@
 import path from 'node:path';
 import { ledger, startTestEmulator, testApiKey, type RunningEmulator } from '../helpers/emulator';
-import { ensureVenv, runPython } from '../helpers/python-venv';
-
-const TOGETHER_SDK = 'together==3.1.1';
+import { runPython, sdkVenv } from '../helpers/python-venv';
 
 let emulator: RunningEmulator;
 let python: string;
 
 beforeAll(async () => {
-  python = ensureVenv('together', [TOGETHER_SDK]);
+  python = sdkVenv('together');
   emulator = await startTestEmulator({ provisioningDelayMs: 300 });
 }, 600_000);
 
