@@ -10,7 +10,6 @@ module.exports = {
   setupFilesAfterEnv: ['<rootDir>/test/cpu-usage.ts'],
   // Generous: a 2-core machine under load runs the heaviest round tests at a third of their quiet speed.
   testTimeout: 300000,
-  // Three on two cores: most test files spend their time waiting (heartbeat timeouts, provisioning, process starts).
-  maxWorkers: 3,
+  maxWorkers: 2,
   reporters: ['default', '<rootDir>/test/reporters/counts-reporter.js'],
 };

@@ -70,7 +70,7 @@ describe.each(['grpo', 'dpo'] as const)('%s round', (kind) => {
     const planned = PLANNED[kind];
     const killPoints: KillPoint<RoundProgress>[] = [
       { name: 'baseline', when: (p) => p.phase === 'baseline' },
-      ...[2, 7, 13].map((s) => ({
+      ...[1, 4, 7, 11, 14].map((s) => ({
         name: `training ≥ step ${s}`,
         when: (p: RoundProgress) => p.phase === 'training' && p.step >= s,
       })),
