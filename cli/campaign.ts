@@ -1,21 +1,28 @@
-import { checkpointRefsMemo } from '../config/retention';
 import { Command, Option } from 'commander';
-import { WorkflowFailedError, type WorkflowHandle } from '@temporalio/client';
-import { loadCampaignSpec } from '../config/spec';
-import {
-  campaignProgressQuery,
-  pauseCampaignUpdate,
-  resumeCampaignUpdate,
-  stopCampaignUpdate,
-  type CampaignInput,
-  type CampaignProgress,
-} from '../workflows/campaign-contract';
-import { cliClient, cliContext, reportRoot, unknownId, CliFailure, warnAbout } from './context';
-import { renderProgress, watchCampaign } from './progress';
-import { validateCampaignLocally, withLocalData } from '../workers/validate';
-import { stageCampaignData } from '../workers/campaign-data';
+import type { WorkflowHandle } from '@temporalio/client';
+import type * as TemporalClient from '@temporalio/client';
+import type * as Spec from '../config/spec';
+import type * as Contract from '../workflows/campaign-contract';
+import type { CampaignInput, CampaignProgress } from '../workflows/campaign-contract';
+import type * as Context from './context';
+import type * as Progress from './progress';
+import type * as Validate from '../workers/validate';
+import type * as CampaignData from '../workers/campaign-data';
+import type * as Workflows from '../workflows';
 import { artifactRoot } from '../config/artifacts';
-import { campaignWorkflow } from '../workflows';
+import { checkpointRefsMemo } from '../config/retention';
+import { CliFailure } from './failure';
+import { lazy } from './lazy';
+
+// What the commands use, loaded when one runs (cli/lazy.ts).
+const temporal = lazy(() => require('@temporalio/client') as typeof TemporalClient);
+const spec = lazy(() => require('../config/spec') as typeof Spec);
+const contract = lazy(() => require('../workflows/campaign-contract') as typeof Contract);
+const context = lazy(() => require('./context') as typeof Context);
+const progress = lazy(() => require('./progress') as typeof Progress);
+const validate = lazy(() => require('../workers/validate') as typeof Validate);
+const campaignData = lazy(() => require('../workers/campaign-data') as typeof CampaignData);
+const workflows = lazy(() => require('../workflows') as typeof Workflows);
 
 function campaignIdFor(name: string): string {
   return `${name}-${new Date()
@@ -25,6 +32,7 @@ function campaignIdFor(name: string): string {
 }
 
 async function withCampaign<T>(id: string, body: (handle: WorkflowHandle) => Promise<T>): Promise<T> {
+  const { cliContext, cliClient, unknownId } = context();
   const { settings } = cliContext();
   const { client, close } = await cliClient(settings);
   try {
@@ -52,31 +60,33 @@ export function runCommand(): Command {
       '\nExamples:\n  roundhouse run examples/support-tickets/campaign.yaml --wait\n  roundhouse run campaign.yaml --id tickets-nightly',
     )
     .action(async (specFile: string, opts: { id?: string; wait?: boolean }) => {
+      const { cliContext, cliClient, reportRoot, warnAbout } = context();
+      const { validateCampaignLocally, withLocalData } = validate();
       const { settings } = cliContext();
-      const given = loadCampaignSpec(specFile);
+      const given = spec().loadCampaignSpec(specFile);
       // Validated before anything starts (from local copies when the data is in S3), then staged in the artifact store.
       const local = await withLocalData(given);
       const checked = validateCampaignLocally(local);
       warnAbout(checked.warnings);
-      const spec = await stageCampaignData(given, local.data, artifactRoot(process.env, settings.stateDir));
-      const campaignId = opts.id ?? campaignIdFor(spec.name);
+      const staged = await campaignData().stageCampaignData(given, local.data, artifactRoot(process.env, settings.stateDir));
+      const campaignId = opts.id ?? campaignIdFor(staged.name);
       const { client, address, close } = await cliClient(settings);
       try {
-        const input: CampaignInput = { campaignId, spec, reportRoot: reportRoot(settings) };
-        const handle = await client.workflow.start(campaignWorkflow, {
+        const input: CampaignInput = { campaignId, spec: staged, reportRoot: reportRoot(settings) };
+        const handle = await client.workflow.start(workflows().campaignWorkflow, {
           taskQueue: settings.taskQueue,
           workflowId: campaignId,
           args: [input],
           workflowIdConflictPolicy: 'USE_EXISTING',
           // A warm start's checkpoint is in the memo: checkpoint retention never deletes it while the campaign runs.
-          ...(spec.rounds.startFrom ? { memo: checkpointRefsMemo([spec.rounds.startFrom.checkpointId]) } : {}),
+          ...(staged.rounds.startFrom ? { memo: checkpointRefsMemo([staged.rounds.startFrom.checkpointId]) } : {}),
         });
         process.stdout.write(
           `campaign ${campaignId} started (${checked.trainRows} training rows, ${checked.evalRows} held out) on ${address}\n` +
             `  status: roundhouse status ${campaignId}\n  watch:  roundhouse watch ${campaignId}\n`,
         );
         if (opts.wait) {
-          const final = await watchCampaign(handle, process.stdout);
+          const final = await progress().watchCampaign(handle, process.stdout);
           process.exitCode = outcome(final);
         }
       } finally {
@@ -93,9 +103,9 @@ export function statusCommand(): Command {
     .addHelpText('after', '\nExample:\n  roundhouse status support-tickets-20261129120000 --json')
     .action(async (id: string, opts: { json?: boolean }) => {
       await withCampaign(id, async (handle) => {
-        const progress = await campaignProgress(handle);
-        process.stdout.write(opts.json ? `${JSON.stringify(progress, null, 2)}\n` : renderProgress(progress));
-        if (progress.status === 'failed') process.exitCode = 1;
+        const p = await campaignProgress(handle);
+        process.stdout.write(opts.json ? `${JSON.stringify(p, null, 2)}\n` : progress().renderProgress(p));
+        if (p.status === 'failed') process.exitCode = 1;
       });
     });
 }
@@ -103,11 +113,11 @@ export function statusCommand(): Command {
 /** The live query, or the result of a finished campaign. */
 export async function campaignProgress(handle: WorkflowHandle): Promise<CampaignProgress> {
   const d = await handle.describe();
-  if (d.status.name === 'RUNNING') return handle.query(campaignProgressQuery);
+  if (d.status.name === 'RUNNING') return handle.query(contract().campaignProgressQuery);
   try {
     return (await handle.result()) as CampaignProgress;
   } catch (err) {
-    if (err instanceof WorkflowFailedError)
+    if (err instanceof temporal().WorkflowFailedError)
       throw new CliFailure(`campaign ${handle.workflowId} ${d.status.name.toLowerCase()}: ${err.cause?.message ?? err.message}`);
     throw err;
   }
@@ -120,31 +130,39 @@ export function watchCommand(): Command {
     .addHelpText('after', '\nExample:\n  roundhouse watch support-tickets-20261129120000')
     .action(async (id: string) => {
       await withCampaign(id, async (handle) => {
-        process.exitCode = outcome(await watchCampaign(handle, process.stdout));
+        process.exitCode = outcome(await progress().watchCampaign(handle, process.stdout));
       });
     });
 }
 
 /** `pause` and `resume`: one update each, printing the campaign's status after it. */
-function controlCommand(name: 'pause' | 'resume', description: string, update: typeof pauseCampaignUpdate): Command {
+function controlCommand(name: 'pause' | 'resume', description: string, update: () => typeof Contract.pauseCampaignUpdate): Command {
   return new Command(name)
     .description(description)
     .argument('<id>', 'campaign id')
     .addHelpText('after', `\nExample:\n  roundhouse ${name} tickets-nightly`)
     .action(async (id: string) => {
       await withCampaign(id, async (handle) => {
-        const p = await handle.executeUpdate(update);
+        const p = await handle.executeUpdate(update());
         process.stdout.write(`campaign ${id}: ${p.status}\n`);
       });
     });
 }
 
 export function pauseCommand(): Command {
-  return controlCommand('pause', 'Pause: the running round interrupts its segment, checkpoints and releases the GPU', pauseCampaignUpdate);
+  return controlCommand(
+    'pause',
+    'Pause: the running round interrupts its segment, checkpoints and releases the GPU',
+    () => contract().pauseCampaignUpdate,
+  );
 }
 
 export function resumeCommand(): Command {
-  return controlCommand('resume', 'Resume: re-provision and continue from the pause checkpoint at the same step', resumeCampaignUpdate);
+  return controlCommand(
+    'resume',
+    'Resume: re-provision and continue from the pause checkpoint at the same step',
+    () => contract().resumeCampaignUpdate,
+  );
 }
 
 export function stopCommand(): Command {
@@ -155,7 +173,7 @@ export function stopCommand(): Command {
     .addHelpText('after', '\nExamples:\n  roundhouse stop tickets-nightly\n  roundhouse stop tickets-nightly --now')
     .action(async (id: string, opts: { now?: boolean }) => {
       await withCampaign(id, async (handle) => {
-        await handle.executeUpdate(stopCampaignUpdate, { args: [{ mode: opts.now ? 'now' : 'after-round' }] });
+        await handle.executeUpdate(contract().stopCampaignUpdate, { args: [{ mode: opts.now ? 'now' : 'after-round' }] });
         process.stdout.write(`campaign ${id}: stopping ${opts.now ? 'now' : 'after the current round'}\n`);
       });
     });

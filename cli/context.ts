@@ -2,6 +2,7 @@ import { artifactRoot, joinLocation } from '../config/artifacts';
 import { Client, Connection, WorkflowNotFoundError } from '@temporalio/client';
 import { connectionOptions, temporalClient } from '../workers/temporal-server';
 import { ConfigError } from '../config/errors';
+import { CliFailure } from './failure';
 import { loadWorkerSettings, type WorkerSettings } from '../config/worker-env';
 import { createLogger, registerSecret, type Logger } from '../config/logging';
 import { installRuntimeLogger } from '../workers/runtime';
@@ -66,15 +67,12 @@ export function reportRoot(settings: WorkerSettings): string {
   return joinLocation(artifactRoot(process.env, settings.stateDir), 'campaigns');
 }
 
-/** A command failed for a reason that is not the user's input (exit code 1, one line, no stack). */
 /** Warnings about the input (it is usable): on stderr, one line each, before anything starts. */
 export function warnAbout(warnings: string[]): void {
   for (const w of warnings) process.stderr.write(`roundhouse: warning: ${w}\n`);
 }
 
-export class CliFailure extends Error {
-  readonly code = 'CLI_FAILURE';
-}
+export { CliFailure };
 
 /** Turns "workflow not found" into the usage error it is: the id names nothing. */
 export function unknownId(err: unknown, id: string): never {

@@ -1,15 +1,27 @@
 import path from 'node:path';
 import { Command } from 'commander';
-import { loadCampaignSpec } from '../config/spec';
-import { connectClient, connectWorker, packageRoot, startTemporal, temporalClient } from '../workers/temporal-server';
-import { ProviderRegistry } from '../workers/providers';
-import { createRoundhouseWorker } from '../workers/worker';
-import { dataConverterFor } from '../workers/encryption';
+import type * as Spec from '../config/spec';
+import type * as TemporalServer from '../workers/temporal-server';
+import type * as Providers from '../workers/providers';
+import type * as Worker from '../workers/worker';
+import type * as Encryption from '../workers/encryption';
 import type { CampaignInput, CampaignResult } from '../workflows/campaign-contract';
-import { cliContext, reportRoot, warnAbout } from './context';
-import { watchCampaign } from './progress';
-import { validateCampaignLocally } from '../workers/validate';
-import { campaignWorkflow } from '../workflows';
+import type * as Context from './context';
+import type * as Progress from './progress';
+import type * as Validate from '../workers/validate';
+import type * as Workflows from '../workflows';
+import { lazy } from './lazy';
+
+// What the command uses, loaded when it runs (cli/lazy.ts).
+const specModule = lazy(() => require('../config/spec') as typeof Spec);
+const temporalServer = lazy(() => require('../workers/temporal-server') as typeof TemporalServer);
+const providersModule = lazy(() => require('../workers/providers') as typeof Providers);
+const workerModule = lazy(() => require('../workers/worker') as typeof Worker);
+const encryption = lazy(() => require('../workers/encryption') as typeof Encryption);
+const context = lazy(() => require('./context') as typeof Context);
+const progress = lazy(() => require('./progress') as typeof Progress);
+const validate = lazy(() => require('../workers/validate') as typeof Validate);
+const workflows = lazy(() => require('../workflows') as typeof Workflows);
 
 /**
  * `npm start`: the embedded default — a persistent dev server, the emulator and a worker in this process — runs
@@ -18,12 +30,17 @@ import { campaignWorkflow } from '../workflows';
 export function demoCommand(): Command {
   return new Command('demo')
     .description('Run the example campaign on the embedded default (dev server + emulator, no account): what `npm start` does')
-    .option('--spec <file>', 'campaign spec to run', path.join(packageRoot(), 'examples', 'support-tickets', 'campaign.yaml'))
+    .option('--spec <file>', 'campaign spec to run (default: examples/support-tickets/campaign.yaml)')
     .addHelpText('after', '\nExample:\n  npm start        # same as: roundhouse demo')
-    .action(async (opts: { spec: string }) => {
+    .action(async (opts: { spec?: string }) => {
+      const { connectClient, connectWorker, packageRoot, startTemporal, temporalClient } = temporalServer();
+      const { ProviderRegistry } = providersModule();
+      const { createRoundhouseWorker } = workerModule();
+      const { dataConverterFor } = encryption();
+      const { cliContext, reportRoot, warnAbout } = context();
       const { settings, logger } = cliContext({ quietSdk: true });
-      const spec = loadCampaignSpec(opts.spec);
-      warnAbout(validateCampaignLocally(spec).warnings);
+      const spec = specModule().loadCampaignSpec(opts.spec ?? path.join(packageRoot(), 'examples', 'support-tickets', 'campaign.yaml'));
+      warnAbout(validate().validateCampaignLocally(spec).warnings);
       const server = await startTemporal(settings, { persistent: true });
       logger.info({ address: server.address, ui: server.uiUrl, source: server.source }, 'Temporal server ready');
       const providers = new ProviderRegistry({ stateDir: settings.stateDir });
@@ -48,12 +65,12 @@ export function demoCommand(): Command {
           `Running campaign ${campaignId}: ${spec.rounds.max} rounds at most on the embedded emulator (${spec.provider.model})\n`,
         );
         const result = (await worker.runUntil(async () => {
-          const handle = await client.workflow.start(campaignWorkflow, {
+          const handle = await client.workflow.start(workflows().campaignWorkflow, {
             taskQueue: settings.taskQueue,
             workflowId: campaignId,
             args: [input],
           });
-          return watchCampaign(handle, process.stdout, 1000);
+          return progress().watchCampaign(handle, process.stdout, 1000);
         })) as CampaignResult;
         const accuracy = result.rounds.map((r) => (r.accuracy === undefined ? '–' : `${(r.accuracy * 100).toFixed(0)}%`)).join(' → ');
         const dir = path.dirname(result.summaryPath);

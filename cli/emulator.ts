@@ -1,5 +1,9 @@
 import { Command, InvalidArgumentError } from 'commander';
-import { FAULT_KINDS, serveEmulatorUntilSignal } from '../workers/emulator-process';
+import type * as EmulatorProcess from '../workers/emulator-process';
+import { lazy } from './lazy';
+
+// The emulator, loaded when the command runs (cli/lazy.ts).
+const emulatorProcess = lazy(() => require('../workers/emulator-process') as typeof EmulatorProcess);
 
 function integer(name: string, min: number, max: number) {
   return (value: string): number => {
@@ -22,6 +26,7 @@ interface EmulatorFlags {
   operationLatencyMs: number;
   clockCycleMs: number;
   stateDir?: string;
+  zeroCompute?: boolean;
   faultSeed: number;
   latencyMs: number;
   rate429: number;
@@ -45,6 +50,10 @@ export function emulatorCommand(): Command {
     .option('--operation-latency-ms <ms>', 'simulated compute time of each operation', integer('--operation-latency-ms', 0, 600_000), 0)
     .option('--clock-cycle-ms <ms>', 'run operations only on ticks of this period (0 = off)', integer('--clock-cycle-ms', 0, 600_000), 0)
     .option('--state-dir <dir>', 'persist resources, sessions and checkpoints here')
+    .option(
+      '--zero-compute',
+      'answer every operation at once with deterministic figures instead of running the learner (for measuring orchestration)',
+    )
     .option('--fault-seed <n>', 'seed of the fault PRNG', integer('--fault-seed', 0, 2 ** 31 - 1), 1)
     .option('--latency-ms <ms>', 'added latency on every request', integer('--latency-ms', 0, 60_000), 0)
     .option('--rate-429 <p>', 'share of requests answered 429', rate, 0)
@@ -54,7 +63,8 @@ export function emulatorCommand(): Command {
     .option('--fault-max <n>', 'at most this many faults of each kind', integer('--fault-max', 0, 100_000), 100)
     .addHelpText(
       'after',
-      `\nFault kinds (also settable at POST /_emulator/faults): ${FAULT_KINDS.join(', ')}\n\nExample:\n  roundhouse emulator --port 8800 --provisioning-delay-ms 2000 --rate-429 0.05\n  curl http://127.0.0.1:8800/_emulator/ledger`,
+      () =>
+        `\nFault kinds (also settable at POST /_emulator/faults): ${emulatorProcess().FAULT_KINDS.join(', ')}\n\nExample:\n  roundhouse emulator --port 8800 --provisioning-delay-ms 2000 --rate-429 0.05\n  curl http://127.0.0.1:8800/_emulator/ledger`,
     )
     .action(async (flags: EmulatorFlags) => {
       const rules = [
@@ -65,13 +75,14 @@ export function emulatorCommand(): Command {
       ]
         .filter((r) => r.rate > 0)
         .map((r) => ({ ...r, max: flags.faultMax }));
-      await serveEmulatorUntilSignal({
+      await emulatorProcess().serveEmulatorUntilSignal({
         port: flags.port,
         host: flags.host,
         provisioningDelayMs: flags.provisioningDelayMs,
         operationLatencyMs: flags.operationLatencyMs,
         clockCycleMs: flags.clockCycleMs,
         stateDir: flags.stateDir,
+        compute: flags.zeroCompute ? 'none' : 'learner',
         faults: { seed: flags.faultSeed, latencyMs: flags.latencyMs, rules },
       });
     });

@@ -1,8 +1,9 @@
 import { Command, CommanderError } from 'commander';
 import { ConfigError, DataValidationError } from '../config/errors';
-import { logFormatOf } from '../config/worker-env';
-import { createLogger, redactText } from '../config/logging';
-import { CliFailure } from './context';
+import type * as WorkerEnv from '../config/worker-env';
+import type * as Logging from '../config/logging';
+import { CliFailure } from './failure';
+import { lazy } from './lazy';
 import { upCommand } from './up';
 import { workerCommand } from './worker';
 import { demoCommand } from './demo';
@@ -13,6 +14,10 @@ import { scheduleCommand } from './schedule';
 import { reapCommand } from './reap';
 import { reportCommand } from './report';
 import { checkpointsCommand } from './checkpoints';
+
+// Loaded only to report an error (cli/lazy.ts): the CLI's start stays light.
+const workerEnv = lazy(() => require('../config/worker-env') as typeof WorkerEnv);
+const logging = lazy(() => require('../config/logging') as typeof Logging);
 
 export const EXIT_OK = 0;
 export const EXIT_FAILED = 1;
@@ -58,18 +63,20 @@ export async function main(argv: string[]): Promise<number> {
       return err.exitCode === 0 ? EXIT_OK : EXIT_USAGE;
     }
     if (err instanceof DataValidationError) {
-      process.stderr.write(`roundhouse: ${redactText(err.message)}\n`);
+      process.stderr.write(`roundhouse: ${logging().redactText(err.message)}\n`);
       return EXIT_USAGE;
     }
     if (err instanceof ConfigError) {
-      process.stderr.write(`roundhouse: ${redactText(err.message)}\n`);
+      process.stderr.write(`roundhouse: ${logging().redactText(err.message)}\n`);
       return EXIT_USAGE;
     }
     if (err instanceof CliFailure) {
-      process.stderr.write(`roundhouse: ${redactText(err.message)}\n`);
+      process.stderr.write(`roundhouse: ${logging().redactText(err.message)}\n`);
       return EXIT_FAILED;
     }
-    createLogger({ name: 'roundhouse', destination: process.stderr, format: logFormatOf() }).error({ err }, 'command failed');
+    logging()
+      .createLogger({ name: 'roundhouse', destination: process.stderr, format: workerEnv().logFormatOf() })
+      .error({ err }, 'command failed');
     return EXIT_FAILED;
   }
 }

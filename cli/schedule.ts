@@ -1,14 +1,25 @@
 import { Command, Option } from 'commander';
-import { ScheduleNotFoundError } from '@temporalio/client';
+import type * as TemporalClient from '@temporalio/client';
 import { ConfigError } from '../config/errors';
-import { loadCampaignSpec } from '../config/spec';
-import { upsertCampaignSchedule, type OverlapName } from '../workers/schedules';
-import { cliClient, cliContext, reportRoot, warnAbout } from './context';
-import { validateCampaignLocally, withLocalData } from '../workers/validate';
-import { stageCampaignData } from '../workers/campaign-data';
+import type * as Spec from '../config/spec';
+import type * as Schedules from '../workers/schedules';
+import type { OverlapName } from '../workers/schedules';
+import type * as Context from './context';
+import type * as Validate from '../workers/validate';
+import type * as CampaignData from '../workers/campaign-data';
 import { artifactRoot } from '../config/artifacts';
+import { lazy } from './lazy';
 
-async function withClient<T>(body: (c: Awaited<ReturnType<typeof cliClient>>) => Promise<T>): Promise<T> {
+// What the commands use, loaded when one runs (cli/lazy.ts).
+const temporal = lazy(() => require('@temporalio/client') as typeof TemporalClient);
+const spec = lazy(() => require('../config/spec') as typeof Spec);
+const schedules = lazy(() => require('../workers/schedules') as typeof Schedules);
+const context = lazy(() => require('./context') as typeof Context);
+const validate = lazy(() => require('../workers/validate') as typeof Validate);
+const campaignData = lazy(() => require('../workers/campaign-data') as typeof CampaignData);
+
+async function withClient<T>(body: (c: Context.CliClient) => Promise<T>): Promise<T> {
+  const { cliContext, cliClient } = context();
   const { settings } = cliContext();
   const c = await cliClient(settings);
   try {
@@ -19,7 +30,8 @@ async function withClient<T>(body: (c: Awaited<ReturnType<typeof cliClient>>) =>
 }
 
 function notFound(err: unknown, id: string): never {
-  if (err instanceof ScheduleNotFoundError) throw new ConfigError(id, 'no schedule with this id (see `roundhouse schedule list`)');
+  if (err instanceof temporal().ScheduleNotFoundError)
+    throw new ConfigError(id, 'no schedule with this id (see `roundhouse schedule list`)');
   throw err;
 }
 
@@ -43,17 +55,19 @@ export function scheduleCommand(): Command {
     )
     .action(async (specFile: string, opts: { id?: string; every?: string; cron?: string[]; overlap: OverlapName }) => {
       if (!opts.every && !opts.cron) throw new ConfigError('--every', 'give --every <interval> or --cron <expression>');
+      const { cliContext, reportRoot, warnAbout } = context();
+      const { validateCampaignLocally, withLocalData } = validate();
       const { settings } = cliContext();
-      const given = loadCampaignSpec(specFile);
+      const given = spec().loadCampaignSpec(specFile);
       const local = await withLocalData(given);
       warnAbout(validateCampaignLocally(local).warnings);
       // The schedule's runs train on this copy of the data (unless data.reread), wherever and whenever they run.
-      const spec = await stageCampaignData(given, local.data, artifactRoot(process.env, settings.stateDir));
-      const scheduleId = opts.id ?? `${spec.name}-schedule`;
+      const staged = await campaignData().stageCampaignData(given, local.data, artifactRoot(process.env, settings.stateDir));
+      const scheduleId = opts.id ?? `${staged.name}-schedule`;
       await withClient(async ({ client }) => {
-        await upsertCampaignSchedule(client, {
+        await schedules().upsertCampaignSchedule(client, {
           scheduleId,
-          spec,
+          spec: staged,
           taskQueue: settings.taskQueue,
           reportRoot: reportRoot(settings),
           every: opts.every,
@@ -61,7 +75,7 @@ export function scheduleCommand(): Command {
           overlap: opts.overlap,
         });
         process.stdout.write(
-          `schedule ${scheduleId}: starts ${spec.name} ${opts.every ? `every ${opts.every}` : `on ${opts.cron!.join(', ')}`} (overlap ${opts.overlap})\n`,
+          `schedule ${scheduleId}: starts ${staged.name} ${opts.every ? `every ${opts.every}` : `on ${opts.cron!.join(', ')}`} (overlap ${opts.overlap})\n`,
         );
       });
     });

@@ -1,10 +1,19 @@
 import { Command } from 'commander';
-import { connectClient, connectWorker, startTemporal, temporalClient } from '../workers/temporal-server';
-import { ProviderRegistry } from '../workers/providers';
-import { ensureReaperSchedule } from '../workers/schedules';
-import { createRoundhouseWorker } from '../workers/worker';
-import { dataConverterFor } from '../workers/encryption';
-import { cliContext } from './context';
+import type * as Context from './context';
+import type * as TemporalServer from '../workers/temporal-server';
+import type * as Providers from '../workers/providers';
+import type * as Schedules from '../workers/schedules';
+import type * as Worker from '../workers/worker';
+import type * as Encryption from '../workers/encryption';
+import { lazy } from './lazy';
+
+// What the command uses, loaded when it runs (cli/lazy.ts).
+const context = lazy(() => require('./context') as typeof Context);
+const temporalServer = lazy(() => require('../workers/temporal-server') as typeof TemporalServer);
+const providersModule = lazy(() => require('../workers/providers') as typeof Providers);
+const schedules = lazy(() => require('../workers/schedules') as typeof Schedules);
+const workerModule = lazy(() => require('../workers/worker') as typeof Worker);
+const encryption = lazy(() => require('../workers/encryption') as typeof Encryption);
 
 export function upCommand(): Command {
   return new Command('up')
@@ -15,7 +24,12 @@ export function upCommand(): Command {
       '\nExample:\n  roundhouse up            # then, in another terminal: TEMPORAL_ADDRESS=127.0.0.1:7233 roundhouse ...',
     )
     .action(async (opts: { port: number }) => {
-      const { settings, logger } = cliContext({ serveMetrics: true });
+      const { connectClient, connectWorker, startTemporal, temporalClient } = temporalServer();
+      const { ProviderRegistry } = providersModule();
+      const { ensureReaperSchedule } = schedules();
+      const { createRoundhouseWorker } = workerModule();
+      const { dataConverterFor } = encryption();
+      const { settings, logger } = context().cliContext({ serveMetrics: true });
       const server = await startTemporal(settings, { persistent: true, port: opts.port });
       logger.info({ address: server.address, ui: server.uiUrl, db: server.dbFile, source: server.source }, 'Temporal server ready');
       const providers = new ProviderRegistry({ stateDir: settings.stateDir });

@@ -1,12 +1,22 @@
 import { Command, InvalidArgumentError } from 'commander';
-import { ScheduleAlreadyRunning } from '@temporalio/client';
+import type * as TemporalClient from '@temporalio/client';
 import { ConfigError } from '../config/errors';
-import { connectClient, connectWorker, temporalClient } from '../workers/temporal-server';
-import { dataConverterFor } from '../workers/encryption';
-import { ProviderRegistry } from '../workers/providers';
-import { ensureReaperSchedule } from '../workers/schedules';
-import { createRoundhouseWorker } from '../workers/worker';
-import { cliContext } from './context';
+import type * as Context from './context';
+import type * as TemporalServer from '../workers/temporal-server';
+import type * as Providers from '../workers/providers';
+import type * as Schedules from '../workers/schedules';
+import type * as Worker from '../workers/worker';
+import type * as Encryption from '../workers/encryption';
+import { lazy } from './lazy';
+
+// What the command uses, loaded when it runs (cli/lazy.ts).
+const temporal = lazy(() => require('@temporalio/client') as typeof TemporalClient);
+const context = lazy(() => require('./context') as typeof Context);
+const temporalServer = lazy(() => require('../workers/temporal-server') as typeof TemporalServer);
+const providersModule = lazy(() => require('../workers/providers') as typeof Providers);
+const schedules = lazy(() => require('../workers/schedules') as typeof Schedules);
+const workerModule = lazy(() => require('../workers/worker') as typeof Worker);
+const encryption = lazy(() => require('../workers/encryption') as typeof Encryption);
 
 const PROVIDER_KINDS = ['local', 'together', 'baseten'] as const;
 
@@ -36,7 +46,12 @@ export function workerCommand(): Command {
       '\nExamples:\n  TEMPORAL_ADDRESS=127.0.0.1:7233 roundhouse worker\n  TEMPORAL_ADDRESS=temporal:7233 ROUNDHOUSE_METRICS_ADDRESS=0.0.0.0:9464 roundhouse worker --reaper together\n  roundhouse worker --no-reaper',
     )
     .action(async (opts: { reaper?: (typeof PROVIDER_KINDS)[number][] | false; reaperEvery: string; reapUntagged?: boolean }) => {
-      const { settings, logger } = cliContext({ serveMetrics: true });
+      const { connectClient, connectWorker, temporalClient } = temporalServer();
+      const { ProviderRegistry } = providersModule();
+      const { ensureReaperSchedule } = schedules();
+      const { createRoundhouseWorker } = workerModule();
+      const { dataConverterFor } = encryption();
+      const { settings, logger } = context().cliContext({ serveMetrics: true });
       if (!settings.address)
         throw new ConfigError('TEMPORAL_ADDRESS', 'is required for `roundhouse worker` (use `roundhouse up` for a local server)');
       if (opts.reaper !== false) {
@@ -53,7 +68,8 @@ export function workerCommand(): Command {
           logger.info({ providers: opts.reaper || [], every: opts.reaperEvery }, 'reaper schedule ensured');
         } catch (err) {
           // Another worker created it at the same moment, or this identity may not manage schedules: say so, go on.
-          if (!(err instanceof ScheduleAlreadyRunning)) logger.warn({ error: String(err) }, 'could not ensure the reaper schedule');
+          if (!(err instanceof temporal().ScheduleAlreadyRunning))
+            logger.warn({ error: String(err) }, 'could not ensure the reaper schedule');
         } finally {
           await clientConnection.close();
         }

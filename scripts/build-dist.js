@@ -22,6 +22,7 @@ async function main() {
   const tmp = `${bundle}.tmp`;
   fs.writeFileSync(tmp, code);
   fs.renameSync(tmp, bundle);
+  require('./dist-state').stampDist();
   process.stdout.write(`wrote ${path.relative(root, bundle)} (${(code.length / 1024).toFixed(0)} KiB) in ${Date.now() - started} ms\n`);
 }
 
