@@ -1,5 +1,6 @@
 import { spawn } from 'node:child_process';
 import path from 'node:path';
+import { benchExitCode } from '../../bench/run';
 
 const root = path.resolve(__dirname, '../..');
 /** `name: value (target)`, the target ending in ", met" / ", MISSED" when the figure has one. */
@@ -43,3 +44,11 @@ test('an unknown benchmark name is refused with the list of known ones', async (
   expect(code).toBe(2);
   expect(stderr).toContain('known: overhead, history, recovery, scale, cleanup, artifacts');
 }, 40_000);
+
+test('a full run exits 1 when a figure misses its target or a benchmark fails; the quick self-test only when one fails', () => {
+  expect(benchExitCode({ failed: 0, missed: 0, quick: false })).toBe(0);
+  expect(benchExitCode({ failed: 0, missed: 1, quick: false })).toBe(1);
+  expect(benchExitCode({ failed: 1, missed: 0, quick: false })).toBe(1);
+  expect(benchExitCode({ failed: 0, missed: 3, quick: true })).toBe(0);
+  expect(benchExitCode({ failed: 1, missed: 0, quick: true })).toBe(1);
+});
