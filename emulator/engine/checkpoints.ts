@@ -1,4 +1,4 @@
-import { Learner, LearnerInputError } from '../learner';
+import { LearnerInputError, type TrainerModel } from '../learner';
 import { shortId } from './ids';
 import type { CheckpointRecord, CheckpointRef, SessionRecord } from './records';
 import { learnerOptions, newestFirst, ownedOrNotFound, type EngineState, type SessionRuntime } from './state';
@@ -76,11 +76,11 @@ export class Checkpoints {
   }
 
   /** A learner holding a checkpoint's weights, kept on the session for repeated sampling from it. */
-  async pinnedLearner(s: SessionRecord, rt: SessionRuntime, ref: CheckpointRef): Promise<{ learner: Learner; step: number }> {
+  async pinnedLearner(s: SessionRecord, rt: SessionRuntime, ref: CheckpointRef): Promise<{ learner: TrainerModel; step: number }> {
     const checkpoint = this.resolve(s, ref);
     if (rt.pinned?.checkpointId !== checkpoint.id) {
       const options = learnerOptions(this.state.resourceOf(s).model, { ...s.lora, rank: checkpoint.loraRank });
-      const learner = await Learner.fromState(options, checkpoint.state, { optimizer: false });
+      const learner = await this.state.models.fromState(options, checkpoint.state, { optimizer: false });
       rt.pinned?.learner.dispose();
       rt.pinned = { checkpointId: checkpoint.id, learner };
     }

@@ -1,4 +1,3 @@
-import { Learner } from '../learner';
 import { badRequest, tooManyRequests } from '../errors';
 import { shortId } from './ids';
 import type { Lifecycle } from './lifecycle';
@@ -50,9 +49,9 @@ export class Sessions {
     const options = learnerOptions(r.model, lora);
     const restoreOptimizer = checkpoint?.type === 'training' && input.loadOptimizer !== false && checkpoint.withOptimizer;
     const learner = checkpoint
-      ? await Learner.fromState(options, checkpoint.state, { optimizer: restoreOptimizer })
-      : await Learner.create(options);
-    const generator = await Learner.fromState(options, learner.exportState({ withOptimizer: false }), { optimizer: false });
+      ? await this.state.models.fromState(options, checkpoint.state, { optimizer: restoreOptimizer })
+      : await this.state.models.create(options);
+    const generator = await this.state.models.fromState(options, learner.exportState({ withOptimizer: false }), { optimizer: false });
 
     const now = this.state.now();
     const session: SessionRecord = {

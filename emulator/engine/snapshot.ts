@@ -1,4 +1,4 @@
-import { Learner, type LearnerState } from '../learner';
+import type { LearnerState } from '../learner';
 import { findModel } from '../models';
 import type { CheckpointRecord, OperationRecord, ResourceRecord, SessionRecord } from './records';
 import { LIVE_SESSION, learnerOptions, operationKey, type EngineState } from './state';
@@ -42,8 +42,10 @@ export async function restoreInto(state: EngineState, snapshot: EngineSnapshot):
     const r = state.resources.get(record.resourceId);
     if (r && learner && generator && LIVE_SESSION.has(record.status)) {
       state.runtimes.set(record.id, {
-        learner: await Learner.fromState(learnerOptions(r.model, record.lora), learner, { optimizer: true }),
-        generator: await Learner.fromState(learnerOptions(r.model, record.generatorLora ?? record.lora), generator, { optimizer: false }),
+        learner: await state.models.fromState(learnerOptions(r.model, record.lora), learner, { optimizer: true }),
+        generator: await state.models.fromState(learnerOptions(r.model, record.generatorLora ?? record.lora), generator, {
+          optimizer: false,
+        }),
         queue: [],
         pumping: false,
       });

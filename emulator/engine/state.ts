@@ -1,5 +1,6 @@
 import { notFound } from '../errors';
-import type { Learner, LearnerOptions } from '../learner';
+import { LEARNER_MODELS, type LearnerOptions, type TrainerModel, type TrainerModels } from '../learner';
+import { ZERO_COMPUTE_MODELS } from '../learner/zero-compute';
 import type { EmulatedModel } from '../models';
 import type {
   CheckpointRecord,
@@ -26,6 +27,11 @@ export interface EngineOptions {
   clockCycleMs?: number;
   /** Default inactivity auto-stop of a resource. */
   defaultInactiveTimeoutMs?: number;
+  /**
+   * `learner` (default): operations run the real learner. `none`: the zero-compute model answers every operation at
+   * once with deterministic figures (emulator/learner/zero-compute.ts), for measuring orchestration alone.
+   */
+  compute?: 'learner' | 'none';
   now?: () => number;
 }
 
@@ -34,12 +40,12 @@ export const LIVE_SESSION: ReadonlySet<SessionStatus> = new Set(['CREATING', 'RU
 
 /** A live session's learners and queue: memory only, rebuilt from the snapshot on restore. */
 export interface SessionRuntime {
-  learner: Learner;
-  generator: Learner;
+  learner: TrainerModel;
+  generator: TrainerModel;
   queue: OperationRecord[];
   pumping: boolean;
   /** A learner holding a checkpoint's weights, kept for repeated sampling from it. */
-  pinned?: { checkpointId: string; learner: Learner };
+  pinned?: { checkpointId: string; learner: TrainerModel };
 }
 
 /**
@@ -56,6 +62,8 @@ export class EngineState {
   /** Operations by `operationKey(session, idempotency key)`. */
   readonly operationsByKey = new Map<string, OperationRecord>();
   readonly runtimes = new Map<string, SessionRuntime>();
+  /** What sessions train and sample with (`compute`). */
+  readonly models: TrainerModels;
   private readonly listeners = new Set<() => void>();
 
   constructor(options: EngineOptions) {
@@ -68,7 +76,9 @@ export class EngineState {
       operationLatencyMs: options.operationLatencyMs ?? 0,
       clockCycleMs: options.clockCycleMs ?? 0,
       defaultInactiveTimeoutMs: options.defaultInactiveTimeoutMs ?? 60 * 60 * 1000,
+      compute: options.compute ?? 'learner',
     };
+    this.models = this.options.compute === 'none' ? ZERO_COMPUTE_MODELS : LEARNER_MODELS;
   }
 
   onChange(listener: () => void): void {
@@ -102,7 +112,7 @@ export class EngineState {
 }
 
 /** Copies what the ledger reads from a trainer onto its session's record, so it outlives the learner. */
-export function noteTrainer(s: SessionRecord, learner: Learner): void {
+export function noteTrainer(s: SessionRecord, learner: TrainerModel): void {
   s.step = learner.step;
   s.lineageEmptyOptimizerSteps = learner.emptyOptimizerSteps;
 }

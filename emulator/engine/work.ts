@@ -1,4 +1,4 @@
-import { Learner, LearnerInputError, crossEntropyLoss, linearLogprobLoss, policyGradientLoss } from '../learner';
+import { LearnerInputError, type TrainerModel, crossEntropyLoss, linearLogprobLoss, policyGradientLoss } from '../learner';
 import type { Checkpoints } from './checkpoints';
 import type { LoraSettings, OperationInput, OperationOutput, SessionRecord } from './records';
 import { learnerOptions, type EngineState, type SessionRuntime } from './state';
@@ -49,7 +49,7 @@ export class OperationWork {
     const options = learnerOptions(this.state.resourceOf(s).model, s.lora);
     const state = rt.learner.exportState({ withOptimizer: false });
     const previous = rt.generator;
-    rt.generator = await Learner.fromState(options, state, { optimizer: false });
+    rt.generator = await this.state.models.fromState(options, state, { optimizer: false });
     previous.dispose();
     delete s.generatorLora;
     s.weightsVersion = rt.learner.step;
@@ -70,7 +70,7 @@ export class OperationWork {
   }
 
   private async resetTrainer(s: SessionRecord, rt: SessionRuntime, input: Input<'trainer-reset'>): Promise<Output<'trainer-reset'>> {
-    const learner = await Learner.create(learnerOptions(this.state.resourceOf(s).model, input.lora));
+    const learner = await this.state.models.create(learnerOptions(this.state.resourceOf(s).model, input.lora));
     this.replaceTrainer(s, rt, learner, input.lora);
     delete s.resumeFromCheckpointId;
     return { kind: 'trainer-reset', step: learner.step, loraRank: input.lora.rank };
@@ -82,7 +82,7 @@ export class OperationWork {
       throw new LearnerInputError(`checkpoint ${checkpoint.name ?? checkpoint.id} holds no optimizer state; load its weights only`);
     }
     const lora: LoraSettings = { ...s.lora, rank: checkpoint.loraRank };
-    const learner = await Learner.fromState(learnerOptions(this.state.resourceOf(s).model, lora), checkpoint.state, {
+    const learner = await this.state.models.fromState(learnerOptions(this.state.resourceOf(s).model, lora), checkpoint.state, {
       optimizer: input.optimizer,
     });
     this.replaceTrainer(s, rt, learner, lora);
@@ -91,7 +91,7 @@ export class OperationWork {
   }
 
   /** The trainer changes in place; the generators keep serving what they served (and remember its adapter). */
-  private replaceTrainer(s: SessionRecord, rt: SessionRuntime, learner: Learner, lora: LoraSettings): void {
+  private replaceTrainer(s: SessionRecord, rt: SessionRuntime, learner: TrainerModel, lora: LoraSettings): void {
     rt.learner.dispose();
     rt.learner = learner;
     s.generatorLora ??= s.lora;

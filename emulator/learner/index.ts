@@ -641,3 +641,21 @@ function resolveOptions(options: LearnerOptions): ResolvedOptions {
     trainUnembed: options.trainUnembed ?? true,
   };
 }
+
+/** What the engine trains and samples with: the learner, or the zero-compute model (zero-compute.ts). */
+export type TrainerModel = Pick<
+  Learner,
+  'step' | 'emptyOptimizerSteps' | 'forward' | 'forwardBackward' | 'optimStep' | 'sample' | 'promptLogprobs' | 'exportState' | 'dispose'
+>;
+
+/** How the engine makes its models: fresh, or restored from a state. */
+export interface TrainerModels {
+  create(options: LearnerOptions): Promise<TrainerModel>;
+  fromState(options: LearnerOptions, state: LearnerState, restore: { optimizer: boolean }): Promise<TrainerModel>;
+}
+
+/** The real learner: a seeded base model with a LoRA adapter, trained with AdamW. */
+export const LEARNER_MODELS: TrainerModels = {
+  create: (options) => Learner.create(options),
+  fromState: (options, state, restore) => Learner.fromState(options, state, restore),
+};
