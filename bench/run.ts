@@ -6,6 +6,7 @@ import { recoveryBenchmark } from './recovery';
 import { scaleBenchmark } from './scale';
 import { cleanupBenchmark } from './cleanup';
 import { artifactsBenchmark } from './artifacts';
+import { cliBenchmark } from './cli';
 
 /**
  * `npm run bench` runs every benchmark; `npm run bench -- <name> [<name>…]` runs some; `--quick` uses tiny sizes
@@ -19,6 +20,7 @@ const BENCHMARKS: Record<string, (ctx: BenchContext, report: Report) => Promise<
   scale: scaleBenchmark,
   cleanup: cleanupBenchmark,
   artifacts: artifactsBenchmark,
+  cli: cliBenchmark,
 };
 
 /** A benchmark past its own bound fails, and the whole run stops at the issue's 10-minute budget. */
