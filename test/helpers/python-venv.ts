@@ -71,16 +71,36 @@ export function ensureVenv(name: string, requirements: string[], options: VenvOp
   const python = path.join(dir, 'bin', 'python');
   const marker = path.join(dir, 'roundhouse-requirements.txt');
   const wanted = [...requirements, ...(options.minPython ? [`# python >= ${options.minPython.join('.')}`] : [])].join('\n');
-  if (fs.existsSync(python) && fs.existsSync(marker) && fs.readFileSync(marker, 'utf8') === wanted) return python;
-  const base = findPython(options.minPython);
-  fs.rmSync(dir, { recursive: true, force: true });
-  execFileSync(base.python, ['-m', 'venv', dir], { stdio: 'inherit' });
-  execFileSync(python, ['-m', 'pip', 'install', '--disable-pip-version-check', '-q', ...requirements], {
-    stdio: 'inherit',
-    timeout: 600_000,
-  });
-  fs.writeFileSync(marker, wanted);
-  return python;
+  const ready = () => fs.existsSync(python) && fs.existsSync(marker) && fs.readFileSync(marker, 'utf8') === wanted;
+  // One installer at a time (CI installs the SDKs in the background while the tests start): the others wait for it.
+  const lock = `${dir}.installing`;
+  fs.mkdirSync(path.dirname(dir), { recursive: true });
+  for (const deadline = Date.now() + 15 * 60_000; ; ) {
+    if (ready()) return python;
+    try {
+      fs.mkdirSync(lock);
+      break;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+      const stale = Date.now() - (fs.statSync(lock, { throwIfNoEntry: false })?.mtimeMs ?? Date.now()) > 15 * 60_000;
+      if (stale || Date.now() > deadline) fs.rmSync(lock, { recursive: true, force: true });
+      else Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 500);
+    }
+  }
+  try {
+    if (ready()) return python;
+    const base = findPython(options.minPython);
+    fs.rmSync(dir, { recursive: true, force: true });
+    execFileSync(base.python, ['-m', 'venv', dir], { stdio: 'inherit' });
+    execFileSync(python, ['-m', 'pip', 'install', '--disable-pip-version-check', '-q', ...requirements], {
+      stdio: 'inherit',
+      timeout: 600_000,
+    });
+    fs.writeFileSync(marker, wanted);
+    return python;
+  } finally {
+    fs.rmSync(lock, { recursive: true, force: true });
+  }
 }
 
 /** Runs a Python script to its end (killed after `timeoutMs`), with extra environment variables. */
