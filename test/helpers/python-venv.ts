@@ -75,7 +75,7 @@ export function ensureVenv(name: string, requirements: string[], options: VenvOp
   // One installer at a time (CI installs the SDKs in the background while the tests start): the others wait for it.
   const lock = `${dir}.installing`;
   fs.mkdirSync(path.dirname(dir), { recursive: true });
-  for (const deadline = Date.now() + 15 * 60_000; ; ) {
+  for (const deadline = Date.now() + 15 * 60_000; ;) {
     if (ready()) return python;
     try {
       fs.mkdirSync(lock);
