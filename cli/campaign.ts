@@ -113,7 +113,7 @@ export function statusCommand(): Command {
 /** The live query, or the result of a finished campaign. */
 export async function campaignProgress(handle: WorkflowHandle): Promise<CampaignProgress> {
   const d = await handle.describe();
-  if (d.status.name === 'RUNNING') return handle.query(contract().campaignProgressQuery);
+  if (d.status.name === 'RUNNING') return progress().withLiveStep(handle, await handle.query(contract().campaignProgressQuery));
   try {
     return (await handle.result()) as CampaignProgress;
   } catch (err) {

@@ -1,5 +1,6 @@
 import { describeWait } from '../config/capacity';
 import type { WorkflowHandle } from '@temporalio/client';
+import { decodeArrayFromPayloads } from '@temporalio/common/lib/internal-non-workflow';
 import { campaignProgressQuery, type CampaignProgress } from '../workflows/campaign-contract';
 
 const pct = (v: number | undefined) => (v === undefined ? '   –  ' : `${(v * 100).toFixed(1).padStart(5)}%`);
@@ -50,6 +51,36 @@ export function renderProgress(p: CampaignProgress): string {
   return `${lines.join('\n')}\n`;
 }
 
+const SEGMENT_ACTIVITIES = new Set(['trainSegment', 'trainGrpoSegment', 'trainDpoSegment']);
+
+/**
+ * The step a round's running training segment has confirmed, from the segment's heartbeat: the workflow hears it
+ * only when the segment ends, so between segment ends its progress shows the step the segment started from.
+ */
+export async function liveSegmentStep(handle: WorkflowHandle, roundWorkflowId: string): Promise<number | undefined> {
+  const round = await handle.client
+    .getHandle(roundWorkflowId)
+    .describe()
+    .catch(() => undefined);
+  for (const activity of round?.raw.pendingActivities ?? []) {
+    if (!SEGMENT_ACTIVITIES.has(activity.activityType?.name ?? '')) continue;
+    const details = await decodeArrayFromPayloads(handle.client.options.loadedDataConverter, activity.heartbeatDetails?.payloads).catch(
+      () => [],
+    );
+    const step = (details[0] as { step?: unknown } | undefined)?.step;
+    if (typeof step === 'number') return step;
+  }
+  return undefined;
+}
+
+/** The campaign's progress with the current round's step made live (liveSegmentStep) while it trains. */
+export async function withLiveStep(handle: WorkflowHandle, progress: CampaignProgress): Promise<CampaignProgress> {
+  const current = progress.currentRound;
+  if (!current || current.phase !== 'training') return progress;
+  const live = await liveSegmentStep(handle, `${progress.campaignId}-round-${current.round}`);
+  return live !== undefined && live > current.step ? { ...progress, currentRound: { ...current, step: live } } : progress;
+}
+
 /** Follows a campaign until it ends: redraws in a terminal, prints changed lines otherwise. Returns the final progress. */
 export async function watchCampaign(handle: WorkflowHandle, out: NodeJS.WriteStream, intervalMs = 500): Promise<CampaignProgress> {
   let previous = '';
@@ -59,6 +90,7 @@ export async function watchCampaign(handle: WorkflowHandle, out: NodeJS.WriteStr
     let progress: CampaignProgress | undefined;
     if (description.status.name === 'RUNNING') {
       progress = await handle.query(campaignProgressQuery).catch(() => undefined);
+      if (progress) progress = await withLiveStep(handle, progress);
     } else {
       progress = (await handle.result().catch(() => undefined)) as CampaignProgress | undefined;
       if (!progress) throw new Error(`campaign ${handle.workflowId} ended ${description.status.name.toLowerCase()}`);
