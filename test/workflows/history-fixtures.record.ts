@@ -10,6 +10,7 @@ import { ticketCampaignSpec } from '../helpers/campaign';
 import { arithmeticRoundInput, roundTestEnvironment, ticketRoundInput } from '../helpers/round';
 import { uniqueTaskQueue } from '../helpers/temporal';
 import { setFaults } from '../helpers/emulator';
+import { provisionGateWorkflowId } from '../../config/provision-gate';
 
 /**
  * Records the histories that test/workflows/history-fixtures.test.ts replays: `npm run record-histories` (not part of
@@ -236,6 +237,30 @@ round: { kind: dpo, dpo: { beta: 0.5 } }`,
       });
       await handle.result();
       await save('reaper-pass', handle);
+    });
+  });
+  test('a provision gate that three rounds provisioning at once took turns on', async () => {
+    const taskQueue = uniqueTaskQueue('rec-gate');
+    const inputs = [0, 1, 2].map((i) => {
+      const input = ticketRoundInput({ baseUrl: env.emulator.url, campaignId: `rec-gate-${taskQueue}-${i}`, trainRows: 8, evalRows: 2 });
+      input.spec.training.epochs = 1;
+      return input;
+    });
+    const provider = await env.providers.providerFor(inputs[0]!.spec.provider);
+    const gateId = provisionGateWorkflowId({
+      taskQueue,
+      provider: provider.kind,
+      account: provider.account,
+      model: inputs[0]!.spec.provider.model,
+    });
+    await withWorker(taskQueue, async () => {
+      const results = await Promise.all(
+        inputs.map((input) =>
+          env.temporal.client.workflow.execute(roundWorkflow, { taskQueue, workflowId: `round-${input.campaignId}`, args: [input] }),
+        ),
+      );
+      expect(results.map((r) => r.status)).toEqual(['completed', 'completed', 'completed']);
+      await save('provision-gate', env.temporal.client.workflow.getHandle(gateId));
     });
   });
 });
