@@ -153,6 +153,7 @@ export async function trainSegmentOf<R extends StepRecord, F = ForwardResult>(
     const inFlight = previous?.inFlight?.filter((f) => f.step >= confirmed) ?? [];
     let next = inFlight.length ? inFlight[inFlight.length - 1]!.step + 1 : confirmed;
     const deadline = Date.now() + t.segmentSeconds * 1000;
+    const firstSubmission = next;
     const report = () =>
       Context.current().heartbeat({ step: confirmed, inFlight, checkpoints: checkpoints.saved } satisfies SegmentHeartbeat<F>);
     report();
@@ -161,7 +162,9 @@ export async function trainSegmentOf<R extends StepRecord, F = ForwardResult>(
       while (confirmed < maxStep) {
         // A checkpoint that is due waits for the pipeline to drain, so it holds only confirmed steps.
         const submitting = () => next < maxStep && inFlight.length < kind.depth && !stopper.stopping() && !checkpoints.due(confirmed);
-        while (submitting() && (Date.now() < deadline || next === confirmed)) {
+        // Past the deadline nothing more is submitted (the steps in flight land, then the segment ends), except a
+        // segment's very first step: every segment makes progress.
+        while (submitting() && (Date.now() < deadline || next === firstSubmission)) {
           const fb = await kind.submitForwardBackward(next);
           const opt = await provider.submitOptimStep(
             input.sessionId,
@@ -187,6 +190,7 @@ export async function trainSegmentOf<R extends StepRecord, F = ForwardResult>(
         confirmed = head.step + 1;
         await kind.confirmed?.(head.step);
         const record = records.add(await kind.record(head.step, fb));
+        if (records.due()) await trackSteps(input, await records.flush()); // long segments: records and tracker stay current
         report();
         recordOptimizerSteps(1, metricTags);
         recordLatestLoss(record.loss / Math.max(1, record.tokens), metricTags);
@@ -259,6 +263,11 @@ class RollingCheckpoints {
   }
 }
 
+/** How often a running segment writes its confirmed steps' records and hands them to the tracker (default a minute). */
+function recordFlushMs(): number {
+  return Number(process.env.ROUNDHOUSE_RECORD_FLUSH_MS ?? 60_000);
+}
+
 /**
  * Step records of a round: one JSON file per segment write (`steps-<first step>.json`), read back as one list. A
  * step is recorded when any file holds it; the report keeps one record per step.
@@ -267,6 +276,7 @@ class StepRecords<R extends StepRecord> {
   private readonly recorded = new Set<number>();
   private readonly pending: R[] = [];
   private readonly all: R[] = [];
+  private flushedAtMs = Date.now();
 
   private constructor(
     private readonly dir: string,
@@ -299,8 +309,14 @@ class StepRecords<R extends StepRecord> {
     return this.all.filter((r) => r.step > cursorStep).sort((a, b) => a.step - b.step);
   }
 
-  /** One write per segment (never per step): the store is off the per-step path. Returns what it wrote. */
+  /** A segment running longer than recordFlushMs() writes what it has (a file a minute, never one per step). */
+  due(): boolean {
+    return this.pending.length > 0 && Date.now() - this.flushedAtMs >= recordFlushMs();
+  }
+
+  /** One write per segment, or per minute of a long one: the store is off the per-step path. Returns what it wrote. */
   async flush(): Promise<R[]> {
+    this.flushedAtMs = Date.now();
     if (this.pending.length === 0) return [];
     const first = Math.min(...this.pending.map((r) => r.step));
     const lineage = this.lineage > 0 ? `.L${this.lineage}` : '';

@@ -90,6 +90,55 @@ test('a segment trains from its cursor to its bound, heartbeating the cursor aft
   expect((await ledger(emulator)).sessions.find((s) => s.id === session.sessionId)!.optimizerSteps).toBe(2);
 });
 
+test('a long segment writes its step records as it goes (every ROUNDHOUSE_RECORD_FLUSH_MS), not only when it ends', async () => {
+  const { activities, segment } = await setup('seg-flush');
+  const stepFiles = () => (fs.existsSync(segment.stepsDir) ? fs.readdirSync(segment.stepsDir).filter((f) => f.startsWith('steps-')) : []);
+  /** Trains steps (from, from + 2] in one segment; returns the step files seen on disk while it ran. */
+  const filesDuring = async (from: number, flushMs: string | undefined) => {
+    const env = new MockActivityEnvironment();
+    const seen: string[][] = [];
+    env.on('heartbeat', (d: { step?: number }) => {
+      if (typeof d?.step === 'number' && d.step > from && d.step < from + 2) seen.push(stepFiles());
+    });
+    const previous = process.env.ROUNDHOUSE_RECORD_FLUSH_MS;
+    if (flushMs === undefined) delete process.env.ROUNDHOUSE_RECORD_FLUSH_MS;
+    else process.env.ROUNDHOUSE_RECORD_FLUSH_MS = flushMs;
+    try {
+      const result = await run(env, activities.trainSegment, { ...segment, cursor: { step: from } });
+      expect(result.cursor.step).toBe(from + 2);
+    } finally {
+      if (previous === undefined) delete process.env.ROUNDHOUSE_RECORD_FLUSH_MS;
+      else process.env.ROUNDHOUSE_RECORD_FLUSH_MS = previous;
+    }
+    return seen;
+  };
+  // Flushing at every chance: while the segment runs, its first confirmed step is already on disk.
+  const flushing = await filesDuring(0, '1');
+  expect(flushing.length).toBeGreaterThan(0);
+  expect(flushing.every((files) => files.length > 0)).toBe(true);
+  // With the default minute, a segment this short writes once, at its end: nothing new while it runs.
+  const before = stepFiles();
+  const quiet = await filesDuring(2, undefined);
+  expect(quiet.length).toBeGreaterThan(0);
+  expect(quiet.every((files) => files.length === before.length)).toBe(true);
+  expect((await readStepRecords(segment.stepsDir)).map((r) => r.step)).toEqual([1, 2, 3, 4]);
+});
+
+test('a segment ends at its time bound (segmentSeconds): the steps in flight land, and nothing more is submitted', async () => {
+  const { activities, segment, session } = await setup('seg-deadline');
+  segment.spec.training = { ...segment.spec.training, segmentSteps: 4, segmentSeconds: 1 };
+  await setFaults(emulator, { latencyMs: 250 }); // every request: a step takes well over a second
+  try {
+    const result = await run(new MockActivityEnvironment(), activities.trainSegment, segment);
+    // Cut by time, not by its 4 steps; whatever it submitted was applied and recorded.
+    expect(result.cursor.step).toBeGreaterThanOrEqual(1);
+    expect(result.cursor.step).toBeLessThan(4);
+    expect((await ledger(emulator)).sessions.find((s) => s.id === session.sessionId)!.optimizerSteps).toBe(result.cursor.step);
+  } finally {
+    await setFaults(emulator, {});
+  }
+});
+
 test("a retried attempt trusts the trainer's step counter over a stale heartbeat: nothing is applied twice", async () => {
   const { activities, segment, session } = await setup('seg-resume');
   // The first attempt applied steps 1 and 2, but the last heartbeat the server kept said step 1 (throttled).
