@@ -11,6 +11,15 @@ import { ConfigError } from './errors';
 
 const positiveInt = z.number().int().min(1);
 
+/**
+ * Segment bounds for hosted step times. A segment costs the same few history events however long it runs (steps
+ * add none: their progress rides on heartbeats), and pause, budget and a worker's shutdown interrupt a running one,
+ * so segments can be long: at 10 s per step a 30-minute segment holds 180 steps, at 30 s 60. See BENCHMARKS.md
+ * (history at hosted speed).
+ */
+export const DEFAULT_SEGMENT_STEPS = 1000;
+export const DEFAULT_SEGMENT_SECONDS = 1800;
+
 export const LrScheduleSchema = z
   .object({
     kind: z.enum(['constant', 'linear', 'cosine']).default('constant'),
@@ -60,9 +69,9 @@ export const TrainingSpecSchema = z
     /** Seeds the per-epoch shuffle (and the LoRA init where the provider takes one). */
     seed: z.number().int().min(0).default(0),
     /** A training segment (one heartbeating activity) ends after this many steps… */
-    segmentSteps: positiveInt.max(100_000).default(100),
+    segmentSteps: positiveInt.max(100_000).default(DEFAULT_SEGMENT_STEPS),
     /** …or this many seconds, whichever comes first. */
-    segmentSeconds: positiveInt.max(3600).default(120),
+    segmentSeconds: positiveInt.max(3600).default(DEFAULT_SEGMENT_SECONDS),
     /** Steps submitted ahead of the one being awaited (forward_backward + optim_step each). */
     pipelineDepth: positiveInt.max(8).default(2),
     /**

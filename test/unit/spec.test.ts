@@ -38,7 +38,13 @@ describe('campaign spec', () => {
   test('a valid spec gets its defaults and paths resolved against the spec file', () => {
     const spec = parseCampaignSpec(valid, '/work/x/campaign.yaml');
     expect(spec.data.train).toBe('/work/x/data/train.jsonl');
-    expect(spec.training).toMatchObject({ lrSchedule: { kind: 'constant' }, segmentSteps: 100, pipelineDepth: 2, adam: { beta1: 0.9 } });
+    expect(spec.training).toMatchObject({
+      lrSchedule: { kind: 'constant' },
+      segmentSteps: 1000,
+      segmentSeconds: 1800,
+      pipelineDepth: 2,
+      adam: { beta1: 0.9 },
+    });
     expect(spec.rounds).toMatchObject({ max: 1, continueFrom: 'checkpoint', nextData: { policy: 'mistakes' } });
     expect(spec.advanced.heartbeatTimeoutSeconds).toBe(30);
   });
