@@ -27,6 +27,9 @@ const GRPC_UNAVAILABLE = 14;
 /** A busy gate is asked again after a jittered wait growing to this (the caller heartbeats meanwhile). */
 const MAX_POLL_MS = 2000;
 
+/** How long the holder keeps asking a server that turns its updates away (well within a lease). */
+const HOLDER_RETRY_MS = 20_000;
+
 /**
  * A held provision gate (workflows/provision-gate.ts): trainer creates on this account and model are this owner's
  * alone until it is released. The lease is renewed in the background, so it runs out only if this process stops.
@@ -71,6 +74,7 @@ export class ProvisionGateHold {
       since: options.since,
       provisioning: options.provisioning,
     };
+    let retryAfterMs: number | undefined;
     for (let polls = 0; ; polls++) {
       if (options.signal?.aborted) throw new CancelledFailure('cancelled while waiting for the provision gate');
       const startWorkflowOperation = new WithStartWorkflowOperation<typeof provisionGateWorkflow>(PROVISION_GATE_WORKFLOW, {
@@ -99,11 +103,18 @@ export class ProvisionGateHold {
           hold.keepAlive();
           return hold;
         }
+        retryAfterMs = result.retryAfterMs;
       } catch (err) {
         if (!isGateBusy(err)) throw err;
+        retryAfterMs = undefined;
       }
       options.onWait?.();
-      const ms = Math.min(MAX_POLL_MS, 100 * 2 ** Math.min(polls, 5)) * (0.5 + Math.random());
+      // In line: when the gate said (a little jitter, never past the place it keeps). Turned away, or an older gate
+      // without a line: back off on our own.
+      const ms =
+        retryAfterMs !== undefined
+          ? retryAfterMs * (0.9 + Math.random() * 0.2)
+          : Math.min(MAX_POLL_MS, 100 * 2 ** Math.min(polls, 5)) * (0.5 + Math.random());
       await new Promise((resolve) => setTimeout(resolve, ms));
     }
   }
@@ -122,9 +133,11 @@ export class ProvisionGateHold {
    */
   async noteListing(listing: string[]): Promise<void> {
     try {
-      await this.client.workflow
-        .getHandle(this.workflowId)
-        .executeUpdate<boolean, [NoteListingRequest]>(NOTE_LISTING_UPDATE, { args: [{ owner: this.owner, lease: this.lease, listing }] });
+      await whenAccepted(() =>
+        this.client.workflow
+          .getHandle(this.workflowId)
+          .executeUpdate<boolean, [NoteListingRequest]>(NOTE_LISTING_UPDATE, { args: [{ owner: this.owner, lease: this.lease, listing }] }),
+      );
     } catch (err) {
       // Best effort: a gate still run by an older worker has no such update (a rolling deploy); the heartbeat remains.
       log.warn('could not note the listing on the provision gate', { owner: this.owner, error: String(err) });
@@ -149,9 +162,11 @@ export class ProvisionGateHold {
     const request: AcquireGateRequest = { owner: this.owner, leaseSeconds: this.leaseSeconds, waitSeconds: 0, renewOnly: true };
     this.renewal = setInterval(
       () => {
-        this.client.workflow
-          .getHandle(this.workflowId)
-          .executeUpdate<AcquireGateResult, [AcquireGateRequest]>(ACQUIRE_GATE_UPDATE, { args: [request] })
+        whenAccepted(() =>
+          this.client.workflow
+            .getHandle(this.workflowId)
+            .executeUpdate<AcquireGateResult, [AcquireGateRequest]>(ACQUIRE_GATE_UPDATE, { args: [request] }),
+        )
           .then((result) => {
             if (!result.granted) log.warn('the provision gate lease ran out while held', { owner: this.owner });
           })
@@ -164,7 +179,9 @@ export class ProvisionGateHold {
 
 async function settle(client: Client, workflowId: string, request: ReleaseGateRequest): Promise<void> {
   try {
-    await client.workflow.getHandle(workflowId).executeUpdate<boolean, [ReleaseGateRequest]>(RELEASE_GATE_UPDATE, { args: [request] });
+    await whenAccepted(() =>
+      client.workflow.getHandle(workflowId).executeUpdate<boolean, [ReleaseGateRequest]>(RELEASE_GATE_UPDATE, { args: [request] }),
+    );
   } catch (err) {
     // The lease runs out on its own; until its grant is settled, others cannot attribute an untagged resource by it.
     log.warn('could not release the provision gate', { owner: request.owner, generation: request.lease.generation, error: String(err) });
@@ -179,7 +196,29 @@ async function settle(client: Client, workflowId: string, request: ReleaseGateRe
 function isGateBusy(err: unknown): boolean {
   const cause = err instanceof WorkflowUpdateFailedError ? err.cause : undefined;
   if (cause instanceof ApplicationFailure && cause.type === GATE_BUSY) return true;
+  return isTurnedAway(err);
+}
+
+/** The server turned an update away before the gate saw it (too many in flight on the workflow, or aborted). */
+function isTurnedAway(err: unknown): boolean {
   const grpc = [err, (err as { cause?: unknown } | undefined)?.cause].find(isGrpcServiceError);
   const code = Number(grpc?.code);
   return code === GRPC_RESOURCE_EXHAUSTED || code === GRPC_UNAVAILABLE;
+}
+
+/**
+ * The holder's own updates (listing, release, renewal) are asked again while the server turns them away: with
+ * hundreds of rounds polling one gate, its 10 in-flight updates are often taken, and a release given up on would
+ * keep the gate shut until the lease runs out (a minute per round). Anything else fails at once.
+ */
+async function whenAccepted<T>(update: () => Promise<T>, timeoutMs = HOLDER_RETRY_MS): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await update();
+    } catch (err) {
+      if (!isTurnedAway(err) || Date.now() >= deadline) throw err;
+    }
+    await new Promise((resolve) => setTimeout(resolve, Math.min(500, 20 * 2 ** Math.min(attempt, 5)) * (0.5 + Math.random())));
+  }
 }

@@ -45,7 +45,17 @@ export type AcquireGateResult =
        */
       mine?: string[];
     }
-  | { granted: false; holder?: string; waiting: number };
+  | {
+      granted: false;
+      holder?: string;
+      /** The caller's place in line (1: next), or 0 where the gate keeps no line (an older gate, or renewOnly). */
+      waiting: number;
+      /**
+       * Ask again after this long: the caller's place is kept until a little after it (the gate estimates it from
+       * the place and how long holders have held). Absent from an older gate: the caller backs off on its own.
+       */
+      retryAfterMs?: number;
+    };
 
 /** The holder's listing before it creates, kept by the gate (durable, unlike a throttled heartbeat). */
 export interface NoteListingRequest {
@@ -73,6 +83,8 @@ export interface GateGrant {
   provisioning?: string;
   /** The account's resources its holder listed before creating: a retried attempt of the same owner gets it back. */
   listing?: string[];
+  /** Handed to the first in line, which has not asked since (it cannot have created anything under it yet). */
+  unclaimed?: boolean;
 }
 
 /** The gate's state: what continue-as-new carries (waiters are not carried: their updates finish first). */
@@ -80,7 +92,14 @@ export interface ProvisionGateState {
   epoch: string;
   /** The latest grant's generation. */
   generation: number;
-  holder?: { owner: string; generation: number; expiresAtMs: number };
+  holder?: { owner: string; generation: number; expiresAtMs: number; takenAtMs?: number };
+  /**
+   * Owners waiting, first come first served. A place is kept until `untilMs` (a little after the time the owner was
+   * told to ask again), so a waiter that died leaves the line on its own. Absent in gates from before the line.
+   */
+  line?: { owner: string; untilMs: number }[];
+  /** How long holders hold the gate (moving average): what the waiting are told to wait per place ahead. */
+  meanHoldMs?: number;
   /** The latest grants, oldest first (bounded). */
   grants: GateGrant[];
 }

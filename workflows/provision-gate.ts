@@ -18,6 +18,13 @@ import {
 /** Grants remembered for `othersSince`: far more than can pass while one round's provision is retried. */
 const REMEMBERED_GRANTS = 256;
 
+/** A waiter asks again after its place ahead × the mean hold, within these bounds, and keeps its place that long more. */
+const MIN_RETRY_AFTER_MS = 50;
+const MAX_RETRY_AFTER_MS = 5000;
+const PLACE_KEPT_MS = 3000;
+/** The mean hold before any holder released (a list and a create on a hosted API). */
+const INITIAL_MEAN_HOLD_MS = 500;
+
 /**
  * The provision gate of one (provider endpoint + account, model): trainer creates there happen one round at a time,
  * so a resource that appears while a round holds the gate is that round's, tag or no tag. The activity that
@@ -34,7 +41,7 @@ export async function provisionGateWorkflow(input: ProvisionGateInput = {}): Pro
     (request) => {
       const leaseMs = request.leaseSeconds * 1000;
       if (!request.renewOnly && gate.mayTake(request.owner, Date.now())) gate.take(request.owner, leaseMs, Date.now());
-      if (!gate.holds(request.owner, Date.now())) return gate.refusal();
+      if (!gate.holds(request.owner, Date.now())) return request.renewOnly ? gate.refusal() : gate.wait(request.owner, Date.now());
       const lease = gate.renew(request.owner, leaseMs, Date.now());
       return {
         granted: true,
@@ -45,17 +52,13 @@ export async function provisionGateWorkflow(input: ProvisionGateInput = {}): Pro
       };
     },
     {
-      // A busy gate rejects in the validator: a waiter's poll costs no history and holds no in-flight update (the
-      // server allows 10 per workflow; hundreds of rounds may wait on one account).
+      // A busy gate takes the waiter into its line and tells it when to ask again (its place ahead × how long holders
+      // hold), so a thousand rounds waiting on one account ask a few times each instead of every second or two: the
+      // server allows 10 updates in flight per workflow, and a poll that is turned away costs a workflow task anyway.
+      // While continuing as new it turns everyone away (the line carries over); they ask the next run.
       validator: (request) => {
         validateAcquire(request);
-        if (draining || !(gate.holds(request.owner, Date.now()) || gate.mayTake(request.owner, Date.now()))) {
-          throw ApplicationFailure.create({
-            type: GATE_BUSY,
-            nonRetryable: true,
-            message: `held by ${gate.holderOwner() ?? 'another owner'}`,
-          });
-        }
+        if (draining) throw ApplicationFailure.create({ type: GATE_BUSY, nonRetryable: true, message: 'continuing as new' });
       },
     },
   );
@@ -99,21 +102,49 @@ class ProvisionGate {
     return holder !== undefined && holder.owner === owner && holder.expiresAtMs > nowMs;
   }
 
-  /** The gate is free: no holder, or its lease ran out. Waiters poll (with jitter), so whoever asks first takes it. */
-  mayTake(_owner: string, nowMs: number): boolean {
+  /** The gate is free (no holder, or its lease ran out) and nobody is ahead of the owner in line. */
+  mayTake(owner: string, nowMs: number): boolean {
     const holder = this.s.holder;
-    return holder === undefined || holder.expiresAtMs <= nowMs;
+    if (holder !== undefined && holder.expiresAtMs > nowMs) return false;
+    this.leaveLine((e) => e.untilMs <= nowMs);
+    const head = this.s.line?.[0];
+    return head === undefined || head.owner === owner;
+  }
+
+  /** The owner waits its turn: its place in line (taken now if it had none) and when to ask again. */
+  wait(owner: string, nowMs: number): AcquireGateResult {
+    this.leaveLine((e) => e.untilMs <= nowMs);
+    const line = (this.s.line ??= []);
+    let place = line.findIndex((e) => e.owner === owner);
+    if (place < 0) place = line.push({ owner, untilMs: 0 }) - 1;
+    this.handOff(nowMs); // a free gate with others ahead: theirs
+    const held = this.s.holder !== undefined && this.s.holder.expiresAtMs > nowMs;
+    const ahead = place + (held ? 1 : 0);
+    const retryAfterMs = Math.round(Math.min(MAX_RETRY_AFTER_MS, Math.max(MIN_RETRY_AFTER_MS, ahead * this.meanHoldMs() * 0.8)));
+    line[place]!.untilMs = nowMs + retryAfterMs + PLACE_KEPT_MS;
+    this.changed(nowMs);
+    return { granted: false, holder: this.s.holder?.owner, waiting: place + 1, retryAfterMs };
+  }
+
+  private meanHoldMs(): number {
+    return this.s.meanHoldMs ?? INITIAL_MEAN_HOLD_MS;
+  }
+
+  private leaveLine(which: (e: { owner: string; untilMs: number }) => boolean): void {
+    if (this.s.line?.some(which)) this.s.line = this.s.line.filter((e) => !which(e));
   }
 
   holderOwner(): string | undefined {
     return this.s.holder?.owner;
   }
 
-  take(owner: string, leaseMs: number, nowMs: number): void {
+  /** `handedOff`: granted to the head of the line, which learns of it when it next asks (see handOff). */
+  take(owner: string, leaseMs: number, nowMs: number, handedOff = false): void {
     this.expire(nowMs);
     const generation = ++this.s.generation;
-    this.s.holder = { owner, generation, expiresAtMs: nowMs + leaseMs };
-    this.s.grants.push({ generation, owner, settled: false });
+    this.leaveLine((e) => e.owner === owner);
+    this.s.holder = { owner, generation, expiresAtMs: nowMs + leaseMs, takenAtMs: nowMs };
+    this.s.grants.push({ generation, owner, settled: false, ...(handedOff ? { unclaimed: true } : {}) });
     if (this.s.grants.length > REMEMBERED_GRANTS) this.s.grants.splice(0, this.s.grants.length - REMEMBERED_GRANTS);
     this.changed(nowMs);
   }
@@ -123,6 +154,8 @@ class ProvisionGate {
     const holder = this.s.holder!;
     if (holder.owner !== owner) throw new Error(`renew by ${owner}, but ${holder.owner} holds the gate`);
     holder.expiresAtMs = Math.max(holder.expiresAtMs, nowMs + leaseMs);
+    const grant = this.s.grants.find((g) => g.generation === holder.generation);
+    if (grant?.unclaimed) delete grant.unclaimed;
     this.changed(nowMs);
     return { epoch: this.s.epoch, generation: holder.generation };
   }
@@ -130,9 +163,28 @@ class ProvisionGate {
   /** A lease that ran out frees the gate; its grant stays unsettled unless its owner reports later. */
   expire(nowMs: number): void {
     if (this.s.holder && this.s.holder.expiresAtMs <= nowMs) {
+      // Handed to a waiter that never asked again: it never knew it held the gate, so it created nothing under it.
+      const generation = this.s.holder.generation;
+      const grant = this.s.grants.find((g) => g.generation === generation && g.unclaimed);
+      if (grant) {
+        grant.settled = true;
+        delete grant.unclaimed;
+      }
       this.s.holder = undefined;
       this.changed(nowMs);
+      this.handOff(nowMs);
     }
+  }
+
+  /**
+   * A freed gate goes straight to the first live waiter in line, for as long as its place is kept: it is granted when
+   * it next asks (as it was told to), with no turn lost to a poll that finds the gate free a moment too late.
+   */
+  private handOff(nowMs: number): void {
+    if (this.s.holder) return;
+    this.leaveLine((e) => e.untilMs <= nowMs);
+    const head = this.s.line?.[0];
+    if (head) this.take(head.owner, head.untilMs - nowMs, nowMs, true);
   }
 
   /** The holder's listing before it creates, on its grant. */
@@ -156,7 +208,12 @@ class ProvisionGate {
     grant.settled = true;
     if (request.resourceId !== undefined) grant.resourceId = request.resourceId;
     if (request.provisioning !== undefined) grant.provisioning = request.provisioning;
-    if (this.s.holder?.generation === request.lease.generation) this.s.holder = undefined;
+    if (this.s.holder?.generation === request.lease.generation) {
+      const taken = this.s.holder.takenAtMs;
+      if (taken !== undefined) this.s.meanHoldMs = Math.round(0.8 * this.meanHoldMs() + 0.2 * (nowMs - taken));
+      this.s.holder = undefined;
+      this.handOff(nowMs);
+    }
     this.changed(nowMs);
     return true;
   }
@@ -195,7 +252,7 @@ class ProvisionGate {
   }
 
   snapshot(): ProvisionGateState & { waiting: string[] } {
-    return { ...this.s, waiting: [] };
+    return { ...this.s, waiting: (this.s.line ?? []).map((e) => e.owner) };
   }
 
   private changed(nowMs: number): void {

@@ -1,6 +1,7 @@
 import fs from 'node:fs';
 import { ownerOfTag } from '../../config/owner-tag';
-import { provisionGateWorkflowId } from '../../config/provision-gate';
+import { ACQUIRE_GATE_UPDATE, provisionGateWorkflowId } from '../../config/provision-gate';
+import { ProvisionGateHold } from '../../activities/provision-gate';
 import { createRoundhouseWorker } from '../../workers/worker';
 import { provisionGateWorkflow, roundWorkflow } from '../../workflows';
 import {
@@ -119,20 +120,33 @@ test('the provision gate: one holder at a time, reentrant for its owner; a dead 
       gate.executeUpdate(releaseGateUpdate, { args: [{ owner, lease, resourceId }] });
 
     const a = await leaseOf('round-a');
-    // A busy gate rejects in its validator: a waiter's polls hold no in-flight update and add nothing to history.
-    const eventsBefore = (await gate.describe()).historyLength;
-    for (let i = 0; i < 20; i++) await expect(acquire('round-b')).rejects.toMatchObject({ cause: { type: 'ProvisionGateBusy' } });
-    expect((await gate.describe()).historyLength).toBe(eventsBefore);
+    // A busy gate takes a waiter into its line and says when to ask again; asking again keeps the same place.
+    const firstAnswer = await acquire('round-b');
+    expect(firstAnswer).toMatchObject({ granted: false, holder: 'round-a', waiting: 1 });
+    for (let i = 0; i < 4; i++) expect(await acquire('round-b')).toMatchObject({ granted: false, waiting: 1 });
+    const behind = await acquire('round-e');
+    expect(behind).toMatchObject({ granted: false, waiting: 2 });
+    // Two places ahead (the holder and round-b) are told to wait longer than one.
+    expect(!behind.granted && !firstAnswer.granted && behind.retryAfterMs! > firstAnswer.retryAfterMs!).toBe(true);
+    expect((await gate.query(provisionGateStateQuery)).waiting).toEqual(['round-b', 'round-e']);
     expect((await leaseOf('round-a')).lease).toEqual(a.lease); // a retried attempt gets its lease back at once
 
-    // round-a dies holding the gate: round-b, polling, gets it when the lease runs out.
+    // round-a dies holding the gate: when its lease runs out, round-b, first in line, gets it, though round-e asks
+    // first each time.
     const waitStarted = Date.now();
     let b: Awaited<ReturnType<typeof leaseOf>> | undefined;
-    while (!b && Date.now() - waitStarted < 10_000) b = await leaseOf('round-b').catch(() => undefined);
+    while (!b && Date.now() - waitStarted < 10_000) {
+      expect((await acquire('round-e')).granted).toBe(false);
+      b = await leaseOf('round-b').catch(() => undefined);
+      if (!b) await new Promise((resolve) => setTimeout(resolve, 100));
+    }
     if (!b) throw new Error('round-b never got the gate');
     expect(Date.now() - waitStarted).toBeGreaterThan(1000);
     expect(b.lease.generation).toBe(a.lease.generation + 1);
     await release('round-b', b.lease, 'mr-b');
+    const e = await leaseOf('round-e'); // next in line; it creates nothing
+    expect(e.lease.generation).toBe(b.lease.generation + 1);
+    await release('round-e', e.lease);
 
     // round-a's retry learns what others created since its listing: round-b's trainer, nothing unaccounted for.
     const a2 = await leaseOf('round-a', { since: a.lease });
@@ -167,6 +181,47 @@ test('the provision gate: one holder at a time, reentrant for its owner; a dead 
     await release('round-a', after.lease);
     expect((await gate.query(provisionGateStateQuery)).holder).toBeUndefined();
   });
+});
+
+const WAITERS = 60;
+
+test(`${WAITERS} provisionings waiting on one gate at once: each holds it alone, in turn, asking a few times each, and every grant is settled`, async () => {
+  const taskQueue = uniqueTaskQueue('gate-line');
+  const key = { taskQueue, provider: 'together', account: 'acct-line', model: 'roundhouse/tiny-chat' };
+  const worker = await workerOn(taskQueue);
+  const holds: { owner: string; from: number; to: number; generation: number }[] = [];
+  const gate = env.temporal.client.workflow.getHandle(provisionGateWorkflowId(key));
+  const started = Date.now();
+  const state = await worker.runUntil(async () => {
+    await Promise.all(
+      Array.from({ length: WAITERS }, async (_v, i) => {
+        const owner = `round-line-${i}`;
+        const hold = await ProvisionGateHold.acquire(env.temporal.client, { gate: key, owner, leaseSeconds: 30, provisioning: `p-${i}` });
+        const from = Date.now();
+        await new Promise((resolve) => setTimeout(resolve, 20)); // list and create
+        const to = Date.now();
+        await hold.release(`mr-line-${i}`);
+        holds.push({ owner, from, to, generation: hold.lease.generation });
+      }),
+    );
+    return gate.query(provisionGateStateQuery);
+  });
+  // Every grant settled with its trainer (no lease ran out), one per provisioning, nobody left in line.
+  expect(state.grants.filter((g) => g.settled && g.resourceId).length).toBe(WAITERS);
+  expect(state.waiting).toEqual([]);
+  // One holder at a time.
+  const byTime = [...holds].sort((x, y) => x.generation - y.generation);
+  for (let i = 1; i < byTime.length; i++) expect(byTime[i]!.from).toBeGreaterThanOrEqual(byTime[i - 1]!.to);
+  // Waiting costs a few asks each, not one every second or two: the acquires the gate accepted, over the waiters.
+  const history = await gate.fetchHistory();
+  const acquires = (history.events ?? []).filter(
+    (e) => e.workflowExecutionUpdateAcceptedEventAttributes?.acceptedRequest?.input?.name === ACQUIRE_GATE_UPDATE,
+  ).length;
+  process.stderr.write(
+    `[gate-line] ${WAITERS} waiters in ${Date.now() - started} ms: ${acquires} acquires accepted, mean hold ${state.meanHoldMs} ms\n`,
+  );
+  expect(acquires).toBeGreaterThanOrEqual(WAITERS);
+  expect(acquires).toBeLessThanOrEqual(WAITERS * 8);
 });
 
 function workerOn(taskQueue: string) {
