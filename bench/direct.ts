@@ -1,6 +1,7 @@
 import { batchRows, learningRateAt } from '../config/schedule';
 import { tokenizerFor } from '../config/tokenizer';
 import { loadRoundData, toDatum, type TokenizedRow } from '../activities/data';
+import { BasetenProvider } from '../providers/baseten/client';
 import { TogetherProvider } from '../providers/together/client';
 import type { AdamParams, Datum, TrainingProvider } from '../providers/types';
 import { LOCAL_EMULATOR_KEY } from '../workers/providers';
@@ -19,15 +20,19 @@ export interface DirectLoopResult {
   trainingMs: number;
 }
 
-/** The provider the worker's registry builds for `kind: local` with a base URL: the one the round uses. */
-export function directProvider(baseUrl: string): TrainingProvider {
-  return new TogetherProvider({ baseUrl, apiKey: LOCAL_EMULATOR_KEY });
+/** The key benchmarks give Baseten-dialect rounds (worker environment) and their direct loops, on the emulator. */
+export const BENCH_BASETEN_KEY = 'bt-bench-key';
+
+/** The provider the worker's registry builds for the round's provider spec (`local` or `baseten`, with a base URL). */
+export function directProvider(provider: { kind: string; baseUrl?: string }): TrainingProvider {
+  if (provider.kind === 'baseten') return new BasetenProvider({ baseUrl: provider.baseUrl!, apiKey: BENCH_BASETEN_KEY });
+  return new TogetherProvider({ baseUrl: provider.baseUrl!, apiKey: LOCAL_EMULATOR_KEY });
 }
 
 export async function runDirectLoop(kind: DirectLoopKind, input: RoundInput, label: string): Promise<DirectLoopResult> {
   const spec = input.spec;
   const t = spec.training;
-  const provider = directProvider(spec.provider.baseUrl!);
+  const provider = directProvider(spec.provider);
   const model = (await provider.supportedModels()).find((m) => m.name === spec.provider.model)!;
   const tokenizer = tokenizerFor(spec.provider.model, model.tokenizer, spec.provider.tokenizer);
   const train: TokenizedRow[] = loadRoundData(input.data.train, input.data.eval, tokenizer, {

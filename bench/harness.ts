@@ -4,6 +4,7 @@ import path from 'node:path';
 import { Client, Connection } from '@temporalio/client';
 import type { temporal } from '@temporalio/proto';
 import { DefaultLogger, NativeConnection, Runtime, type Worker } from '@temporalio/worker';
+import { DEFAULT_SEGMENT_SECONDS, DEFAULT_SEGMENT_STEPS } from '../config/spec';
 import { loadWorkerSettings, type WorkerSettings } from '../config/worker-env';
 import { startEmulator, type EmulatorOptions, type RunningEmulator } from '../emulator/server';
 import { ProviderRegistry } from '../workers/providers';
@@ -119,8 +120,8 @@ export function benchRoundInput(options: {
   t.batchSize = batchSize;
   t.epochs = options.steps / stepsPerEpoch;
   // The spec's defaults, unless a benchmark sizes segments itself.
-  t.segmentSteps = options.segmentSteps ?? 100;
-  t.segmentSeconds = options.segmentSeconds ?? 120;
+  t.segmentSteps = options.segmentSteps ?? DEFAULT_SEGMENT_STEPS;
+  t.segmentSeconds = options.segmentSeconds ?? DEFAULT_SEGMENT_SECONDS;
   return input;
 }
 

@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import type { ProviderSpec } from '../config/spec';
-import { parseCampaignSpec } from '../config/spec';
+import { DEFAULT_SEGMENT_SECONDS, DEFAULT_SEGMENT_STEPS, parseCampaignSpec } from '../config/spec';
 import { TogetherProvider } from '../providers/together/client';
 import type { TrainingProvider } from '../providers/types';
 import { LOCAL_EMULATOR_KEY, ProviderRegistry } from '../workers/providers';
@@ -56,7 +56,7 @@ export async function historyBenchmark(ctx: BenchContext, report: Report): Promi
             campaignId: `history-${steps}-${taskQueue}`,
             steps,
             batchSize: 2,
-            segmentSteps: ctx.quick ? 10 : undefined,
+            segmentSteps: ctx.quick ? 10 : 100, // segments of 100 steps, as these figures always measured
           });
           const roundId = `round-${steps}-${taskQueue}`;
           const result: RoundResult = await ctx.client.workflow.execute(roundWorkflow, { taskQueue, workflowId: roundId, args: [input] });
@@ -114,6 +114,61 @@ export async function historyBenchmark(ctx: BenchContext, report: Report): Promi
       },
       registry,
     );
+  } finally {
+    await emulator.close();
+  }
+  await hostedSpeedHistory(ctx, report);
+}
+
+/**
+ * History at hosted speed: steps of ≥ 2 s (1 s per operation at the emulator, polled as the worker polls a hosted
+ * trainer), segments cut by time. A segment adds the same events however many steps it holds (a step adds none: its
+ * progress rides on the heartbeat), so events per step at step time T with the default segment bounds are
+ * events per segment ÷ min(DEFAULT_SEGMENT_STEPS, DEFAULT_SEGMENT_SECONDS ÷ T): measured per segment, divided out for
+ * 10 s and 30 s steps.
+ */
+export async function hostedSpeedHistory(ctx: BenchContext, report: Report): Promise<void> {
+  const steps = ctx.quick ? 6 : 30;
+  const segmentSeconds = ctx.quick ? 1 : 10;
+  const emulator = await startBenchEmulator({ operationLatencyMs: ctx.quick ? 200 : 1000 });
+  try {
+    await withWorker(ctx, `bench-history-hosted-${Date.now()}`, async (worker) => {
+      const taskQueue = worker.options.taskQueue;
+      const input = benchRoundInput({
+        baseUrl: emulator.url,
+        campaignId: `history-hosted-${taskQueue}`,
+        steps,
+        batchSize: 2,
+        segmentSeconds,
+      });
+      const roundId = `round-hosted-${taskQueue}`;
+      const result: RoundResult = await ctx.client.workflow.execute(roundWorkflow, { taskQueue, workflowId: roundId, args: [input] });
+      if (result.stepsApplied !== steps) throw new Error(`round of ${steps} steps applied ${result.stepsApplied}`);
+      const phase = trainingPhase(await ctx.client.workflow.getHandle(roundId).fetchHistory());
+      const stepMs = phase.ms / steps;
+      const perSegment = phase.events / phase.segments;
+      note(
+        `history at hosted speed: ${steps} steps at ${(stepMs / 1000).toFixed(2)} s each, ${phase.segments} segments of ≤ ${segmentSeconds} s, ${phase.events} events in training (${perSegment.toFixed(1)} per segment)`,
+      );
+      const minStepMs = ctx.quick ? 200 : 2000;
+      report({ name: 'history.round.hosted_speed.ms_per_step', value: stepMs, target: `≥ ${minStepMs}`, met: stepMs >= minStepMs });
+      report({ name: 'history.round.hosted_speed.events_per_segment', value: perSegment, target: 'info' });
+      report({ name: 'history.round.hosted_speed.events_per_step_with_short_segments', value: phase.events / steps, target: 'info' });
+      for (const [label, ms, target] of [
+        ['measured_step_time', stepMs, undefined],
+        ['10s_steps', 10_000, TARGET],
+        ['30s_steps', 30_000, undefined],
+      ] as const) {
+        const perDefaultSegment = Math.min(DEFAULT_SEGMENT_STEPS, Math.floor((DEFAULT_SEGMENT_SECONDS * 1000) / ms));
+        const value = perSegment / perDefaultSegment;
+        report({
+          name: `history.round.${label}.events_per_step`,
+          value,
+          target: target === undefined ? `info; ${perDefaultSegment} steps per default segment` : `≤ ${target}`,
+          met: target === undefined ? undefined : value <= target,
+        });
+      }
+    });
   } finally {
     await emulator.close();
   }

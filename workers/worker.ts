@@ -67,6 +67,14 @@ export interface RoundhouseWorkerOptions {
   dataConverter?: DataConverter;
 }
 
+/**
+ * Activity slots per worker. A running training segment holds one for minutes while it mostly waits on the trainer
+ * (HTTP and timers, no CPU), so the SDK's default of 100 would cap a worker at 100 rounds in training: the rest would
+ * queue. 2,000 covers a host's rounds (the scale benchmark runs 1,000 on one 2-core worker); it bounds memory, not
+ * CPU, which the rounds barely use. `ROUNDHOUSE_MAX_CONCURRENT_ACTIVITIES` overrides it.
+ */
+export const DEFAULT_MAX_CONCURRENT_ACTIVITIES = 2000;
+
 export async function createRoundhouseWorker(options: RoundhouseWorkerOptions): Promise<Worker> {
   const providers = options.providers ?? new ProviderRegistry({ stateDir: options.stateDir ?? '.roundhouse' });
   let worker: Worker | undefined;
@@ -84,9 +92,7 @@ export async function createRoundhouseWorker(options: RoundhouseWorkerOptions): 
     maxHeartbeatThrottleInterval: '2 seconds',
     // Past the grace time activities are cancelled; should anything still hang, give up so the process can exit.
     ...(options.tuning ? { shutdownForceTime: options.tuning.shutdownGraceMs + 10_000 } : {}),
-    ...(options.tuning?.maxConcurrentActivities !== undefined
-      ? { maxConcurrentActivityTaskExecutions: options.tuning.maxConcurrentActivities }
-      : {}),
+    maxConcurrentActivityTaskExecutions: options.tuning?.maxConcurrentActivities ?? DEFAULT_MAX_CONCURRENT_ACTIVITIES,
     ...(options.tuning?.maxCachedWorkflows !== undefined ? { maxCachedWorkflows: options.tuning.maxCachedWorkflows } : {}),
     ...(options.tuning?.stickyQueueTimeoutMs !== undefined
       ? { stickyQueueScheduleToStartTimeout: options.tuning.stickyQueueTimeoutMs }

@@ -52,6 +52,8 @@ export function startWorkerProcess(
     cwd: options.cwd,
     stdio: ['ignore', 'pipe', 'pipe'],
   });
+  live.add(child);
+  child.once('exit', () => live.delete(child));
   let out = '';
   const ready = new Promise<void>((resolve, reject) => {
     const onData = (d: Buffer) => {
@@ -78,6 +80,12 @@ export function startWorkerProcess(
     },
   };
 }
+
+/** Workers still running when this process exits (a benchmark past its bound, a test that threw) die with it. */
+const live = new Set<ChildProcess>();
+process.once('exit', () => {
+  for (const child of live) child.kill('SIGKILL');
+});
 
 const PRIVATE_HOST = [
   'unshare',
