@@ -135,6 +135,7 @@ export async function trainSegmentOf<R extends StepRecord, F = ForwardResult>(
   const previous = Context.current().info.heartbeatDetails as SegmentHeartbeat<F> | undefined;
   const checkpoints = new RollingCheckpoints(provider, input, key, previous?.checkpoints);
   let confirmed = input.cursor.step;
+  const beat = new SegmentBeat<SegmentHeartbeat<F>>();
   try {
     const kind = await kindFor(ctx);
     const { applied, maxStep } = await segmentStart(provider, input);
@@ -155,7 +156,7 @@ export async function trainSegmentOf<R extends StepRecord, F = ForwardResult>(
     const deadline = Date.now() + t.segmentSeconds * 1000;
     const firstSubmission = next;
     const report = () =>
-      Context.current().heartbeat({ step: confirmed, inFlight, checkpoints: checkpoints.saved } satisfies SegmentHeartbeat<F>);
+      beat.report({ step: confirmed, inFlight: [...inFlight], checkpoints: checkpoints.saved } satisfies SegmentHeartbeat<F>);
     report();
 
     try {
@@ -200,6 +201,7 @@ export async function trainSegmentOf<R extends StepRecord, F = ForwardResult>(
       // What was confirmed stays recorded even when the segment fails or is cut short; then the tracker logs it.
       const flushed = await records.flush();
       await trackSteps(input, flushed);
+      beat.end();
     }
     const confirmedRecords = records.since(input.cursor.step);
     return {
@@ -209,6 +211,69 @@ export async function trainSegmentOf<R extends StepRecord, F = ForwardResult>(
   } catch (err) {
     // The workflow rolls back from what this segment knew: the checkpoints it saved and the step it reached.
     throw recoverableFailure(err, { step: confirmed, lineage, checkpoints: checkpoints.saved });
+  } finally {
+    beat.stop();
+  }
+}
+
+/** Heartbeats per second all the training segments of one worker process send together, at most (see SegmentBeat). */
+const SEGMENT_HEARTBEATS_PER_SECOND = 100;
+/** Training segments running in this process: they share the heartbeat budget. */
+let runningSegments = 0;
+
+/**
+ * A segment's heartbeats. Each carries the cursor, and the server's answer is how a pause or a budget reaches the
+ * segment, so they go out as the segment moves, but a worker's segments share a budget of
+ * SEGMENT_HEARTBEATS_PER_SECOND: a segment sends at most one every `runningSegments / budget` seconds (10 ms alone,
+ * 1 s with 100 running, 10 s with 1,000), keeping the server's heartbeat load per worker flat however many rounds it
+ * holds; a later report waits for the next turn. A timer also sends the latest at least every third of the
+ * heartbeat timeout, so an operation that takes longer than the timeout (a slow hosted step, a queue) never times
+ * the segment out. The SDK's own throttle (maxHeartbeatThrottleInterval) still applies on top.
+ */
+class SegmentBeat<D> {
+  private readonly context = Context.current();
+  private readonly timeoutMs = this.context.info.heartbeatTimeoutMs ?? 30_000;
+  private latest: D | undefined;
+  private unsent = false;
+  private sentAtMs = 0;
+  private readonly timer: NodeJS.Timeout;
+
+  constructor() {
+    runningSegments += 1;
+    this.timer = setInterval(() => this.tick(), 1000);
+    this.timer.unref();
+  }
+
+  report(details: D): void {
+    this.latest = details;
+    this.unsent = true;
+    if (Date.now() - this.sentAtMs >= this.gapMs()) this.send();
+  }
+
+  /** The last word (the cursor the segment returns with), whatever the budget. */
+  end(): void {
+    if (this.unsent) this.send();
+  }
+
+  stop(): void {
+    clearInterval(this.timer);
+    runningSegments -= 1;
+  }
+
+  private tick(): void {
+    const since = Date.now() - this.sentAtMs;
+    if ((this.unsent && since >= this.gapMs()) || since >= this.timeoutMs / 3) this.send();
+  }
+
+  private gapMs(): number {
+    return Math.min(this.timeoutMs / 3, (runningSegments * 1000) / SEGMENT_HEARTBEATS_PER_SECOND);
+  }
+
+  private send(): void {
+    if (this.latest === undefined) return;
+    this.context.heartbeat(this.latest);
+    this.sentAtMs = Date.now();
+    this.unsent = false;
   }
 }
 

@@ -265,6 +265,37 @@ test('history grows with segments, not steps: twice the steps in the same number
   expect(Math.abs(long.events - short.events)).toBeLessThanOrEqual(2);
 });
 
+test('a step slower than the heartbeat timeout does not time its segment out: the segment heartbeats while it waits', async () => {
+  const taskQueue = uniqueTaskQueue('slow-step');
+  const input = ticketRoundInput({
+    baseUrl: emulator.url,
+    campaignId: `slow-${taskQueue}`,
+    trainRows: 16,
+    evalRows: 2,
+    heartbeatTimeoutSeconds: 2,
+  });
+  input.spec.training.epochs = 1; // 2 steps
+  // The first optimizer step's submission hangs 5 s (a hosted step, a queue): 2.5 heartbeat timeouts with nothing new to report.
+  await setFaults(emulator, { rules: [{ kind: 'delay', method: 'POST', path: '/operations/optim-step$', delayMs: 5000, max: 1 }] });
+  try {
+    const workflowId = `round-${taskQueue}`;
+    const result: RoundResult = await withWorker(taskQueue, async () =>
+      (await temporal.client.workflow.start(roundWorkflow, { taskQueue, workflowId, args: [input] })).result(),
+    );
+    expect(result.status).toBe('completed');
+    expect(result.stepsApplied).toBe(2);
+    const history = await temporal.client.workflow.getHandle(workflowId).fetchHistory();
+    // A timed-out attempt leaves no event of its own (the server retries it): its successor starts as attempt 2.
+    const retried = (history.events ?? []).filter((e) => (e.activityTaskStartedEventAttributes?.attempt ?? 1) > 1);
+    const fired = (await (await fetch(`${emulator.url}/_emulator/faults`)).json()) as { fired: { fired: number }[] };
+    expect(fired.fired[0]!.fired).toBe(1); // the step really hung
+    expect(retried).toEqual([]); // and no activity was timed out for it
+    completedHistories.push({ workflowId, history });
+  } finally {
+    await setFaults(emulator, {});
+  }
+});
+
 test('histories of completed rounds replay without nondeterminism against the current code', async () => {
   expect(completedHistories.length).toBeGreaterThan(0);
   for (const { workflowId, history } of completedHistories) {
