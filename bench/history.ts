@@ -152,6 +152,7 @@ export async function hostedSpeedHistory(ctx: BenchContext, report: Report): Pro
       );
       const minStepMs = ctx.quick ? 200 : 2000;
       report({ name: 'history.round.hosted_speed.ms_per_step', value: stepMs, target: `≥ ${minStepMs}`, met: stepMs >= minStepMs });
+      report({ name: 'history.round.hosted_speed.segments', value: phase.segments, target: '≥ 2: cut by time', met: phase.segments >= 2 });
       report({ name: 'history.round.hosted_speed.events_per_segment', value: perSegment, target: 'info' });
       report({ name: 'history.round.hosted_speed.events_per_step_with_short_segments', value: phase.events / steps, target: 'info' });
       for (const [label, ms, target] of [

@@ -19,7 +19,7 @@ function runBench(args: string[], timeoutMs: number): Promise<{ code: number | n
 
 // Not a speed test: the figures' values are whatever this machine gives; this only keeps the harness working.
 test('`bench -- history --quick` runs a real round and campaign and prints well-formed figure lines', async () => {
-  const { code, stdout, stderr } = await runBench(['history', '--quick'], 90_000);
+  const { code, stdout, stderr } = await runBench(['history', '--quick'], 120_000);
   // The dev server writes its banner to the inherited stdout; every figure line has the figure shape.
   const figures = stdout.split('\n').filter((l) => /^[a-z0-9_]+\.[a-z0-9_.]+: /.test(l));
   if (code !== 0) throw new Error(`bench exited ${code}:\n${stdout}\n${stderr.slice(-3000)}`);
@@ -32,12 +32,18 @@ test('`bench -- history --quick` runs a real round and campaign and prints well-
       'history.campaign_round.20_steps.events_per_step',
       'history.round.growth_40_over_20',
       'history.round.marginal_events_per_step',
+      'history.round.hosted_speed.events_per_segment',
+      'history.round.10s_steps.events_per_step',
     ]),
   );
   expect(names.some((n) => n.endsWith('.error'))).toBe(false);
   const perStep = Number(FIGURE.exec(figures.find((l) => l.startsWith('history.round.40_steps.events_per_step'))!)![2]);
   expect(perStep).toBeGreaterThan(0); // counted from a real history, not a placeholder
-}, 100_000);
+  // At hosted speed the round's segments were cut by time, each costing events.
+  const figure = (name: string) => Number(FIGURE.exec(figures.find((l) => l.startsWith(`${name}:`))!)![2]);
+  expect(figure('history.round.hosted_speed.segments')).toBeGreaterThanOrEqual(2);
+  expect(figure('history.round.hosted_speed.events_per_segment')).toBeGreaterThan(0);
+}, 130_000);
 
 test('an unknown benchmark name is refused with the list of known ones', async () => {
   const { code, stderr } = await runBench(['nosuch'], 30_000);
