@@ -10,6 +10,7 @@ import { providerFailureType } from './failures';
 import { readJson, writeJsonAtomic } from './files';
 import { lineageParts, roundKey } from '../config/keys';
 import { recordLatestLoss, recordOptimizerSteps } from './metrics';
+import { heartbeatGapMs, joinHeartbeatBudget } from './heartbeat-budget';
 import { trackSteps } from './tracking';
 
 /**
@@ -216,19 +217,12 @@ export async function trainSegmentOf<R extends StepRecord, F = ForwardResult>(
   }
 }
 
-/** Heartbeats per second all the training segments of one worker process send together, at most (see SegmentBeat). */
-const SEGMENT_HEARTBEATS_PER_SECOND = 100;
-/** Training segments running in this process: they share the heartbeat budget. */
-let runningSegments = 0;
-
 /**
  * A segment's heartbeats. Each carries the cursor, and the server's answer is how a pause or a budget reaches the
- * segment, so they go out as the segment moves, but a worker's segments share a budget of
- * SEGMENT_HEARTBEATS_PER_SECOND: a segment sends at most one every `runningSegments / budget` seconds (10 ms alone,
- * 1 s with 100 running, 10 s with 1,000), keeping the server's heartbeat load per worker flat however many rounds it
- * holds; a later report waits for the next turn. A timer also sends the latest at least every third of the
- * heartbeat timeout, so an operation that takes longer than the timeout (a slow hosted step, a queue) never times
- * the segment out. The SDK's own throttle (maxHeartbeatThrottleInterval) still applies on top.
+ * segment, so they go out as the segment moves, within the worker's heartbeat budget (activities/heartbeat-budget.ts):
+ * a report that comes too soon waits for the next turn. A timer also sends the latest at least every third of the
+ * heartbeat timeout, so an operation that takes longer than the timeout (a slow hosted step, a queue) never times the
+ * segment out.
  */
 class SegmentBeat<D> {
   private readonly context = Context.current();
@@ -237,9 +231,9 @@ class SegmentBeat<D> {
   private unsent = false;
   private sentAtMs = 0;
   private readonly timer: NodeJS.Timeout;
+  private readonly leave = joinHeartbeatBudget();
 
   constructor() {
-    runningSegments += 1;
     this.timer = setInterval(() => this.tick(), 1000);
     this.timer.unref();
   }
@@ -257,7 +251,7 @@ class SegmentBeat<D> {
 
   stop(): void {
     clearInterval(this.timer);
-    runningSegments -= 1;
+    this.leave();
   }
 
   private tick(): void {
@@ -266,7 +260,7 @@ class SegmentBeat<D> {
   }
 
   private gapMs(): number {
-    return Math.min(this.timeoutMs / 3, (runningSegments * 1000) / SEGMENT_HEARTBEATS_PER_SECOND);
+    return heartbeatGapMs(this.timeoutMs);
   }
 
   private send(): void {

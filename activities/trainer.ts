@@ -9,6 +9,7 @@ import type { GateLease } from '../workflows/provision-gate-contract';
 import type { RoundInput, RoundSpec } from '../workflows/round-contract';
 import type { ActivityDeps } from './deps';
 import { atBoundary, keepingAlive } from './failures';
+import { heartbeatGapMs, joinHeartbeatBudget } from './heartbeat-budget';
 import { ProvisionGateHold } from './provision-gate';
 import { recordResource } from './metrics';
 import { CapacityWatch } from './capacity';
@@ -45,12 +46,20 @@ export function createTrainerActivities(deps: ActivityDeps) {
       const beat: ProvisionBeat = { ...(context.info.heartbeatDetails as ProvisionBeat | undefined) };
       beat.startedAtMs ??= Date.now();
       const deadlineMs = beat.startedAtMs + input.spec.advanced.provisionTimeoutMinutes * 60_000;
-      const heartbeat = () => context.heartbeat(beat);
+      let sentAtMs = 0;
+      const heartbeat = () => {
+        context.heartbeat(beat);
+        sentAtMs = Date.now();
+      };
       const capacity = new CapacityWatch(context.client, context.info.workflowExecution, beat.startedAtMs, (beat.capacityRetries ?? 0) + 1);
       return atBoundary(
         async () => {
           heartbeat();
-          const timer = setInterval(heartbeat, 1000);
+          // Between the moments that matter (which send at once), a keepalive within the worker's heartbeat budget.
+          const leave = joinHeartbeatBudget();
+          const timer = setInterval(() => {
+            if (Date.now() - sentAtMs >= Math.max(1000, heartbeatGapMs(context.info.heartbeatTimeoutMs))) heartbeat();
+          }, 1000);
           try {
             for (;;) {
               if (!beat.resourceId) {
@@ -115,6 +124,7 @@ export function createTrainerActivities(deps: ActivityDeps) {
             }
           } finally {
             clearInterval(timer);
+            leave();
           }
         },
         () => ({ resourceId: beat.resourceId }),

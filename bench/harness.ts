@@ -12,6 +12,7 @@ import { connectClient, connectWorker, startTemporal, type TemporalServer } from
 import { createRoundhouseWorker } from '../workers/worker';
 import type { RoundInput } from '../workflows/round-contract';
 import { ticketRoundInput } from '../test/helpers/round';
+import { ensureDist } from '../test/helpers/dist';
 import { bundleToFile } from '../test/helpers/worker-process';
 
 type HistoryEvent = temporal.api.history.v1.IHistoryEvent;
@@ -40,6 +41,7 @@ export async function startBench(options: { quick: boolean }): Promise<BenchCont
   const settings: WorkerSettings = { ...base, address: server.address };
   const connection: Connection = await connectClient(settings);
   const nativeConnection = await connectWorker(settings);
+  ensureDist(); // worker processes run the compiled CLI: never a stale build of the code measured
   const bundleFile = await bundleToFile();
   const scratch = fs.mkdtempSync(path.join(os.tmpdir(), 'rh-bench-'));
   return {
