@@ -99,12 +99,23 @@ async function scalePass(ctx: BenchContext, report: Report, pass: ScalePass): Pr
         }));
         // Waited for by one count a second, not n long polls: the waiting is the benchmark's, not the rounds' load.
         await waitForClosed(ctx, taskQueue);
-        const results: RoundResult[] = await Promise.all(handles.map((h) => h.result()));
+        const settled = await Promise.allSettled(handles.map((h) => h.result()));
         const wallS = (Date.now() - started) / 1000;
         const used = cpu.end();
-        const bad = results.filter((r) => r.status !== 'completed' || r.stepsApplied !== steps);
+        const why = (r: PromiseSettledResult<RoundResult>) =>
+          r.status === 'rejected'
+            ? failureChain(r.reason)
+            : r.value.status !== 'completed'
+              ? `${r.value.status}`
+              : `${r.value.stepsApplied} steps`;
+        const bad = settled.filter((r) => r.status === 'rejected' || r.value.status !== 'completed' || r.value.stepsApplied !== steps);
         report({ name: name(n, 'failed_rounds'), value: bad.length, target: '= 0', met: bad.length === 0 });
-        if (bad.length) throw new Error(`${bad.length} of ${n} rounds did not complete their ${steps} steps`);
+        if (bad.length) {
+          const counts = new Map<string, number>();
+          for (const r of bad) counts.set(why(r), (counts.get(why(r)) ?? 0) + 1);
+          note(`scale ${pass.prefix}${n}: ${bad.length} rounds failed: ${[...counts].map(([k, v]) => `${v} × ${k}`).join('; ')}`);
+          throw new Error(`${bad.length} of ${n} rounds did not complete their ${steps} steps`);
+        }
         const perStep: number[] = [];
         const spans: [number, number][] = [];
         for (const h of handles) {
@@ -202,4 +213,12 @@ function peakOverlap(spans: [number, number][]): number {
   let peak = 0;
   for (const [, d] of edges) peak = Math.max(peak, (now += d));
   return peak;
+}
+
+/** A workflow failure and its causes, one line: what a failed round died of. */
+function failureChain(err: unknown): string {
+  const parts: string[] = [];
+  for (let e = err as { message?: string; cause?: unknown; type?: string } | undefined; e && parts.length < 4; e = e.cause as typeof e)
+    parts.push(`${e.type ? `${e.type}: ` : ''}${(e.message ?? '?').slice(0, 160)}`);
+  return parts.join(' ← ');
 }
