@@ -134,10 +134,6 @@ class ProvisionGate {
     if (this.s.line?.some(which)) this.s.line = this.s.line.filter((e) => !which(e));
   }
 
-  holderOwner(): string | undefined {
-    return this.s.holder?.owner;
-  }
-
   /** `handedOff`: granted to the head of the line, which learns of it when it next asks (see handOff). */
   take(owner: string, leaseMs: number, nowMs: number, handedOff = false): void {
     this.expire(nowMs);
