@@ -185,7 +185,7 @@ test('the provision gate: one holder at a time, reentrant for its owner; a dead 
 
 const WAITERS = 60;
 
-test(`${WAITERS} provisionings waiting on one gate at once: each holds it alone, in turn, asking a few times each, and every grant is settled`, async () => {
+test(`${WAITERS} provisionings waiting on one gate at once: each holds it alone, in turn, and every grant is settled`, async () => {
   const taskQueue = uniqueTaskQueue('gate-line');
   const key = { taskQueue, provider: 'together', account: 'acct-line', model: 'roundhouse/tiny-chat' };
   const worker = await workerOn(taskQueue);
