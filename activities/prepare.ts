@@ -31,6 +31,8 @@ export interface PreparedPairs {
   evalSha256: string;
 }
 
+/** Datasets kept tokenised per worker, least recently used dropped first (a long-lived worker sees many). */
+const PREPARED_CACHE_ENTRIES = 32;
 const preparedCache = new Map<string, PreparedData>();
 const preparedPairsCache = new Map<string, PreparedPairs>();
 
@@ -72,22 +74,20 @@ export function createPreparer(deps: ActivityDeps) {
     // Data in the artifact store (s3://) is read from a local copy; its hash is checked like a local file's.
     const data = { ...given, train: await localCopy(given.train), eval: await localCopy(given.eval) };
     const { trainSha256, evalSha256 } = checkHashes(data);
-    const key = [
-      data.train,
-      trainSha256,
-      data.eval,
-      evalSha256,
-      spec.provider.model,
-      spec.provider.tokenizer ?? '',
-      spec.training.maxSeqLen,
-    ].join('|');
+    // By content, not path: rounds of a sweep whose files hold the same bytes share one tokenising.
+    const key = [trainSha256, evalSha256, spec.provider.model, spec.provider.tokenizer ?? '', spec.training.maxSeqLen].join('|');
     const cached = cache.get(key);
-    if (cached) return cached;
+    if (cached) {
+      cache.delete(key); // most recently used last
+      cache.set(key, cached);
+      return cached;
+    }
     const tokenizer = tokenizerFor(spec.provider.model, model.tokenizer, spec.provider.tokenizer);
     const loaded = load(tokenizer, { maxSeqLen: spec.training.maxSeqLen, modelMaxSeqLen: model.maxSeqLen }, data);
     checkLoraRank(spec, model);
     const result = { tokenizer, model, ...loaded, trainSha256, evalSha256 };
     cache.set(key, result);
+    if (cache.size > PREPARED_CACHE_ENTRIES) cache.delete(cache.keys().next().value!);
     return result;
   }
 

@@ -320,11 +320,10 @@ async function createOrAdopt(
         });
       }
     }
-    if (!resourceId && !gate && !beat.before && context.info.attempt > 1) {
-      // Where resources carry the round's tag, an earlier attempt's create is known by it even when the heartbeat with
-      // its listing never arrived (throttled, then the worker killed): one tagged for this round, created since this
-      // provisioning was scheduled (the round's earlier trainers were released before it; 30 s for clock skew).
-      resourceId = await adoptOwnResource(provider, {
+    // Where resources carry the round's tag, this round's create is known by it: one tagged for this round, created
+    // since this provisioning was scheduled (the round's earlier trainers were released before it; 30 s for clock skew).
+    const taggedSinceScheduled = () =>
+      adoptOwnResource(provider, {
         before: [],
         model,
         ownerTag: input.ownerTag,
@@ -332,10 +331,15 @@ async function createOrAdopt(
         claimedByOthers: [],
         createdSinceMs: context.info.scheduledTimestampMs - 30_000,
       });
+    if (!resourceId && !gate && !beat.before && context.info.attempt > 1) {
+      // An earlier attempt may have created, and its heartbeat never arrived (throttled, then the worker killed).
+      resourceId = await taggedSinceScheduled();
     }
     if (!resourceId) {
-      // Untagged creates are attributed only against a listing made under the lease now held.
-      if (gate || !beat.before) {
+      // Untagged creates are attributed only against a listing made under the lease now held. Tagged ones need none:
+      // the tag finds them (at 1,000 rounds on one account, listing every trainer before each create was the costliest
+      // request of a round, and the listing rode in every provisioning heartbeat).
+      if (gate) {
         beat.before = (await provider.listOwnedResources({ activeOnly: true })).map((r) => r.id);
         beat.gate = gate?.lease;
         await gate?.noteListing(beat.before);
@@ -355,7 +359,7 @@ async function createOrAdopt(
           settled = err instanceof ProviderError; // refused or unreachable: nothing was created
           throw err;
         }
-        resourceId = await own(beat.before, gate !== undefined);
+        resourceId = beat.before ? await own(beat.before, gate !== undefined) : await taggedSinceScheduled();
         if (!resourceId) {
           settled = true;
           // The create did not happen after all: let Temporal retry it (the next attempt looks again first).

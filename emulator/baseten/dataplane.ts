@@ -30,8 +30,8 @@ import { deactivatedModel, isActive, loopsOwner, runExtra, type LoopsState } fro
 export interface DataPlaneOptions {
   /** How long `GET /operations/{id}` holds an unfinished operation before answering 408 (the service: ~30 s). */
   pollHoldMs: number;
-  /** True once the emulator is closing: held polls answer at once. */
-  closing: () => boolean;
+  /** Aborted once the emulator is closing: held polls answer at once. */
+  closing: AbortSignal;
 }
 
 /** What the wire result needs beyond the engine's output: which route, and what the request asked for. */
@@ -55,14 +55,6 @@ const SAMPLE_TIMEOUT_MS = 120_000;
 function header(req: EmulatorRequest, name: string): string | undefined {
   const h = req.headers[name];
   return Array.isArray(h) ? h[0] : h;
-}
-
-async function waitSettled(op: OperationRecord, ms: number, closing: () => boolean): Promise<boolean> {
-  const deadline = Date.now() + ms;
-  while ((op.status === 'PENDING' || op.status === 'RUNNING') && Date.now() < deadline && !closing()) {
-    await new Promise((r) => setTimeout(r, 5));
-  }
-  return op.status === 'COMPLETED' || op.status === 'FAILED';
 }
 
 /** vLLM marks an invalid request with `type: BadRequestError`, which the SDK does not retry. */
@@ -189,7 +181,7 @@ export function addLoopsDataRoutes(router: Router, engine: Engine, state: LoopsS
     loopsRoute(async (req) => {
       const { owner, run } = trainer(req);
       const op = engine.operationByKey(run.id, owner, req.params.id!);
-      if (!(await waitSettled(op, options.pollHoldMs, options.closing))) {
+      if (!(await engine.whenSettled(op, options.pollHoldMs, options.closing))) {
         return { status: 408, body: { operation_id: req.params.id, status: 'pending' } };
       }
       if (op.status === 'FAILED') {
@@ -326,7 +318,7 @@ export function addLoopsDataRoutes(router: Router, engine: Engine, state: LoopsS
         promptLogprobs: request.promptLogprobs,
         ...(fromCheckpoint ? { fromCheckpoint } : {}),
       }));
-      await waitSettled(op, SAMPLE_TIMEOUT_MS, options.closing);
+      await engine.whenSettled(op, SAMPLE_TIMEOUT_MS, options.closing);
       if (op.status === 'FAILED') {
         if (op.error?.code === 'INVALID_INPUT') throw new EmulatorHttpError(400, 'INVALID_ARGUMENT', op.error.message);
         if (op.error?.code === 'SESSION_NOT_ACTIVE') throw deactivatedModel(`sampler ${req.params.id}`);

@@ -22,12 +22,12 @@ export function addBasetenRoutes(router: Router, engine: Engine, options: LoopsO
   const signer = {
     sign: (checkpointId: string, file: string) => createHmac('sha256', secret).update(`${checkpointId}/${file}`).digest('hex').slice(0, 32),
   };
-  let closing = false;
+  const closing = new AbortController();
   addLoopsControlRoutes(router, engine, state, signer);
-  addLoopsDataRoutes(router, engine, state, { pollHoldMs: options.pollHoldMs ?? 25_000, closing: () => closing });
+  addLoopsDataRoutes(router, engine, state, { pollHoldMs: options.pollHoldMs ?? 25_000, closing: closing.signal });
   return {
     close() {
-      closing = true;
+      closing.abort();
     },
   };
 }

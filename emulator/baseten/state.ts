@@ -132,7 +132,7 @@ export class LoopsState {
   }
 
   run(id: string, owner: string): ResourceRecord {
-    this.engine.refresh();
+    this.engine.refreshAround(id);
     const r = this.engine.findResource(id);
     if (!r || r.owner !== owner || r.dialect !== 'baseten' || r.extra.kind !== 'trainer') throw notFound('run', id);
     return r;

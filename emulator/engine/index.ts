@@ -71,6 +71,11 @@ export class Engine {
     this.lifecycle.refresh();
   }
 
+  /** The same for one resource and its sessions: what a read of one of them needs. */
+  refreshAround(resourceId: string): void {
+    this.lifecycle.refreshAround(resourceId);
+  }
+
   // ── resources ────────────────────────────────────────────────────────────────────────────────────
 
   createResource(input: ResourceInput): ResourceRecord {
@@ -180,6 +185,11 @@ export class Engine {
 
   getOperation(sessionId: string, owner: string, operationId: string, kind?: OperationKind): OperationRecord {
     return this.operations.get(sessionId, owner, operationId, kind);
+  }
+
+  /** True once the operation has completed or failed; false when `ms` pass first or `interrupt` aborts (long polls). */
+  whenSettled(op: OperationRecord, ms: number, interrupt?: AbortSignal): Promise<boolean> {
+    return this.state.whenSettled(op, ms, interrupt);
   }
 
   /** Resolves when the operation has completed or failed (for synchronous dialect routes and tests). */

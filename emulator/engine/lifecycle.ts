@@ -27,6 +27,17 @@ export class Lifecycle {
     for (const s of this.state.sessions.values()) this.refreshSession(s, now);
   }
 
+  /**
+   * One resource's time-driven state and its sessions': what a read of that resource or one of its sessions needs.
+   * A read of one record refreshes only its neighbourhood; lists and the ledger refresh everything.
+   */
+  refreshAround(resourceId: string): void {
+    const now = this.state.now();
+    const r = this.state.resources.get(resourceId);
+    if (r) this.refreshResource(r, now);
+    for (const s of this.state.sessions.values()) if (s.resourceId === resourceId) this.refreshSession(s, now);
+  }
+
   /** `busy`: the resources with work queued or running, when the caller has them (else this resource is looked up). */
   refreshResource(r: ResourceRecord, now: number, busy?: Set<string>): void {
     const { provisioningDelayMs, stopDelayMs } = this.state.options;
@@ -140,5 +151,6 @@ export class Lifecycle {
     op.error = { code, message };
     op.completedAt = this.state.now();
     delete op.input;
+    this.state.noteSettled(op);
   }
 }

@@ -113,11 +113,7 @@ export class Operations {
 
   /** Resolves when the operation has completed or failed (for synchronous dialect routes and tests). */
   async settled(op: OperationRecord, timeoutMs = 60_000): Promise<OperationRecord> {
-    const deadline = this.state.now() + timeoutMs;
-    while (op.status === 'PENDING' || op.status === 'RUNNING') {
-      if (this.state.now() > deadline) break;
-      await new Promise((r) => setTimeout(r, 2));
-    }
+    await this.state.whenSettled(op, timeoutMs);
     return op;
   }
 
@@ -201,6 +197,7 @@ export class Operations {
       op.status = 'COMPLETED';
       op.completedAt = this.state.now();
       delete op.input;
+      this.state.noteSettled(op);
     } catch (err) {
       const code = (err as { code?: string }).code;
       this.lifecycle.failOperation(

@@ -69,7 +69,7 @@ export class Resources {
   }
 
   get(id: string, owner?: string): ResourceRecord {
-    this.lifecycle.refresh();
+    this.lifecycle.refreshAround(id);
     return ownedOrNotFound(this.state.resources.get(id), owner, 'model resource', id);
   }
 

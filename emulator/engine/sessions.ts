@@ -104,7 +104,8 @@ export class Sessions {
   }
 
   get(id: string, owner?: string): SessionRecord {
-    this.lifecycle.refresh();
+    const known = this.state.sessions.get(id);
+    if (known) this.lifecycle.refreshAround(known.resourceId);
     return ownedOrNotFound(this.state.sessions.get(id), owner, 'training session', id);
   }
 

@@ -65,6 +65,8 @@ export class EngineState {
   /** What sessions train and sample with (`compute`). */
   readonly models: TrainerModels;
   private readonly listeners = new Set<() => void>();
+  /** Who waits for an operation to settle (long polls, synchronous routes): woken by `noteSettled`, not by polling. */
+  private readonly settleWaiters = new Map<OperationRecord, Set<() => void>>();
 
   constructor(options: EngineOptions) {
     this.now = options.now ?? Date.now;
@@ -83,6 +85,37 @@ export class EngineState {
 
   onChange(listener: () => void): void {
     this.listeners.add(listener);
+  }
+
+  /** `op` has just completed or failed: wake whoever waits for it. */
+  noteSettled(op: OperationRecord): void {
+    const waiters = this.settleWaiters.get(op);
+    if (!waiters) return;
+    this.settleWaiters.delete(op);
+    for (const wake of waiters) wake();
+  }
+
+  /**
+   * True once `op` has completed or failed; false when `ms` pass first or `interrupt` aborts. One timer per waiter
+   * instead of a poll every few milliseconds (1,000 held long polls polled at 5 ms were 200,000 wake-ups a second).
+   */
+  whenSettled(op: OperationRecord, ms: number, interrupt?: AbortSignal): Promise<boolean> {
+    const settled = () => op.status === 'COMPLETED' || op.status === 'FAILED';
+    if (settled() || interrupt?.aborted) return Promise.resolve(settled());
+    return new Promise((resolve) => {
+      const waiters = this.settleWaiters.get(op) ?? new Set<() => void>();
+      this.settleWaiters.set(op, waiters);
+      const done = () => {
+        clearTimeout(timer);
+        interrupt?.removeEventListener('abort', done);
+        waiters.delete(done);
+        if (waiters.size === 0 && this.settleWaiters.get(op) === waiters) this.settleWaiters.delete(op);
+        resolve(settled());
+      };
+      const timer = setTimeout(done, ms);
+      interrupt?.addEventListener('abort', done, { once: true });
+      waiters.add(done);
+    });
   }
 
   /** Called after every state change that should be persisted. */

@@ -291,9 +291,14 @@ export class BasetenProvider implements TrainingProvider {
   async releaseSession(sessionId: string): Promise<string[]> {
     const runs = await this.sessionRuns(sessionId);
     const active = runs.filter((r) => r.status.name === 'ACTIVE');
-    const { samplers } = await this.straySamplers();
-    for (const s of samplers.filter((x) => x.session_id === sessionId || runs.some((r) => r.id === x.run_id)))
-      await this.deactivateSampler(s.id);
+    // A sampler is paired with a run of its own session, so the session's runs say which of its samplers are strays
+    // (listing every run of the account here made each release cost as much as the account is large).
+    const paired = new Set(runs.flatMap((r) => (r.sampler ? [r.sampler.id] : [])));
+    const samplers = await this.listAll('/v1/loops/samplers', SamplersEnvelope, (page) => page.samplers);
+    const strays = samplers.filter(
+      (x) => (x.session_id === sessionId || runs.some((r) => r.id === x.run_id)) && !paired.has(x.id) && samplerHoldsGpus(x),
+    );
+    for (const s of strays) await this.deactivateSampler(s.id);
     for (const r of active) {
       try {
         // Deactivating twice answers the same, so a resend after a lost answer is harmless.
