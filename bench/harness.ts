@@ -153,6 +153,7 @@ const EVENT = {
   activityScheduled: 10,
   activityCompleted: 12,
   workflowTaskCompleted: 7,
+  signalExternalInitiated: 37,
 } as const;
 
 function eventMs(e: HistoryEvent): number {
@@ -179,6 +180,8 @@ export function trainingPhase(history: History): {
   segments: number;
   ms: number;
   totalEvents: number;
+  /** Progress signals the round sent its campaign during the phase (each with its own events). */
+  signals: number;
   /** Wall-clock bounds of the phase (epoch ms). */
   startMs: number;
   endMs: number;
@@ -204,8 +207,11 @@ export function trainingPhase(history: History): {
       break;
     }
   }
+  let signals = 0;
+  for (let i = first; i < end; i++) if (events[i]!.eventType === EVENT.signalExternalInitiated) signals++;
   return {
     events: end - first,
+    signals,
     segments: segmentIds.size,
     ms: eventMs(events[lastCompleted]!) - eventMs(events[first]!),
     totalEvents: events.length,
