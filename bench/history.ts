@@ -94,7 +94,7 @@ export async function historyBenchmark(ctx: BenchContext, report: Report): Promi
           report({
             name: `history.campaign_round.${steps}_steps.progress_signals_per_minute`,
             value: child.signals / (child.ms / 60_000),
-            target: 'info; at most 2 a minute once a round trains longer than a minute (the first segment end is always told)',
+            target: 'info; ≤ 2 a minute past the first segment end, which is always told',
           });
           report({
             name: `history.campaign_round.${steps}_steps.events_per_step`,
@@ -112,7 +112,7 @@ export async function historyBenchmark(ctx: BenchContext, report: Report): Promi
           report({
             name: `history.${kind}.growth_${lengths[1]}_over_${lengths[0]}`,
             value: growth,
-            target: kind === 'campaign' ? '≤ 1.1: not growing (time-throttled progress signals apart)' : '≤ 1.1: not growing',
+            target: kind === 'campaign' ? '≤ 1.1: not growing, time-throttled progress signals apart' : '≤ 1.1: not growing',
             met: growth <= 1.1,
           });
           // The same without any window: whole histories of both lengths, their difference over the extra steps.

@@ -308,6 +308,35 @@ describe('trainer data plane', () => {
     }
   });
 
+  test('a held poll answers when its operation settles (completed or failed), not when its hold runs out', async () => {
+    const held = await startTestEmulator({ basetenPollHoldMs: 20_000, operationLatencyMs: 300 });
+    try {
+      const session = await raw(held, 'POST', '/v1/loops/sessions', { apiKey });
+      const run = (
+        await raw(held, 'POST', '/v1/loops/trainers', { apiKey, body: { session_id: session.json.session.id, base_model: MODEL } })
+      ).json.run;
+      const settle = async (route: string, key: string, body: object) => {
+        await raw(held, 'POST', `${run.base_url}/${route}`, { apiKey, idempotencyKey: key, body });
+        const started = Date.now();
+        const answer = await raw(held, 'GET', `${run.base_url}/operations/${key}`, { apiKey });
+        return { answer, ms: Date.now() - started };
+      };
+      const init = await settle('init_trainer_server', 'init', { lora_rank: 4 });
+      expect(init.answer.status).toBe(200);
+      expect(init.answer.json.status).toBe('done');
+      expect(init.ms).toBeLessThan(5_000); // the operation's 300 ms, far inside the 20 s hold
+      const failed = await settle('forward_backward', 'bad', {
+        data: [datum([1, 5], 1)],
+        loss_fn: 'ppo',
+        loss_fn_config: { clip_low_threshold: 1.5 },
+      });
+      expect(failed.answer.json.status).toBe('error');
+      expect(failed.ms).toBeLessThan(5_000);
+    } finally {
+      await held.close();
+    }
+  });
+
   test('checkpoints: bt://loops URIs for trainer state and sampler weights, listed, validated, downloadable by page', async () => {
     const run = await newRun();
     await op(run, 'init_trainer_server', { lora_rank: 8 });
