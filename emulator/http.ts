@@ -7,15 +7,25 @@ export interface EmulatorRequest {
   params: Record<string, string>;
   query: URLSearchParams;
   headers: IncomingMessage['headers'];
-  /** Parsed JSON body; undefined for an empty body. */
+  /** Parsed JSON body; undefined for an empty body or a binary one (`application/x-protobuf`). */
   body: unknown;
   rawBody: string;
+  /** The body's bytes, as sent. */
+  bytes: Buffer;
 }
 
 export interface JsonReply {
   status?: number;
   body: unknown;
   headers?: Record<string, string>;
+  /** A binary reply instead of `body` (Tinker's protobuf results), sent with `contentType`. */
+  bytes?: Uint8Array;
+  contentType?: string;
+}
+
+/** A body that is not JSON: left to the route to decode. */
+export function isBinaryBody(headers: IncomingMessage['headers']): boolean {
+  return /application\/x-protobuf/i.test(String(headers['content-type'] ?? ''));
 }
 
 export type Handler = (req: EmulatorRequest) => Promise<JsonReply> | JsonReply;
@@ -59,7 +69,7 @@ export class Router {
 
 export const MAX_BODY_BYTES = 64 * 1024 * 1024;
 
-export async function readBody(req: IncomingMessage): Promise<string> {
+export async function readBody(req: IncomingMessage): Promise<Buffer> {
   const chunks: Buffer[] = [];
   let size = 0;
   for await (const chunk of req) {
@@ -67,7 +77,7 @@ export async function readBody(req: IncomingMessage): Promise<string> {
     if (size > MAX_BODY_BYTES) throw new EmulatorHttpError(413, 'PAYLOAD_TOO_LARGE', `request body exceeds ${MAX_BODY_BYTES} bytes`);
     chunks.push(chunk as Buffer);
   }
-  return Buffer.concat(chunks).toString('utf8');
+  return Buffer.concat(chunks);
 }
 
 export function parseJsonBody(raw: string): unknown {
@@ -80,6 +90,15 @@ export function parseJsonBody(raw: string): unknown {
 }
 
 export function sendJson(res: ServerResponse, reply: JsonReply): void {
+  if (reply.bytes) {
+    res.writeHead(reply.status ?? 200, {
+      'content-type': reply.contentType ?? 'application/octet-stream',
+      'content-length': reply.bytes.byteLength,
+      ...reply.headers,
+    });
+    res.end(reply.bytes);
+    return;
+  }
   const payload = JSON.stringify(reply.body);
   res.writeHead(reply.status ?? 200, {
     'content-type': 'application/json',

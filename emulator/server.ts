@@ -2,8 +2,9 @@ import type { AddressInfo, Socket } from 'node:net';
 import { Engine, ownerOf, type EngineOptions } from './engine';
 import { EmulatorHttpError } from './errors';
 import { FaultConfigSchema } from './faults';
-import { Router, errorReply, http, parseJsonBody, readBody, sendJson, type EmulatorRequest, type JsonReply } from './http';
+import { Router, errorReply, http, isBinaryBody, parseJsonBody, readBody, sendJson, type EmulatorRequest, type JsonReply } from './http';
 import { addBasetenRoutes } from './baseten/routes';
+import { addTinkerRoutes } from './tinker/routes';
 import { addTogetherRoutes } from './together/routes';
 import { EmulatorStore } from './store';
 
@@ -18,6 +19,8 @@ export interface EmulatorOptions extends EngineOptions {
   stateDir?: string;
   /** Baseten trainers hold `GET /operations/{id}` this long before answering 408 (default 25 s). */
   basetenPollHoldMs?: number;
+  /** Tinker's `retrieve_future` holds an unfinished future this long before answering 408 (default 25 s). */
+  tinkerFutureHoldMs?: number;
 }
 
 export interface RunningEmulator {
@@ -48,6 +51,7 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Runn
   const router = new Router();
   addTogetherRoutes(router, engine, bearerOwner);
   const baseten = addBasetenRoutes(router, engine, { pollHoldMs: options.basetenPollHoldMs });
+  const tinker = addTinkerRoutes(router, engine, { futureHoldMs: options.tinkerFutureHoldMs });
 
   const control = new Router()
     .add('GET', '/_emulator/health', () => ({ body: { ok: true } }))
@@ -76,7 +80,8 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Runn
       let reply: JsonReply;
       let loseResponse = false;
       try {
-        const rawBody = await readBody(req);
+        const bytes = await readBody(req);
+        const rawBody = isBinaryBody(req.headers) ? '' : bytes.toString('utf8');
         if (!isControl) {
           const event = { method, path: url.pathname };
           if (engine.faults.latencyMs > 0) await new Promise((r) => setTimeout(r, engine.faults.latencyMs));
@@ -106,6 +111,7 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Runn
           query: url.searchParams,
           headers: req.headers,
           rawBody,
+          bytes,
           body: parseJsonBody(rawBody),
         };
         reply = await matched.handler(request);
@@ -136,6 +142,7 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Runn
     engine,
     async close() {
       baseten.close();
+      tinker.close();
       await new Promise<void>((resolve) => {
         server.close(() => resolve());
         for (const s of sockets) s.destroy();

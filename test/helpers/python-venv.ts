@@ -5,9 +5,10 @@ import path from 'node:path';
 
 const root = path.resolve(__dirname, '../..');
 
-/** The official SDKs the tests run as real clients, pinned (and installed ahead by .ci/run: `installSdkVenvs`). */
+/** The official SDKs the tests run as real clients, pinned (each venv made on first use by the test that runs it). */
 export const SDK_VENVS = {
   together: { requirements: ['together==3.1.1'], options: {} },
+  tinker: { requirements: ['tinker==0.38.0'], options: {} },
   baseten: { requirements: ['baseten-loops==0.32.0'], options: { minPython: [3, 12] as [number, number] } }, // needs Python ≥ 3.12
 };
 

@@ -1,0 +1,461 @@
+import { createHash, randomUUID } from 'node:crypto';
+import { z } from 'zod';
+import type { Engine, OperationInput, OperationRecord, ResourceRecord } from '../engine';
+import { ownerOf } from '../engine';
+import { EmulatorHttpError, badRequest, notFound } from '../errors';
+import { EMULATED_MODELS, findModel } from '../models';
+import type { EmulatorRequest, JsonReply, Router } from '../http';
+import { parseForward } from '../baseten/requests';
+import { parseBody, parseOptimStep } from '../together/requests';
+import { decodeForwardBackwardRequest, encodeForwardBackwardOutput, type ForwardBackwardRequest } from './proto';
+
+/**
+ * Tinker's training wire (providers/tinker/WIRE.md), as the official SDK 0.38.0 speaks it, on the shared engine:
+ * `/api/v1/...` under the service's base URL, `X-API-Key: tml-…`, operations answered with a future
+ * (`{request_id}`) that `retrieve_future` long-polls (408 `try_again` while pending), forward-backward bodies and
+ * results in protobuf. A Tinker session is a client's container; a model (`<session>:train:<n>`) is an engine
+ * resource of dialect `tinker` with one engine session of the same id, ready at once (the service is serverless).
+ * Each model's operations run in `seq_id` order: one that arrives early waits for the gap to fill.
+ * Not yet served: sampling (`asample`, sampling sessions), sampler weights, the REST listings.
+ */
+
+export interface TinkerOptions {
+  /** How long `retrieve_future` holds an unfinished future before 408 `try_again` (default 25 s; the SDK waits 45). */
+  futureHoldMs?: number;
+}
+
+type Outcome = { json: unknown } | { proto: Uint8Array } | { error: string; category: 'user' | 'server' };
+
+interface Future {
+  owner: string;
+  type: string;
+  promise: Promise<Outcome>;
+  outcome?: Outcome;
+}
+
+interface TinkerSession {
+  owner: string;
+  createdAt: number;
+  lastHeartbeatAt: number;
+  finished?: { reason: string; detail?: string | null };
+}
+
+/** `X-API-Key: tml-…` (or a JWT) is the SDK's only auth header; the owner derives from the key. */
+function tinkerOwner(req: EmulatorRequest): string {
+  const key = req.headers['x-api-key'];
+  if (typeof key !== 'string' || !(key.startsWith('tml-') || key.startsWith('eyJ')))
+    throw new EmulatorHttpError(401, 'UNAUTHENTICATED', 'missing or malformed X-API-Key header; expected "tml-…"');
+  return ownerOf(key);
+}
+
+const CreateSessionBody = z.object({ tags: z.array(z.string()).nullish(), user_metadata: z.unknown().nullish() }).passthrough();
+const SessionRef = z.object({ session_id: z.string().min(1, 'session_id is required') }).passthrough();
+const CreateModelBody = z
+  .object({
+    session_id: z.string().min(1, 'session_id is required'),
+    model_seq_id: z.number().int().min(0),
+    base_model: z.string().min(1, 'base_model is required'),
+    lora_config: z.object({ rank: z.number().int().min(1), seed: z.number().int().nullish() }).passthrough(),
+  })
+  .passthrough();
+const ModelRef = z.object({ model_id: z.string().min(1, 'model_id is required') }).passthrough();
+const SeqOp = ModelRef.extend({ seq_id: z.number().int().min(1, 'seq_id must be ≥ 1 (0 is the model’s create)') });
+const CheckpointName = z
+  .string()
+  .min(1, 'path is required')
+  .regex(/^[^/]+$/, 'a checkpoint name cannot contain "/" (it becomes tinker://<model>/weights/<name>)');
+const SaveWeightsBody = SeqOp.extend({ path: CheckpointName, ttl_seconds: z.number().int().nullish() });
+const LoadWeightsBody = z
+  .object({
+    path: z.string().min(1, 'path is required'),
+    optimizer: z.boolean().default(false),
+    model_id: z.string().nullish(),
+    seq_id: z.number().int().nullish(),
+    session_id: z.string().nullish(),
+    model_seq_id: z.number().int().nullish(),
+  })
+  .passthrough();
+const RetrieveBody = z.object({ request_id: z.string().min(1, 'request_id is required') }).passthrough();
+
+/** `tinker://<model id>/weights/<name>` (training state) or `…/sampler_weights/<name>`. */
+export function parseTinkerPath(uri: string): { modelId: string; kind: 'weights' | 'sampler_weights'; name: string } | undefined {
+  const m = /^tinker:\/\/([^/]+)\/(weights|sampler_weights)\/([^/]+)$/.exec(uri);
+  return m ? { modelId: m[1]!, kind: m[2] as 'weights' | 'sampler_weights', name: m[3]! } : undefined;
+}
+
+export function addTinkerRoutes(router: Router, engine: Engine, options: TinkerOptions = {}): { close(): void } {
+  const holdMs = options.futureHoldMs ?? 25_000;
+  const closing = new AbortController();
+  const sessions = new Map<string, TinkerSession>();
+  const futures = new Map<string, Future>();
+  /** A (model, seq_id) already submitted answers with its first future: resending is not applying twice. */
+  const bySeq = new Map<string, string>();
+  /** Per model: the next seq_id to run, and who waits for theirs. */
+  const order = new Map<string, { next: number; waiting: Map<number, () => void> }>();
+
+  const add = (method: string, path: string, handler: (req: EmulatorRequest, owner: string) => Promise<JsonReply> | JsonReply) =>
+    router.add(method, `/api/v1${path}`, (req) => handler(req, tinkerOwner(req)));
+
+  const session = (id: string, owner: string): TinkerSession => {
+    const s = sessions.get(id);
+    if (!s || s.owner !== owner) throw notFound('session', id);
+    return s;
+  };
+
+  const model = (id: string, owner: string): ResourceRecord => {
+    const r = engine.findResource(id);
+    if (!r || r.owner !== owner || r.dialect !== 'tinker') throw notFound('model', id);
+    return r;
+  };
+
+  const future = (owner: string, type: string, work: () => Promise<Outcome>): { request_id: string } => {
+    const requestId = `req-${randomUUID()}`;
+    const f: Future = { owner, type, promise: Promise.resolve() as unknown as Promise<Outcome> };
+    f.promise = work()
+      .catch((err: unknown): Outcome => {
+        const http = err instanceof EmulatorHttpError ? err : undefined;
+        return { error: (err as Error).message, category: http && http.status < 500 ? 'user' : 'server' };
+      })
+      .then((outcome) => (f.outcome = outcome));
+    futures.set(requestId, f);
+    return { request_id: requestId };
+  };
+
+  /** Resolves when `seq` is the model's next operation; `done()` then lets the one after it go. */
+  const turn = async (modelId: string, seq: number): Promise<() => void> => {
+    const o = order.get(modelId) ?? { next: 1, waiting: new Map<number, () => void>() };
+    order.set(modelId, o);
+    if (seq < o.next) throw badRequest(`seq_id ${seq} of model ${modelId} is behind its next operation (${o.next})`);
+    if (seq > o.next) await new Promise<void>((resolve) => o.waiting.set(seq, resolve));
+    return () => {
+      o.next = seq + 1;
+      const wake = o.waiting.get(o.next);
+      o.waiting.delete(o.next);
+      wake?.();
+    };
+  };
+
+  /** An operation of a model, in seq_id order, as a future: its engine operation settles it. */
+  const sequenced = (
+    owner: string,
+    modelId: string,
+    seq: number,
+    type: string,
+    fingerprint: string,
+    parse: () => OperationInput,
+    answer: (op: OperationRecord) => Outcome,
+  ): { request_id: string; model_id: string } => {
+    const known = bySeq.get(`${modelId}#${seq}`);
+    if (known) return { request_id: known, model_id: modelId };
+    const submitted = future(owner, type, async () => {
+      const done = await turn(modelId, seq);
+      let op: OperationRecord;
+      try {
+        op = engine.submitOperation(modelId, owner, `seq-${seq}`, fingerprint, parse, { invalidAs: 'failed-operation' });
+      } finally {
+        done();
+      }
+      await engine.settled(op, 3_600_000);
+      if (op.status === 'FAILED') {
+        const code = op.error?.code ?? 'INTERNAL_ERROR';
+        return { error: `${code}: ${op.error?.message ?? 'failed'}`, category: code === 'INVALID_INPUT' ? 'user' : 'server' };
+      }
+      return answer(op);
+    });
+    bySeq.set(`${modelId}#${seq}`, submitted.request_id);
+    return { ...submitted, model_id: modelId };
+  };
+
+  // ── bootstrap and sessions ──────────────────────────────────────────────────────────────────────────
+
+  add('GET', '/healthz', () => ({ body: { status: 'ok' } }));
+  add('POST', '/client/config', () => ({ body: {} })); // every flag at the SDK's default: no JWT, no zstd
+  add('POST', '/client/dynamic_config', () => ({ body: { refresh_interval_sec: 300 } }));
+  add('POST', '/telemetry', () => ({ body: { status: 'accepted' } }));
+  add('GET', '/get_server_capabilities', () => ({
+    body: {
+      supported_models: EMULATED_MODELS.map((m) => ({
+        model_name: m.name,
+        max_context_length: m.contextLength,
+        trainable: true,
+        sampleable: true,
+      })),
+    },
+  }));
+
+  add('POST', '/create_session', (req, owner) => {
+    parseBody(CreateSessionBody, req.body, 'create_session');
+    const id = randomUUID();
+    sessions.set(id, { owner, createdAt: Date.now(), lastHeartbeatAt: Date.now() });
+    return { body: { session_id: id, type: 'create_session' } };
+  });
+
+  add('POST', '/session_heartbeat', (req, owner) => {
+    const s = session(parseBody(SessionRef, req.body, 'session_heartbeat').session_id, owner);
+    // A finished session answers 410, which stops the SDK's heartbeats.
+    if (s.finished) throw new EmulatorHttpError(410, 'SESSION_FINISHED', 'this session has finished');
+    s.lastHeartbeatAt = Date.now();
+    return { body: { type: 'session_heartbeat' } };
+  });
+
+  add('POST', '/sessions/:id/finish', (req, owner) => {
+    const s = session(req.params.id!, owner);
+    const body = (req.body ?? {}) as { reason?: { type?: string }; detail?: string | null };
+    s.finished ??= { reason: body.reason?.type ?? 'success', detail: body.detail };
+    // A finished session's models are let go: nothing of it stays loaded (or on the ledger as active).
+    for (const r of engine.listResources({ owner, dialect: 'tinker' }))
+      if ((r.extra as { sessionId?: string }).sessionId === req.params.id) engine.stopResource(r.id, owner, true);
+    return { body: {} };
+  });
+
+  // ── models ──────────────────────────────────────────────────────────────────────────────────────────
+
+  /** A LoRA model of a session, `<session>:train:<seq>`, with its engine session; from a checkpoint when given. */
+  const createModel = async (
+    owner: string,
+    sessionId: string,
+    modelSeq: number,
+    baseModel: string,
+    lora: { rank: number; seed?: number },
+    from?: { checkpointId: string; optimizer: boolean },
+  ): Promise<string> => {
+    const id = `${sessionId}:train:${modelSeq}`;
+    if (engine.findResource(id)) return id;
+    const r = engine.createResource({
+      id,
+      dialect: 'tinker',
+      owner,
+      baseModel,
+      numGeneratorReplicas: 0,
+      extra: { kind: 'model', sessionId },
+    });
+    while (r.status === 'PENDING' || r.status === 'CREATING') {
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      engine.refreshAround(id);
+    }
+    if (r.status !== 'READY')
+      throw new EmulatorHttpError(503, 'UNAVAILABLE', `model ${id} could not be placed (${r.status.toLowerCase()})`);
+    await engine.createSession({
+      id,
+      resourceId: id,
+      owner,
+      lora: { rank: Math.min(lora.rank, r.model.maxLoraRank), ...(lora.seed !== undefined ? { seed: lora.seed } : {}) },
+      ...(from ? { resumeFromCheckpointId: from.checkpointId, loadOptimizer: from.optimizer } : {}),
+    });
+    order.set(id, { next: 1, waiting: new Map() });
+    return id;
+  };
+
+  add('POST', '/create_model', (req, owner) => {
+    const b = parseBody(CreateModelBody, req.body, 'create_model');
+    session(b.session_id, owner);
+    const base = findModel(b.base_model);
+    if (!base) throw badRequest(`base_model '${b.base_model}' is not supported; see GET /api/v1/get_server_capabilities`);
+    if (b.lora_config.rank > base.maxLoraRank)
+      throw badRequest(`lora_config.rank ${b.lora_config.rank} is over ${base.name}'s maximum of ${base.maxLoraRank}`);
+    const id = `${b.session_id}:train:${b.model_seq_id}`;
+    const known = bySeq.get(`${id}#0`);
+    if (known) return { body: { request_id: known, model_id: id } };
+    const lora = { rank: b.lora_config.rank, ...(typeof b.lora_config.seed === 'number' ? { seed: b.lora_config.seed } : {}) };
+    const f = future(owner, 'CreateModel', async () => ({
+      json: { model_id: await createModel(owner, b.session_id, b.model_seq_id, b.base_model, lora), type: 'create_model' },
+    }));
+    bySeq.set(`${id}#0`, f.request_id);
+    return { body: { ...f, model_id: id } };
+  });
+
+  add('POST', '/get_info', (req, owner) => {
+    const r = model(parseBody(ModelRef, req.body, 'get_info').model_id, owner);
+    const s = engine.findSession(r.id);
+    return {
+      body: {
+        type: 'get_info',
+        model_id: r.id,
+        model_data: { arch: 'roundhouse-emulator', model_name: r.model.name, tokenizer_id: r.model.name },
+        is_lora: true,
+        lora_rank: s?.lora.rank ?? null,
+        model_name: r.model.name,
+      },
+    };
+  });
+
+  add('POST', '/unload_model', (req, owner) => {
+    const r = model(parseBody(ModelRef, req.body, 'unload_model').model_id, owner);
+    return {
+      body: future(
+        owner,
+        'UnloadModel',
+        async () => (engine.stopResource(r.id, owner, true), { json: { model_id: r.id, type: 'unload_model' } }),
+      ),
+    };
+  });
+
+  // ── training operations ─────────────────────────────────────────────────────────────────────────────
+
+  add('POST', '/forward_backward', (req, owner) => {
+    if (!/application\/x-protobuf/i.test(String(req.headers['content-type'] ?? '')))
+      throw badRequest('forward_backward takes a ForwardBackwardRequest protobuf (Content-Type: application/x-protobuf)');
+    if (req.headers['content-encoding'])
+      throw badRequest(`Content-Encoding ${req.headers['content-encoding']} is not served: /client/config leaves zstd off`);
+    const fb = decodeForwardBackwardRequest(req.bytes);
+    const r = model(fb.modelId, owner);
+    if (fb.seqId < 1) throw badRequest('seq_id must be ≥ 1 (0 is the model’s create)');
+    const fingerprint = `forward_backward\n${createHash('sha256').update(req.bytes).digest('hex')}`;
+    return {
+      body: sequenced(
+        owner,
+        r.id,
+        fb.seqId,
+        fb.forwardOnly ? 'Forward' : 'ForwardBackward',
+        fingerprint,
+        () => forwardInput(fb, r),
+        (op) => {
+          const o = op.output;
+          if (o?.kind !== 'forward-backward') return { error: 'no forward result', category: 'server' };
+          return {
+            proto: encodeForwardBackwardOutput({ outputs: o.logprobs.map((lp) => ({ logprobs: lp })), metrics: { 'loss:sum': o.loss } }),
+          };
+        },
+      ),
+    };
+  });
+
+  add('POST', '/optim_step', (req, owner) => {
+    const b = parseBody(SeqOp, req.body, 'optim_step');
+    const r = model(b.model_id, owner);
+    return {
+      body: sequenced(
+        owner,
+        r.id,
+        b.seq_id,
+        'OptimStep',
+        `optim_step\n${req.rawBody}`,
+        () => parseOptimStep(req.body),
+        (op) => {
+          const o = op.output;
+          return {
+            json: { metrics: o?.kind === 'optim-step' ? { 'step:max': o.step, 'grad_norm:mean': o.gradNorm } : {}, type: 'optim_step' },
+          };
+        },
+      ),
+    };
+  });
+
+  add('POST', '/save_weights', (req, owner) => {
+    const b = parseBody(SaveWeightsBody, req.body, 'save_weights');
+    const r = model(b.model_id, owner);
+    return {
+      body: sequenced(
+        owner,
+        r.id,
+        b.seq_id,
+        'SaveWeights',
+        `save_weights\n${req.rawBody}`,
+        () => ({ kind: 'training-checkpoint', name: b.path }),
+        () => ({ json: { path: `tinker://${r.id}/weights/${b.path}`, type: 'save_weights' } }),
+      ),
+    };
+  });
+
+  /** The engine checkpoint a `tinker://…/weights/<name>` path names (only training state can be loaded). */
+  const trainingCheckpoint = (uri: string, owner: string): string => {
+    const path = parseTinkerPath(uri);
+    if (!path) throw badRequest(`path '${uri}' is not tinker://<model id>/weights/<name>`);
+    if (path.kind !== 'weights') throw badRequest(`${uri}: sampler weights cannot be loaded to train (save_state makes a weights/ path)`);
+    const c = engine.findCheckpoint({ resourceId: path.modelId, name: path.name, type: 'training' }, owner);
+    if (!c) throw notFound('checkpoint', uri);
+    return c.id;
+  };
+
+  add('POST', '/load_weights', (req, owner) => {
+    const b = parseBody(LoadWeightsBody, req.body, 'load_weights');
+    if (b.session_id) {
+      // Create-via-load: the model is made from the checkpoint (its LoRA settings with it) under the id the SDK expects.
+      session(b.session_id, owner);
+      const seq = b.model_seq_id ?? 0;
+      const id = `${b.session_id}:train:${seq}`;
+      const known = bySeq.get(`${id}#0`);
+      if (known) return { body: { request_id: known, model_id: id } };
+      const checkpointId = trainingCheckpoint(b.path, owner);
+      const c = engine.getCheckpoint(checkpointId, owner);
+      const source = engine.findResource(c.resourceId);
+      const f = future(owner, 'LoadWeights', async () => {
+        await createModel(
+          owner,
+          b.session_id!,
+          seq,
+          source?.model.name ?? c.baseModel,
+          { rank: c.loraRank },
+          { checkpointId, optimizer: b.optimizer },
+        );
+        return { json: { model_id: id, path: b.path, type: 'load_weights' } };
+      });
+      bySeq.set(`${id}#0`, f.request_id);
+      return { body: { ...f, model_id: id } };
+    }
+    if (!b.model_id || b.seq_id === undefined || b.seq_id === null)
+      throw badRequest('load_weights needs model_id and seq_id, or session_id and model_seq_id');
+    const r = model(b.model_id, owner);
+    const checkpointId = trainingCheckpoint(b.path, owner);
+    return {
+      body: sequenced(
+        owner,
+        r.id,
+        b.seq_id,
+        'LoadWeights',
+        `load_weights\n${req.rawBody}`,
+        () => ({ kind: 'load-checkpoint', checkpoint: { id: checkpointId }, optimizer: b.optimizer }),
+        () => ({ json: { model_id: r.id, path: b.path, type: 'load_weights' } }),
+      ),
+    };
+  });
+
+  // ── futures ─────────────────────────────────────────────────────────────────────────────────────────
+
+  add('POST', '/retrieve_future', async (req, owner) => {
+    const { request_id: id } = parseBody(RetrieveBody, req.body, 'retrieve_future');
+    const f = futures.get(id);
+    if (!f || f.owner !== owner) throw notFound('future', id);
+    if (!f.outcome) {
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([
+        f.promise,
+        new Promise<void>((resolve) => {
+          timer = setTimeout(resolve, holdMs);
+          closing.signal.addEventListener('abort', () => resolve(), { once: true });
+        }),
+      ]);
+      clearTimeout(timer);
+    }
+    const outcome = f.outcome;
+    if (!outcome) return { status: 408, body: { type: 'try_again', request_id: id, queue_state: 'active' } };
+    if ('proto' in outcome) return { body: undefined, bytes: outcome.proto, contentType: 'application/x-protobuf' };
+    if ('error' in outcome) return { body: { error: outcome.error, category: outcome.category } };
+    return { body: outcome.json };
+  });
+
+  return {
+    close() {
+      closing.abort();
+    },
+  };
+}
+
+/**
+ * Tinker's datum → the engine's: `model_input` is the sequence without its last token and `target_tokens` the next
+ * token of each position (the caller shifts); `weights` say which count. Losses are plain sums (`loss:sum`), so the
+ * Baseten parser's `skip_token_normalization` reading is the one that applies.
+ */
+function forwardInput(fb: ForwardBackwardRequest, r: ResourceRecord): OperationInput {
+  const body = {
+    data: fb.data.map((d) => ({
+      model_input: { chunks: [{ type: 'encoded_text', tokens: d.tokens }] },
+      loss_fn_inputs: Object.fromEntries(
+        Object.entries(d.lossFnInputs).map(([k, t]) => [k, { data: t.data, dtype: t.dtype, shape: t.shape }]),
+      ),
+    })),
+    loss_fn: fb.lossFn,
+    loss_fn_config: { ...fb.lossFnConfig, skip_token_normalization: true },
+  };
+  return parseForward(body, r.model.vocabSize, fb.forwardOnly).input;
+}
