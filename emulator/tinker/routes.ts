@@ -1,13 +1,13 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { z } from 'zod';
-import type { Engine, OperationInput, OperationRecord, ResourceRecord } from '../engine';
+import type { CheckpointRef, Engine, OperationInput, OperationRecord, ResourceRecord } from '../engine';
 import { ownerOf } from '../engine';
 import { EmulatorHttpError, badRequest, notFound } from '../errors';
 import { EMULATED_MODELS, findModel } from '../models';
 import type { EmulatorRequest, JsonReply, Router } from '../http';
 import { parseForward } from '../baseten/requests';
 import { parseBody, parseOptimStep } from '../together/requests';
-import { decodeForwardBackwardRequest, encodeForwardBackwardOutput, type ForwardBackwardRequest } from './proto';
+import { decodeForwardBackwardRequest, encodeForwardBackwardOutput, encodeSampleResponse, type ForwardBackwardRequest } from './proto';
 
 /**
  * Tinker's training wire (providers/tinker/WIRE.md), as the official SDK 0.38.0 speaks it, on the shared engine:
@@ -16,7 +16,8 @@ import { decodeForwardBackwardRequest, encodeForwardBackwardOutput, type Forward
  * results in protobuf. A Tinker session is a client's container; a model (`<session>:train:<n>`) is an engine
  * resource of dialect `tinker` with one engine session of the same id, ready at once (the service is serverless).
  * Each model's operations run in `seq_id` order: one that arrives early waits for the gap to fill.
- * Not yet served: sampling (`asample`, sampling sessions), sampler weights, the REST listings.
+ * Sampling runs on the model that saved the sampler weights, from those weights (a sampling session names them).
+ * Not yet served: sampling a base model without an adapter, stop strings, the REST listings.
  */
 
 export interface TinkerOptions {
@@ -76,6 +77,50 @@ const LoadWeightsBody = z
   })
   .passthrough();
 const RetrieveBody = z.object({ request_id: z.string().min(1, 'request_id is required') }).passthrough();
+const SamplerWeightsBody = SeqOp.extend({
+  path: CheckpointName.nullish(),
+  sampling_session_seq_id: z.number().int().min(0).nullish(),
+  ttl_seconds: z.number().int().nullish(),
+});
+const CreateSamplingSessionBody = z
+  .object({
+    session_id: z.string().min(1, 'session_id is required'),
+    sampling_session_seq_id: z.number().int().min(0),
+    model_path: z.string().nullish(),
+    base_model: z.string().nullish(),
+  })
+  .passthrough();
+const SampleBody = z
+  .object({
+    sampling_session_id: z.string().min(1, 'sampling_session_id is required'),
+    seq_id: z.number().int().min(0),
+    num_samples: z.number().int().min(1).max(64).default(1),
+    prompt: z.object({
+      chunks: z.array(z.object({ type: z.string().optional(), tokens: z.array(z.number().int()).optional() }).passthrough()),
+    }),
+    sampling_params: z
+      .object({
+        max_tokens: z.number().int().min(1).nullish(),
+        seed: z.number().int().nullish(),
+        stop: z.union([z.string(), z.array(z.string()), z.array(z.number().int())]).nullish(),
+        temperature: z.number().min(0).default(1),
+        top_k: z.number().int().default(-1),
+        top_p: z.number().gt(0).max(1).default(1),
+      })
+      .passthrough(),
+    prompt_logprobs: z.boolean().default(false),
+    topk_prompt_logprobs: z.number().int().default(0),
+  })
+  .passthrough();
+
+/** A sampling session: the model whose session runs its samples, and the sampler weights it serves. */
+interface Sampler {
+  owner: string;
+  modelId: string;
+  checkpoint: CheckpointRef;
+  baseModel: string;
+  modelPath?: string;
+}
 
 /** `tinker://<model id>/weights/<name>` (training state) or `…/sampler_weights/<name>`. */
 export function parseTinkerPath(uri: string): { modelId: string; kind: 'weights' | 'sampler_weights'; name: string } | undefined {
@@ -92,6 +137,7 @@ export function addTinkerRoutes(router: Router, engine: Engine, options: TinkerO
   const bySeq = new Map<string, string>();
   /** Per model: the next seq_id to run, and who waits for theirs. */
   const order = new Map<string, { next: number; waiting: Map<number, () => void> }>();
+  const samplers = new Map<string, Sampler>();
 
   const add = (method: string, path: string, handler: (req: EmulatorRequest, owner: string) => Promise<JsonReply> | JsonReply) =>
     router.add(method, `/api/v1${path}`, (req) => handler(req, tinkerOwner(req)));
@@ -408,6 +454,112 @@ export function addTinkerRoutes(router: Router, engine: Engine, options: TinkerO
         () => ({ json: { model_id: r.id, path: b.path, type: 'load_weights' } }),
       ),
     };
+  });
+
+  // ── sampling ────────────────────────────────────────────────────────────────────────────────────────
+
+  /** Sampler weights: named (`tinker://<model>/sampler_weights/<name>`), or unnamed for a sampling session of its own. */
+  add('POST', '/save_weights_for_sampler', (req, owner) => {
+    const b = parseBody(SamplerWeightsBody, req.body, 'save_weights_for_sampler');
+    const r = model(b.model_id, owner);
+    const sessionId = (r.extra as { sessionId?: string }).sessionId ?? '';
+    if (!b.path && (b.sampling_session_seq_id === undefined || b.sampling_session_seq_id === null))
+      throw badRequest('save_weights_for_sampler needs a path (a name) or a sampling_session_seq_id');
+    const name = b.path ?? `ephemeral-${b.seq_id}`;
+    return {
+      body: sequenced(
+        owner,
+        r.id,
+        b.seq_id,
+        'SaveWeightsForSampler',
+        `save_weights_for_sampler\n${req.rawBody}`,
+        () => ({ kind: 'inference-checkpoint', name }),
+        (op) => {
+          const o = op.output;
+          if (o?.kind !== 'inference-checkpoint') return { error: 'no checkpoint', category: 'server' };
+          if (b.path) return { json: { path: `tinker://${r.id}/sampler_weights/${b.path}`, type: 'save_weights_for_sampler' } };
+          const id = `${sessionId}:sample:${b.sampling_session_seq_id}`;
+          samplers.set(id, { owner, modelId: r.id, checkpoint: { id: o.checkpointId }, baseModel: r.model.name });
+          return { json: { sampling_session_id: id, type: 'save_weights_for_sampler' } };
+        },
+      ),
+    };
+  });
+
+  add('POST', '/create_sampling_session', (req, owner) => {
+    const b = parseBody(CreateSamplingSessionBody, req.body, 'create_sampling_session');
+    session(b.session_id, owner);
+    const id = `${b.session_id}:sample:${b.sampling_session_seq_id}`;
+    if (!b.model_path) throw badRequest('sampling a base model without an adapter is not served by this emulator: pass model_path');
+    const path = parseTinkerPath(b.model_path);
+    if (!path) throw badRequest(`model_path '${b.model_path}' is not tinker://<model id>/<weights|sampler_weights>/<name>`);
+    const source = model(path.modelId, owner);
+    const ref: CheckpointRef = { resourceId: path.modelId, name: path.name, type: path.kind === 'weights' ? 'training' : 'inference' };
+    const c = engine.findCheckpoint(ref, owner);
+    if (!c) throw notFound('checkpoint', b.model_path);
+    samplers.set(id, { owner, modelId: source.id, checkpoint: { id: c.id }, baseModel: source.model.name, modelPath: b.model_path });
+    return { body: { sampling_session_id: id, type: 'create_sampling_session' } };
+  });
+
+  add('GET', '/samplers/:id', (req, owner) => {
+    const sampler = samplers.get(req.params.id!);
+    if (!sampler || sampler.owner !== owner) throw notFound('sampler', req.params.id!);
+    return {
+      body: { sampler_id: req.params.id, base_model: sampler.baseModel, ...(sampler.modelPath ? { model_path: sampler.modelPath } : {}) },
+    };
+  });
+
+  add('POST', '/asample', (req, owner) => {
+    const b = parseBody(SampleBody, req.body, 'asample');
+    const sampler = samplers.get(b.sampling_session_id);
+    if (!sampler || sampler.owner !== owner) throw notFound('sampling session', b.sampling_session_id);
+    const r = model(sampler.modelId, owner);
+    const prompt = b.prompt.chunks.flatMap((c, i) => {
+      if (!c.tokens) throw badRequest(`prompt.chunks[${i}]: only encoded_text chunks are supported by this model`);
+      return c.tokens;
+    });
+    if (prompt.length === 0) throw badRequest('prompt has no tokens');
+    const stop = b.sampling_params.stop;
+    if (typeof stop === 'string' || (Array.isArray(stop) && stop.some((v) => typeof v === 'string')))
+      throw badRequest('stop strings are not served by this emulator: pass stop token ids');
+    const sp = b.sampling_params;
+    const input: OperationInput = {
+      kind: 'sample',
+      prompts: [prompt],
+      numSamples: b.num_samples,
+      params: {
+        maxTokens: sp.max_tokens ?? 256,
+        temperature: sp.temperature,
+        topK: sp.top_k > 0 ? sp.top_k : undefined,
+        topP: sp.top_p,
+        ...(typeof sp.seed === 'number' ? { seed: sp.seed } : {}),
+        ...(Array.isArray(stop) && stop.length ? { stopTokenSequences: (stop as number[]).map((t) => [t]) } : {}),
+      },
+      promptLogprobs: b.prompt_logprobs,
+      fromCheckpoint: sampler.checkpoint,
+    };
+    const key = `sample-${b.sampling_session_id}-${b.seq_id}`;
+    const submitted = future(owner, 'Sample', async () => {
+      const op = engine.submitOperation(r.id, owner, key, `asample\n${req.rawBody}`, () => input, { invalidAs: 'failed-operation' });
+      await engine.settled(op, 3_600_000);
+      if (op.status === 'FAILED') {
+        const code = op.error?.code ?? 'INTERNAL_ERROR';
+        return { error: `${code}: ${op.error?.message ?? 'failed'}`, category: code === 'INVALID_INPUT' ? 'user' : 'server' };
+      }
+      const result = op.output?.kind === 'sample' ? op.output.results[0] : undefined;
+      if (!result) return { error: 'no samples', category: 'server' };
+      return {
+        proto: encodeSampleResponse({
+          sequences: result.sequences.map((q) => ({ tokens: q.tokens, logprobs: q.logprobs, stopReason: q.stopReason })),
+          ...(b.prompt_logprobs && result.promptLogprobs
+            ? { promptLogprobs: result.promptLogprobs.map((v, k) => (k === 0 ? null : v)) }
+            : {}),
+        }),
+      };
+    });
+    // One id per sample: the SDK checks that the result holds as many sequences.
+    const ids = Array.from({ length: b.num_samples }, (_v, i) => `${b.sampling_session_id}:${b.seq_id}:${i}`);
+    return { body: { ...submitted, sample_sequence_ids: ids } };
   });
 
   // ── futures ─────────────────────────────────────────────────────────────────────────────────────────

@@ -15,7 +15,7 @@ afterAll(async () => {
   await emulator?.close();
 });
 
-test('the official tinker SDK (0.38.0) runs a pipelined supervised loop, save_state, a resume with its optimizer and the RL losses against the emulator, set only by its base URL and key', async () => {
+test('the official tinker SDK (0.38.0) runs a pipelined supervised loop, save_state, a resume with its optimizer, sampling with on-policy logprobs and an RL loop against the emulator, set only by its base URL and key', async () => {
   const apiKey = `tml-${Date.now()}-emulator`;
   const run = await runPython(
     python,
@@ -45,8 +45,15 @@ test('the official tinker SDK (0.38.0) runs a pipelined supervised loop, save_st
   expect(Number.isFinite(summary.importance_loss)).toBe(true);
   expect(Number.isFinite(summary.ppo_loss)).toBe(true);
   expect(summary.bad_token_error).toBe('RequestFailedError');
+  // Sampling from the trained weights: the sampler's logprobs of its own tokens, and of the prompt, are the trainer's.
+  expect(summary.sampled).toHaveLength(2); // num_samples, each up to max_tokens (4)
+  expect(summary.sampled.every((n: number) => n >= 1 && n <= 4)).toBe(true);
+  expect(summary.on_policy_gap).toBeLessThan(1e-3);
+  expect(summary.prompt_logprob_gap).toBeLessThan(1e-3);
+  expect(summary.computed_logprobs).toBe(5); // compute_logprobs: one per prompt token (the first is None)
+  expect(summary.rl_iterations).toBe(3);
 
-  // The ledger: every optimizer step applied once (18 + the RL one on the first model, 1 on the resumed one), the
+  // The ledger: every optimizer step applied once (18 SFT, 1 after the RL losses, 3 RL iterations; 1 on the resumed one), the
   // resumed session continuing from the saved optimizer state, and nothing left loaded after the clients closed.
   const l = await ledger(emulator);
   const mine = l.resources.filter((r) => r.owner === ownerOf(apiKey));
@@ -55,6 +62,6 @@ test('the official tinker SDK (0.38.0) runs a pipelined supervised loop, save_st
   const steps = Object.fromEntries(
     l.sessions.filter((s) => mine.some((r) => r.id === s.resourceId)).map((s) => [s.resourceId, s.optimizerSteps]),
   );
-  expect(steps).toEqual({ [summary.model_id]: 19, [summary.resumed_model_id]: 1 });
+  expect(steps).toEqual({ [summary.model_id]: 22, [summary.resumed_model_id]: 1 }); // 18 + 1 + 3 RL steps
   expect(l.active.filter((id) => mine.some((r) => r.id === id))).toEqual([]);
 }, 300_000);

@@ -64,6 +64,50 @@ importance = trainer.forward_backward([rl_datum], "importance_sampling").result(
 ppo = trainer.forward_backward([rl_datum], "ppo", {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2}).result()
 trainer.optim_step(adam).result()
 
+# Sampling from the trained weights, and on-policy agreement: the logprobs the sampler reports for its tokens are
+# the ones the trainer computes for the same tokens (no step between, so the weights are the same).
+sampler = trainer.save_weights_and_get_sampling_client()
+prompt = [1, 40, 41, 42, 7]
+drawn = sampler.sample(
+    types.ModelInput.from_ints(prompt), num_samples=2, sampling_params=types.SamplingParams(max_tokens=4, temperature=1.0, seed=5), include_prompt_logprobs=True
+).result()
+first = drawn.sequences[0]
+full = prompt + list(first.tokens)
+scored = trainer.forward(
+    [types.Datum(model_input=types.ModelInput.from_ints(full[:-1]), loss_fn_inputs={"target_tokens": full[1:], "weights": [1.0] * (len(full) - 1)})],
+    "cross_entropy",
+).result()
+trainer_logprobs = list(scored.loss_fn_outputs[0]["logprobs"].data)[len(prompt) - 1 :]
+on_policy_gap = max(abs(a - b) for a, b in zip(trainer_logprobs, first.logprobs))
+prompt_logprob_gap = max(abs(a - b) for a, b in zip(list(scored.loss_fn_outputs[0]["logprobs"].data)[: len(prompt) - 1], drawn.prompt_logprobs[1:]))
+computed = sampler.compute_logprobs(types.ModelInput.from_ints(prompt)).result()
+
+# An RL loop after the cookbook's rl_loop: sample a group, reward it, importance_sampling on the sampler's logprobs.
+TARGET = 300
+rewards = []
+for iteration in range(3):
+    policy = trainer.save_weights_and_get_sampling_client()
+    group = policy.sample(types.ModelInput.from_ints(prompt), num_samples=4, sampling_params=types.SamplingParams(max_tokens=3, temperature=1.0)).result()
+    scores = [sum(1.0 for t in q.tokens if t == TARGET) / len(q.tokens) for q in group.sequences]
+    mean = sum(scores) / len(scores)
+    rewards.append(mean)
+    batch = []
+    for q, score in zip(group.sequences, scores):
+        tokens = prompt + list(q.tokens)
+        n_prompt = len(prompt) - 1
+        batch.append(
+            types.Datum(
+                model_input=types.ModelInput.from_ints(tokens[:-1]),
+                loss_fn_inputs={
+                    "target_tokens": tokens[1:],
+                    "logprobs": [0.0] * n_prompt + list(q.logprobs),
+                    "advantages": [0.0] * n_prompt + [score - mean] * len(q.tokens),
+                },
+            )
+        )
+    trainer.forward_backward(batch, "importance_sampling").result()
+    trainer.optim_step(adam).result()
+
 bad = None
 try:
     trainer.forward_backward([datum([1, 99999, 2], 1)], "cross_entropy").result()
@@ -91,6 +135,11 @@ print(
             "importance_loss": importance.metrics["loss:sum"],
             "ppo_loss": ppo.metrics["loss:sum"],
             "bad_token_error": bad,
+            "sampled": [len(q.tokens) for q in drawn.sequences],
+            "on_policy_gap": on_policy_gap,
+            "prompt_logprob_gap": prompt_logprob_gap,
+            "computed_logprobs": len(computed),
+            "rl_iterations": len(rewards),
             "seconds": round(time.time() - started, 1),
         }
     )
