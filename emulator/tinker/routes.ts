@@ -17,7 +17,8 @@ import { decodeForwardBackwardRequest, encodeForwardBackwardOutput, encodeSample
  * resource of dialect `tinker` with one engine session of the same id, ready at once (the service is serverless).
  * Each model's operations run in `seq_id` order: one that arrives early waits for the gap to fill.
  * Sampling runs on the model that saved the sampler weights, from those weights (a sampling session names them).
- * Not yet served: sampling a base model without an adapter, stop strings, the REST listings.
+ * REST: runs (training_runs, with their checkpoints) and sessions, listed and read.
+ * Not yet served: sampling a base model without an adapter, stop strings, deleting checkpoints.
  */
 
 export interface TinkerOptions {
@@ -57,6 +58,7 @@ const CreateModelBody = z
     model_seq_id: z.number().int().min(0),
     base_model: z.string().min(1, 'base_model is required'),
     lora_config: z.object({ rank: z.number().int().min(1), seed: z.number().int().nullish() }).passthrough(),
+    user_metadata: z.record(z.string(), z.unknown()).nullish(),
   })
   .passthrough();
 const ModelRef = z.object({ model_id: z.string().min(1, 'model_id is required') }).passthrough();
@@ -264,6 +266,7 @@ export function addTinkerRoutes(router: Router, engine: Engine, options: TinkerO
     baseModel: string,
     lora: { rank: number; seed?: number },
     from?: { checkpointId: string; optimizer: boolean },
+    userMetadata?: Record<string, unknown>,
   ): Promise<string> => {
     const id = `${sessionId}:train:${modelSeq}`;
     if (engine.findResource(id)) return id;
@@ -273,7 +276,7 @@ export function addTinkerRoutes(router: Router, engine: Engine, options: TinkerO
       owner,
       baseModel,
       numGeneratorReplicas: 0,
-      extra: { kind: 'model', sessionId },
+      extra: { kind: 'model', sessionId, userMetadata: userMetadata ?? {} },
     });
     while (r.status === 'PENDING' || r.status === 'CREATING') {
       await new Promise((resolve) => setTimeout(resolve, 20));
@@ -304,7 +307,10 @@ export function addTinkerRoutes(router: Router, engine: Engine, options: TinkerO
     if (known) return { body: { request_id: known, model_id: id } };
     const lora = { rank: b.lora_config.rank, ...(typeof b.lora_config.seed === 'number' ? { seed: b.lora_config.seed } : {}) };
     const f = future(owner, 'CreateModel', async () => ({
-      json: { model_id: await createModel(owner, b.session_id, b.model_seq_id, b.base_model, lora), type: 'create_model' },
+      json: {
+        model_id: await createModel(owner, b.session_id, b.model_seq_id, b.base_model, lora, undefined, b.user_metadata ?? undefined),
+        type: 'create_model',
+      },
     }));
     bySeq.set(`${id}#0`, f.request_id);
     return { body: { ...f, model_id: id } };
@@ -560,6 +566,86 @@ export function addTinkerRoutes(router: Router, engine: Engine, options: TinkerO
     // One id per sample: the SDK checks that the result holds as many sequences.
     const ids = Array.from({ length: b.num_samples }, (_v, i) => `${b.sampling_session_id}:${b.seq_id}:${i}`);
     return { body: { ...submitted, sample_sequence_ids: ids } };
+  });
+
+  // ── REST: runs, their checkpoints, sessions ─────────────────────────────────────────────────────────
+
+  const iso = (ms: number) => new Date(ms).toISOString();
+  const checkpointJson = (c: { type: 'training' | 'inference'; name?: string; id: string; resourceId: string; createdAt: number }) => {
+    const kind = c.type === 'training' ? 'weights' : 'sampler_weights';
+    const name = c.name ?? c.id;
+    return {
+      checkpoint_id: `${kind}/${name}`,
+      checkpoint_type: c.type === 'training' ? 'training' : 'sampler',
+      time: iso(c.createdAt),
+      tinker_path: `tinker://${c.resourceId}/${kind}/${name}`,
+      public: false,
+    };
+  };
+  const checkpointsOf = (r: ResourceRecord, owner: string) =>
+    engine
+      .listCheckpoints({ owner })
+      .filter((c) => c.resourceId === r.id)
+      .sort((a, b) => b.createdAt - a.createdAt);
+  const runJson = (r: ResourceRecord, owner: string) => {
+    const saved = checkpointsOf(r, owner);
+    const last = (type: 'training' | 'inference') => saved.find((c) => c.type === type);
+    const s = engine.findSession(r.id);
+    const training = last('training');
+    const sampler = last('inference');
+    return {
+      training_run_id: r.id,
+      base_model: r.model.name,
+      model_owner: owner,
+      is_lora: true,
+      corrupted: false,
+      lora_rank: s?.lora.rank ?? null,
+      last_request_time: iso(r.lastActivityAt),
+      ...(training ? { last_checkpoint: checkpointJson(training) } : {}),
+      ...(sampler ? { last_sampler_checkpoint: checkpointJson(sampler) } : {}),
+      user_metadata: (r.extra as { userMetadata?: Record<string, unknown> }).userMetadata ?? {},
+      // Not in the service's schema: whether the model is still loaded (a finished session's are not).
+      status: r.status === 'READY' ? 'active' : r.status.toLowerCase(),
+    };
+  };
+  const page = (req: EmulatorRequest, defaultLimit: number) => {
+    const limit = Number(req.query.get('limit') ?? defaultLimit);
+    const offset = Number(req.query.get('offset') ?? 0);
+    if (!Number.isInteger(limit) || limit < 1 || !Number.isInteger(offset) || offset < 0)
+      throw badRequest('limit must be a positive integer and offset an integer ≥ 0');
+    return { limit, offset };
+  };
+
+  add('GET', '/training_runs', (req, owner) => {
+    const { limit, offset } = page(req, 20);
+    const runs = engine.listResources({ owner, dialect: 'tinker' });
+    return {
+      body: {
+        training_runs: runs.slice(offset, offset + limit).map((r) => runJson(r, owner)),
+        cursor: { offset, limit, total_count: runs.length },
+      },
+    };
+  });
+
+  add('GET', '/training_runs/:run', (req, owner) => ({ body: runJson(model(req.params.run!, owner), owner) }));
+
+  add('GET', '/training_runs/:run/checkpoints', (req, owner) => ({
+    body: { checkpoints: checkpointsOf(model(req.params.run!, owner), owner).map(checkpointJson) },
+  }));
+
+  add('GET', '/sessions', (req, owner) => {
+    const { limit, offset } = page(req, 20);
+    const mine = [...sessions].filter(([, s]) => s.owner === owner).sort((a, b) => b[1].createdAt - a[1].createdAt);
+    return { body: { sessions: mine.slice(offset, offset + limit).map(([id]) => id) } };
+  });
+
+  add('GET', '/sessions/:id', (req, owner) => {
+    session(req.params.id!, owner);
+    const runs = engine
+      .listResources({ owner, dialect: 'tinker' })
+      .filter((r) => (r.extra as { sessionId?: string }).sessionId === req.params.id);
+    const samplerIds = [...samplers].filter(([id, x]) => x.owner === owner && id.startsWith(`${req.params.id}:sample:`)).map(([id]) => id);
+    return { body: { training_run_ids: runs.map((r) => r.id), sampler_ids: samplerIds } };
   });
 
   // ── futures ─────────────────────────────────────────────────────────────────────────────────────────

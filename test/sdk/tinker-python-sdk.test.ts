@@ -52,6 +52,11 @@ test('the official tinker SDK (0.38.0) runs a pipelined supervised loop, save_st
   expect(summary.prompt_logprob_gap).toBeLessThan(1e-3);
   expect(summary.computed_logprobs).toBe(5); // compute_logprobs: one per prompt token (the first is None)
   expect(summary.rl_iterations).toBe(3);
+  // REST: both runs listed, the first's last training checkpoint, its checkpoints by kind, its session's runs.
+  expect(summary.listed_runs).toEqual([summary.model_id, summary.resumed_model_id].sort());
+  expect(summary.run_last_checkpoint).toBe(summary.state_path);
+  expect(summary.checkpoint_types).toEqual(['sampler', 'sampler', 'sampler', 'sampler', 'training']); // 4 sampler saves: 1 + 3 RL
+  expect(summary.session_runs).toEqual([summary.model_id]);
 
   // The ledger: every optimizer step applied once (18 SFT, 1 after the RL losses, 3 RL iterations; 1 on the resumed one), the
   // resumed session continuing from the saved optimizer state, and nothing left loaded after the clients closed.

@@ -114,6 +114,13 @@ try:
 except Exception as err:  # a token outside the vocabulary: the future fails, as a user error
     bad = type(err).__name__
 
+# The REST listings the cookbook and CLI read: runs (with their last checkpoint), a run's checkpoints, a session.
+rest = service.create_rest_client()
+runs = rest.list_training_runs().result()
+run = rest.get_training_run(trainer.model_id).result()
+checkpoints = rest.list_checkpoints(trainer.model_id).result()
+session_info = rest.get_session(trainer.model_id.split(":")[0]).result()
+
 service2.close("success").result()
 service.close("success").result()
 print(
@@ -140,6 +147,10 @@ print(
             "prompt_logprob_gap": prompt_logprob_gap,
             "computed_logprobs": len(computed),
             "rl_iterations": len(rewards),
+            "listed_runs": sorted(r.training_run_id for r in runs.training_runs),
+            "run_last_checkpoint": run.last_checkpoint.tinker_path if run.last_checkpoint else None,
+            "checkpoint_types": sorted(c.checkpoint_type for c in checkpoints.checkpoints),
+            "session_runs": list(session_info.training_run_ids),
             "seconds": round(time.time() - started, 1),
         }
     )
