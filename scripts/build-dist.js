@@ -14,6 +14,8 @@ async function main() {
   if (!fs.existsSync(compiled)) throw new Error(`${compiled} is missing: run tsc -p tsconfig.build.json first`);
   // The emulator's own model files (tokenizer, chat template), read by the compiled emulator/tokenizer.js and config/tokenizer.js.
   fs.cpSync(path.join(root, 'emulator', 'models'), path.join(dist, 'emulator', 'models'), { recursive: true });
+  // Tinker's protobuf schema, read by the compiled providers/tinker/wire.js.
+  fs.cpSync(path.join(root, 'providers', 'tinker', 'tinker_public.proto'), path.join(dist, 'providers', 'tinker', 'tinker_public.proto'));
 
   const started = Date.now();
   const quiet = { log() {}, trace() {}, debug() {}, info() {}, warn: console.warn, error: console.error };
