@@ -85,7 +85,7 @@ export async function provisionGateWorkflow(input: ProvisionGateInput = {}): Pro
 }
 
 /** The gate's rules, apart from message plumbing: one holder at a time, first come first served, leases that run out. */
-class ProvisionGate {
+export class ProvisionGate {
   /** Bumped on every change: wakes the main loop. */
   version = 0;
   private lastChangeMs: number;
@@ -137,6 +137,9 @@ class ProvisionGate {
   /** `handedOff`: granted to the head of the line, which learns of it when it next asks (see handOff). */
   take(owner: string, leaseMs: number, nowMs: number, handedOff = false): void {
     this.expire(nowMs);
+    // The lease that has just run out handed the gate to the first in line, this very owner (its acquire arrived
+    // before the timer that would have handed it over): that grant is the owner's, not a second one beside it.
+    if (!handedOff && this.s.holder?.owner === owner) return;
     const generation = ++this.s.generation;
     this.leaveLine((e) => e.owner === owner);
     this.s.holder = { owner, generation, expiresAtMs: nowMs + leaseMs, takenAtMs: nowMs };
