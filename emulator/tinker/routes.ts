@@ -204,10 +204,7 @@ export function addTinkerRoutes(router: Router, engine: Engine, options: TinkerO
         done();
       }
       await engine.settled(op, 3_600_000);
-      if (op.status === 'FAILED') {
-        const code = op.error?.code ?? 'INTERNAL_ERROR';
-        return { error: `${code}: ${op.error?.message ?? 'failed'}`, category: code === 'INVALID_INPUT' ? 'user' : 'server' };
-      }
+      if (op.status === 'FAILED') return failedOutcome(op);
       return answer(op);
     });
     bySeq.set(`${modelId}#${seq}`, submitted.request_id);
@@ -548,10 +545,7 @@ export function addTinkerRoutes(router: Router, engine: Engine, options: TinkerO
     const submitted = future(owner, 'Sample', async () => {
       const op = engine.submitOperation(r.id, owner, key, `asample\n${req.rawBody}`, () => input, { invalidAs: 'failed-operation' });
       await engine.settled(op, 3_600_000);
-      if (op.status === 'FAILED') {
-        const code = op.error?.code ?? 'INTERNAL_ERROR';
-        return { error: `${code}: ${op.error?.message ?? 'failed'}`, category: code === 'INVALID_INPUT' ? 'user' : 'server' };
-      }
+      if (op.status === 'FAILED') return failedOutcome(op);
       const result = op.output?.kind === 'sample' ? op.output.results[0] : undefined;
       if (!result) return { error: 'no samples', category: 'server' };
       return {
@@ -677,6 +671,12 @@ export function addTinkerRoutes(router: Router, engine: Engine, options: TinkerO
       closing.abort();
     },
   };
+}
+
+/** A failed operation as the future answers it: a bad input is the caller's error, anything else the service's. */
+function failedOutcome(op: OperationRecord): Outcome {
+  const code = op.error?.code ?? 'INTERNAL_ERROR';
+  return { error: `${code}: ${op.error?.message ?? 'failed'}`, category: code === 'INVALID_INPUT' ? 'user' : 'server' };
 }
 
 /**
