@@ -34,7 +34,7 @@ export function reapCommand(): Command {
     .action(async (opts: { apply?: boolean; reapUntagged?: boolean; untaggedGrace: number; provider: string[]; baseUrl?: string }) => {
       const { cliClient, cliContext } = context();
       const { settings } = cliContext();
-      const kinds = (opts.provider.length ? opts.provider : ['local']) as ('local' | 'together' | 'baseten')[];
+      const kinds = (opts.provider.length ? opts.provider : ['local']) as ('local' | 'together' | 'baseten' | 'tinker')[];
       const { client, close } = await cliClient(settings);
       try {
         const result = await reap().reapOnce(client, {

@@ -18,7 +18,7 @@ const schedules = lazy(() => require('../workers/schedules') as typeof Schedules
 const workerModule = lazy(() => require('../workers/worker') as typeof Worker);
 const encryption = lazy(() => require('../workers/encryption') as typeof Encryption);
 
-const PROVIDER_KINDS = ['local', 'together', 'baseten'] as const;
+const PROVIDER_KINDS = ['local', 'together', 'baseten', 'tinker'] as const;
 
 function providerKinds(value: string): (typeof PROVIDER_KINDS)[number][] {
   const kinds = value

@@ -43,7 +43,7 @@ export const AdamSchema = z
 
 export const ProviderSpecSchema = z
   .object({
-    kind: z.enum(['local', 'together', 'baseten']),
+    kind: z.enum(['local', 'together', 'baseten', 'tinker']),
     /** Omitted for `local`: the worker's own emulator. */
     baseUrl: z.url({ protocol: /^https?$/ }).optional(),
     model: z.string().min(1),

@@ -11,7 +11,7 @@ export const TRAINER_CREATED_SIGNAL = 'roundTrainerCreated';
 export interface RegisteredTrainer {
   resourceId: string;
   /** The spec's provider kind and endpoint (absent: the kind's default endpoint). Never a key. */
-  kind: 'local' | 'together' | 'baseten';
+  kind: 'local' | 'together' | 'baseten' | 'tinker';
   baseUrl?: string;
 }
 

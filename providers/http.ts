@@ -12,8 +12,10 @@ import { ProviderError } from './errors';
 
 export interface HttpClientOptions {
   baseUrl: string;
-  /** Sent as `Authorization: Bearer …`; never logged or put in an error. */
+  /** Sent as `Authorization: Bearer …` (or as `authHeader` names); never logged or put in an error. */
   apiKey?: string;
+  /** The header the key goes in: `Authorization: Bearer <key>` (default), or another header holding the key as is (Tinker: `x-api-key`). */
+  authHeader?: 'authorization' | 'x-api-key';
   userAgent?: string;
   maxRetries?: number;
   initialRetryDelayMs?: number;
@@ -33,7 +35,13 @@ export interface RequestSpec<T> {
   path: string;
   query?: Record<string, QueryValue>;
   body?: unknown;
+  /** A body sent as is instead of JSON (Tinker's protobuf forward_backward). */
+  rawBody?: { bytes: Uint8Array; contentType: string };
   idempotencyKey?: string;
+  /** The header the idempotency key goes in (default `idempotency-key`; Tinker: `x-idempotency-key`). */
+  idempotencyHeader?: string;
+  /** Statuses answered to the caller as they are, neither retried nor an error (Tinker's 408 `try_again` long-poll answer). */
+  passStatuses?: readonly number[];
   /** Whether resending after an ambiguous failure is safe. Default: GET, or any request with an idempotency key. */
   replaySafe?: boolean;
   schema: z.ZodType<T>;
@@ -52,7 +60,8 @@ const RETRY_STATUSES = new Set([408, 409, 429, 500, 502, 503, 504]);
 
 export class HttpClient {
   private readonly agent: Agent;
-  private readonly options: Required<Omit<HttpClientOptions, 'apiKey' | 'userAgent'>> & Pick<HttpClientOptions, 'apiKey' | 'userAgent'>;
+  private readonly options: Required<Omit<HttpClientOptions, 'apiKey' | 'userAgent' | 'authHeader'>> &
+    Pick<HttpClientOptions, 'apiKey' | 'userAgent' | 'authHeader'>;
 
   constructor(options: HttpClientOptions) {
     this.options = {
@@ -74,6 +83,19 @@ export class HttpClient {
   }
 
   async request<T>(spec: RequestSpec<T>): Promise<T> {
+    const answer = await this.exchange(spec);
+    return this.parse(spec, answer.bytes.toString('utf8'), `${spec.method} ${spec.path}`);
+  }
+
+  /**
+   * The answer's status, content type and bytes, unparsed (a protobuf result), after the same retries and error
+   * taxonomy as `request`; `schema` is not applied.
+   */
+  async requestRaw(spec: Omit<RequestSpec<unknown>, 'schema'>): Promise<{ status: number; contentType: string; bytes: Buffer }> {
+    return this.exchange({ ...spec, schema: undefined as never });
+  }
+
+  private async exchange(spec: RequestSpec<unknown>): Promise<{ status: number; contentType: string; bytes: Buffer }> {
     const replaySafe = spec.replaySafe ?? (spec.method === 'GET' || spec.idempotencyKey !== undefined);
     const url = spec.absoluteUrl ?? this.url(spec.path, spec.query);
     const where = `${spec.method} ${spec.path}`;
@@ -84,7 +106,7 @@ export class HttpClient {
           dispatcher: this.agent,
           method: spec.method,
           headers: this.headers(spec),
-          body: spec.body === undefined ? undefined : JSON.stringify(spec.body),
+          body: spec.rawBody ? Buffer.from(spec.rawBody.bytes) : spec.body === undefined ? undefined : JSON.stringify(spec.body),
           signal: spec.signal,
           headersTimeout: this.options.requestTimeoutMs,
           bodyTimeout: this.options.requestTimeoutMs,
@@ -112,12 +134,13 @@ export class HttpClient {
         });
       }
 
-      const text = await response.body.text();
+      const bytes = Buffer.from(await response.body.arrayBuffer());
       const status = response.statusCode;
-      if (status >= 200 && status < 300) {
+      if ((status >= 200 && status < 300) || spec.passStatuses?.includes(status)) {
         spec.onResponseHeaders?.(response.headers);
-        return this.parse(spec, text, where);
+        return { status, contentType: headerText(response.headers['content-type']) ?? '', bytes };
       }
+      const text = bytes.toString('utf8');
 
       const retryAfterMs = this.retryAfter(response.headers);
       const shouldRetryHeader = headerText(response.headers['x-should-retry']);
@@ -177,9 +200,13 @@ export class HttpClient {
 
   private headers(spec: RequestSpec<unknown>): Record<string, string> {
     const headers: Record<string, string> = { accept: 'application/json', 'user-agent': this.options.userAgent ?? 'roundhouse' };
-    if (spec.body !== undefined) headers['content-type'] = 'application/json';
-    if (this.options.apiKey && !spec.absoluteUrl) headers.authorization = `Bearer ${this.options.apiKey}`;
-    if (spec.idempotencyKey !== undefined) headers['idempotency-key'] = spec.idempotencyKey;
+    if (spec.rawBody) headers['content-type'] = spec.rawBody.contentType;
+    else if (spec.body !== undefined) headers['content-type'] = 'application/json';
+    if (this.options.apiKey && !spec.absoluteUrl) {
+      if (this.options.authHeader === 'x-api-key') headers['x-api-key'] = this.options.apiKey;
+      else headers.authorization = `Bearer ${this.options.apiKey}`;
+    }
+    if (spec.idempotencyKey !== undefined) headers[spec.idempotencyHeader ?? 'idempotency-key'] = spec.idempotencyKey;
     return { ...headers, ...spec.headers };
   }
 

@@ -4,7 +4,7 @@
  * identity (campaign, round, step, op), so a retried call returns the original operation.
  */
 
-export type ProviderKind = 'together' | 'baseten';
+export type ProviderKind = 'together' | 'baseten' | 'tinker';
 
 export interface ModelInfo {
   name: string;

@@ -4,6 +4,7 @@ import { ApplicationFailure } from '@temporalio/activity';
 import type { ProviderSpec } from '../config/spec';
 import { startEmulator, type RunningEmulator } from '../emulator/server';
 import { BASETEN_DEFAULT_BASE_URL, BasetenProvider } from '../providers/baseten/client';
+import { TINKER_DEFAULT_BASE_URL, TinkerProvider } from '../providers/tinker/client';
 import { TogetherProvider } from '../providers/together/client';
 import type { TrainingProvider } from '../providers/types';
 
@@ -18,7 +19,7 @@ export interface ProviderRegistryOptions {
 
 /**
  * Builds providers for specs, once per (kind, base URL). API keys come from the worker's environment only
- * (TOGETHER_API_KEY, BASETEN_API_KEY), never from workflow inputs.
+ * (TOGETHER_API_KEY, BASETEN_API_KEY, TINKER_API_KEY), never from workflow inputs.
  */
 export class ProviderRegistry {
   private readonly providers = new Map<string, TrainingProvider>();
@@ -71,6 +72,13 @@ export class ProviderRegistry {
         const apiKey = this.env.BASETEN_API_KEY;
         if (!apiKey) throw ApplicationFailure.nonRetryable('BASETEN_API_KEY is not set in the worker environment', 'InvalidInput');
         return new BasetenProvider({ baseUrl: baseUrl ?? BASETEN_DEFAULT_BASE_URL, apiKey });
+      }
+      case 'tinker': {
+        const apiKey = this.env.TINKER_API_KEY;
+        if (!apiKey) throw ApplicationFailure.nonRetryable('TINKER_API_KEY is not set in the worker environment', 'InvalidInput');
+        if (!apiKey.startsWith('tml-') && !apiKey.startsWith('eyJ'))
+          throw ApplicationFailure.nonRetryable("TINKER_API_KEY must start with 'tml-'", 'InvalidInput');
+        return new TinkerProvider({ baseUrl: baseUrl ?? TINKER_DEFAULT_BASE_URL, apiKey });
       }
     }
   }

@@ -36,6 +36,8 @@ export interface Ledger {
     resumedFromCheckpoint: string | null;
     operationsSubmitted: number;
     duplicatesAbsorbed: number;
+    /** Tokens processed (what Tinker bills): prefill (forward-only passes, prompts), sample (generated), train. */
+    tokens: { prefill: number; sample: number; train: number };
   }[];
   checkpoints: {
     id: string;
@@ -82,6 +84,7 @@ export function ledgerOf(state: EngineState): Ledger {
     resumedFromCheckpoint: s.resumeFromCheckpointId ?? null,
     operationsSubmitted: s.operationsSubmitted,
     duplicatesAbsorbed: s.duplicatesAbsorbed,
+    tokens: { prefill: 0, sample: 0, train: 0, ...s.tokens },
   }));
   const checkpoints = [...state.checkpoints.values()].map((c) => ({
     id: c.id,

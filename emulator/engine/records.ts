@@ -95,6 +95,8 @@ export interface SessionRecord {
   lineageEmptyOptimizerSteps?: number;
   operationsSubmitted: number;
   duplicatesAbsorbed: number;
+  /** Tokens processed, as a per-token biller (Tinker) counts them: forward-only passes and prompts (prefill), generated (sample), forward-backward (train). */
+  tokens?: { prefill: number; sample: number; train: number };
   /** Policy version the generator replicas serve (the trainer step at the last weights sync). */
   weightsVersion: number;
   checkpointIds: string[];

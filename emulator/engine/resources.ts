@@ -140,7 +140,7 @@ export function expiresAt(r: ResourceRecord): number | undefined {
 
 /** Billing: GPU-seconds while READY, per GPU the model holds. */
 export function gpuSeconds(r: ResourceRecord, now: number): number {
-  if (now < r.readyAt) return 0;
+  if (now < r.readyAt || r.dialect === 'tinker') return 0; // Tinker bills tokens (the ledger's sessions count them), not GPU time
   const end = r.leftReadyAt ?? (r.status === 'READY' ? now : r.readyAt);
   return (Math.max(0, end - r.readyAt) / 1000) * r.model.gpuCount;
 }

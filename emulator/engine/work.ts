@@ -14,6 +14,12 @@ export class OperationWork {
   ) {}
 
   async run(s: SessionRecord, rt: SessionRuntime, input: OperationInput): Promise<OperationOutput> {
+    const output = await this.work(s, rt, input);
+    countTokens(s, input, output);
+    return output;
+  }
+
+  private async work(s: SessionRecord, rt: SessionRuntime, input: OperationInput): Promise<OperationOutput> {
     switch (input.kind) {
       case 'forward-backward':
         return forwardBackward(rt, input);
@@ -112,4 +118,16 @@ function forwardBackward(rt: SessionRuntime, input: Input<'forward-backward'>): 
   const tokens = weights ? weights.flat().filter((w) => w !== 0).length : 0;
   const counted = weights ? weights.map((w) => w.map((v) => v !== 0)) : result.logprobs.map((l) => l.map(() => true));
   return { kind: 'forward-backward', loss: result.loss, logprobs: result.logprobs, counted, tokens, returnOutputs: input.returnOutputs };
+}
+
+/** The tokens an operation processed, on its session's count (what a per-token biller charges). */
+function countTokens(s: SessionRecord, input: OperationInput, output: OperationOutput): void {
+  const tokens = (s.tokens ??= { prefill: 0, sample: 0, train: 0 });
+  const length = (sequences: { inputTokens: number[] }[]) => sequences.reduce((a, q) => a + q.inputTokens.length, 0);
+  if (input.kind === 'forward-backward') tokens[input.forwardOnly ? 'prefill' : 'train'] += length(input.sequences);
+  else if (input.kind === 'custom-forward-backward') tokens.train += length(input.sequences);
+  else if (input.kind === 'sample' && output.kind === 'sample') {
+    tokens.prefill += input.prompts.reduce((a, p) => a + p.length, 0);
+    tokens.sample += output.results.reduce((a, r) => a + r.sequences.reduce((b, q) => b + q.tokens.length, 0), 0);
+  }
 }

@@ -40,6 +40,9 @@ interface TinkerSession {
   createdAt: number;
   lastHeartbeatAt: number;
   finished?: { reason: string; detail?: string | null };
+  tags: string[];
+  userMetadata: Record<string, string>;
+  displayName?: string;
 }
 
 /** `X-API-Key: tml-…` (or a JWT) is the SDK's only auth header; the owner derives from the key. */
@@ -50,7 +53,26 @@ function tinkerOwner(req: EmulatorRequest): string {
   return ownerOf(key);
 }
 
-const CreateSessionBody = z.object({ tags: z.array(z.string()).nullish(), user_metadata: z.unknown().nullish() }).passthrough();
+const CreateSessionBody = z
+  .object({
+    tags: z.array(z.string()).nullish(),
+    user_metadata: z.record(z.string(), z.unknown()).nullish(),
+    display_name: z.string().nullish(),
+  })
+  .passthrough();
+const SearchSessionsBody = z
+  .object({
+    session_id: z.string().nullish(),
+    user_metadata: z.record(z.string(), z.string()).default({}),
+    display_name: z.string().min(1).nullish(),
+    statuses: z
+      .array(z.object({ type: z.enum(['active', 'cancelled', 'failed', 'client_finished']) }).passthrough())
+      .min(1)
+      .nullish(),
+    limit: z.number().int().min(1).max(200).default(50),
+    cursor: z.object({ last_created_at: z.string(), last_session_id: z.string() }).nullish(),
+  })
+  .passthrough();
 const SessionRef = z.object({ session_id: z.string().min(1, 'session_id is required') }).passthrough();
 const CreateModelBody = z
   .object({
@@ -194,7 +216,12 @@ export function addTinkerRoutes(router: Router, engine: Engine, options: TinkerO
     answer: (op: OperationRecord) => Outcome,
   ): { request_id: string; model_id: string } => {
     const known = bySeq.get(`${modelId}#${seq}`);
-    if (known) return { request_id: known, model_id: modelId };
+    if (known) {
+      // A resent seq_id is the operation already submitted: absorbed, as a resent idempotency key is elsewhere.
+      const s = engine.findSession(modelId);
+      if (s) s.duplicatesAbsorbed += 1;
+      return { request_id: known, model_id: modelId };
+    }
     const submitted = future(owner, type, async () => {
       const done = await turn(modelId, seq);
       let op: OperationRecord;
@@ -224,14 +251,24 @@ export function addTinkerRoutes(router: Router, engine: Engine, options: TinkerO
         max_context_length: m.contextLength,
         trainable: true,
         sampleable: true,
+        // Not in the service's schema (the SDK ignores them): the limits a client checks a spec against.
+        max_lora_rank: m.maxLoraRank,
+        vocab_size: m.vocabSize,
       })),
     },
   }));
 
   add('POST', '/create_session', (req, owner) => {
-    parseBody(CreateSessionBody, req.body, 'create_session');
+    const b = parseBody(CreateSessionBody, req.body, 'create_session');
     const id = randomUUID();
-    sessions.set(id, { owner, createdAt: Date.now(), lastHeartbeatAt: Date.now() });
+    sessions.set(id, {
+      owner,
+      createdAt: Date.now(),
+      lastHeartbeatAt: Date.now(),
+      tags: b.tags ?? [],
+      userMetadata: Object.fromEntries(Object.entries(b.user_metadata ?? {}).map(([k, v]) => [k, String(v)])),
+      ...(b.display_name ? { displayName: b.display_name } : {}),
+    });
     return { body: { session_id: id, type: 'create_session' } };
   });
 
@@ -249,7 +286,7 @@ export function addTinkerRoutes(router: Router, engine: Engine, options: TinkerO
     s.finished ??= { reason: body.reason?.type ?? 'success', detail: body.detail };
     // A finished session's models are let go: nothing of it stays loaded (or on the ledger as active).
     for (const r of engine.listResources({ owner, dialect: 'tinker' }))
-      if ((r.extra as { sessionId?: string }).sessionId === req.params.id) engine.stopResource(r.id, owner, true);
+      if ((r.extra as { sessionId?: string }).sessionId === req.params.id && r.status === 'READY') engine.stopResource(r.id, owner, true);
     return { body: {} };
   });
 
@@ -634,12 +671,65 @@ export function addTinkerRoutes(router: Router, engine: Engine, options: TinkerO
   });
 
   add('GET', '/sessions/:id', (req, owner) => {
-    session(req.params.id!, owner);
+    const s = session(req.params.id!, owner);
     const runs = engine
       .listResources({ owner, dialect: 'tinker' })
       .filter((r) => (r.extra as { sessionId?: string }).sessionId === req.params.id);
     const samplerIds = [...samplers].filter(([id, x]) => x.owner === owner && id.startsWith(`${req.params.id}:sample:`)).map(([id]) => id);
-    return { body: { training_run_ids: runs.map((r) => r.id), sampler_ids: samplerIds } };
+    return {
+      body: {
+        training_run_ids: runs.map((r) => r.id),
+        sampler_ids: samplerIds,
+        user_metadata: s.userMetadata,
+        ...(s.displayName ? { display_name: s.displayName } : {}),
+      },
+    };
+  });
+
+  /** A session as `sessions/search` summarises it: its status is active until its client finishes it. */
+  const summary = (id: string, s: TinkerSession) => ({
+    session_id: id,
+    created_at: iso(s.createdAt),
+    owner: s.owner,
+    project_id: 'default',
+    status: s.finished
+      ? { type: 'client_finished', reason: { type: s.finished.reason }, detail: s.finished.detail ?? null }
+      : { type: 'active' },
+    checkpoints_count: engine
+      .listCheckpoints({ owner: s.owner })
+      .filter((c) => (engine.findResource(c.resourceId)?.extra as { sessionId?: string } | undefined)?.sessionId === id).length,
+    ...(s.displayName ? { display_name: s.displayName } : {}),
+    user_metadata: s.userMetadata,
+  });
+
+  /** The caller's sessions, newest first, filtered by id, metadata, display name and status; paged by a cursor. */
+  add('POST', '/sessions/search', (req, owner) => {
+    const b = parseBody(SearchSessionsBody, req.body, 'sessions/search');
+    const matches = [...sessions]
+      .filter(([id, s]) => {
+        if (s.owner !== owner) return false;
+        const byName = b.display_name ? (s.displayName ?? '').toLowerCase().includes(b.display_name.toLowerCase()) : undefined;
+        const byId = b.session_id ? id === b.session_id : undefined;
+        if ((byName ?? byId) !== undefined && !(byName || byId)) return false;
+        if (Object.entries(b.user_metadata).some(([k, v]) => s.userMetadata[k] !== v)) return false;
+        const status = s.finished ? 'client_finished' : 'active';
+        return !b.statuses || b.statuses.some((q) => q.type === status);
+      })
+      .sort((x, y) => y[1].createdAt - x[1].createdAt || (y[0] < x[0] ? -1 : 1));
+    let start = 0;
+    if (b.cursor) {
+      const i = matches.findIndex(([id]) => id === b.cursor!.last_session_id);
+      start = i < 0 ? matches.length : i + 1;
+    }
+    const pageItems = matches.slice(start, start + b.limit);
+    const last = pageItems[pageItems.length - 1];
+    const more = start + b.limit < matches.length;
+    return {
+      body: {
+        sessions: pageItems.map(([id, s]) => summary(id, s)),
+        next_cursor: more && last ? { last_created_at: iso(last[1].createdAt), last_session_id: last[0] } : null,
+      },
+    };
   });
 
   // ── futures ─────────────────────────────────────────────────────────────────────────────────────────

@@ -3,6 +3,7 @@ import { request } from 'undici';
 import { startEmulator, type EmulatorOptions, type RunningEmulator } from '../../emulator/server';
 import type { Ledger } from '../../emulator/engine';
 import { BasetenProvider } from '../../providers/baseten/client';
+import { TinkerProvider } from '../../providers/tinker/client';
 import { TogetherProvider } from '../../providers/together/client';
 
 export type { RunningEmulator } from '../../emulator/server';
@@ -97,4 +98,13 @@ export async function raw(
   });
   const text = await res.body.text();
   return { status: res.statusCode, json: text ? JSON.parse(text) : undefined, headers: res.headers };
+}
+
+/** A fresh Tinker key (`tml-…`, as the service issues them): its own owner on the emulator. */
+export function testTinkerKey(): string {
+  return `tml-${randomUUID()}`;
+}
+
+export function tinkerProvider(emulator: RunningEmulator, apiKey = testTinkerKey()): TinkerProvider {
+  return new TinkerProvider({ baseUrl: emulator.url, apiKey, initialRetryDelayMs: 5, maxRetryDelayMs: 50 });
 }

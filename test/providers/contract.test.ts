@@ -1,6 +1,14 @@
 import { ProviderError } from '../../providers/errors';
 import type { Datum, TrainingProvider } from '../../providers/types';
-import { basetenProvider, ledger, setFaults, startTestEmulator, togetherProvider, type RunningEmulator } from '../helpers/emulator';
+import {
+  basetenProvider,
+  ledger,
+  setFaults,
+  startTestEmulator,
+  tinkerProvider,
+  togetherProvider,
+  type RunningEmulator,
+} from '../helpers/emulator';
 
 /**
  * The provider contract: one suite, run against every provider over loopback HTTP to the emulator. Where a
@@ -17,6 +25,15 @@ interface ProviderFixture {
   samplerWeightsOperations: number;
   /** When a create's answer is lost: the caller reconciles (Together), or the provider finds the run itself (Baseten). */
   lostCreate: 'needs-reconcile' | 'adopted';
+  /**
+   * What the resource bills: GPU time while it is ready (Together, Baseten), or nothing of its own (Tinker: a session
+   * is free, its models' tokens are billed).
+   */
+  billing: 'gpu-time' | 'tokens';
+  /** Where a resubmitted key is recognised: at the service (its idempotency key), or in the client (Tinker: the key keeps its seq_id). */
+  resubmission: 'service' | 'client';
+  /** When the trainer dies mid-run: the resource fails with it (a GPU deployment), or only the session does (Tinker: the model). */
+  trainerDeath: 'resource' | 'session';
 }
 
 const FIXTURES: ProviderFixture[] = [
@@ -26,6 +43,9 @@ const FIXTURES: ProviderFixture[] = [
     paths: { forwardBackward: '/operations/forward-backward$', optimStep: '/operations/optim-step$', create: '/v1/rl/model-resources$' },
     samplerWeightsOperations: 2,
     lostCreate: 'needs-reconcile',
+    billing: 'gpu-time',
+    resubmission: 'service',
+    trainerDeath: 'resource',
   },
   {
     name: 'baseten',
@@ -33,6 +53,19 @@ const FIXTURES: ProviderFixture[] = [
     paths: { forwardBackward: '/forward_backward$', optimStep: '/optim_step$', create: '/v1/loops/(runs|trainers)$' },
     samplerWeightsOperations: 1,
     lostCreate: 'adopted',
+    billing: 'gpu-time',
+    resubmission: 'service',
+    trainerDeath: 'resource',
+  },
+  {
+    name: 'tinker',
+    make: (e) => tinkerProvider(e),
+    paths: { forwardBackward: '/api/v1/forward_backward$', optimStep: '/api/v1/optim_step$', create: '/api/v1/create_session$' },
+    samplerWeightsOperations: 1,
+    lostCreate: 'adopted',
+    billing: 'tokens',
+    resubmission: 'client',
+    trainerDeath: 'session',
   },
 ];
 
@@ -85,6 +118,7 @@ describe.each(FIXTURES)('$name provider against the emulator over loopback HTTP'
   });
 
   test('a resource goes through provisioning to ready, bills only while ready, and is released by deactivate', async () => {
+    if (fx.billing === 'tokens') return; // a Tinker session has no provisioning and no time to bill: the next test
     const provider = fx.make(emulator);
     const created = await provider.provision({ model: MODEL, ownerTag: 't' });
     expect(created.state).toBe('provisioning');
@@ -104,6 +138,27 @@ describe.each(FIXTURES)('$name provider against the emulator over loopback HTTP'
     // Deactivate is idempotent: again, and on an id that never existed.
     await expect(provider.deactivate(created.id)).resolves.toMatchObject({ id: created.id });
     await expect(provider.deactivate('mr-doesnotexist')).resolves.toMatchObject({ state: 'stopped' });
+    await provider.close();
+  });
+
+  test('a token-billed resource is ready at once, bills no GPU time, counts tokens, and is released by deactivate', async () => {
+    if (fx.billing !== 'tokens') return;
+    const { provider, resource, session } = await readySession();
+    expect(resource.state).toBe('ready');
+    expect((await provider.listOwnedResources({ activeOnly: true })).map((r) => r.id)).toContain(resource.id);
+    await provider.awaitOperation(await provider.submitForwardBackward(session.id, 'bill/fb', batch));
+    await provider.awaitOperation(await provider.submitForwardBackward(session.id, 'bill/fwd', batch, { forwardOnly: true }));
+    const inputTokens = batch.reduce((a, d) => a + d.modelInput.length, 0);
+    expect((await sessionEntry(session.id)).tokens).toEqual({ train: inputTokens, prefill: inputTokens, sample: 0 });
+    const l = await ledger(emulator);
+    expect(l.resources.find((r) => r.id === session.id)?.gpuSeconds).toBe(0);
+    expect(l.active).toContain(session.id); // the model is loaded…
+    const stopped = await provider.deactivate(resource.id);
+    expect(stopped.state).toBe('stopped');
+    expect((await ledger(emulator)).active).not.toContain(session.id); // …and released with its session
+    expect((await provider.listOwnedResources({ activeOnly: true })).map((r) => r.id)).not.toContain(resource.id);
+    await expect(provider.deactivate(resource.id)).resolves.toMatchObject({ id: resource.id, state: 'stopped' });
+    await expect(provider.deactivate('doesnotexist')).resolves.toMatchObject({ state: 'stopped' });
     await provider.close();
   });
 
@@ -221,7 +276,8 @@ describe.each(FIXTURES)('$name provider against the emulator over loopback HTTP'
 
     const entry = await sessionEntry(session.id);
     expect(entry.optimizerSteps).toBe(1);
-    expect(entry.duplicatesAbsorbed).toBe(4 + fx.samplerWeightsOperations); // fb, opt, ckpt, sample, and the sampler weights
+    // fb, opt, ckpt, sample, and the sampler weights: absorbed at the service, or never resent (the client knew the key)
+    expect(entry.duplicatesAbsorbed).toBe(fx.resubmission === 'service' ? 4 + fx.samplerWeightsOperations : 0);
     expect(entry.step).toBe(1);
 
     // The same key with a different body is refused, not silently applied.
@@ -342,7 +398,7 @@ describe.each(FIXTURES)('$name provider against the emulator over loopback HTTP'
         expect(outcome).toBeInstanceOf(ProviderError);
         expect(outcome).toMatchObject({ errorClass: 'needs-reconcile', code: 'RESPONSE_LOST' });
       } else {
-        expect(outcome).toMatchObject({ model: MODEL, state: 'provisioning' }); // found by listing its session's runs
+        expect(outcome).toMatchObject({ model: MODEL, state: fx.billing === 'tokens' ? 'ready' : 'provisioning' }); // found by its tag
       }
       const owned = await provider.listOwnedResources({ activeOnly: true });
       expect(owned).toHaveLength(1); // created once, not twice
@@ -378,8 +434,22 @@ describe.each(FIXTURES)('$name provider against the emulator over loopback HTTP'
       await provider.awaitOperation(await provider.submitForwardBackward(session.id, 'die/fb', batch));
       const opt = provider.awaitOperation(await provider.submitOptimStep(session.id, 'die/opt', { learningRate: 0.01 }));
       await expect(opt).rejects.toMatchObject({ errorClass: 'needs-reconcile', providerCode: 'SESSION_NOT_ACTIVE' });
-      expect(await provider.getResource(resource.id)).toMatchObject({ state: 'failed' });
       expect(await provider.getSession(session.id)).toMatchObject({ state: 'failed' });
+      if (fx.trainerDeath === 'session') {
+        // The model died; its session lives on and takes a new model (what recovery reopens from a checkpoint).
+        expect(await provider.getResource(resource.id)).toMatchObject({ state: 'ready' });
+        await expect(provider.submitOptimStep(session.id, 'die/opt/again', { learningRate: 0.01 })).rejects.toMatchObject({
+          errorClass: 'needs-reconcile',
+        });
+        const next = await provider.openSession({ resourceId: resource.id, loraRank: 8 });
+        await provider.awaitOperation(await provider.submitForwardBackward(next.id, 'die/next/fb', batch));
+        expect((await ledger(emulator)).active).not.toContain(session.id);
+        await expect(provider.deactivate(resource.id)).resolves.toMatchObject({ state: 'stopped' });
+        expect((await ledger(emulator)).active).not.toContain(next.id);
+        await provider.close();
+        return;
+      }
+      expect(await provider.getResource(resource.id)).toMatchObject({ state: 'failed' });
       const l = await ledger(emulator);
       expect(l.active).not.toContain(resource.id);
       const billed = l.resources.find((r) => r.id === resource.id)!.gpuSeconds;
