@@ -373,10 +373,10 @@ function roundKindProblems(spec: z.infer<typeof CampaignSpecBase>, ctx: z.Refine
         "is not available on Baseten Loops: a run is one session, and opening a reference session re-initializes the run and loads the reference state over the policy's weights and optimizer state; remove it (a KL penalty needs the together dialect)",
       );
     }
-    if (spec.provider.kind === 'baseten' && grpo.loss.type === 'grpo') {
+    if ((spec.provider.kind === 'baseten' || spec.provider.kind === 'tinker') && grpo.loss.type === 'grpo') {
       problem(
         ['round', 'grpo', 'loss', 'type'],
-        'Baseten Loops has no grpo loss: use ppo or importance_sampling (advantages are group-centred either way)',
+        `${spec.provider.kind === 'baseten' ? 'Baseten Loops' : 'Tinker'} has no grpo loss: use ppo or importance_sampling (advantages are group-centred either way)`,
       );
     }
   }
@@ -384,6 +384,11 @@ function roundKindProblems(spec: z.infer<typeof CampaignSpecBase>, ctx: z.Refine
     problem(
       ['tracking', 'wandb'],
       'is not available on Baseten Loops: its API takes no W&B settings (the baseten-loops SDK starts the W&B run on the client); use tracking.mlflow, or the together dialect',
+    );
+  if (spec.tracking?.wandb && spec.provider.kind === 'tinker')
+    problem(
+      ['tracking', 'wandb'],
+      'is not available on Tinker: its API takes no W&B settings; use tracking.mlflow, or the together dialect',
     );
   const { earlyStop, sampleEvery } = spec.evaluation;
   if (kind === 'dpo' && sampleEvery !== undefined)

@@ -13,6 +13,7 @@ import { seededRandom } from './random';
  * - `preempt`: the same, as a reclaimed spot GPU (Baseten: deployment PREEMPTED; Together: as `resource-error`).
  * - `session-expire`, `session-error`: the session of a matching operation ends (EXPIRED, or ERROR) instead of
  *   running it; the resource stays READY and billing (Together only: a Baseten run's session is the run).
+ *   On Tinker `session-expire` ends the model's Tinker session (as when its heartbeats stop): every model of it is lost.
  * - `capacity-queue`: a resource create waits in the capacity queue (from `queuePosition`, counting down) for
  *   `durationMs`, then provisions; `capacity-timeout`: it waits as long, then fails (capacity wait timeout).
  * - `delay`: a matching request waits `delayMs` before it is handled (a slow phase, for chaos tests).
@@ -43,7 +44,7 @@ export const OPERATION_FAULTS: readonly FaultKind[] = ['fail-operation', 'resour
 export const CAPACITY_FAULTS: readonly FaultKind[] = ['capacity-queue', 'capacity-timeout'];
 
 /** Kinds that exist only on some dialects: elsewhere their rules neither match nor count an event as seen. */
-const ONLY_ON: Partial<Record<FaultKind, readonly string[]>> = { 'session-expire': ['together'], 'session-error': ['together'] };
+const ONLY_ON: Partial<Record<FaultKind, readonly string[]>> = { 'session-expire': ['together', 'tinker'], 'session-error': ['together'] };
 
 /** The engine's operation error codes; Together's full enum names are accepted too. */
 const ErrorCode = z.preprocess(

@@ -178,6 +178,12 @@ export class Operations {
       }
       case 'session-expire':
       case 'session-error': {
+        if (r.dialect === 'tinker') {
+          // The model's Tinker session expired: the dialect ends the session and its other models when it next looks.
+          this.lifecycle.failResource(r, 'SESSION_EXPIRED', 'injected fault: the Tinker session expired');
+          this.lifecycle.failOperation(op, 'SESSION_NOT_ACTIVE', `the Tinker session of model ${r.id} expired`);
+          return true;
+        }
         const status = fault.kind === 'session-expire' ? 'EXPIRED' : 'ERROR';
         const error = { code: 'SESSION_FAILED', message: 'injected fault: the session failed', occurredAt: this.state.now() };
         this.lifecycle.endSession(s, status, status === 'ERROR' ? error : undefined);

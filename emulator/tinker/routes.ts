@@ -40,6 +40,8 @@ interface TinkerSession {
   createdAt: number;
   lastHeartbeatAt: number;
   finished?: { reason: string; detail?: string | null };
+  /** Ended by the service (its heartbeats stopped): every model of it is gone. */
+  expired?: { at: number; modelId: string };
   tags: string[];
   userMetadata: Record<string, string>;
   displayName?: string;
@@ -169,6 +171,19 @@ export function addTinkerRoutes(router: Router, engine: Engine, options: TinkerO
   const session = (id: string, owner: string): TinkerSession => {
     const s = sessions.get(id);
     if (!s || s.owner !== owner) throw notFound('session', id);
+    return expireIfLost(id, s);
+  };
+
+  /** A session one of whose models failed with SESSION_EXPIRED (a fault) has expired: its other models stop with it. */
+  const expireIfLost = (id: string, s: TinkerSession): TinkerSession => {
+    if (s.expired || s.finished) return s;
+    const models = engine
+      .listResources({ owner: s.owner, dialect: 'tinker' })
+      .filter((r) => (r.extra as { sessionId?: string }).sessionId === id);
+    const lost = models.find((r) => r.error?.code === 'SESSION_EXPIRED');
+    if (!lost) return s;
+    s.expired = { at: Date.now(), modelId: lost.id };
+    for (const r of models) if (r.status === 'READY') engine.stopResource(r.id, s.owner, true);
     return s;
   };
 
@@ -274,8 +289,9 @@ export function addTinkerRoutes(router: Router, engine: Engine, options: TinkerO
 
   add('POST', '/session_heartbeat', (req, owner) => {
     const s = session(parseBody(SessionRef, req.body, 'session_heartbeat').session_id, owner);
-    // A finished session answers 410, which stops the SDK's heartbeats.
+    // A finished (or expired) session answers 410, which stops the SDK's heartbeats.
     if (s.finished) throw new EmulatorHttpError(410, 'SESSION_FINISHED', 'this session has finished');
+    if (s.expired) throw new EmulatorHttpError(410, 'SESSION_EXPIRED', 'this session has expired');
     s.lastHeartbeatAt = Date.now();
     return { body: { type: 'session_heartbeat' } };
   });
@@ -694,7 +710,14 @@ export function addTinkerRoutes(router: Router, engine: Engine, options: TinkerO
     project_id: 'default',
     status: s.finished
       ? { type: 'client_finished', reason: { type: s.finished.reason }, detail: s.finished.detail ?? null }
-      : { type: 'active' },
+      : s.expired
+        ? {
+            type: 'failed',
+            category: 'internal',
+            reason: { type: 'training_run', training_run_id: s.expired.modelId },
+            message: 'the session expired',
+          }
+        : { type: 'active' },
     checkpoints_count: engine
       .listCheckpoints({ owner: s.owner })
       .filter((c) => (engine.findResource(c.resourceId)?.extra as { sessionId?: string } | undefined)?.sessionId === id).length,
@@ -712,7 +735,8 @@ export function addTinkerRoutes(router: Router, engine: Engine, options: TinkerO
         const byId = b.session_id ? id === b.session_id : undefined;
         if ((byName ?? byId) !== undefined && !(byName || byId)) return false;
         if (Object.entries(b.user_metadata).some(([k, v]) => s.userMetadata[k] !== v)) return false;
-        const status = s.finished ? 'client_finished' : 'active';
+        expireIfLost(id, s);
+        const status = s.finished ? 'client_finished' : s.expired ? 'failed' : 'active';
         return !b.statuses || b.statuses.some((q) => q.type === status);
       })
       .sort((x, y) => y[1].createdAt - x[1].createdAt || (y[0] < x[0] ? -1 : 1));

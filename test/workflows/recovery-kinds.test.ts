@@ -8,7 +8,11 @@ import { uniqueTaskQueue } from '../helpers/temporal';
 
 // Every round kind on both dialects where it exists, under the provider-side failures hosted trainers have: failed
 // forward-backwards (mixed codes, 10 %), a trainer death and a session expiry mid-training, and (Baseten) a preemption.
-const { env, runRound } = roundTestEnvironment({ provisioningDelayMs: 50 }, { ...process.env, BASETEN_API_KEY: 'bt-recovery-key' });
+// On Tinker the trainer that dies is a model (the session it belongs to lives on and takes the next one).
+const { env, runRound } = roundTestEnvironment(
+  { provisioningDelayMs: 50 },
+  { ...process.env, BASETEN_API_KEY: 'bt-recovery-key', TINKER_API_KEY: 'tml-recovery-key' },
+);
 
 const KIND_YAML = {
   sft: `training: { epochs: 2, batchSize: 8, learningRate: 0.01, loraRank: 8, maxSeqLen: 64, segmentSteps: 4, checkpointEvery: { steps: 2 } }
@@ -27,6 +31,9 @@ const CASES = [
   { kind: 'grpo', dialect: 'local' },
   { kind: 'grpo', dialect: 'baseten' },
   { kind: 'dpo', dialect: 'local' },
+  { kind: 'sft', dialect: 'tinker' },
+  { kind: 'grpo', dialect: 'tinker' },
+  { kind: 'dpo', dialect: 'tinker' },
 ] as const;
 
 afterEach(async () => {
@@ -87,6 +94,18 @@ test.each(CASES)(
     const kept = l.sessions.find((s) => s.id === r.session_id)!;
     expect(kept.step).toBe(planned);
     expect(kept.lineageEmptyOptimizerSteps).toBe(0);
+    if (dialect === 'tinker') {
+      // A Tinker session per trainer (a new one after the expiry), each released; the models of each (one per
+      // reopening) unloaded with it; no GPU time billed, tokens instead.
+      expect(r.deactivated_ids.length).toBe(1 + r.recoveries.filter((x: { new_trainer: boolean }) => x.new_trainer).length);
+      expect(r.deactivated_ids.length).toBe(2);
+      const models = l.resources.filter((x) => r.deactivated_ids.some((id: string) => x.id.startsWith(`${id}:train:`)));
+      expect(models.length).toBeGreaterThanOrEqual(3);
+      expect(models.every((x) => x.gpuSeconds === 0)).toBe(true);
+      const trained = l.sessions.filter((x) => models.some((m) => m.id === x.id)).reduce((a, x) => a + x.tokens.train, 0);
+      expect(trained).toBeGreaterThan(0);
+      return;
+    }
     // One trainer at a time: every trainer this round used was released, the replaced ones before their successors.
     const trainers = new Set(l.sessions.filter((s) => r.deactivated_ids.includes(s.resourceId)).map((s) => s.resourceId));
     expect(trainers.size).toBe(r.deactivated_ids.length);
