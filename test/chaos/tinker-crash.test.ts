@@ -1,0 +1,149 @@
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { seededRandom } from '../../config/random';
+import { ProviderRegistry } from '../../workers/providers';
+import { createRoundhouseWorker } from '../../workers/worker';
+import type { RoundProgress, RoundResult } from '../../workflows/round-contract';
+import { roundWorkflow } from '../../workflows';
+import { firedFaults, ledger, setFaults, startTestEmulator, tenPercentFaults, type RunningEmulator } from '../helpers/emulator';
+import { progressOf, ticketRoundInput } from '../helpers/round';
+import { connectTestTemporal, uniqueTaskQueue, type TestTemporal } from '../helpers/temporal';
+import {
+  bundleToFile,
+  crashTestWorkerEnv,
+  killAtPoints,
+  startWorkerProcess,
+  type KillPoint,
+  type WorkerProcess,
+} from '../helpers/worker-process';
+
+// A Tinker round under the crashes and transport faults the other dialects' rounds take. Tinker says nowhere where a
+// model's operation order stands, so a worker that did not make a model never sends to it: a kill inside training
+// rolls the round back to its latest checkpoint on a new model (the same Tinker session), exactly as after a lost
+// trainer. What must hold: the kept weights hold exactly the planned steps, none empty, and nothing is left loaded.
+
+let temporal: TestTemporal;
+let bundleFile: string;
+const TINKER_KEY = 'tml-crash-test-key';
+
+beforeAll(async () => {
+  temporal = await connectTestTemporal();
+  bundleFile = await bundleToFile();
+});
+
+afterAll(async () => {
+  await temporal?.close();
+});
+
+function tinkerRoundInput(emulator: RunningEmulator, campaignId: string, trainRows: number) {
+  const input = ticketRoundInput({
+    baseUrl: emulator.url,
+    campaignId,
+    trainRows,
+    evalRows: 8,
+    heartbeatTimeoutSeconds: 2,
+  });
+  input.spec.advanced.maxRecoveries = 20; // every kill inside training is one
+  input.spec.provider = { ...input.spec.provider, kind: 'tinker', baseUrl: emulator.url };
+  input.spec.training.checkpointEvery = { steps: 4, keep: 3 };
+  return input;
+}
+
+test('Tinker: SIGKILL of the worker at phase boundaries and inside training: exactly the planned steps in the kept weights, nothing left loaded', async () => {
+  const emulator = await startTestEmulator({ operationLatencyMs: 60 });
+  // The late phases are slow enough (their first request waits) to be caught and killed in.
+  await setFaults(emulator, {
+    rules: ['save_weights', 'save_weights_for_sampler', 'asample'].map((route) => ({
+      kind: 'delay',
+      method: 'POST',
+      path: `/api/v1/${route}$`,
+      delayMs: 1500,
+      max: 2,
+    })),
+  });
+  const taskQueue = uniqueTaskQueue('crash-tinker');
+  const input = tinkerRoundInput(emulator, `crash-tinker-${taskQueue}`, 64);
+  input.spec.training.epochs = 3; // 64 / 8 × 3 = 24 steps
+  const env = { ...crashTestWorkerEnv(taskQueue, bundleFile), TINKER_API_KEY: TINKER_KEY };
+  const random = seededRandom(20261202);
+  const killPoints: KillPoint<RoundProgress>[] = [
+    { name: 'baseline', when: (p) => p.phase === 'baseline' },
+    ...[1, 6, 11, 16].map((s) => ({ name: `training ≥ step ${s}`, when: (p: RoundProgress) => p.phase === 'training' && p.step >= s })),
+    { name: 'checkpointing', when: (p) => p.phase === 'checkpointing' },
+    { name: 'sampling', when: (p) => p.phase === 'sampling' },
+  ];
+  let worker: WorkerProcess = startWorkerProcess(env);
+  try {
+    await worker.ready;
+    const handle = await temporal.client.workflow.start(roundWorkflow, { taskQueue, workflowId: `round-${taskQueue}`, args: [input] });
+    const killed = await killAtPoints({
+      points: killPoints,
+      progress: () => progressOf(handle),
+      worker,
+      env,
+      describe: (p) => `phase ${p.phase}, step ${p.step}`,
+      beyond: (p) => ['completed', 'failed', 'cancelled', 'cleanup'].includes(p.phase),
+      jitterMs: (p) => (p.phase === 'training' ? Math.floor(random() * 300) : 0),
+      perPointMs: 60_000,
+    });
+    worker = killed.worker;
+    const result: RoundResult = await handle.result();
+    process.stderr.write(`[crash tinker] ${killed.kills.length} kills: ${killed.kills.join('; ')}\n`);
+    expect(killed.kills.length).toBeGreaterThanOrEqual(4);
+    expect(result).toMatchObject({ status: 'completed', stepsApplied: 24, totalSteps: 24, gpuMinutes: 0 });
+
+    const report = JSON.parse(fs.readFileSync(result.reportPath, 'utf8'));
+    expect(report.steps.map((s: { step: number }) => s.step)).toEqual(Array.from({ length: 24 }, (_v, i) => i + 1));
+    const l = await ledger(emulator);
+    // The model behind the final checkpoint holds exactly the planned steps; no step of its lineage was empty.
+    const kept = l.sessions.find((s) => s.id === report.session_id)!;
+    expect(kept.step).toBe(24);
+    expect(kept.lineageEmptyOptimizerSteps).toBe(0);
+    expect(l.active).toEqual([]); // every model unloaded with its finished session
+    expect(l.totals.gpuSeconds).toBe(0);
+    process.stderr.write(
+      `[crash tinker] ${l.sessions.length} models, ${l.totals.optimizerSteps} optimizer steps for 24 planned (rolled back and redone: ${
+        l.totals.optimizerSteps - 24
+      }), ${report.recoveries?.length ?? 0} recoveries\n`,
+    );
+  } finally {
+    await worker.stop();
+    await emulator.close();
+  }
+}, 300_000);
+
+test('Tinker: with 429/5xx/resets/lost responses injected at 10% the round completes with the exact step count', async () => {
+  const emulator = await startTestEmulator();
+  const providers = new ProviderRegistry({
+    stateDir: fs.mkdtempSync(path.join(os.tmpdir(), 'rh-faults-')),
+    env: { ...process.env, TINKER_API_KEY: TINKER_KEY },
+  });
+  try {
+    await setFaults(emulator, tenPercentFaults(14));
+    const taskQueue = uniqueTaskQueue('faults-tinker');
+    const input = tinkerRoundInput(emulator, `faults-tinker-${taskQueue}`, 48);
+    const worker = await createRoundhouseWorker({
+      connection: temporal.nativeConnection,
+      namespace: temporal.settings.namespace,
+      taskQueue,
+      workflowBundle: { codePath: bundleFile },
+      providers,
+    });
+    const result: RoundResult = await worker.runUntil(
+      temporal.client.workflow.execute(roundWorkflow, { taskQueue, workflowId: `round-${taskQueue}`, args: [input] }),
+    );
+    expect(result).toMatchObject({ status: 'completed', stepsApplied: 12 });
+    const fired = await firedFaults(emulator);
+    process.stderr.write(`[faults tinker] injected: ${fired.summary}; recoveries: ${result.recoveries?.length ?? 0}\n`);
+    expect(fired.total).toBeGreaterThan(10);
+    await setFaults(emulator, {});
+    const report = JSON.parse(fs.readFileSync(result.reportPath, 'utf8'));
+    const l = await ledger(emulator);
+    expect(l.sessions.find((s) => s.id === report.session_id)!.step).toBe(12);
+    expect(l.active).toEqual([]);
+  } finally {
+    await providers.close();
+    await emulator.close();
+  }
+}, 300_000);
