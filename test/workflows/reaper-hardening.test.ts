@@ -7,6 +7,7 @@ import { ledger, raw, setFaults } from '../helpers/emulator';
 import { roundTestEnvironment, ticketRoundInput } from '../helpers/round';
 import { uniqueTaskQueue } from '../helpers/temporal';
 import { BasetenProvider } from '../../providers/baseten/client';
+import { TinkerProvider } from '../../providers/tinker/client';
 import type { WorkflowHandle } from '@temporalio/client';
 import { bundleToFile, crashTestWorkerEnv, startWorkerProcess } from '../helpers/worker-process';
 import { reaperScheduleId } from '../../workers/schedules';
@@ -16,7 +17,7 @@ import { reaperScheduleId } from '../../workers/schedules';
 // round used; failures are isolated per endpoint and per resource and reported.
 const { env, withWorker } = roundTestEnvironment(
   { provisioningDelayMs: 50 },
-  { ...process.env, TOGETHER_API_KEY: 'tg-reaper-key', BASETEN_API_KEY: 'bt-reaper-key' },
+  { ...process.env, TOGETHER_API_KEY: 'tg-reaper-key', BASETEN_API_KEY: 'bt-reaper-key', TINKER_API_KEY: 'tml-reaper-key' },
 );
 
 /** An endpoint nothing listens on (a configured provider that is down). */
@@ -233,5 +234,53 @@ test('one failing resource does not stop the pass: its deactivation keeps failin
     });
   } finally {
     await baseten.close();
+  }
+});
+
+test("Tinker: a training round's session is kept through the pass; a terminated round's session is finished (its loaded model unloaded), and another namespace's is kept", async () => {
+  const taskQueue = uniqueTaskQueue('reap-tinker');
+  const tinker = new TinkerProvider({ baseUrl: env.emulator.url, apiKey: 'tml-reaper-key' });
+  const tinkerRound = (campaignId: string, trainRows: number) => {
+    const input = ticketRoundInput({ baseUrl: env.emulator.url, campaignId, trainRows, evalRows: 2 });
+    input.spec.provider = { ...input.spec.provider, kind: 'tinker', baseUrl: env.emulator.url };
+    return input;
+  };
+  try {
+    const elsewhere = await tinker.provision({ model: 'roundhouse/tiny-chat', ownerTag: ownerTagFor(`other-namespace-${taskQueue}`) });
+    await withWorker(taskQueue, async () => {
+      const { client } = env.temporal;
+      const live = await client.workflow.start(roundWorkflow, {
+        taskQueue,
+        workflowId: `round-live-${taskQueue}`,
+        args: [tinkerRound(`reap-tinker-live-${taskQueue}`, 400)],
+      });
+      const doomed = await client.workflow.start(roundWorkflow, {
+        taskQueue,
+        workflowId: `round-doomed-${taskQueue}`,
+        args: [tinkerRound(`reap-tinker-doomed-${taskQueue}`, 400)],
+      });
+      for (const h of [live, doomed]) await until('the round to train', async () => (await h.query(roundProgressQuery)).phase === 'training');
+      const liveSession = (await live.query(roundProgressQuery)).resourceId!;
+      const doomedSession = (await doomed.query(roundProgressQuery)).resourceId!;
+      const doomedModel = (await doomed.query(roundProgressQuery)).sessionId!;
+      await doomed.terminate('test: terminated, no cleanup runs');
+      expect((await ledger(env.emulator)).active).toContain(doomedModel); // still loaded: nobody released it
+
+      const result = await pass(taskQueue, { providers: [{ kind: 'tinker', baseUrl: env.emulator.url }], graceSeconds: 0 });
+      expect(result.reaped).toContainEqual(expect.objectContaining({ resourceId: doomedSession, ownerStatus: 'TERMINATED' }));
+      expect(result.kept).toContainEqual(
+        expect.objectContaining({ resourceId: liveSession, ownerStatus: 'RUNNING', reason: 'a running round records it' }),
+      );
+      expect(result.kept).toContainEqual(expect.objectContaining({ resourceId: elsewhere.id, ownerStatus: 'NOT_FOUND' }));
+      expect((await ledger(env.emulator)).active).not.toContain(doomedModel);
+      expect(await tinker.getResource(doomedSession)).toMatchObject({ state: 'stopped', providerStatus: 'client_finished' });
+      expect((await live.query(roundProgressQuery)).phase).toBe('training');
+      await live.cancel();
+      await live.result().catch(() => undefined);
+      expect(await tinker.getResource(liveSession)).toMatchObject({ state: 'stopped' }); // released by the round itself
+    });
+    await tinker.deactivate(elsewhere.id);
+  } finally {
+    await tinker.close();
   }
 });
