@@ -1,3 +1,4 @@
+import { meteredProvider, type TokenUsage } from './usage';
 import { Context } from '@temporalio/activity';
 import { RoundhouseFailure } from '../config/failures';
 import { batchRows } from '../config/schedule';
@@ -49,6 +50,8 @@ export interface DpoEvaluation {
   accuracy: number;
   meanMargin: number;
   pairs: number;
+  /** Tokens the evaluation had processed. */
+  usage?: TokenUsage;
 }
 
 /** A pair as the two datums the trainer sees: [chosen, rejected]. */
@@ -146,8 +149,9 @@ export function createDpoActivities(deps: ActivityDeps) {
       stepOffset: number;
       outputPath: string;
       lineage?: number;
-    }): Promise<{ path: string; pairs: number }> {
-      const provider = await deps.providerFor(input.spec.provider);
+    }): Promise<{ path: string; pairs: number; usage?: TokenUsage }> {
+      const meter = meteredProvider(await deps.providerFor(input.spec.provider));
+      const provider = meter.provider;
       return atBoundary(async () => {
         const p = await preparedPairs(input.spec, input.data);
         if (await readReference(input.outputPath, p)) return { path: input.outputPath, pairs: p.train.length + p.eval.length };
@@ -172,13 +176,14 @@ export function createDpoActivities(deps: ActivityDeps) {
           eval: await of('eval'),
         };
         await writeJsonAtomic(input.outputPath, reference);
-        return { path: input.outputPath, pairs: p.train.length + p.eval.length };
+        return { path: input.outputPath, pairs: p.train.length + p.eval.length, usage: meter.usage() };
       });
     },
 
     /** Preference accuracy, mean margin and DPO loss of the eval pairs under the current weights (forward only). */
     async evaluateDpo(input: PhaseInput & { referencePath: string; outputPath?: string }): Promise<DpoEvaluation> {
-      const provider = await deps.providerFor(input.spec.provider);
+      const meter = meteredProvider(await deps.providerFor(input.spec.provider));
+      const provider = meter.provider;
       return atBoundary(async () => {
         const p = await preparedPairs(input.spec, input.data);
         const reference = await requireReference(input.referencePath, p);
@@ -193,6 +198,7 @@ export function createDpoActivities(deps: ActivityDeps) {
           accuracy: rows.filter((r) => r.match).length / n,
           meanMargin: rows.reduce((a, r) => a + r.margin, 0) / n,
           pairs: rows.length,
+          usage: meter.usage(),
         };
       });
     },

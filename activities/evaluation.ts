@@ -1,3 +1,4 @@
+import { addUsage, type TokenUsage } from './usage';
 import { joinLocation } from '../config/artifacts';
 import { lineageParts, roundKey } from '../config/keys';
 import type { DpoEvaluation } from './dpo';
@@ -25,6 +26,8 @@ export interface EvaluationPoint {
   lineage?: number;
   /** When it was measured (the workflow's clock: the same on every attempt). */
   at: number;
+  /** Tokens the evaluation had processed (returned to the round; not written to the record). */
+  usage?: TokenUsage;
   /** The training checkpoint saved at this step because it was the best so far (with `evaluation.earlyStop`). */
   checkpointId?: string;
 }
@@ -42,10 +45,10 @@ export interface EvaluateDuringInput extends PhaseInput {
 
 /** What the evaluation activity calls: the round's own keyed activities (round.ts, dpo.ts). */
 export interface EvaluationParts {
-  measureLoss(input: PhaseInput & { which: 'eval' }): Promise<{ perToken: number }>;
+  measureLoss(input: PhaseInput & { which: 'eval' }): Promise<{ perToken: number; usage?: TokenUsage }>;
   evaluateDpo(input: PhaseInput & { referencePath: string }): Promise<DpoEvaluation>;
   saveSamplerWeights(input: { spec: PhaseInput['spec']; sessionId: string; key: string }): Promise<{ checkpointId: string }>;
-  sampleAndScore(input: PhaseInput & { outputPath: string }): Promise<{ accuracy: number }>;
+  sampleAndScore(input: PhaseInput & { outputPath: string }): Promise<{ accuracy: number; usage?: TokenUsage }>;
 }
 
 /** The record file of an evaluation during training, beside the round's step records. */
@@ -57,23 +60,28 @@ export function createEvaluationActivities(parts: EvaluationParts) {
   return {
     async evaluateDuringTraining(input: EvaluateDuringInput): Promise<EvaluationPoint> {
       const phase = { ...input, label: `eval-s${input.step}` };
+      let usage: TokenUsage | undefined;
       const point: EvaluationPoint = { step: input.step, loss: NaN, at: input.at, ...(input.lineage ? { lineage: input.lineage } : {}) };
       if (input.referencePath) {
         const dpo = await parts.evaluateDpo({ ...phase, referencePath: input.referencePath });
         Object.assign(point, { loss: dpo.loss, metric: dpo.accuracy, margin: dpo.meanMargin });
+        usage = dpo.usage;
       } else {
-        point.loss = (await parts.measureLoss({ ...phase, which: 'eval' })).perToken;
+        const measured = await parts.measureLoss({ ...phase, which: 'eval' });
+        point.loss = measured.perToken;
+        usage = measured.usage;
         if (input.samplesPath) {
           const key = roundKey(input.campaignId, input.round, ...lineageParts(input.lineage), 'sampler-weights', `s${input.step}`);
           await parts.saveSamplerWeights({ spec: input.spec, sessionId: input.sessionId, key });
           const scored = await parts.sampleAndScore({ ...phase, label: `sample-s${input.step}`, outputPath: input.samplesPath });
           point.metric = scored.accuracy;
+          usage = addUsage(usage, scored.usage);
         }
       }
       await writeJsonAtomic(evaluationRecordPath(input.stepsDir, input.step, input.lineage), point);
       const tracking: RoundTracking = { campaignId: input.campaignId, round: input.round, spec: input.spec };
       await trackEvaluation(tracking, point);
-      return point;
+      return { ...point, ...(usage ? { usage } : {}) };
     },
   };
 }

@@ -14,6 +14,7 @@ import { recordRoundGpuMinutes } from './metrics';
 import { createPreparer, tokenizedFile } from './prepare';
 import { rewardFunction } from './rewards';
 import { completionText, scoreCompletion } from './scoring';
+import { meteredProvider, type TokenUsage } from './usage';
 import { readStepRecords, type Rollback, type SegmentInput } from './segment';
 
 /**
@@ -91,8 +92,11 @@ export function createRoundActivities(deps: ActivityDeps) {
     },
 
     /** Cross-entropy of the answers of a dataset, forward only (no gradient): the baseline and trained loss. */
-    async measureLoss(input: PhaseInput & { which: 'train' | 'eval' }): Promise<{ lossSum: number; tokens: number; perToken: number }> {
-      const provider = await deps.providerFor(input.spec.provider);
+    async measureLoss(
+      input: PhaseInput & { which: 'train' | 'eval' },
+    ): Promise<{ lossSum: number; tokens: number; perToken: number; usage: TokenUsage }> {
+      const meter = meteredProvider(await deps.providerFor(input.spec.provider));
+      const provider = meter.provider;
       return atBoundary(async () => {
         const p = await prepared(input.spec, input.data);
         const rows = input.which === 'train' ? p.train : p.eval;
@@ -118,7 +122,7 @@ export function createRoundActivities(deps: ActivityDeps) {
           Context.current().heartbeat();
         }
         const tokens = rows.reduce((a, r) => a + r.completionTokens.length, 0);
-        return { lossSum, tokens, perToken: lossSum / Math.max(1, tokens) };
+        return { lossSum, tokens, perToken: lossSum / Math.max(1, tokens), usage: meter.usage() };
       });
     },
 
@@ -158,8 +162,9 @@ export function createRoundActivities(deps: ActivityDeps) {
       lineage?: number;
       /** Score this JSONL file's rows instead of the eval set (e.g. the campaign's training pool). */
       dataset?: string;
-    }): Promise<{ correct: number; total: number; accuracy: number }> {
-      const provider = await deps.providerFor(input.spec.provider);
+    }): Promise<{ correct: number; total: number; accuracy: number; usage: TokenUsage }> {
+      const meter = meteredProvider(await deps.providerFor(input.spec.provider));
+      const provider = meter.provider;
       return atBoundary(async () => {
         const p = await prepared(input.spec, input.data);
         const rowsToScore = input.dataset ? await tokenizedFile(input.dataset, p.tokenizer) : p.eval;
@@ -197,7 +202,12 @@ export function createRoundActivities(deps: ActivityDeps) {
         }
         await writeJsonAtomic(input.outputPath, evaluations);
         const correct = evaluations.filter((e) => e.match).length;
-        return { correct, total: evaluations.length, accuracy: evaluations.length ? correct / evaluations.length : 0 };
+        return {
+          correct,
+          total: evaluations.length,
+          accuracy: evaluations.length ? correct / evaluations.length : 0,
+          usage: meter.usage(),
+        };
       });
     },
 

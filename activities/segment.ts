@@ -1,3 +1,4 @@
+import { meteredProvider, type TokenUsage } from './usage';
 import { joinLocation, storeFor } from '../config/artifacts';
 import { Context } from '@temporalio/activity';
 import { learningRateAt } from '../config/schedule';
@@ -56,6 +57,8 @@ export interface SegmentResult {
   meanLoss?: number;
   /** Rolling checkpoints this segment saved. */
   checkpoints?: TrainingCheckpoint[];
+  /** Tokens this segment had processed (what a per-token biller charges). */
+  usage?: TokenUsage;
 }
 
 /** What every kind's step record holds: its round step (1-based, after the step) and its summed loss over `tokens`. */
@@ -127,7 +130,8 @@ export async function trainSegmentOf<R extends StepRecord, F = ForwardResult>(
   input: SegmentInput,
   kindFor: (ctx: SegmentContext) => Promise<StepKind<R, F>>,
 ): Promise<{ result: SegmentResult; records: R[] }> {
-  const provider = await deps.providerFor(input.spec.provider);
+  const meter = meteredProvider(await deps.providerFor(input.spec.provider));
+  const provider = meter.provider;
   const t = input.spec.training;
   const lineage = input.lineage ?? 0;
   const stopper = segmentStopper(deps);
@@ -206,7 +210,7 @@ export async function trainSegmentOf<R extends StepRecord, F = ForwardResult>(
     }
     const confirmedRecords = records.since(input.cursor.step);
     return {
-      result: { cursor: { step: confirmed }, ...lossSummary(confirmedRecords), checkpoints: checkpoints.saved },
+      result: { cursor: { step: confirmed }, ...lossSummary(confirmedRecords), checkpoints: checkpoints.saved, usage: meter.usage() },
       records: confirmedRecords,
     };
   } catch (err) {

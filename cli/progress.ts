@@ -25,11 +25,20 @@ export function evaluationLine(points: { step: number; loss: number; metric?: nu
   return `eval loss ${spark}  ${shown}`;
 }
 
+/** The tokens the campaign's rounds processed, where they were counted (a per-token biller: Tinker). */
+function tokensLine(p: CampaignProgress): string[] {
+  const counted = [...p.rounds.map((r) => r.tokens), p.currentRound?.tokens].filter((t) => t !== undefined);
+  if (!counted.length) return [];
+  const sum = (k: 'prefill' | 'sample' | 'train') => counted.reduce((a, t) => a + t[k], 0).toLocaleString('en-US');
+  return [`  tokens ${sum('train')} train, ${sum('prefill')} prefill, ${sum('sample')} sample`];
+}
+
 /** A campaign's progress as a small text table. */
 export function renderProgress(p: CampaignProgress): string {
   const lines = [
     `campaign ${p.campaignId}: ${p.status}${p.stopReason ? ` (${p.stopReason})` : ''}`,
     `  GPU-minutes ${num(p.gpuMinutes, 2)}${p.costUsd !== undefined ? `, est. cost $${p.costUsd.toFixed(2)}` : ''}, wall ${num(p.wallMinutes, 1)} min, limits: ${p.limits.maxRounds} rounds${p.limits.targetAccuracy !== undefined ? `, target accuracy ${p.limits.targetAccuracy}` : ''}${p.limits.maxGpuMinutes !== undefined ? `, ${p.limits.maxGpuMinutes} GPU-min` : ''}`,
+    ...tokensLine(p),
     '  round  status     accuracy  eval loss (base → trained)  steps      GPU-min',
     ...p.rounds.map(
       (r) =>

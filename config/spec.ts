@@ -53,6 +53,14 @@ export const ProviderSpecSchema = z
     generatorReplicas: z.number().int().min(1).max(16).default(1),
     /** Provider-side auto-stop after this much idleness: a safety net behind the reaper. */
     inactiveTimeoutSeconds: z.number().int().min(300).max(86_400).default(1800),
+    /**
+     * What the provider charges per million tokens (USD), for a provider that bills tokens (Tinker): the round's
+     * estimated cost is its counted tokens at these prices. Take them from the provider's price list for the model.
+     */
+    tokenPrices: z
+      .object({ prefill: z.number().min(0).max(1000), sample: z.number().min(0).max(1000), train: z.number().min(0).max(1000) })
+      .strict()
+      .optional(),
   })
   .strict();
 
@@ -384,6 +392,11 @@ function roundKindProblems(spec: z.infer<typeof CampaignSpecBase>, ctx: z.Refine
     problem(
       ['tracking', 'wandb'],
       'is not available on Baseten Loops: its API takes no W&B settings (the baseten-loops SDK starts the W&B run on the client); use tracking.mlflow, or the together dialect',
+    );
+  if (spec.provider.tokenPrices && spec.provider.kind !== 'tinker')
+    problem(
+      ['provider', 'tokenPrices'],
+      `is for a provider that bills tokens (tinker); ${spec.provider.kind} bills GPU time, whose price the provider quotes`,
     );
   if (spec.tracking?.wandb && spec.provider.kind === 'tinker')
     problem(

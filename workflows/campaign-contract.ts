@@ -21,6 +21,8 @@ export interface RoundSummary {
   totalSteps: number;
   gpuMinutes: number;
   costUsd?: number;
+  /** Tokens the round processed (what Tinker bills). */
+  tokens?: { prefill: number; sample: number; train: number };
   reportPath: string;
   trainingCheckpointId?: string;
   /** Recoveries from provider-side failures in the round. */

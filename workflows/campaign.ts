@@ -245,6 +245,7 @@ export async function campaignWorkflow(input: CampaignInput): Promise<CampaignRe
         totalSteps: result.totalSteps,
         gpuMinutes: result.gpuMinutes,
         costUsd: result.costUsd,
+        ...(result.tokens ? { tokens: result.tokens } : {}),
         reportPath: result.reportPath,
         trainingCheckpointId: result.trainingCheckpointId,
         errorType: result.errorType,

@@ -36,7 +36,7 @@ export async function evaluateDuring(run: RoundRun, step: number, totalSteps: nu
   const e = input.spec.evaluation;
   const lineageSuffix = run.lineage ? `.L${run.lineage}` : '';
   const sample = e.sampleEvery !== undefined && (step / e.every!) % e.sampleEvery === 0;
-  const point = await run.activities.onTrainer.evaluateDuringTraining({
+  const { usage, ...point } = await run.activities.onTrainer.evaluateDuringTraining({
     campaignId: input.campaignId,
     round: input.round,
     label: `eval-s${step}`,
@@ -51,6 +51,7 @@ export async function evaluateDuring(run: RoundRun, step: number, totalSteps: nu
     stepsDir: state.file('steps'),
     totalSteps,
   });
+  state.addUsage(usage);
   run.evaluations.push(point);
   const rule = e.earlyStop;
   if (rule) {

@@ -62,8 +62,10 @@ export interface RoundProgress {
   latestMargin?: number;
   /** GPU-minutes held so far (wall time since the trainer became ready × its GPUs). */
   gpuMinutes: number;
-  /** Estimated provider cost so far, when the provider quotes a price. */
+  /** Estimated provider cost so far, when the provider quotes a price (or the spec prices tokens). */
   costUsd?: number;
+  /** Tokens processed so far, where activities counted them (what Tinker bills): prefill, sample, train. */
+  tokens?: { prefill: number; sample: number; train: number };
   resourceId?: string;
   sessionId?: string;
   paused?: boolean;
@@ -127,6 +129,8 @@ export interface RoundResult {
   totalSteps: number;
   gpuMinutes: number;
   costUsd?: number;
+  /** Tokens the round processed (what Tinker bills), counted by its activities: prefill, sample, train. */
+  tokens?: { prefill: number; sample: number; train: number };
   errorType?: string;
   /** Why a `stopped` round ended early. */
   stopReason?: string;

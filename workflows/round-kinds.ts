@@ -1,4 +1,5 @@
 import type { SegmentInput, TrainingCheckpoint } from '../activities/segment';
+import type { TokenUsage } from '../config/usage';
 import type { RoundActivities } from './round-activities';
 import type { RoundInput, RoundResult } from './round-contract';
 import type { RoundState } from './round-state';
@@ -41,6 +42,7 @@ export interface SegmentOutcome {
   latestReward?: number;
   firstReward?: number;
   latestMargin?: number;
+  usage?: TokenUsage;
 }
 
 const roundArgs = (run: KindRun) => ({
@@ -56,6 +58,7 @@ const roundArgs = (run: KindRun) => ({
 const sampled: Pick<RoundKind, 'baseline' | 'evaluate'> = {
   async baseline(run) {
     const baseline = await run.activities.onTrainer.measureLoss({ ...roundArgs(run), label: 'baseline', which: 'eval' });
+    run.state.addUsage(baseline.usage);
     run.state.progress.baselineLoss = run.state.result.baselineLoss = baseline.perToken;
   },
   async evaluate(run) {
@@ -64,6 +67,7 @@ const sampled: Pick<RoundKind, 'baseline' | 'evaluate'> = {
     await state.tell('sampling');
     const evaluationsPath = state.file('evaluations.json');
     const scored = await run.activities.onTrainer.sampleAndScore({ ...roundArgs(run), outputPath: evaluationsPath, label: 'sample' });
+    state.addUsage(scored.usage);
     result.accuracy = scored.accuracy;
     result.evaluationsPath = evaluationsPath;
     if (input.pool) {
@@ -74,11 +78,14 @@ const sampled: Pick<RoundKind, 'baseline' | 'evaluate'> = {
         label: 'pool',
         dataset: input.pool,
       });
+      state.addUsage(pool.usage);
       result.poolEvaluationsPath = poolEvaluationsPath;
       result.poolAccuracy = pool.accuracy;
     }
     await state.tell('evaluating');
-    result.trainedLoss = (await run.activities.onTrainer.measureLoss({ ...roundArgs(run), label: 'trained', which: 'eval' })).perToken;
+    const trained = await run.activities.onTrainer.measureLoss({ ...roundArgs(run), label: 'trained', which: 'eval' });
+    state.addUsage(trained.usage);
+    result.trainedLoss = trained.perToken;
   },
 };
 
@@ -102,8 +109,10 @@ export const ROUND_KINDS: Record<NonNullable<RoundResult['kind']>, RoundKind> = 
     referenceSession: () => false,
     async baseline(run, stepOffset) {
       const referencePath = run.state.file('reference-logprobs.json');
-      await run.activities.onTrainer.computeDpoReference({ ...roundArgs(run), stepOffset, outputPath: referencePath });
+      const reference = await run.activities.onTrainer.computeDpoReference({ ...roundArgs(run), stepOffset, outputPath: referencePath });
       const baseline = await run.activities.onTrainer.evaluateDpo({ ...roundArgs(run), label: 'baseline', referencePath });
+      run.state.addUsage(reference.usage);
+      run.state.addUsage(baseline.usage);
       const result = run.state.result;
       run.state.progress.baselineLoss = result.baselineLoss = baseline.loss;
       result.baselineAccuracy = baseline.accuracy;
@@ -120,6 +129,7 @@ export const ROUND_KINDS: Record<NonNullable<RoundResult['kind']>, RoundKind> = 
         outputPath: evaluationsPath,
       });
       const result = run.state.result;
+      run.state.addUsage(trained.usage);
       result.evaluationsPath = evaluationsPath;
       result.accuracy = trained.accuracy;
       result.trainedMargin = trained.meanMargin;

@@ -46,6 +46,9 @@ export function roundReport(
     steps_applied: result.stepsApplied,
     steps_planned: result.totalSteps,
     gpu_minutes: result.gpuMinutes,
+    // Tokens the round processed (what a per-token biller charges: Tinker), and how its cost was estimated.
+    tokens: result.tokens ?? null,
+    billing: input.spec.provider.kind === 'tinker' ? 'tokens' : 'gpu-time',
     estimated_cost_usd: result.costUsd ?? null,
     status: result.status,
     stop_reason: result.stopReason ?? null,

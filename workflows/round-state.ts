@@ -14,6 +14,7 @@ import {
   type RoundResult,
 } from './round-contract';
 import { roundKey } from '../config/keys';
+import { addUsage, tokenCostUsd, type TokenUsage } from '../config/usage';
 import { TRAINER_CREATED_SIGNAL, TRAINERS_MEMO, type RegisteredTrainer } from '../config/trainer-registry';
 
 /**
@@ -42,6 +43,8 @@ export class RoundState {
   private readyAtMs: number | undefined;
   private gpuCount = 1;
   private pricePerHour: number | undefined;
+  /** Tokens processed so far, as activities report them (a per-token biller's bill: Tinker). */
+  private usage: TokenUsage | undefined;
   private segmentEndToldMs: number | undefined;
   /** Trainers created and not released yet, as the memo lists them for the reaper. */
   private readonly trainers: RegisteredTrainer[] = [];
@@ -88,6 +91,12 @@ export class RoundState {
   pricing(plan: { gpuCount: number; pricePerHour?: number }): void {
     this.gpuCount = plan.gpuCount;
     this.pricePerHour = plan.pricePerHour;
+  }
+
+  /** Tokens an activity had processed: on the result, and in the cost where the spec prices tokens. */
+  addUsage(usage: TokenUsage | undefined): void {
+    if (!usage) return;
+    this.usage = addUsage(this.usage, usage);
   }
 
   /** The confirmed step (progress and result move together). */
@@ -139,6 +148,7 @@ export class RoundState {
     this.readyAtMs = undefined;
     this.result.gpuMinutes = this.gpuMinutes();
     this.result.costUsd = this.costUsd();
+    if (this.usage) this.result.tokens = { ...this.usage };
   }
 
   /** GPU-minutes held since a moment (capped at what is held now): what a rollback discards. */
@@ -148,7 +158,12 @@ export class RoundState {
   }
 
   snapshot(): RoundProgress {
-    return { ...this.progress, gpuMinutes: this.gpuMinutes(), costUsd: this.costUsd() };
+    return {
+      ...this.progress,
+      gpuMinutes: this.gpuMinutes(),
+      costUsd: this.costUsd(),
+      ...(this.usage ? { tokens: { ...this.usage } } : {}),
+    };
   }
 
   /**
@@ -212,7 +227,11 @@ export class RoundState {
     return (this.heldNowMs() / 60_000) * this.gpuCount;
   }
 
+  /** GPU time at the quoted hourly price, plus tokens at the spec's token prices (USD per million), where given. */
   private costUsd(): number | undefined {
-    return this.pricePerHour === undefined ? undefined : (this.heldNowMs() / 3_600_000) * this.pricePerHour;
+    const prices = this.input.spec.provider.tokenPrices;
+    const gpu = this.pricePerHour === undefined ? undefined : (this.heldNowMs() / 3_600_000) * this.pricePerHour;
+    if (!prices) return gpu;
+    return (gpu ?? 0) + tokenCostUsd(this.usage ?? { prefill: 0, sample: 0, train: 0 }, prices);
   }
 }

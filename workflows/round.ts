@@ -178,6 +178,7 @@ async function trainAllSteps(
       continue;
     }
     if (!segment) continue; // interrupted without an answer: the next checkpoint says where the trainer is
+    state.addUsage(segment.usage);
     for (const checkpoint of segment.checkpoints ?? []) noteCheckpoint(run, checkpoint);
     cursor = segment.cursor;
     state.setStep(cursor.step);

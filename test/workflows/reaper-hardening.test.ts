@@ -259,7 +259,8 @@ test("Tinker: a training round's session is kept through the pass; a terminated 
         workflowId: `round-doomed-${taskQueue}`,
         args: [tinkerRound(`reap-tinker-doomed-${taskQueue}`, 400)],
       });
-      for (const h of [live, doomed]) await until('the round to train', async () => (await h.query(roundProgressQuery)).phase === 'training');
+      for (const h of [live, doomed])
+        await until('the round to train', async () => (await h.query(roundProgressQuery)).phase === 'training');
       const liveSession = (await live.query(roundProgressQuery)).resourceId!;
       const doomedSession = (await doomed.query(roundProgressQuery)).resourceId!;
       const doomedModel = (await doomed.query(roundProgressQuery)).sessionId!;
