@@ -2,6 +2,7 @@ import { batchRows, learningRateAt } from '../config/schedule';
 import { tokenizerFor } from '../config/tokenizer';
 import { loadRoundData, toDatum, type TokenizedRow } from '../activities/data';
 import { BasetenProvider } from '../providers/baseten/client';
+import { TinkerProvider } from '../providers/tinker/client';
 import { TogetherProvider } from '../providers/together/client';
 import type { AdamParams, Datum, TrainingProvider } from '../providers/types';
 import { LOCAL_EMULATOR_KEY } from '../workers/providers';
@@ -23,9 +24,13 @@ export interface DirectLoopResult {
 /** The key benchmarks give Baseten-dialect rounds (worker environment) and their direct loops, on the emulator. */
 export const BENCH_BASETEN_KEY = 'bt-bench-key';
 
-/** The provider the worker's registry builds for the round's provider spec (`local` or `baseten`, with a base URL). */
+/** The key benchmarks give Tinker-dialect rounds and their direct loops, on the emulator. */
+export const BENCH_TINKER_KEY = 'tml-bench-key';
+
+/** The provider the worker's registry builds for the round's provider spec (`local`, `baseten` or `tinker`, with a base URL). */
 export function directProvider(provider: { kind: string; baseUrl?: string }): TrainingProvider {
   if (provider.kind === 'baseten') return new BasetenProvider({ baseUrl: provider.baseUrl!, apiKey: BENCH_BASETEN_KEY });
+  if (provider.kind === 'tinker') return new TinkerProvider({ baseUrl: provider.baseUrl!, apiKey: BENCH_TINKER_KEY });
   return new TogetherProvider({ baseUrl: provider.baseUrl!, apiKey: LOCAL_EMULATOR_KEY });
 }
 

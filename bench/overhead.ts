@@ -1,10 +1,15 @@
 import type { RoundResult } from '../workflows/round-contract';
-import { runDirectLoop } from './direct';
+import fs from 'node:fs';
+import path from 'node:path';
+import { ProviderRegistry } from '../workers/providers';
+import { BENCH_TINKER_KEY, runDirectLoop } from './direct';
 import { benchRoundInput, note, startBenchEmulator, trainingPhase, withWorker, type BenchContext, type Report } from './harness';
 import { roundWorkflow } from '../workflows';
 
 interface Mode {
   name: string;
+  /** The round's dialect (default: the worker's `local`, Together's wire). */
+  dialect?: 'tinker';
   emulator: { operationLatencyMs?: number; clockCycleMs?: number };
   /** Targets of this mode: [round / pipelined, round / naive]. */
   vsPipelined?: number;
@@ -15,6 +20,8 @@ const MODES: Mode[] = [
   { name: 'latency50ms', emulator: { operationLatencyMs: 50 } },
   { name: 'latency200ms', emulator: { operationLatencyMs: 200 }, vsPipelined: 1.03 },
   { name: 'clock200ms', emulator: { clockCycleMs: 200 }, vsNaiveBelow: 0.6 },
+  // Tinker's wire: futures long-polled through retrieve_future, protobuf forward-backward, seq_id order per model.
+  { name: 'tinker200ms', dialect: 'tinker', emulator: { operationLatencyMs: 200 }, vsPipelined: 1.03 },
 ];
 
 /**
@@ -27,15 +34,32 @@ export async function overheadBenchmark(ctx: BenchContext, report: Report): Prom
   for (const mode of ctx.quick ? MODES.slice(0, 1) : MODES) {
     const emulator = await startBenchEmulator(mode.emulator);
     try {
-      const input = (id: string) =>
-        benchRoundInput({ baseUrl: emulator.url, campaignId: `overhead-${mode.name}-${id}`, steps, stepsPerEpoch: Math.min(steps, 10) });
+      const input = (id: string) => {
+        const i = benchRoundInput({
+          baseUrl: emulator.url,
+          campaignId: `overhead-${mode.name}-${id}`,
+          steps,
+          stepsPerEpoch: Math.min(steps, 10),
+        });
+        if (mode.dialect) i.spec.provider = { ...i.spec.provider, kind: mode.dialect };
+        return i;
+      };
       const naive = await runDirectLoop('naive', input('naive'), `${mode.name}-naive`);
       const pipelined = await runDirectLoop('pipelined', input('pipelined'), `${mode.name}-pipelined`);
       const taskQueue = `bench-overhead-${mode.name}-${Date.now()}`;
       const roundInput = input('round');
       const workflowId = `round-${taskQueue}`;
-      const result: RoundResult = await withWorker(ctx, taskQueue, () =>
-        ctx.client.workflow.execute(roundWorkflow, { taskQueue, workflowId, args: [roundInput] }),
+      const registry = mode.dialect
+        ? new ProviderRegistry({
+            stateDir: fs.mkdtempSync(path.join(ctx.scratch, 'worker-')),
+            env: { ...process.env, TINKER_API_KEY: BENCH_TINKER_KEY },
+          })
+        : undefined;
+      const result: RoundResult = await withWorker(
+        ctx,
+        taskQueue,
+        () => ctx.client.workflow.execute(roundWorkflow, { taskQueue, workflowId, args: [roundInput] }),
+        registry,
       );
       if (result.status !== 'completed' || result.stepsApplied !== steps)
         throw new Error(`round ended ${result.status} with ${result.stepsApplied}/${steps} steps`);

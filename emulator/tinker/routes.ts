@@ -764,14 +764,17 @@ export function addTinkerRoutes(router: Router, engine: Engine, options: TinkerO
     if (!f || f.owner !== owner) throw notFound('future', id);
     if (!f.outcome) {
       let timer: NodeJS.Timeout | undefined;
+      let onClose: (() => void) | undefined;
       await Promise.race([
         f.promise,
         new Promise<void>((resolve) => {
           timer = setTimeout(resolve, holdMs);
-          closing.signal.addEventListener('abort', () => resolve(), { once: true });
+          onClose = resolve;
+          closing.signal.addEventListener('abort', onClose, { once: true });
         }),
       ]);
       clearTimeout(timer);
+      closing.signal.removeEventListener('abort', onClose!); // a listener per held poll would pile up on the one signal
     }
     const outcome = f.outcome;
     if (!outcome) return { status: 408, body: { type: 'try_again', request_id: id, queue_state: 'active' } };
