@@ -3,13 +3,18 @@ import os from 'node:os';
 import path from 'node:path';
 import { SpecError, parseCampaignSpec } from '../../config/spec';
 import type { RoundResult } from '../../workflows/round-contract';
+import type { CampaignInput, CampaignResult } from '../../workflows/campaign-contract';
+import { campaignWorkflow } from '../../workflows';
+import { renderProgress } from '../../cli/progress';
+import { ticketCampaignSpec } from '../helpers/campaign';
 import { ledger } from '../helpers/emulator';
 import { arithmeticRoundInput, roundTestEnvironment } from '../helpers/round';
+import { testReportDir } from '../helpers/artifacts';
 import { uniqueTaskQueue } from '../helpers/temporal';
 
 // A Tinker round is billed by tokens: it holds no GPU (0 GPU-minutes), its activities count the tokens they had
 // processed, and its cost is those tokens at the spec's prices. The count must agree with what the service counted.
-const { env, runRound } = roundTestEnvironment({}, { ...process.env, TINKER_API_KEY: 'tml-round-key' });
+const { env, runRound, withWorker } = roundTestEnvironment({}, { ...process.env, TINKER_API_KEY: 'tml-round-key' });
 
 const PRICES = { prefill: 0.13, sample: 0.4, train: 0.4 }; // USD per million tokens, Tinker's list price for Qwen3-8B (Jan 2026)
 
@@ -95,4 +100,27 @@ sampling: { maxTokens: 3 }
   expect(() => parseCampaignSpec(wrongBiller, path.join(dir, 'campaign.yaml'))).toThrow(
     /provider\.tokenPrices: is for a provider that bills tokens/,
   );
+});
+
+test('a Tinker campaign: `status` shows its tokens and their cost, and the campaign sums its rounds', async () => {
+  const taskQueue = uniqueTaskQueue('tinker-campaign');
+  const { spec, dir } = ticketCampaignSpec({ baseUrl: env.emulator.url, trainRows: 24, evalRows: 6, yaml: 'rounds: { max: 2 }' });
+  spec.provider = { ...spec.provider, kind: 'tinker', baseUrl: env.emulator.url, tokenPrices: PRICES };
+  const campaignId = `tinker-campaign-${taskQueue}`;
+  const input: CampaignInput = { campaignId, spec, reportRoot: testReportDir(path.join(dir, 'campaigns')) };
+  const result: CampaignResult = await withWorker(taskQueue, () =>
+    env.temporal.client.workflow.execute(campaignWorkflow, { taskQueue, workflowId: campaignId, args: [input] }),
+  );
+  expect(result.rounds.map((r) => r.status)).toEqual(['completed', 'completed']);
+  expect(result.gpuMinutes).toBe(0);
+  const train = result.rounds.reduce((a, r) => a + r.tokens!.train, 0);
+  const prefill = result.rounds.reduce((a, r) => a + r.tokens!.prefill, 0);
+  const sample = result.rounds.reduce((a, r) => a + r.tokens!.sample, 0);
+  expect(train).toBeGreaterThan(0);
+  expect(result.costUsd).toBeCloseTo((prefill * PRICES.prefill + sample * PRICES.sample + train * PRICES.train) / 1e6, 12);
+  const text = renderProgress(result);
+  expect(text).toContain(
+    `tokens ${train.toLocaleString('en-US')} train, ${prefill.toLocaleString('en-US')} prefill, ${sample.toLocaleString('en-US')} sample`,
+  );
+  expect(text).toContain(`est. cost $${result.costUsd!.toFixed(2)}`);
 });
