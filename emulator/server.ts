@@ -21,6 +21,8 @@ export interface EmulatorOptions extends EngineOptions {
   basetenPollHoldMs?: number;
   /** Tinker's `retrieve_future` holds an unfinished future this long before answering 408 (default 25 s). */
   tinkerFutureHoldMs?: number;
+  /** A Tinker session with no heartbeat for this long expires, and its models with it (default: never). */
+  tinkerSessionTtlMs?: number;
 }
 
 export interface RunningEmulator {
@@ -51,7 +53,10 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Runn
   const router = new Router();
   addTogetherRoutes(router, engine, bearerOwner);
   const baseten = addBasetenRoutes(router, engine, { pollHoldMs: options.basetenPollHoldMs });
-  const tinker = addTinkerRoutes(router, engine, { futureHoldMs: options.tinkerFutureHoldMs });
+  const tinker = addTinkerRoutes(router, engine, {
+    futureHoldMs: options.tinkerFutureHoldMs,
+    sessionTtlMs: options.tinkerSessionTtlMs,
+  });
 
   const control = new Router()
     .add('GET', '/_emulator/health', () => ({ body: { ok: true } }))

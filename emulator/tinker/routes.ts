@@ -24,6 +24,8 @@ import { decodeForwardBackwardRequest, encodeForwardBackwardOutput, encodeSample
 export interface TinkerOptions {
   /** How long `retrieve_future` holds an unfinished future before 408 `try_again` (default 25 s; the SDK waits 45). */
   futureHoldMs?: number;
+  /** A session with no heartbeat (or create) for this long expires, and its models with it (default: never). */
+  sessionTtlMs?: number;
 }
 
 type Outcome = { json: unknown } | { proto: Uint8Array } | { error: string; category: 'user' | 'server' };
@@ -174,15 +176,19 @@ export function addTinkerRoutes(router: Router, engine: Engine, options: TinkerO
     return expireIfLost(id, s);
   };
 
-  /** A session one of whose models failed with SESSION_EXPIRED (a fault) has expired: its other models stop with it. */
+  /**
+   * A session expires when its heartbeats stopped for `sessionTtlMs`, or when one of its models failed with
+   * SESSION_EXPIRED (a fault); its models stop with it.
+   */
   const expireIfLost = (id: string, s: TinkerSession): TinkerSession => {
     if (s.expired || s.finished) return s;
     const models = engine
       .listResources({ owner: s.owner, dialect: 'tinker' })
       .filter((r) => (r.extra as { sessionId?: string }).sessionId === id);
     const lost = models.find((r) => r.error?.code === 'SESSION_EXPIRED');
-    if (!lost) return s;
-    s.expired = { at: Date.now(), modelId: lost.id };
+    const silent = options.sessionTtlMs !== undefined && Date.now() - s.lastHeartbeatAt > options.sessionTtlMs;
+    if (!lost && !silent) return s;
+    s.expired = { at: Date.now(), modelId: lost?.id ?? models[0]?.id ?? '' };
     for (const r of models) if (r.status === 'READY') engine.stopResource(r.id, s.owner, true);
     return s;
   };
@@ -190,6 +196,9 @@ export function addTinkerRoutes(router: Router, engine: Engine, options: TinkerO
   const model = (id: string, owner: string): ResourceRecord => {
     const r = engine.findResource(id);
     if (!r || r.owner !== owner || r.dialect !== 'tinker') throw notFound('model', id);
+    const sessionId = (r.extra as { sessionId?: string }).sessionId;
+    const s = sessionId ? sessions.get(sessionId) : undefined;
+    if (sessionId && s) expireIfLost(sessionId, s); // a model of an expired session is gone with it
     return r;
   };
 

@@ -1,0 +1,44 @@
+import { ledger, startTestEmulator, testTinkerKey, type RunningEmulator } from '../helpers/emulator';
+import { TinkerProvider } from '../../providers/tinker/client';
+import type { Datum } from '../../providers/types';
+
+// Tinker ends a session whose client stopped heartbeating, and its models with it. The provider heartbeats every
+// session it uses; a session nobody heartbeats expires, and the provider then reads it as failed and its model as lost.
+
+const MODEL = 'roundhouse/tiny-chat';
+const datum: Datum = { modelInput: [10, 11, 12, 40], targetTokens: [11, 12, 40, 41], weights: [0, 0, 1, 1] };
+let emulator: RunningEmulator;
+
+beforeAll(async () => {
+  // Generous against the emulator's own pauses (a model's creation holds its event loop for a moment).
+  emulator = await startTestEmulator({ tinkerSessionTtlMs: 1_500 });
+});
+
+afterAll(async () => {
+  await emulator.close();
+});
+
+const provider = (apiKey: string, heartbeatMs: number) =>
+  new TinkerProvider({ baseUrl: emulator.url, apiKey, heartbeatMs, initialRetryDelayMs: 5, maxRetryDelayMs: 50 });
+
+test('a session the provider heartbeats outlives the service’s expiry many times over; once its heartbeats stop, it expires with its model', async () => {
+  const key = testTinkerKey();
+  const beating = provider(key, 100);
+  const resource = await beating.provision({ model: MODEL, ownerTag: 'beating' });
+  const session = await beating.openSession({ resourceId: resource.id, loraRank: 8 });
+  await new Promise((r) => setTimeout(r, 4_000)); // over 2.5 expiry periods
+  expect(await beating.getResource(resource.id)).toMatchObject({ state: 'ready', providerStatus: 'active' });
+  await beating.awaitOperation(await beating.submitForwardBackward(session.id, 'alive/fb', [datum]));
+  expect((await ledger(emulator)).active).toContain(session.id);
+
+  // A worker that dies stops heartbeating (close() stops the timers): the service expires the session.
+  await beating.close();
+  await new Promise((r) => setTimeout(r, 2_000));
+  const observer = provider(key, 60_000);
+  expect(await observer.getResource(resource.id)).toMatchObject({ state: 'failed', providerStatus: 'failed' });
+  expect((await ledger(emulator)).active).not.toContain(session.id);
+  expect(await observer.getSession(session.id)).toMatchObject({ state: 'failed' });
+  // Finishing it anyway (the round's cleanup, or the reaper) is harmless.
+  await expect(observer.deactivate(resource.id)).resolves.toMatchObject({ id: resource.id });
+  await observer.close();
+});
