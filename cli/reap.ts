@@ -25,7 +25,12 @@ export function reapCommand(): Command {
       },
       90,
     )
-    .option('--provider <kind>', 'local, together, baseten or tinker (repeatable)', (v: string, all: string[]) => [...all, v], [] as string[])
+    .option(
+      '--provider <kind>',
+      'local, together, baseten or tinker (repeatable)',
+      (v: string, all: string[]) => [...all, v],
+      [] as string[],
+    )
     .option('--base-url <url>', "provider base URL (default: the provider's own, or the local emulator)")
     .addHelpText(
       'after',

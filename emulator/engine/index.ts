@@ -212,6 +212,16 @@ export class Engine {
     return this.checkpoints.get(id, owner);
   }
 
+  /** Deletes a checkpoint (its weights go with it); one already gone is not an error. Where a dialect has the call (Tinker). */
+  deleteCheckpoint(id: string, owner: string): boolean {
+    const c = this.state.checkpoints.get(id);
+    if (!c) return false;
+    this.checkpoints.get(id, owner); // someone else's is not found
+    this.state.checkpoints.delete(id);
+    this.state.changed();
+    return true;
+  }
+
   /** The checkpoints a session saved, in the order it saved them. */
   sessionCheckpoints(s: SessionRecord): CheckpointRecord[] {
     return this.checkpoints.ofSession(s);

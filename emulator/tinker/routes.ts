@@ -689,6 +689,20 @@ export function addTinkerRoutes(router: Router, engine: Engine, options: TinkerO
     body: { checkpoints: checkpointsOf(model(req.params.run!, owner), owner).map(checkpointJson) },
   }));
 
+  /** `checkpoint_id` is the path after the run: `weights/<name>` or `sampler_weights/<name>`. Deleting one gone is a 404. */
+  add('DELETE', '/training_runs/:run/checkpoints/:kind/:name', (req, owner) => {
+    const r = model(req.params.run!, owner);
+    const kind = req.params.kind;
+    if (kind !== 'weights' && kind !== 'sampler_weights') throw badRequest(`checkpoint kind '${kind}' is not weights or sampler_weights`);
+    const c = engine.findCheckpoint(
+      { resourceId: r.id, name: req.params.name!, type: kind === 'weights' ? 'training' : 'inference' },
+      owner,
+    );
+    if (!c) throw notFound('checkpoint', `${kind}/${req.params.name}`);
+    engine.deleteCheckpoint(c.id, owner);
+    return { body: {} };
+  });
+
   add('GET', '/sessions', (req, owner) => {
     const { limit, offset } = page(req, 20);
     const mine = [...sessions].filter(([, s]) => s.owner === owner).sort((a, b) => b[1].createdAt - a[1].createdAt);

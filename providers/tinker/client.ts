@@ -886,6 +886,27 @@ export class TinkerProvider implements TrainingProvider {
     }
   }
 
+  /** `DELETE training_runs/{model}/checkpoints/{weights|sampler_weights}/{name}`; one already gone is fine. */
+  async deleteCheckpoint(checkpointId: string): Promise<void> {
+    const m = /^tinker:\/\/([^/]+)\/(weights|sampler_weights)\/([^/]+)$/.exec(checkpointId);
+    if (!m)
+      throw new ProviderError(
+        'INVALID_INPUT',
+        'non-retryable',
+        `${checkpointId} is not a tinker://<model>/<weights|sampler_weights>/<name> path`,
+      );
+    try {
+      await this.http.request({
+        method: 'DELETE',
+        path: `/api/v1/training_runs/${encodeURIComponent(m[1]!)}/checkpoints/${m[2]}/${encodeURIComponent(m[3]!)}`,
+        schema: AnyJson,
+        replaySafe: true,
+      });
+    } catch (err) {
+      if (!(err instanceof ProviderError && err.status === 404)) throw err;
+    }
+  }
+
   async close(): Promise<void> {
     for (const s of this.sessions.values()) if (s.heartbeat) clearInterval(s.heartbeat);
     this.sessions.clear();

@@ -42,3 +42,32 @@ test('a session the provider heartbeats outlives the service’s expiry many tim
   await expect(observer.deactivate(resource.id)).resolves.toMatchObject({ id: resource.id });
   await observer.close();
 });
+
+test('checkpoints can be deleted (what retention uses): gone from the run’s listing, not loadable, and deleting again is fine', async () => {
+  const tinker = provider(testTinkerKey(), 60_000);
+  const resource = await tinker.provision({ model: MODEL, ownerTag: 'deletes' });
+  const session = await tinker.openSession({ resourceId: resource.id, loraRank: 8 });
+  await tinker.awaitOperation(await tinker.submitForwardBackward(session.id, 'del/fb', [datum]));
+  await tinker.awaitOperation(await tinker.submitOptimStep(session.id, 'del/opt', { learningRate: 0.01 }));
+  const kept = await tinker.awaitOperation(await tinker.submitTrainingCheckpoint(session.id, 'del/keep'));
+  const dropped = await tinker.awaitOperation(await tinker.submitTrainingCheckpoint(session.id, 'del/drop'));
+  const sampler = await tinker.awaitOperation(await tinker.submitSamplerWeights(session.id, 'del/sampler'));
+  expect((await tinker.getSession(session.id)).trainingCheckpointIds).toEqual([kept.checkpointId, dropped.checkpointId]);
+
+  await tinker.deleteCheckpoint(dropped.checkpointId);
+  await tinker.deleteCheckpoint(sampler.checkpointId);
+  expect((await tinker.getSession(session.id)).trainingCheckpointIds).toEqual([kept.checkpointId]);
+  expect((await ledger(emulator)).checkpoints.filter((c) => c.resourceId === session.id)).toHaveLength(1);
+  await expect(
+    tinker.openSession({ resourceId: resource.id, loraRank: 8, fromCheckpoint: { id: dropped.checkpointId, loadOptimizer: true } }),
+  ).rejects.toMatchObject({ status: 404 });
+  await expect(tinker.deleteCheckpoint(dropped.checkpointId)).resolves.toBeUndefined();
+  const resumed = await tinker.openSession({
+    resourceId: resource.id,
+    loraRank: 8,
+    fromCheckpoint: { id: kept.checkpointId, loadOptimizer: true },
+  });
+  expect(resumed.step).toBe(1);
+  await tinker.deactivate(resource.id);
+  await tinker.close();
+});

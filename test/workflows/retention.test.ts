@@ -5,7 +5,7 @@ import { campaignWorkflow } from '../../workflows';
 import type { CampaignInput, CampaignResult } from '../../workflows/campaign-contract';
 import { readArtifact, testReportDir } from '../helpers/artifacts';
 import { ticketCampaignSpec } from '../helpers/campaign';
-import { togetherProvider } from '../helpers/emulator';
+import { ledger, togetherProvider } from '../helpers/emulator';
 import { roundTestEnvironment } from '../helpers/round';
 import { uniqueTaskQueue } from '../helpers/temporal';
 
@@ -13,7 +13,7 @@ import { uniqueTaskQueue } from '../helpers/temporal';
 // schedule and an open workflow start from two of the expendable ones, and a retention pass with a provider that
 // can delete deletes every expendable checkpoint except those two.
 
-const { env, withWorker } = roundTestEnvironment({ provisioningDelayMs: 50 });
+const { env, withWorker } = roundTestEnvironment({ provisioningDelayMs: 50 }, { ...process.env, TINKER_API_KEY: 'tml-retention-key' });
 
 test('retention keeps the best and last rounds, never deletes what a schedule or an open workflow starts from', async () => {
   const taskQueue = uniqueTaskQueue('retention');
@@ -103,4 +103,33 @@ test('retention keeps the best and last rounds, never deletes what a schedule or
     await schedule.delete();
     await idle.terminate('test over');
   }
+}, 240_000);
+
+test('on Tinker, whose API deletes checkpoints, the campaign’s own retention pass deletes the expendable ones at the provider and keeps the rest', async () => {
+  const taskQueue = uniqueTaskQueue('retention-tinker');
+  const { spec, dir } = ticketCampaignSpec({
+    baseUrl: env.emulator.url,
+    trainRows: 30,
+    evalRows: 10,
+    yaml: 'rounds: { max: 3, nextData: { policy: all } }\nretention: { keepBest: 1, keepLast: 1 }',
+  });
+  spec.provider = { ...spec.provider, kind: 'tinker', baseUrl: env.emulator.url };
+  const campaignId = `retention-tinker-${taskQueue}`;
+  const input: CampaignInput = { campaignId, spec, reportRoot: testReportDir(dir) };
+  const result: CampaignResult = await withWorker(taskQueue, () =>
+    env.temporal.client.workflow.execute(campaignWorkflow, { taskQueue, workflowId: campaignId, args: [input] }),
+  );
+  expect(result.rounds.map((r) => r.status)).toEqual(['completed', 'completed', 'completed']);
+  const campaignDir = result.summaryPath.replace(/\/campaign\.json$/, '');
+  const applied = await readArtifact<RetentionReport>(`${campaignDir}/retention.json`);
+  expect(applied.provider_deletes).toBe(true);
+  expect(applied.expendable.length).toBeGreaterThanOrEqual(2);
+  expect(applied.expendable.every((c) => c.deleted)).toBe(true);
+  // At the provider: every expendable checkpoint is gone, every kept one is there.
+  const l = await ledger(env.emulator);
+  const paths = new Set(
+    l.checkpoints.map((c) => `tinker://${c.resourceId}/${c.type === 'training' ? 'weights' : 'sampler_weights'}/${c.name}`),
+  );
+  for (const c of applied.expendable) expect(paths.has(c.checkpoint_id)).toBe(false);
+  for (const c of applied.kept) expect(paths.has(c.checkpoint_id)).toBe(true);
 }, 240_000);
