@@ -30,6 +30,7 @@ const PURE_CONFIG_MODULES = [
   'trainer-registry',
   'early-stop',
   'retention',
+  'usage',
 ];
 const workflowRuntimeAllowed = [
   '@temporalio/workflow$',
