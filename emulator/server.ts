@@ -23,6 +23,8 @@ export interface EmulatorOptions extends EngineOptions {
   tinkerFutureHoldMs?: number;
   /** A Tinker session with no heartbeat for this long expires, and its models with it (default: never). */
   tinkerSessionTtlMs?: number;
+  /** Tinker's JWT mode: keys are exchanged at `auth/token` for JWTs of this lifetime, which every other route requires (default: off). */
+  tinkerJwtLifetimeSeconds?: number;
 }
 
 export interface RunningEmulator {
@@ -56,6 +58,7 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Runn
   const tinker = addTinkerRoutes(router, engine, {
     futureHoldMs: options.tinkerFutureHoldMs,
     sessionTtlMs: options.tinkerSessionTtlMs,
+    jwtLifetimeSeconds: options.tinkerJwtLifetimeSeconds,
   });
 
   const control = new Router()

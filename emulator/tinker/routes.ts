@@ -1,4 +1,4 @@
-import { createHash, randomUUID } from 'node:crypto';
+import { createHash, createHmac, randomUUID } from 'node:crypto';
 import { z } from 'zod';
 import type { CheckpointRef, Engine, OperationInput, OperationRecord, ResourceRecord } from '../engine';
 import { ownerOf } from '../engine';
@@ -26,6 +26,11 @@ export interface TinkerOptions {
   futureHoldMs?: number;
   /** A session with no heartbeat (or create) for this long expires, and its models with it (default: never). */
   sessionTtlMs?: number;
+  /**
+   * JWT mode (`client/config` says `pjwt_auth_enabled`): `auth/token` exchanges a key for a JWT of this lifetime, and
+   * every other route takes only a JWT, refusing an expired one with `invalid_token` (default: off, keys everywhere).
+   */
+  jwtLifetimeSeconds?: number;
 }
 
 type Outcome = { json: unknown } | { proto: Uint8Array } | { error: string; category: 'user' | 'server' };
@@ -49,12 +54,44 @@ interface TinkerSession {
   displayName?: string;
 }
 
-/** `X-API-Key: tml-…` (or a JWT) is the SDK's only auth header; the owner derives from the key. */
-function tinkerOwner(req: EmulatorRequest): string {
+/** `X-API-Key: tml-…` (or a JWT from `auth/token`) is the SDK's only auth header; the owner derives from the key. */
+function tinkerOwner(req: EmulatorRequest, jwt: JwtIssuer | undefined, keyAllowed: boolean): string {
   const key = req.headers['x-api-key'];
   if (typeof key !== 'string' || !(key.startsWith('tml-') || key.startsWith('eyJ')))
     throw new EmulatorHttpError(401, 'UNAUTHENTICATED', 'missing or malformed X-API-Key header; expected "tml-…"');
+  if (key.startsWith('eyJ')) {
+    if (!jwt) throw new EmulatorHttpError(401, 'UNAUTHENTICATED', 'JWTs are not issued here: client/config leaves pjwt_auth_enabled off');
+    return jwt.verify(key);
+  }
+  if (jwt && !keyAllowed)
+    throw new EmulatorHttpError(401, 'UNAUTHENTICATED', 'this service takes a JWT from /api/v1/auth/token', {
+      'www-authenticate': 'Bearer error="invalid_token"',
+    });
   return ownerOf(key);
+}
+
+/** HS256 JWTs naming the key's owner, signed with a secret of this emulator's. */
+class JwtIssuer {
+  private readonly secret = randomUUID();
+  constructor(private readonly lifetimeSeconds: number) {}
+
+  issue(owner: string): string {
+    const now = Math.floor(Date.now() / 1000);
+    const part = (o: object) => Buffer.from(JSON.stringify(o)).toString('base64url');
+    const unsigned = `${part({ alg: 'HS256', typ: 'JWT' })}.${part({ sub: owner, iat: now, exp: now + this.lifetimeSeconds })}`;
+    return `${unsigned}.${createHmac('sha256', this.secret).update(unsigned).digest('base64url')}`;
+  }
+
+  verify(token: string): string {
+    const [header, payload, signature] = token.split('.');
+    const invalid = (why: string) =>
+      new EmulatorHttpError(401, 'UNAUTHENTICATED', `invalid token: ${why}`, { 'www-authenticate': 'Bearer error="invalid_token"' });
+    if (!header || !payload || !signature) throw invalid('malformed');
+    if (createHmac('sha256', this.secret).update(`${header}.${payload}`).digest('base64url') !== signature) throw invalid('bad signature');
+    const claims = JSON.parse(Buffer.from(payload, 'base64url').toString('utf8')) as { sub: string; exp: number };
+    if (claims.exp <= Date.now() / 1000) throw invalid('expired');
+    return claims.sub;
+  }
 }
 
 const CreateSessionBody = z
@@ -158,6 +195,7 @@ export function parseTinkerPath(uri: string): { modelId: string; kind: 'weights'
 
 export function addTinkerRoutes(router: Router, engine: Engine, options: TinkerOptions = {}): { close(): void } {
   const holdMs = options.futureHoldMs ?? 25_000;
+  const jwt = options.jwtLifetimeSeconds ? new JwtIssuer(options.jwtLifetimeSeconds) : undefined;
   const closing = new AbortController();
   const sessions = new Map<string, TinkerSession>();
   const futures = new Map<string, Future>();
@@ -168,7 +206,7 @@ export function addTinkerRoutes(router: Router, engine: Engine, options: TinkerO
   const samplers = new Map<string, Sampler>();
 
   const add = (method: string, path: string, handler: (req: EmulatorRequest, owner: string) => Promise<JsonReply> | JsonReply) =>
-    router.add(method, `/api/v1${path}`, (req) => handler(req, tinkerOwner(req)));
+    router.add(method, `/api/v1${path}`, (req) => handler(req, tinkerOwner(req, jwt, path === '/client/config' || path === '/auth/token')));
 
   const session = (id: string, owner: string): TinkerSession => {
     const s = sessions.get(id);
@@ -265,7 +303,13 @@ export function addTinkerRoutes(router: Router, engine: Engine, options: TinkerO
   // ── bootstrap and sessions ──────────────────────────────────────────────────────────────────────────
 
   add('GET', '/healthz', () => ({ body: { status: 'ok' } }));
-  add('POST', '/client/config', () => ({ body: {} })); // every flag at the SDK's default: no JWT, no zstd
+  // Every flag at the SDK's default (no zstd), and JWTs only in JWT mode.
+  add('POST', '/client/config', () => ({ body: jwt ? { pjwt_auth_enabled: true } : {} }));
+  add('POST', '/auth/token', (req, owner) => {
+    if (!jwt) throw notFound('route', '/api/v1/auth/token');
+    if (String(req.headers['x-api-key']).startsWith('eyJ')) throw badRequest('exchange the API key, not a JWT');
+    return { body: { jwt: jwt.issue(owner) } };
+  });
   add('POST', '/client/dynamic_config', () => ({ body: { refresh_interval_sec: 300 } }));
   add('POST', '/telemetry', () => ({ body: { status: 'accepted' } }));
   add('GET', '/get_server_capabilities', () => ({

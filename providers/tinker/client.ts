@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { z } from 'zod';
 import { accountFingerprint } from '../account';
 import { ProviderError, classifyOperationError } from '../errors';
-import { HttpClient, poll, type HttpClientOptions } from '../http';
+import { HttpClient, poll, type HttpClientOptions, type RequestSpec } from '../http';
 import type {
   AdamParams,
   AwaitOptions,
@@ -151,6 +151,10 @@ export class TinkerProvider implements TrainingProvider {
   /** Per forward request: which positions count in its loss (the neutral result reports the others as 0; Tinker returns every position's). */
   private readonly counted = new Map<string, boolean[][]>();
   private readonly heartbeatMs: number;
+  /** Whether the service wants JWTs (asked once, from `client/config`), and the current one. */
+  private jwtMode: Promise<boolean> | undefined;
+  private jwt: { value: string; exp: number; refreshAt: number } | undefined;
+  private exchange: Promise<void> | undefined;
 
   constructor(options: TinkerProviderOptions) {
     if (!(options.apiKey.startsWith('tml-') || options.apiKey.startsWith('eyJ')))
@@ -161,8 +165,71 @@ export class TinkerProvider implements TrainingProvider {
     this.heartbeatMs = options.heartbeatMs ?? HEARTBEAT_MS;
   }
 
+  // ── auth ─────────────────────────────────────────────────────────────────────────────────────────
+
+  /**
+   * The credential requests carry in `X-API-Key`: the key itself, or, when the service's `client/config` says
+   * `pjwt_auth_enabled`, a JWT from `auth/token` (exchanged with the key, refreshed at half its lifetime or within
+   * 60 s of its expiry, and once more when a request is refused with `invalid_token`), as the SDK does.
+   */
+  private async credential(force = false): Promise<Record<string, string>> {
+    this.jwtMode ??= this.http
+      .request({
+        method: 'POST',
+        path: '/api/v1/client/config',
+        body: { sdk_version: TINKER_WIRE_VERSION },
+        replaySafe: true,
+        schema: z.object({ pjwt_auth_enabled: z.boolean().nullish() }).passthrough(),
+      })
+      .then((c) => c.pjwt_auth_enabled === true)
+      .catch((err: unknown) => {
+        this.jwtMode = undefined; // asked again next time
+        throw err;
+      });
+    if (!(await this.jwtMode)) return {};
+    const now = Date.now() / 1000;
+    const token = this.jwt;
+    const stale = !token || now >= token.refreshAt || token.exp - now <= 60;
+    if (force || stale) {
+      this.exchange ??= this.http
+        .request({
+          method: 'POST',
+          path: '/api/v1/auth/token',
+          body: {},
+          replaySafe: true,
+          schema: z.object({ jwt: z.string() }).passthrough(),
+        })
+        .then(({ jwt }) => {
+          const claims = jwtClaims(jwt);
+          this.jwt = { value: jwt, exp: claims.exp, refreshAt: claims.iat + (claims.exp - claims.iat) / 2 };
+        })
+        .finally(() => (this.exchange = undefined));
+      await this.exchange;
+    }
+    return { 'x-api-key': this.jwt!.value };
+  }
+
+  /** A request with the current credential; a JWT refused as `invalid_token` is exchanged again and the request sent once more. */
+  private async call<T>(spec: RequestSpec<T>): Promise<T> {
+    try {
+      return await this.http.request({ ...spec, headers: { ...spec.headers, ...(await this.credential()) } });
+    } catch (err) {
+      if (!(this.jwt && err instanceof ProviderError && err.status === 401)) throw err;
+      return this.http.request({ ...spec, headers: { ...spec.headers, ...(await this.credential(true)) } });
+    }
+  }
+
+  private async callRaw(spec: Omit<RequestSpec<unknown>, 'schema'>): Promise<{ status: number; contentType: string; bytes: Buffer }> {
+    try {
+      return await this.http.requestRaw({ ...spec, headers: { ...spec.headers, ...(await this.credential()) } });
+    } catch (err) {
+      if (!(this.jwt && err instanceof ProviderError && err.status === 401)) throw err;
+      return this.http.requestRaw({ ...spec, headers: { ...spec.headers, ...(await this.credential(true)) } });
+    }
+  }
+
   private post<T>(path: string, body: Record<string, unknown>, schema: z.ZodType<T>, options: { replaySafe?: boolean; key?: string } = {}) {
-    return this.http.request({
+    return this.call({
       method: 'POST',
       path: `/api/v1${path}`,
       body,
@@ -173,7 +240,7 @@ export class TinkerProvider implements TrainingProvider {
   }
 
   async supportedModels(): Promise<ModelInfo[]> {
-    const res = await this.http.request({ method: 'GET', path: '/api/v1/get_server_capabilities', schema: Capabilities });
+    const res = await this.call({ method: 'GET', path: '/api/v1/get_server_capabilities', schema: Capabilities });
     return res.supported_models.flatMap((m) =>
       m.model_name
         ? [
@@ -257,7 +324,7 @@ export class TinkerProvider implements TrainingProvider {
   private async session(sessionId: string): Promise<SessionState> {
     const known = this.sessions.get(sessionId);
     if (known) return known;
-    const info = await this.http.request({ method: 'GET', path: `/api/v1/sessions/${encodeURIComponent(sessionId)}`, schema: SessionInfo });
+    const info = await this.call({ method: 'GET', path: `/api/v1/sessions/${encodeURIComponent(sessionId)}`, schema: SessionInfo });
     const baseModel = info.user_metadata?.[MODEL_KEY];
     if (!baseModel)
       throw new ProviderError('INVALID_INPUT', 'non-retryable', `Tinker session ${sessionId} was not made by Roundhouse (no ${MODEL_KEY})`);
@@ -432,7 +499,7 @@ export class TinkerProvider implements TrainingProvider {
 
   /** The model's training checkpoints (`tinker://…/weights/…`), oldest first. */
   private async trainingCheckpoints(modelId: string): Promise<string[]> {
-    const res = await this.http.request({
+    const res = await this.call({
       method: 'GET',
       path: `/api/v1/training_runs/${encodeURIComponent(modelId)}/checkpoints`,
       schema: z.object({
@@ -465,7 +532,7 @@ export class TinkerProvider implements TrainingProvider {
   async listSessions(resourceId: string): Promise<TrainingSessionInfo[]> {
     let info: z.infer<typeof SessionInfo>;
     try {
-      info = await this.http.request({ method: 'GET', path: `/api/v1/sessions/${encodeURIComponent(resourceId)}`, schema: SessionInfo });
+      info = await this.call({ method: 'GET', path: `/api/v1/sessions/${encodeURIComponent(resourceId)}`, schema: SessionInfo });
     } catch (err) {
       if (err instanceof ProviderError && err.status === 404) return [];
       throw err;
@@ -591,7 +658,7 @@ export class TinkerProvider implements TrainingProvider {
     forwardOnly: boolean,
   ): Promise<{ request_id: string }> {
     const bytes = encodeForwardBackward({ modelId, seqId: seq, data, lossFn, lossFnConfig, forwardOnly });
-    const answer = await this.http.requestRaw({
+    const answer = await this.callRaw({
       method: 'POST',
       path: '/api/v1/forward_backward',
       rawBody: { bytes, contentType: 'application/x-protobuf' },
@@ -767,7 +834,7 @@ export class TinkerProvider implements TrainingProvider {
   private async retrieve(requestId: string, type: string, options: AwaitOptions): Promise<{ json?: unknown; bytes?: Buffer }> {
     return poll(
       async () => {
-        const answer = await this.http.requestRaw({
+        const answer = await this.callRaw({
           method: 'POST',
           path: '/api/v1/retrieve_future',
           body: { request_id: requestId, allow_metadata_only: false },
@@ -896,7 +963,7 @@ export class TinkerProvider implements TrainingProvider {
         `${checkpointId} is not a tinker://<model>/<weights|sampler_weights>/<name> path`,
       );
     try {
-      await this.http.request({
+      await this.call({
         method: 'DELETE',
         path: `/api/v1/training_runs/${encodeURIComponent(m[1]!)}/checkpoints/${m[2]}/${encodeURIComponent(m[3]!)}`,
         schema: AnyJson,
@@ -911,6 +978,23 @@ export class TinkerProvider implements TrainingProvider {
     for (const s of this.sessions.values()) if (s.heartbeat) clearInterval(s.heartbeat);
     this.sessions.clear();
     await this.http.close();
+  }
+}
+
+/** A JWT's `iat` and `exp` (seconds), read without verifying it (the service does). */
+function jwtClaims(jwt: string): { iat: number; exp: number } {
+  try {
+    const claims = JSON.parse(Buffer.from(jwt.split('.')[1] ?? '', 'base64url').toString('utf8')) as { iat?: unknown; exp?: unknown };
+    const exp = Number(claims.exp);
+    const iat = Number(claims.iat ?? Date.now() / 1000);
+    if (!Number.isFinite(exp)) throw new Error('no exp');
+    return { iat: Number.isFinite(iat) ? iat : Date.now() / 1000, exp };
+  } catch (err) {
+    throw new ProviderError(
+      'BAD_RESPONSE',
+      'non-retryable',
+      `auth/token answered a token that is not a JWT with an exp: ${(err as Error).message}`,
+    );
   }
 }
 
