@@ -31,13 +31,16 @@ export interface SoakFigures {
   failures: string[];
 }
 
-type Variant = { kind: 'sft' | 'grpo' | 'dpo'; dialect: 'local' | 'baseten' };
+type Variant = { kind: 'sft' | 'grpo' | 'dpo'; dialect: 'local' | 'baseten' | 'tinker' };
 const VARIANTS: Variant[] = [
   { kind: 'sft', dialect: 'local' },
   { kind: 'sft', dialect: 'baseten' },
   { kind: 'grpo', dialect: 'local' },
   { kind: 'grpo', dialect: 'baseten' },
   { kind: 'dpo', dialect: 'local' },
+  { kind: 'sft', dialect: 'tinker' },
+  { kind: 'grpo', dialect: 'tinker' },
+  { kind: 'dpo', dialect: 'tinker' },
 ];
 
 const KIND_YAML: Record<Variant['kind'], string> = {
@@ -101,7 +104,7 @@ export async function runSoak(options: {
   temporalAddress: string;
   rounds: number;
   seed?: number;
-  /** Round i runs variant i mod 5 (every kind and dialect in any 5 rounds) instead of a random one. */
+  /** Round i runs variant i mod 8 (every kind on every dialect that has it, in any 8 rounds) instead of a random one. */
   cycleVariants?: boolean;
   log?: (line: string) => void;
 }): Promise<SoakFigures> {
@@ -128,6 +131,7 @@ export async function runSoak(options: {
     ...crashTestWorkerEnv(taskQueue, bundleFile),
     TEMPORAL_ADDRESS: options.temporalAddress,
     BASETEN_API_KEY: 'soak-baseten-key',
+    TINKER_API_KEY: 'tml-soak-key',
   };
   const workers: WorkerProcess[] = [startWorkerProcess(env), startWorkerProcess(env)];
   const dir = fs.mkdtempSync('/tmp/rh-soak-');

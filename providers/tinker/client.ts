@@ -452,7 +452,18 @@ export class TinkerProvider implements TrainingProvider {
         { replaySafe: true },
       );
     }
-    await this.retrieve(future.request_id, request.fromCheckpoint ? 'LoadWeights' : 'CreateModel', {});
+    try {
+      await this.retrieve(future.request_id, request.fromCheckpoint ? 'LoadWeights' : 'CreateModel', {});
+    } catch (err) {
+      // A create the service failed (it could not place the model) made nothing: opening again, under the next model
+      // seq, is safe, so it is retryable as such, not a failed operation to roll back from.
+      if (err instanceof ProviderError && err.code.startsWith('OPERATION_FAILED_') && err.errorClass === 'retryable')
+        throw new ProviderError('MODEL_NOT_CREATED', 'retryable', `Tinker model ${id} was not created: ${err.message}`, {
+          providerCode: err.providerCode,
+          cause: err,
+        });
+      throw err;
+    }
     this.models.set(id, {
       id,
       tinkerSession: s.id,

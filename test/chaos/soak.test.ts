@@ -13,11 +13,11 @@ afterAll(async () => {
   await temporal?.close();
 });
 
-test('5 rounds, one of each kind and dialect, under randomized SIGKILLs, transport and provider faults: all complete with exact steps, none empty, nothing active', async () => {
+test('8 rounds, each kind on each dialect that has it (Tinker too), under randomized SIGKILLs, transport and provider faults: all complete with exact steps, none empty, nothing active', async () => {
   const f = await runSoak({
     client: temporal.client,
     temporalAddress: process.env.TEMPORAL_ADDRESS!,
-    rounds: 5,
+    rounds: 8,
     seed: 4,
     cycleVariants: true,
     log: (line) => process.stderr.write(`[soak] ${line}\n`),
@@ -25,10 +25,10 @@ test('5 rounds, one of each kind and dialect, under randomized SIGKILLs, transpo
   process.stderr.write(`[soak] ${JSON.stringify({ ...f, failures: f.failures.length })}\n`);
   expect(f.failures).toEqual([]);
   expect(f).toMatchObject({
-    rounds: 5,
-    completed: 5,
-    stepsExact: 5,
-    recordedOnce: 5,
+    rounds: 8,
+    completed: 8,
+    stepsExact: 8,
+    recordedOnce: 8,
     emptyStepsInKeptWeights: 0,
     resourcesLeftActive: 0,
   });

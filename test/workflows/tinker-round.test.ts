@@ -7,7 +7,7 @@ import type { CampaignInput, CampaignResult } from '../../workflows/campaign-con
 import { campaignWorkflow } from '../../workflows';
 import { renderProgress } from '../../cli/progress';
 import { ticketCampaignSpec } from '../helpers/campaign';
-import { ledger } from '../helpers/emulator';
+import { firedFaults, ledger, setFaults } from '../helpers/emulator';
 import { arithmeticRoundInput, roundTestEnvironment } from '../helpers/round';
 import { testReportDir } from '../helpers/artifacts';
 import { uniqueTaskQueue } from '../helpers/temporal';
@@ -123,4 +123,30 @@ test('a Tinker campaign: `status` shows its tokens and their cost, and the campa
     `tokens ${train.toLocaleString('en-US')} train, ${prefill.toLocaleString('en-US')} prefill, ${sample.toLocaleString('en-US')} sample`,
   );
   expect(text).toContain(`est. cost $${result.costUsd!.toFixed(2)}`);
+});
+
+test('a model the service fails to create (it could not place it) is created again: the round completes', async () => {
+  const taskQueue = uniqueTaskQueue('tinker-unplaced');
+  const input = arithmeticRoundInput({
+    baseUrl: env.emulator.url,
+    campaignId: `tinker-unplaced-${taskQueue}`,
+    limit: 8,
+    yaml: KIND_YAML.sft,
+  });
+  input.spec.provider = { ...input.spec.provider, kind: 'tinker', baseUrl: env.emulator.url };
+  await setFaults(env.emulator, { rules: [{ kind: 'capacity-timeout', durationMs: 200, max: 1 }] });
+  try {
+    const result: RoundResult = await runRound(input, taskQueue);
+    expect(result).toMatchObject({ status: 'completed', kind: 'sft' });
+    expect(result.stepsApplied).toBe(result.totalSteps);
+    const fired = await firedFaults(env.emulator);
+    expect(fired.summary).toContain('capacity-timeout=1');
+    const l = await ledger(env.emulator);
+    const report = JSON.parse(fs.readFileSync(result.reportPath, 'utf8'));
+    const models = l.resources.filter((r) => r.id.startsWith(`${report.deactivated_ids[0]}:train:`));
+    expect(models.map((m) => m.error)).toEqual(['CAPACITY_WAIT_TIMEOUT', null]); // the first never placed, the second trained
+    expect(l.sessions.find((s) => s.id === report.session_id)!.step).toBe(result.totalSteps);
+  } finally {
+    await setFaults(env.emulator, {});
+  }
 });
