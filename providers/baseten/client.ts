@@ -1,6 +1,7 @@
-import { createHash, randomUUID } from 'node:crypto';
+import { randomUUID } from 'node:crypto';
 import type { z } from 'zod';
 import { accountFingerprint } from '../account';
+import { checkpointName, operationKey } from '../keys';
 import { ProviderError, classifyOperationError, notReady } from '../errors';
 import { HttpClient, poll, type HttpClientOptions } from '../http';
 import type {
@@ -842,20 +843,6 @@ function toSampleResult(prompt: number[], res: CompletionWire, policyVersion: nu
   };
 }
 
-/** Trainer keys name an operation for good: derived from (run, caller key), 32 hex like the SDK's. */
-function operationKey(runId: string, key: string): string {
-  return createHash('sha256').update(`${runId}\u0000${key}`).digest('hex').slice(0, 32);
-}
-
 function oneOffKey(): string {
   return randomUUID().replace(/-/g, '');
-}
-
-/** A checkpoint name (part of a bt:// path) from a caller key: readable, and unique by a hash of the key. */
-function checkpointName(key: string): string {
-  const readable = key
-    .replace(/[^A-Za-z0-9._-]+/g, '-')
-    .replace(/^-+|-+$/g, '')
-    .slice(-80);
-  return `${readable || 'checkpoint'}-${createHash('sha256').update(key).digest('hex').slice(0, 8)}`;
 }

@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { z } from 'zod';
 import { accountFingerprint } from '../account';
+import { checkpointName, operationKey } from '../keys';
 import { ProviderError, classifyOperationError } from '../errors';
 import { HttpClient, poll, type HttpClientOptions, type RequestSpec } from '../http';
 import type {
@@ -1063,18 +1064,4 @@ function fingerprintOf(op: string, body: unknown): string {
   return createHash('sha256')
     .update(`${op}\n${JSON.stringify(body)}`)
     .digest('hex');
-}
-
-/** Keys sent as `X-Idempotency-Key`: derived from (model, caller key). */
-function operationKey(modelId: string, key: string): string {
-  return createHash('sha256').update(`${modelId}\u0000${key}`).digest('hex').slice(0, 32);
-}
-
-/** A checkpoint name (part of a tinker:// path) from a caller key: readable, and unique by a hash of the key. */
-function checkpointName(key: string): string {
-  const readable = key
-    .replace(/[^A-Za-z0-9._-]+/g, '-')
-    .replace(/^-+|-+$/g, '')
-    .slice(-80);
-  return `${readable || 'checkpoint'}-${createHash('sha256').update(key).digest('hex').slice(0, 8)}`;
 }
