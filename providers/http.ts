@@ -12,10 +12,12 @@ import { ProviderError } from './errors';
 
 export interface HttpClientOptions {
   baseUrl: string;
-  /** Sent as `Authorization: Bearer …` (or as `authHeader` names); never logged or put in an error. */
+  /** Sent as `Authorization: Bearer …` (or as `authScheme` / `authHeader` say); never logged or put in an error. */
   apiKey?: string;
   /** The header the key goes in: `Authorization: Bearer <key>` (default), or another header holding the key as is (Tinker: `x-api-key`). */
   authHeader?: 'authorization' | 'x-api-key';
+  /** The scheme before the key in `Authorization` (default `Bearer`; Baseten Loops: `Api-Key`, as its SDK sends). */
+  authScheme?: 'Bearer' | 'Api-Key';
   userAgent?: string;
   maxRetries?: number;
   initialRetryDelayMs?: number;
@@ -60,8 +62,8 @@ const RETRY_STATUSES = new Set([408, 409, 429, 500, 502, 503, 504]);
 
 export class HttpClient {
   private readonly agent: Agent;
-  private readonly options: Required<Omit<HttpClientOptions, 'apiKey' | 'userAgent' | 'authHeader'>> &
-    Pick<HttpClientOptions, 'apiKey' | 'userAgent' | 'authHeader'>;
+  private readonly options: Required<Omit<HttpClientOptions, 'apiKey' | 'userAgent' | 'authHeader' | 'authScheme'>> &
+    Pick<HttpClientOptions, 'apiKey' | 'userAgent' | 'authHeader' | 'authScheme'>;
 
   constructor(options: HttpClientOptions) {
     this.options = {
@@ -204,7 +206,7 @@ export class HttpClient {
     else if (spec.body !== undefined) headers['content-type'] = 'application/json';
     if (this.options.apiKey && !spec.absoluteUrl) {
       if (this.options.authHeader === 'x-api-key') headers['x-api-key'] = this.options.apiKey;
-      else headers.authorization = `Bearer ${this.options.apiKey}`;
+      else headers.authorization = `${this.options.authScheme ?? 'Bearer'} ${this.options.apiKey}`;
     }
     if (spec.idempotencyKey !== undefined) headers[spec.idempotencyHeader ?? 'idempotency-key'] = spec.idempotencyKey;
     return { ...headers, ...spec.headers };

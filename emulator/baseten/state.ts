@@ -71,7 +71,12 @@ export function loopsId(taken: (id: string) => boolean, length = 7): string {
   }
 }
 
-/** `Authorization: Api-Key <key>` (what the SDK sends) or `Bearer <key>` (the docs); the owner derives from the key. */
+/**
+ * The API key, in what Baseten documents as accepted (providers/baseten/WIRE.md §1.3): `Authorization: Api-Key <key>`,
+ * which the SDK sends on every plane, or `Authorization: Bearer <key>`, which the docs and OpenAPI show ("the legacy
+ * `Api-Key` scheme is also accepted"). The scheme is case-insensitive (RFC 9110 §11.1). Anything else (no header, another
+ * scheme, a bare key, `X-Api-Key`) is a 401. The owner derives from the key.
+ */
 export function loopsOwner(req: EmulatorRequest): string {
   const header = req.headers.authorization;
   const match = typeof header === 'string' ? /^(?:Api-Key|Bearer)\s+(\S+)$/i.exec(header.trim()) : null;

@@ -58,7 +58,13 @@ import {
 
 export const BASETEN_DEFAULT_BASE_URL = 'https://api.baseten.co';
 
-export interface BasetenProviderOptions extends Omit<HttpClientOptions, 'baseUrl'> {
+/**
+ * `Authorization: Api-Key <key>` on every plane, as `baseten-loops` 0.32.0 sends it (`_headers.py`
+ * `request_headers`); the API also accepts `Bearer`, the scheme its docs show (WIRE.md §1.3).
+ */
+const AUTH_SCHEME = 'Api-Key';
+
+export interface BasetenProviderOptions extends Omit<HttpClientOptions, 'baseUrl' | 'authHeader' | 'authScheme'> {
   /** The control plane: `https://api.baseten.co`, or the emulator's URL. Trainer and sampler URLs come from it. */
   baseUrl?: string;
   apiKey: string;
@@ -98,7 +104,7 @@ export class BasetenProvider implements TrainingProvider {
 
   constructor(private readonly options: BasetenProviderOptions) {
     const baseUrl = (options.baseUrl ?? BASETEN_DEFAULT_BASE_URL).replace(/\/+$/, '');
-    this.control = new HttpClient({ ...options, baseUrl, userAgent: options.userAgent ?? 'roundhouse-baseten' });
+    this.control = new HttpClient({ ...options, baseUrl, authScheme: AUTH_SCHEME, userAgent: options.userAgent ?? 'roundhouse-baseten' });
     this.account = accountFingerprint(baseUrl, options.apiKey);
     this.pollIntervalMs = options.pollIntervalMs ?? 100;
     this.maxPollIntervalMs = options.maxPollIntervalMs ?? 2_000;
@@ -435,7 +441,12 @@ export class BasetenProvider implements TrainingProvider {
     if (!run.base_url) throw new ProviderError('RUN_NOT_READY', 'retryable', `run ${run.id} has no trainer URL yet`);
     let client = this.planes.get(run.base_url);
     if (!client) {
-      client = new HttpClient({ ...this.options, baseUrl: run.base_url, userAgent: this.options.userAgent ?? 'roundhouse-baseten' });
+      client = new HttpClient({
+        ...this.options,
+        baseUrl: run.base_url,
+        authScheme: AUTH_SCHEME,
+        userAgent: this.options.userAgent ?? 'roundhouse-baseten',
+      });
       this.planes.set(run.base_url, client);
     }
     return client;
@@ -717,7 +728,12 @@ export class BasetenProvider implements TrainingProvider {
       );
     let client = this.planes.get(sampler.baseUrl);
     if (!client) {
-      client = new HttpClient({ ...this.options, baseUrl: sampler.baseUrl, userAgent: this.options.userAgent ?? 'roundhouse-baseten' });
+      client = new HttpClient({
+        ...this.options,
+        baseUrl: sampler.baseUrl,
+        authScheme: AUTH_SCHEME,
+        userAgent: this.options.userAgent ?? 'roundhouse-baseten',
+      });
       this.planes.set(sampler.baseUrl, client);
     }
     const floor = this.published.get(sessionId);
