@@ -106,6 +106,37 @@ const wallConfigs = Object.entries(walls).map(([name, patterns]) => ({
   rules: { 'no-restricted-imports': ['error', { patterns }] },
 }));
 
+// ---------------------------------------------------------------------------------------------------------------
+// A `return` in a test's own body ends it early, and jest counts it passed: the rest of its assertions never ran.
+// A case that does not apply somewhere is not registered there, or skipped (CI fails on a skip test/skip-allowlist.json
+// does not allow); a case that differs takes an if/else. Returns inside callbacks the test defines are theirs.
+// ---------------------------------------------------------------------------------------------------------------
+const TEST_FUNCTIONS = new Set(['test', 'it']);
+/** `test(…)`, `it.only(…)`, `test.concurrent(…)`, `test.each(table)(…)`. */
+const isTestCall = (call) => {
+  let callee = call.callee.type === 'CallExpression' ? call.callee.callee : call.callee;
+  while (callee.type === 'MemberExpression') callee = callee.object;
+  return callee.type === 'Identifier' && TEST_FUNCTIONS.has(callee.name);
+};
+const FUNCTIONS = new Set(['FunctionExpression', 'ArrowFunctionExpression', 'FunctionDeclaration']);
+const noReturnInTest = {
+  meta: {
+    type: 'problem',
+    messages: {
+      early:
+        'A return in a test body ends the test early and it still passes: register the case only where it applies, skip it, or use if/else.',
+    },
+    schema: [],
+  },
+  create: (context) => ({
+    ReturnStatement(node) {
+      const fn = context.sourceCode.getAncestors(node).findLast((a) => FUNCTIONS.has(a.type));
+      const call = fn?.parent;
+      if (call?.type === 'CallExpression' && call.arguments.includes(fn) && isTestCall(call)) context.report({ node, messageId: 'early' });
+    },
+  }),
+};
+
 export default defineConfig(
   globalIgnores(['dist/', 'node_modules/', '.roundhouse/', 'coverage/', 'test/fixtures/'], 'roundhouse/ignores'),
   js.configs.recommended,
@@ -147,7 +178,9 @@ export default defineConfig(
   {
     name: 'roundhouse/tests-and-benchmarks',
     files: ['test/**/*.ts', 'bench/**/*.ts'],
+    plugins: { roundhouse: { rules: { 'no-return-in-test': noReturnInTest } } },
     rules: {
+      'roundhouse/no-return-in-test': 'error',
       // Tests and benchmarks read raw history events by their numeric type, without a runtime dependency on the protos.
       '@typescript-eslint/no-unsafe-enum-comparison': 'off',
       '@typescript-eslint/no-explicit-any': 'off',

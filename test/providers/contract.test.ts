@@ -108,6 +108,13 @@ describe.each(FIXTURES)('$name provider against the emulator over loopback HTTP'
     const session = await provider.openSession({ resourceId: resource.id, loraRank: 8, seed: 7 });
     return { provider, resource, session };
   }
+  /**
+   * A case for the dialects the fixture gives a capability only. Elsewhere it is not registered: it does not apply,
+   * so it neither passes nor counts as skipped.
+   */
+  const testWhere = (applies: boolean, name: string, body: () => Promise<void>) => {
+    if (applies) test(name, body);
+  };
 
   test('lists supported models with their limits', async () => {
     const provider = fx.make(emulator);
@@ -117,50 +124,57 @@ describe.each(FIXTURES)('$name provider against the emulator over loopback HTTP'
     await provider.close();
   });
 
-  test('a resource goes through provisioning to ready, bills only while ready, and is released by deactivate', async () => {
-    if (fx.billing === 'tokens') return; // a Tinker session has no provisioning and no time to bill: the next test
-    const provider = fx.make(emulator);
-    const created = await provider.provision({ model: MODEL, ownerTag: 't' });
-    expect(created.state).toBe('provisioning');
-    expect((await ledger(emulator)).resources.find((r) => r.id === created.id)?.gpuSeconds).toBe(0);
-    const ready = await provider.waitReady(created.id, { pollIntervalMs: 20 });
-    expect(ready.state).toBe('ready');
-    expect((await provider.listOwnedResources({ activeOnly: true })).map((r) => r.id)).toContain(created.id);
-    await new Promise((r) => setTimeout(r, 120));
-    const stopped = await provider.deactivate(created.id);
-    expect(['stopping', 'stopped']).toContain(stopped.state);
-    const billed = (await ledger(emulator)).resources.find((r) => r.id === created.id)!.gpuSeconds;
-    expect(billed).toBeGreaterThanOrEqual(0.1);
-    await new Promise((r) => setTimeout(r, 100));
-    const after = await ledger(emulator);
-    expect(after.resources.find((r) => r.id === created.id)!.gpuSeconds).toBe(billed); // billing stopped
-    expect(after.active).not.toContain(created.id);
-    // Deactivate is idempotent: again, and on an id that never existed.
-    await expect(provider.deactivate(created.id)).resolves.toMatchObject({ id: created.id });
-    await expect(provider.deactivate('mr-doesnotexist')).resolves.toMatchObject({ state: 'stopped' });
-    await provider.close();
-  });
+  // A Tinker session has no provisioning and no time to bill: the token-billed case below is its counterpart.
+  testWhere(
+    fx.billing === 'gpu-time',
+    'a GPU-time-billed resource goes through provisioning to ready, bills only while ready, and is released by deactivate',
+    async () => {
+      const provider = fx.make(emulator);
+      const created = await provider.provision({ model: MODEL, ownerTag: 't' });
+      expect(created.state).toBe('provisioning');
+      expect((await ledger(emulator)).resources.find((r) => r.id === created.id)?.gpuSeconds).toBe(0);
+      const ready = await provider.waitReady(created.id, { pollIntervalMs: 20 });
+      expect(ready.state).toBe('ready');
+      expect((await provider.listOwnedResources({ activeOnly: true })).map((r) => r.id)).toContain(created.id);
+      await new Promise((r) => setTimeout(r, 120));
+      const stopped = await provider.deactivate(created.id);
+      expect(['stopping', 'stopped']).toContain(stopped.state);
+      const billed = (await ledger(emulator)).resources.find((r) => r.id === created.id)!.gpuSeconds;
+      expect(billed).toBeGreaterThanOrEqual(0.1);
+      await new Promise((r) => setTimeout(r, 100));
+      const after = await ledger(emulator);
+      expect(after.resources.find((r) => r.id === created.id)!.gpuSeconds).toBe(billed); // billing stopped
+      expect(after.active).not.toContain(created.id);
+      // Deactivate is idempotent: again, and on an id that never existed.
+      await expect(provider.deactivate(created.id)).resolves.toMatchObject({ id: created.id });
+      await expect(provider.deactivate('mr-doesnotexist')).resolves.toMatchObject({ state: 'stopped' });
+      await provider.close();
+    },
+  );
 
-  test('a token-billed resource is ready at once, bills no GPU time, counts tokens, and is released by deactivate', async () => {
-    if (fx.billing !== 'tokens') return;
-    const { provider, resource, session } = await readySession();
-    expect(resource.state).toBe('ready');
-    expect((await provider.listOwnedResources({ activeOnly: true })).map((r) => r.id)).toContain(resource.id);
-    await provider.awaitOperation(await provider.submitForwardBackward(session.id, 'bill/fb', batch));
-    await provider.awaitOperation(await provider.submitForwardBackward(session.id, 'bill/fwd', batch, { forwardOnly: true }));
-    const inputTokens = batch.reduce((a, d) => a + d.modelInput.length, 0);
-    expect((await sessionEntry(session.id)).tokens).toEqual({ train: inputTokens, prefill: inputTokens, sample: 0 });
-    const l = await ledger(emulator);
-    expect(l.resources.find((r) => r.id === session.id)?.gpuSeconds).toBe(0);
-    expect(l.active).toContain(session.id); // the model is loaded…
-    const stopped = await provider.deactivate(resource.id);
-    expect(stopped.state).toBe('stopped');
-    expect((await ledger(emulator)).active).not.toContain(session.id); // …and released with its session
-    expect((await provider.listOwnedResources({ activeOnly: true })).map((r) => r.id)).not.toContain(resource.id);
-    await expect(provider.deactivate(resource.id)).resolves.toMatchObject({ id: resource.id, state: 'stopped' });
-    await expect(provider.deactivate('doesnotexist')).resolves.toMatchObject({ state: 'stopped' });
-    await provider.close();
-  });
+  testWhere(
+    fx.billing === 'tokens',
+    'a token-billed resource is ready at once, bills no GPU time, counts tokens, and is released by deactivate',
+    async () => {
+      const { provider, resource, session } = await readySession();
+      expect(resource.state).toBe('ready');
+      expect((await provider.listOwnedResources({ activeOnly: true })).map((r) => r.id)).toContain(resource.id);
+      await provider.awaitOperation(await provider.submitForwardBackward(session.id, 'bill/fb', batch));
+      await provider.awaitOperation(await provider.submitForwardBackward(session.id, 'bill/fwd', batch, { forwardOnly: true }));
+      const inputTokens = batch.reduce((a, d) => a + d.modelInput.length, 0);
+      expect((await sessionEntry(session.id)).tokens).toEqual({ train: inputTokens, prefill: inputTokens, sample: 0 });
+      const l = await ledger(emulator);
+      expect(l.resources.find((r) => r.id === session.id)?.gpuSeconds).toBe(0);
+      expect(l.active).toContain(session.id); // the model is loaded…
+      const stopped = await provider.deactivate(resource.id);
+      expect(stopped.state).toBe('stopped');
+      expect((await ledger(emulator)).active).not.toContain(session.id); // …and released with its session
+      expect((await provider.listOwnedResources({ activeOnly: true })).map((r) => r.id)).not.toContain(resource.id);
+      await expect(provider.deactivate(resource.id)).resolves.toMatchObject({ id: resource.id, state: 'stopped' });
+      await expect(provider.deactivate('doesnotexist')).resolves.toMatchObject({ state: 'stopped' });
+      await provider.close();
+    },
+  );
 
   test('every operation of a round works: forward, forward-backward, optim-step, checkpoint, sampler weights, sample', async () => {
     const { provider, resource, session } = await readySession();
@@ -428,14 +442,38 @@ describe.each(FIXTURES)('$name provider against the emulator over loopback HTTP'
       await provider.close();
     });
 
-    test('a resource dying mid-run fails the session (needs-reconcile), stops billing and leaves nothing active', async () => {
+    /** A trainer dies at the next optimizer step: the step fails as needs-reconcile and its session is failed. */
+    async function trainerDiesMidRun() {
       const { provider, resource, session } = await readySession();
       await setFaults(emulator, { rules: [{ kind: 'resource-error', operation: 'optim-step', max: 1 }] });
       await provider.awaitOperation(await provider.submitForwardBackward(session.id, 'die/fb', batch));
       const opt = provider.awaitOperation(await provider.submitOptimStep(session.id, 'die/opt', { learningRate: 0.01 }));
       await expect(opt).rejects.toMatchObject({ errorClass: 'needs-reconcile', providerCode: 'SESSION_NOT_ACTIVE' });
       expect(await provider.getSession(session.id)).toMatchObject({ state: 'failed' });
-      if (fx.trainerDeath === 'session') {
+      return { provider, resource, session };
+    }
+
+    testWhere(
+      fx.trainerDeath === 'resource',
+      'a resource dying mid-run fails the session (needs-reconcile), stops billing and leaves nothing active',
+      async () => {
+        const { provider, resource } = await trainerDiesMidRun();
+        expect(await provider.getResource(resource.id)).toMatchObject({ state: 'failed' });
+        const l = await ledger(emulator);
+        expect(l.active).not.toContain(resource.id);
+        const billed = l.resources.find((r) => r.id === resource.id)!.gpuSeconds;
+        await new Promise((r) => setTimeout(r, 60));
+        expect((await ledger(emulator)).resources.find((r) => r.id === resource.id)!.gpuSeconds).toBe(billed);
+        await expect(provider.deactivate(resource.id)).resolves.toMatchObject({ state: 'failed' });
+        await provider.close();
+      },
+    );
+
+    testWhere(
+      fx.trainerDeath === 'session',
+      'a model dying mid-run fails its session (needs-reconcile); the resource stays ready and takes a new session',
+      async () => {
+        const { provider, resource, session } = await trainerDiesMidRun();
         // The model died; its session lives on and takes a new model (what recovery reopens from a checkpoint).
         expect(await provider.getResource(resource.id)).toMatchObject({ state: 'ready' });
         await expect(provider.submitOptimStep(session.id, 'die/opt/again', { learningRate: 0.01 })).rejects.toMatchObject({
@@ -447,17 +485,8 @@ describe.each(FIXTURES)('$name provider against the emulator over loopback HTTP'
         await expect(provider.deactivate(resource.id)).resolves.toMatchObject({ state: 'stopped' });
         expect((await ledger(emulator)).active).not.toContain(next.id);
         await provider.close();
-        return;
-      }
-      expect(await provider.getResource(resource.id)).toMatchObject({ state: 'failed' });
-      const l = await ledger(emulator);
-      expect(l.active).not.toContain(resource.id);
-      const billed = l.resources.find((r) => r.id === resource.id)!.gpuSeconds;
-      await new Promise((r) => setTimeout(r, 60));
-      expect((await ledger(emulator)).resources.find((r) => r.id === resource.id)!.gpuSeconds).toBe(billed);
-      await expect(provider.deactivate(resource.id)).resolves.toMatchObject({ state: 'failed' });
-      await provider.close();
-    });
+      },
+    );
 
     test('persistent 5xx on a keyed call ends as retryable after the retry budget', async () => {
       const { provider, resource, session } = await readySession();

@@ -1,13 +1,26 @@
-// Writes jest's pass/fail counts to .roundhouse/test-counts.json so .ci/run can print its closing line
-// from jest's own results, whatever else the run printed.
+// Writes jest's pass/fail/skip counts to .roundhouse/test-counts.json so .ci/run can print its closing line from
+// jest's own results, whatever else the run printed; with every skipped test (test.skip, describe.skip, test.todo,
+// a skip decided at run time, the rest of a file with a test.only) by full name, and whether test/skip-allowlist.json
+// allows it: CI fails on a skip it does not.
 'use strict';
 const fs = require('node:fs');
 const path = require('node:path');
+
+/** Jest's statuses of a test that did not run. */
+const SKIPPED = new Set(['pending', 'skipped', 'todo', 'disabled']);
+
+/** The allow-list's `allowed`: full test name → why it may be skipped. */
+function readAllowlist(file) {
+  if (!fs.existsSync(file)) return {};
+  return JSON.parse(fs.readFileSync(file, 'utf8')).allowed ?? {};
+}
 
 class CountsReporter {
   constructor(globalConfig) {
     this.file = path.join(globalConfig.rootDir, '.roundhouse', 'test-counts.json');
     this.cpuFile = path.join(globalConfig.rootDir, '.roundhouse', 'test-cpu.jsonl');
+    this.allowlistFile = path.join(globalConfig.rootDir, 'test', 'skip-allowlist.json');
+    this.testNamePattern = globalConfig.testNamePattern || null;
   }
 
   onRunStart() {
@@ -21,13 +34,27 @@ class CountsReporter {
         const { file, cpuSeconds } = JSON.parse(line);
         cpu.set(file, cpuSeconds);
       }
+    const allowed = readAllowlist(this.allowlistFile);
+    const skips = results.testResults.flatMap((r) =>
+      r.testResults
+        .filter((t) => SKIPPED.has(t.status))
+        .map((t) => ({
+          file: path.relative(process.cwd(), r.testFilePath),
+          name: t.fullName,
+          status: t.status,
+          allowedBecause: Object.hasOwn(allowed, t.fullName) ? allowed[t.fullName] : null,
+        })),
+    );
     const counts = {
       passed: results.numPassedTests,
       failed: results.numFailedTests,
       skipped: results.numPendingTests + results.numTodoTests,
       failedSuites: results.numFailedTestSuites,
       runtimeErrorSuites: results.numRuntimeErrorTestSuites,
-      success: results.success,
+      // A run filtered by `-t` reports the tests it left out as skipped: CI runs unfiltered.
+      testNamePattern: this.testNamePattern,
+      skips,
+      notAllowedSkips: skips.filter((s) => s.allowedBecause === null).length,
       // The slowest test files, for keeping CI's time in check.
       slowest: results.testResults
         .map((r) => ({

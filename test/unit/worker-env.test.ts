@@ -4,17 +4,22 @@ import path from 'node:path';
 import { ConfigError } from '../../config/errors';
 import { loadWorkerSettings } from '../../config/worker-env';
 
-function expectConfigError(env: NodeJS.ProcessEnv, variable: string, problem: RegExp): void {
+/** Asserts that the environment is refused with a ConfigError naming `variable`, and returns that error. */
+function expectConfigError(env: NodeJS.ProcessEnv, variable: string, problem: RegExp): ConfigError {
   let caught: unknown;
-  try {
-    loadWorkerSettings(env);
-  } catch (err) {
-    caught = err;
-  }
-  expect(caught).toBeInstanceOf(ConfigError);
-  expect((caught as ConfigError).where).toBe(variable);
-  expect((caught as ConfigError).message).toMatch(new RegExp(`^${variable}: `));
-  expect((caught as ConfigError).message).toMatch(problem);
+  expect(() => {
+    try {
+      loadWorkerSettings(env);
+    } catch (err) {
+      caught = err;
+      throw err;
+    }
+  }).toThrow(ConfigError);
+  const error = caught as ConfigError;
+  expect(error.where).toBe(variable);
+  expect(error.message).toMatch(new RegExp(`^${variable}: `));
+  expect(error.message).toMatch(problem);
+  return error;
 }
 
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'rh-env-'));
@@ -59,12 +64,16 @@ describe('worker settings from the environment', () => {
     const s = loadWorkerSettings({ TEMPORAL_ADDRESS: 'ns.acct.tmprl.cloud:7233', TEMPORAL_API_KEY: 'sk-very-secret' });
     expect(s.apiKey).toBe('sk-very-secret');
     expect(s.tls).toEqual({});
-    expectConfigError({ TEMPORAL_API_KEY: 'sk-very-secret' }, 'TEMPORAL_ADDRESS', /required/);
-    try {
-      loadWorkerSettings({ TEMPORAL_API_KEY: '   ' });
-    } catch (err) {
-      expect(String(err)).not.toContain('sk-');
-    }
+    const secret = 'sk-very-secret';
+    const refusals = [
+      expectConfigError({ TEMPORAL_API_KEY: secret }, 'TEMPORAL_ADDRESS', /required/),
+      expectConfigError({ TEMPORAL_API_KEY: secret, TEMPORAL_ADDRESS: 'a:1', TEMPORAL_TLS: 'false' }, 'TEMPORAL_TLS', /needs TLS/),
+      expectConfigError({ TEMPORAL_API_KEY: secret, TEMPORAL_API_KEY_FILE: certFile }, 'TEMPORAL_API_KEY_FILE', /not both/),
+    ];
+    for (const error of refusals) expect(error.message).not.toContain(secret);
+    // A bad key is named without its value, where another variable's bad value is quoted (`got 'localhost'`).
+    const blank = expectConfigError({ TEMPORAL_API_KEY: ' \t ' }, 'TEMPORAL_API_KEY', /too small/i);
+    expect(blank.message).not.toContain('got');
   });
 
   test('an API key file is read and trimmed; mTLS files are loaded', () => {
