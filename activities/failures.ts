@@ -1,6 +1,8 @@
 import { ApplicationFailure, Context } from '@temporalio/activity';
+import type { ActivityInterceptorsFactory } from '@temporalio/worker';
 import { ConfigError, DataValidationError } from '../config/errors';
 import { isRetryableFailure, RoundhouseFailure, type FailureType } from '../config/failures';
+import { maskSecrets, maskSecretsIn } from '../config/secrets';
 import { TokenizerNotFoundError } from '../config/tokenizer';
 import { ProviderError } from '../providers/errors';
 import { recordProviderError } from './metrics';
@@ -10,7 +12,9 @@ import { recordProviderError } from './metrics';
  * `ProviderError`, `DataValidationError`, `ConfigError`); every activity body runs in `atBoundary`, the one place
  * they become Temporal failures whose `type` is one of config/failures.ts's closed set; workflows catch only activity
  * failures and read their type (workflows/failures.ts). The round's workflow catches everything on purpose:
- * releasing the GPU matters more than retrying a stuck workflow task.
+ * releasing the GPU matters more than retrying a stuck workflow task. Whatever an activity sends to Temporal (its
+ * failure's message, stack, cause and details; its heartbeat details; its result) has every secret masked first
+ * (`maskingInterceptors`, installed on every worker): an error that quotes a request quotes its credentials.
  */
 export function toActivityFailure(err: unknown, details: Record<string, unknown> = {}): unknown {
   if (err instanceof ApplicationFailure) return err;
@@ -64,3 +68,33 @@ export async function keepingAlive<T>(body: () => Promise<T>): Promise<T> {
     clearInterval(timer);
   }
 }
+
+/** An error about to become a Temporal failure, with every secret masked in its message, stack, details and causes. */
+export function maskedForTemporal(err: unknown, depth = 0): unknown {
+  if (!(err instanceof Error) || depth > 8) return err;
+  err.message = maskSecrets(err.message);
+  if (err.stack) err.stack = maskSecrets(err.stack);
+  if (err instanceof ApplicationFailure && err.details) (err as { details: unknown[] }).details = err.details.map((d) => maskSecretsIn(d));
+  if (err.cause !== undefined) maskedForTemporal(err.cause, depth + 1);
+  return err;
+}
+
+/**
+ * The worker's activity interceptors: every activity's result, heartbeat details and failure leave the process with
+ * secrets masked (the SDK offers no outbound hook for heartbeats, so the context's `heartbeat` is wrapped).
+ */
+export const maskingInterceptors: ActivityInterceptorsFactory = (context) => {
+  const heartbeat = context.heartbeat;
+  Object.defineProperty(context, 'heartbeat', { value: (details?: unknown) => heartbeat(maskSecretsIn(details)) });
+  return {
+    inbound: {
+      async execute(input, next) {
+        try {
+          return maskSecretsIn(await next(input));
+        } catch (err) {
+          throw maskedForTemporal(err);
+        }
+      },
+    },
+  };
+};

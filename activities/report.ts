@@ -2,6 +2,7 @@ import { bestCheckpoint, roundCheckpoints } from './checkpoints';
 import fs from 'node:fs';
 import path from 'node:path';
 import { joinLocation, readJson, storeFor } from '../config/artifacts';
+import { maskSecretsIn } from '../config/secrets';
 
 /**
  * The campaign report people look at: `report.html` (self-contained: Chart.js and the data inlined, no network)
@@ -312,7 +313,7 @@ export async function writeCampaignReports(
   campaignDir: string,
   options: { temporalUiUrl: string; namespace: string },
 ): Promise<{ html: string; markdown: string }> {
-  const data = await loadCampaignReportData(campaignDir, options);
+  const data = maskSecretsIn(await loadCampaignReportData(campaignDir, options)) as CampaignReportData;
   const html = joinLocation(campaignDir, 'report.html');
   const markdown = joinLocation(campaignDir, 'summary.md');
   await storeFor(html).write(html, renderCampaignHtml(data), 'text/html; charset=utf-8');

@@ -1,6 +1,7 @@
 import { Context } from '@temporalio/activity';
 import { RoundhouseFailure } from '../config/failures';
 import { planSteps } from '../config/schedule';
+import { maskSecretsIn } from '../config/secrets';
 import type { ForwardResult, OperationHandle } from '../providers/types';
 import type { RoundInput, RoundSpec } from '../workflows/round-contract';
 import { toDatum } from './data';
@@ -232,7 +233,8 @@ interface RoundReportInput {
 async function writeRoundReport(input: RoundReportInput): Promise<string> {
   const evaluations = (input.evaluationsPath && (await readJson<unknown[]>(input.evaluationsPath))) || [];
   const steps = input.stepsDir ? await readStepRecords(input.stepsDir, input.rollbacks) : [];
-  const full = { ...input.report, checkpoints: roundCheckpoints(input.report), evaluations, steps };
+  // Secrets masked once here: the report goes to the store and, with tracking, to MLflow as an artifact.
+  const full = maskSecretsIn({ ...input.report, checkpoints: roundCheckpoints(input.report), evaluations, steps });
   try {
     await writeJsonAtomic(input.path, full);
   } catch (err) {

@@ -1,6 +1,7 @@
 import { Context } from '@temporalio/activity';
 import { joinLocation } from '../config/artifacts';
 import { learningRateAt } from '../config/schedule';
+import { maskSecrets } from '../config/secrets';
 import type { CampaignSpec } from '../config/spec';
 import { credentialsFromEnv, MlflowClient, type MlflowMetric } from '../providers/mlflow/client';
 import type { RoundSpec } from '../workflows/round-contract';
@@ -299,6 +300,6 @@ function warn(message: string): void {
   try {
     Context.current().log.warn(message);
   } catch {
-    process.stderr.write(`${message}\n`);
+    process.stderr.write(`${maskSecrets(message)}\n`);
   }
 }

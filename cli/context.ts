@@ -4,7 +4,8 @@ import { connectionOptions, temporalClient } from '../workers/temporal-server';
 import { ConfigError } from '../config/errors';
 import { CliFailure } from './failure';
 import { loadWorkerSettings, type WorkerSettings } from '../config/worker-env';
-import { createLogger, registerSecret, type Logger } from '../config/logging';
+import { createLogger, type Logger } from '../config/logging';
+import { registerEnvironmentSecrets, registerSecret } from '../config/secrets';
 import { installRuntimeLogger } from '../workers/runtime';
 
 export interface CliContext {
@@ -26,6 +27,8 @@ export interface CliContextOptions {
 
 /** Validates the environment first (a bad variable is a ConfigError → exit 2), then sets up logging. */
 export function cliContext(options: CliContextOptions = {}): CliContext {
+  // Every secret of the environment, before anything can print or send one (a worker command adds the JWTs it obtains).
+  registerEnvironmentSecrets(process.env);
   const settings = loadWorkerSettings();
   registerSecret(settings.apiKey);
   for (const key of settings.encryption?.keys.values() ?? [])

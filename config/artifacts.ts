@@ -4,6 +4,7 @@ import { createRequire } from 'node:module';
 import os from 'node:os';
 import path from 'node:path';
 import { ConfigError } from './errors';
+import { maskSecretsIn } from './secrets';
 
 /**
  * Where rounds keep what they write (samples, reference logprobs, step records, reports) and where uploaded data
@@ -144,8 +145,9 @@ export async function readJson<T>(location: string): Promise<T | undefined> {
   return text === undefined ? undefined : (JSON.parse(text) as T);
 }
 
+/** Writes JSON (reports, summaries, records) with every registered secret masked: what is stored is read by people. */
 export async function writeJson(location: string, value: unknown): Promise<void> {
-  await storeFor(location).write(location, `${JSON.stringify(value, null, 2)}\n`, 'application/json');
+  await storeFor(location).write(location, `${JSON.stringify(maskSecretsIn(value), null, 2)}\n`, 'application/json');
 }
 
 /**

@@ -1,25 +1,16 @@
 import pino, { type DestinationStream, type Logger, type LoggerOptions } from 'pino';
 import pretty from 'pino-pretty';
+import { maskSecrets, REDACTED } from './secrets';
 import type { LogFormat } from './worker-env';
 
 export type { Logger } from 'pino';
 
 const KEY_LIKE = /(api[-_]?key|apikey|secret|token|password|passwd|authorization|credential|private[-_]?key|cookie)/i;
-const BEARER = /\b(Bearer|Basic)\s+[A-Za-z0-9._~+/=-]+/g;
-const REDACTED = '[redacted]';
 
-/** Secret values seen at start-up (API keys from env or files): masked wherever they appear in a log line. */
-const knownSecrets = new Set<string>();
+export { registerSecret } from './secrets';
 
-export function registerSecret(value: string | undefined): void {
-  if (value && value.length >= 6) knownSecrets.add(value);
-}
-
-export function redactText(text: string): string {
-  let out = text.replace(BEARER, `$1 ${REDACTED}`);
-  for (const secret of knownSecrets) out = out.split(secret).join(REDACTED);
-  return out;
-}
+/** A log line's text with every registered secret and every credential header masked (config/secrets.ts). */
+export const redactText = maskSecrets;
 
 /** Masks key-like fields at any depth and known secret values inside strings. */
 export function redactValue(value: unknown, depth = 0): unknown {

@@ -20,6 +20,9 @@ import { seededRandom } from './random';
  * - `duplicate-create`: a create is applied twice, as a service that does not dedupe a resent create would (Baseten's
  *   paired sampler create: an extra sampler of the run's session, billed on its own, which deactivating the run
  *   leaves up).
+ * - `echo-headers`: answered before the request is handled (nothing applied) with `status` and an error message that
+ *   quotes the request's headers, credentials included, as a misconfigured gateway does: what a client must never
+ *   log or pass on in clear.
  */
 export const FAULT_KINDS = [
   'http-429',
@@ -36,6 +39,7 @@ export const FAULT_KINDS = [
   'capacity-timeout',
   'delay',
   'duplicate-create',
+  'echo-headers',
 ] as const;
 export type FaultKind = (typeof FAULT_KINDS)[number];
 
@@ -68,6 +72,8 @@ export const FaultRuleSchema = z.object({
   /** `fail-operation`: the code the operation fails with. */
   errorCode: ErrorCode.default('INTERNAL_ERROR'),
   retryAfterMs: z.number().int().min(0).max(60_000).default(200),
+  /** `echo-headers`: the status answered (a 5xx is retried by clients, a 401 is not). */
+  status: z.number().int().min(400).max(599).default(500),
   delayMs: z.number().int().min(0).max(600_000).default(1000),
   /** `capacity-queue` / `capacity-timeout`: how long the create waits in the queue. */
   durationMs: z.number().int().min(0).max(3_600_000).default(2000),

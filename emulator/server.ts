@@ -64,6 +64,8 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Runn
   const control = new Router()
     .add('GET', '/_emulator/health', () => ({ body: { ok: true } }))
     .add('GET', '/_emulator/ledger', () => ({ body: engine.ledger() }))
+    // Tinker's JWT mode: every token auth/token issued, so a test can look for each where no credential may be.
+    .add('GET', '/_emulator/tinker/jwts', () => ({ body: { jwts: tinker.issuedJwts() } }))
     .add('GET', '/_emulator/faults', () => ({ body: engine.faults.report() }))
     .add('POST', '/_emulator/faults', (req) => {
       const parsed = FaultConfigSchema.safeParse(req.body ?? {});
@@ -95,10 +97,18 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Runn
           if (engine.faults.latencyMs > 0) await new Promise((r) => setTimeout(r, engine.faults.latencyMs));
           const slow = engine.faults.draw(['delay'], event);
           if (slow) await new Promise((r) => setTimeout(r, slow.delayMs));
-          const early = engine.faults.draw(['http-429', 'http-500', 'http-503', 'reset'], event);
+          const early = engine.faults.draw(['http-429', 'http-500', 'http-503', 'reset', 'echo-headers'], event);
           if (early?.kind === 'reset') {
             req.socket.destroy();
             return;
+          }
+          if (early?.kind === 'echo-headers') {
+            throw new EmulatorHttpError(
+              early.status,
+              early.status === 401 ? 'UNAUTHENTICATED' : 'UNAVAILABLE',
+              `injected fault: HTTP ${early.status}; the request's headers were ${JSON.stringify(req.headers)}`,
+              { 'retry-after-ms': String(early.retryAfterMs) },
+            );
           }
           if (early) {
             const status = Number(early.kind.slice(5));

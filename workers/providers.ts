@@ -1,6 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { ApplicationFailure } from '@temporalio/activity';
+import { registerEnvironmentSecrets, registerSecret } from '../config/secrets';
 import type { ProviderSpec } from '../config/spec';
 import { startEmulator, type RunningEmulator } from '../emulator/server';
 import { BASETEN_DEFAULT_BASE_URL, BasetenProvider } from '../providers/baseten/client';
@@ -19,7 +20,8 @@ export interface ProviderRegistryOptions {
 
 /**
  * Builds providers for specs, once per (kind, base URL). API keys come from the worker's environment only
- * (TOGETHER_API_KEY, BASETEN_API_KEY, TINKER_API_KEY), never from workflow inputs.
+ * (TOGETHER_API_KEY, BASETEN_API_KEY, TINKER_API_KEY), never from workflow inputs; they and the JWTs a Tinker client
+ * obtains are registered as secrets (config/secrets.ts), so nothing this process logs or sends carries them.
  */
 export class ProviderRegistry {
   private readonly providers = new Map<string, TrainingProvider>();
@@ -28,6 +30,7 @@ export class ProviderRegistry {
 
   constructor(private readonly options: ProviderRegistryOptions) {
     this.env = options.env ?? process.env;
+    registerEnvironmentSecrets(this.env);
   }
 
   /**
@@ -78,7 +81,11 @@ export class ProviderRegistry {
         if (!apiKey) throw ApplicationFailure.nonRetryable('TINKER_API_KEY is not set in the worker environment', 'InvalidInput');
         if (!apiKey.startsWith('tml-') && !apiKey.startsWith('eyJ'))
           throw ApplicationFailure.nonRetryable("TINKER_API_KEY must start with 'tml-'", 'InvalidInput');
-        return new TinkerProvider({ baseUrl: baseUrl ?? TINKER_DEFAULT_BASE_URL, apiKey });
+        return new TinkerProvider({
+          baseUrl: baseUrl ?? TINKER_DEFAULT_BASE_URL,
+          apiKey,
+          onSecret: (jwt) => registerSecret(jwt, { rotating: true }),
+        });
       }
     }
   }

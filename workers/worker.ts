@@ -11,6 +11,8 @@ import {
   type WorkerOptions,
 } from '@temporalio/worker';
 import { createActivities } from '../activities';
+import { maskingInterceptors } from '../activities/failures';
+import { registerEnvironmentSecrets } from '../config/secrets';
 import { ProviderRegistry } from './providers';
 import type { WorkerSettings } from '../config/worker-env';
 import { packageRoot } from './temporal-server';
@@ -76,6 +78,7 @@ export interface RoundhouseWorkerOptions {
 export const DEFAULT_MAX_CONCURRENT_ACTIVITIES = 2000;
 
 export async function createRoundhouseWorker(options: RoundhouseWorkerOptions): Promise<Worker> {
+  registerEnvironmentSecrets(process.env);
   const providers = options.providers ?? new ProviderRegistry({ stateDir: options.stateDir ?? '.roundhouse' });
   let worker: Worker | undefined;
   // Once shutdown is requested (SIGTERM/SIGINT), training segments stop submitting steps and return their cursor.
@@ -85,6 +88,8 @@ export async function createRoundhouseWorker(options: RoundhouseWorkerOptions): 
     namespace: options.namespace,
     taskQueue: options.taskQueue,
     activities: createActivities({ providerFor: (spec) => providers.providerFor(spec), draining }),
+    // Secrets are masked in everything activities send to Temporal: failures, heartbeat details, results.
+    interceptors: { activity: [maskingInterceptors] },
     ...(options.dataConverter ? { dataConverter: options.dataConverter } : {}),
     ...(options.workflowBundle ? { workflowBundle: options.workflowBundle } : await workflowSource()),
     shutdownGraceTime: options.shutdownGraceTime ?? options.tuning?.shutdownGraceMs ?? '20 seconds',

@@ -73,13 +73,17 @@ function tinkerOwner(req: EmulatorRequest, jwt: JwtIssuer | undefined, keyAllowe
 /** HS256 JWTs naming the key's owner, signed with a secret of this emulator's. */
 class JwtIssuer {
   private readonly secret = randomUUID();
+  /** Every token issued, in order (tests look for them where no credential may be). */
+  readonly issued: string[] = [];
   constructor(private readonly lifetimeSeconds: number) {}
 
   issue(owner: string): string {
     const now = Math.floor(Date.now() / 1000);
     const part = (o: object) => Buffer.from(JSON.stringify(o)).toString('base64url');
     const unsigned = `${part({ alg: 'HS256', typ: 'JWT' })}.${part({ sub: owner, iat: now, exp: now + this.lifetimeSeconds })}`;
-    return `${unsigned}.${createHmac('sha256', this.secret).update(unsigned).digest('base64url')}`;
+    const token = `${unsigned}.${createHmac('sha256', this.secret).update(unsigned).digest('base64url')}`;
+    this.issued.push(token);
+    return token;
   }
 
   verify(token: string): string {
@@ -193,7 +197,7 @@ export function parseTinkerPath(uri: string): { modelId: string; kind: 'weights'
   return m ? { modelId: m[1]!, kind: m[2] as 'weights' | 'sampler_weights', name: m[3]! } : undefined;
 }
 
-export function addTinkerRoutes(router: Router, engine: Engine, options: TinkerOptions = {}): { close(): void } {
+export function addTinkerRoutes(router: Router, engine: Engine, options: TinkerOptions = {}): { close(): void; issuedJwts(): string[] } {
   const holdMs = options.futureHoldMs ?? 25_000;
   const jwt = options.jwtLifetimeSeconds ? new JwtIssuer(options.jwtLifetimeSeconds) : undefined;
   const closing = new AbortController();
@@ -854,6 +858,7 @@ export function addTinkerRoutes(router: Router, engine: Engine, options: TinkerO
     close() {
       closing.abort();
     },
+    issuedJwts: () => [...(jwt?.issued ?? [])],
   };
 }
 

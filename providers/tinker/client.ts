@@ -40,6 +40,8 @@ export interface TinkerProviderOptions extends Omit<HttpClientOptions, 'baseUrl'
   apiKey: string;
   /** Heartbeat interval of open sessions (default 10 s, as the SDK). */
   heartbeatMs?: number;
+  /** Called with each credential the client obtains (a JWT from `auth/token`) before any request carries it: the caller masks it. */
+  onSecret?: (value: string) => void;
 }
 
 /** What this process knows of a model it drives: Tinker runs a model's operations in `seq_id` order, and only its driver knows the order. */
@@ -156,6 +158,7 @@ export class TinkerProvider implements TrainingProvider {
   private jwtMode: Promise<boolean> | undefined;
   private jwt: { value: string; exp: number; refreshAt: number } | undefined;
   private exchange: Promise<void> | undefined;
+  private readonly onSecret: ((value: string) => void) | undefined;
 
   constructor(options: TinkerProviderOptions) {
     if (!(options.apiKey.startsWith('tml-') || options.apiKey.startsWith('eyJ')))
@@ -164,6 +167,7 @@ export class TinkerProvider implements TrainingProvider {
     this.http = new HttpClient({ ...options, baseUrl, authHeader: 'x-api-key', userAgent: options.userAgent ?? 'roundhouse-tinker' });
     this.account = accountFingerprint(baseUrl, options.apiKey);
     this.heartbeatMs = options.heartbeatMs ?? HEARTBEAT_MS;
+    this.onSecret = options.onSecret;
   }
 
   // ── auth ─────────────────────────────────────────────────────────────────────────────────────────
@@ -201,6 +205,7 @@ export class TinkerProvider implements TrainingProvider {
           schema: z.object({ jwt: z.string() }).passthrough(),
         })
         .then(({ jwt }) => {
+          this.onSecret?.(jwt);
           const claims = jwtClaims(jwt);
           this.jwt = { value: jwt, exp: claims.exp, refreshAt: claims.iat + (claims.exp - claims.iat) / 2 };
         })
