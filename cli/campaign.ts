@@ -1,6 +1,5 @@
 import { Command, Option } from 'commander';
 import type { WorkflowHandle } from '@temporalio/client';
-import type * as TemporalClient from '@temporalio/client';
 import type * as Spec from '../config/spec';
 import type * as Contract from '../workflows/campaign-contract';
 import type { CampaignInput, CampaignProgress } from '../workflows/campaign-contract';
@@ -11,11 +10,9 @@ import type * as CampaignData from '../workers/campaign-data';
 import type * as Workflows from '../workflows';
 import { artifactRoot } from '../config/artifacts';
 import { checkpointRefsMemo } from '../config/retention';
-import { CliFailure } from './failure';
 import { lazy } from './lazy';
 
 // What the commands use, loaded when one runs (cli/lazy.ts).
-const temporal = lazy(() => require('@temporalio/client') as typeof TemporalClient);
 const spec = lazy(() => require('../config/spec') as typeof Spec);
 const contract = lazy(() => require('../workflows/campaign-contract') as typeof Contract);
 const context = lazy(() => require('./context') as typeof Context);
@@ -23,6 +20,10 @@ const progress = lazy(() => require('./progress') as typeof Progress);
 const validate = lazy(() => require('../workers/validate') as typeof Validate);
 const campaignData = lazy(() => require('../workers/campaign-data') as typeof CampaignData);
 const workflows = lazy(() => require('../workflows') as typeof Workflows);
+
+/** What `run --wait`, `watch` and `status` exit with for an ended campaign (progress.ts's failUnlessSucceeded). */
+const EXIT_CODES_WHEN_ENDED =
+  'exit 0 if it completed (rounds.max or its target reached) or was stopped (stop, a budget), 1 if it failed, was cancelled, terminated or timed out (the reason is printed)';
 
 function campaignIdFor(name: string): string {
   return `${name}-${new Date()
@@ -44,17 +45,12 @@ async function withCampaign<T>(id: string, body: (handle: WorkflowHandle) => Pro
   }
 }
 
-/** Exit code of a finished campaign: 0 completed or stopped as asked, 1 failed. */
-function outcome(progress: CampaignProgress): number {
-  return progress.status === 'failed' ? 1 : 0;
-}
-
 export function runCommand(): Command {
   return new Command('run')
     .description('Validate a campaign spec and its data, then start the campaign on the running stack')
     .argument('<spec>', 'campaign spec (YAML or JSON)')
     .option('--id <id>', 'campaign id (default: <name>-<timestamp>); starting an id that is running attaches to it')
-    .option('--wait', 'watch progress until the campaign ends; exit 1 if it failed')
+    .option('--wait', `watch progress until the campaign ends; ${EXIT_CODES_WHEN_ENDED}`)
     .addHelpText(
       'after',
       '\nExamples:\n  roundhouse run examples/support-tickets/campaign.yaml --wait\n  roundhouse run campaign.yaml --id tickets-nightly',
@@ -85,10 +81,7 @@ export function runCommand(): Command {
           `campaign ${campaignId} started (${checked.trainRows} training rows, ${checked.evalRows} held out) on ${address}\n` +
             `  status: roundhouse status ${campaignId}\n  watch:  roundhouse watch ${campaignId}\n`,
         );
-        if (opts.wait) {
-          const final = await progress().watchCampaign(handle, process.stdout);
-          process.exitCode = outcome(final);
-        }
+        if (opts.wait) progress().failUnlessSucceeded(await progress().watchCampaign(handle, process.stdout));
       } finally {
         await close();
       }
@@ -100,12 +93,15 @@ export function statusCommand(): Command {
     .description("Show a campaign's progress: rounds done, the current round's phase and step, metric per round, GPU-minutes, cost")
     .argument('<id>', 'campaign id')
     .option('--json', 'print the progress as JSON')
-    .addHelpText('after', '\nExample:\n  roundhouse status support-tickets-20261129120000 --json')
+    .addHelpText(
+      'after',
+      `\nOnce the campaign has ended: ${EXIT_CODES_WHEN_ENDED}.\n\nExample:\n  roundhouse status support-tickets-20261129120000 --json`,
+    )
     .action(async (id: string, opts: { json?: boolean }) => {
       await withCampaign(id, async (handle) => {
         const p = await campaignProgress(handle);
-        process.stdout.write(opts.json ? `${JSON.stringify(p, null, 2)}\n` : progress().renderProgress(p));
-        if (p.status === 'failed') process.exitCode = 1;
+        process.stdout.write(opts.json ? progress().progressJson(p) : progress().renderProgress(p));
+        progress().failUnlessSucceeded(p);
       });
     });
 }
@@ -114,23 +110,20 @@ export function statusCommand(): Command {
 export async function campaignProgress(handle: WorkflowHandle): Promise<CampaignProgress> {
   const d = await handle.describe();
   if (d.status.name === 'RUNNING') return progress().withLiveStep(handle, await handle.query(contract().campaignProgressQuery));
-  try {
-    return (await handle.result()) as CampaignProgress;
-  } catch (err) {
-    if (err instanceof temporal().WorkflowFailedError)
-      throw new CliFailure(`campaign ${handle.workflowId} ${d.status.name.toLowerCase()}: ${err.cause?.message ?? err.message}`);
-    throw err;
-  }
+  return progress().closedCampaignResult(handle, d);
 }
 
 export function watchCommand(): Command {
   return new Command('watch')
     .description('Follow a campaign live: per-round phase, step/total, loss, GPU-minutes (plain lines when not a terminal)')
     .argument('<id>', 'campaign id')
-    .addHelpText('after', '\nExample:\n  roundhouse watch support-tickets-20261129120000')
+    .addHelpText(
+      'after',
+      `\nWhen the campaign ends: ${EXIT_CODES_WHEN_ENDED}.\n\nExample:\n  roundhouse watch support-tickets-20261129120000`,
+    )
     .action(async (id: string) => {
       await withCampaign(id, async (handle) => {
-        process.exitCode = outcome(await progress().watchCampaign(handle, process.stdout));
+        progress().failUnlessSucceeded(await progress().watchCampaign(handle, process.stdout));
       });
     });
 }

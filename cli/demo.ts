@@ -81,7 +81,7 @@ export function demoCommand(): Command {
               ? `Temporal UI (while a server runs, e.g. \`roundhouse up\`): ${server.uiUrl}/namespaces/${settings.namespace}/workflows/${campaignId}\n`
               : ''),
         );
-        if (result.status === 'failed') process.exitCode = 1;
+        progress().failUnlessSucceeded(result);
       } finally {
         await clientConnection.close();
         await workerConnection.close();

@@ -53,7 +53,11 @@ export function buildProgram(): Command {
   return program;
 }
 
-/** Runs the command line; resolves to the process exit code (0 ok, 1 failed, 2 usage or input error). */
+/**
+ * Runs the command line; resolves to the process exit code (0 ok, 1 failed, 2 usage or input error), which the
+ * caller sets as the process's. An action reports an unsuccessful outcome (a failed, cancelled, terminated or timed
+ * out campaign) by throwing a CliFailure, never through process.exitCode: that would be overwritten.
+ */
 export async function main(argv: string[]): Promise<number> {
   try {
     await buildProgram().parseAsync(argv);

@@ -1,7 +1,9 @@
 import { describeWait } from '../config/capacity';
-import type { WorkflowHandle } from '@temporalio/client';
+import { WorkflowFailedError, type WorkflowExecutionDescription, type WorkflowHandle } from '@temporalio/client';
 import { decodeArrayFromPayloads } from '@temporalio/common/lib/internal-non-workflow';
+import { redactText } from '../config/logging';
 import { campaignProgressQuery, type CampaignProgress } from '../workflows/campaign-contract';
+import { CliFailure } from './failure';
 
 const pct = (v: number | undefined) => (v === undefined ? '   –  ' : `${(v * 100).toFixed(1).padStart(5)}%`);
 const num = (v: number | undefined, digits = 3) => (v === undefined ? '–' : v.toFixed(digits));
@@ -44,6 +46,10 @@ export function renderProgress(p: CampaignProgress): string {
       (r) =>
         `  ${String(r.round).padStart(5)}  ${r.status.padEnd(9)}  ${pct(r.accuracy)}   ${num(r.baselineLoss).padStart(8)} → ${num(r.trainedLoss).padEnd(8)}        ${`${r.stepsApplied}/${r.totalSteps}`.padEnd(9)}  ${num(r.gpuMinutes, 2)}${r.recoveries ? `  (${r.recoveries} ${r.recoveries === 1 ? 'recovery' : 'recoveries'})` : ''}`,
     ),
+    // Why a round failed, from its error: what `round-<n>.json` says as error_message.
+    ...p.rounds
+      .filter((r) => r.errorMessage)
+      .map((r) => `  round ${r.round} ${r.status}${r.errorType ? ` (${r.errorType})` : ''}: ${redactText(r.errorMessage!)}`),
   ];
   const c = p.currentRound;
   if (c && !['completed', 'failed', 'cancelled', 'stopped'].includes(c.phase)) {
@@ -58,6 +64,11 @@ export function renderProgress(p: CampaignProgress): string {
   }
   lines.push(`  summary: ${p.summaryPath}`);
   return `${lines.join('\n')}\n`;
+}
+
+/** A campaign's progress as JSON (`status --json`), secrets masked as in the text. */
+export function progressJson(p: CampaignProgress): string {
+  return redactText(`${JSON.stringify(p, null, 2)}\n`);
 }
 
 const SEGMENT_ACTIVITIES = new Set(['trainSegment', 'trainGrpoSegment', 'trainDpoSegment']);
@@ -90,6 +101,60 @@ export async function withLiveStep(handle: WorkflowHandle, progress: CampaignPro
   return live !== undefined && live > current.step ? { ...progress, currentRound: { ...current, step: live } } : progress;
 }
 
+/**
+ * A finished campaign's outcome as the exit code: nothing when it completed or was stopped (by `stop`, a budget),
+ * else a CliFailure (exit code 1) naming why in one line: the round that failed and its error's message.
+ */
+export function failUnlessSucceeded(p: CampaignProgress): void {
+  if (p.status !== 'failed') return;
+  const round = [...p.rounds].reverse().find((r) => r.status === 'failed' || r.status === 'cancelled');
+  throw new CliFailure(
+    `campaign ${p.campaignId} failed: ${p.stopReason ?? 'its last round did not complete'}${round?.errorMessage ? `: ${round.errorMessage}` : ''}`,
+  );
+}
+
+/**
+ * The result of a campaign that is no longer running; one that ended without one (cancelled, terminated, timed out,
+ * or failed as a workflow) is a CliFailure (exit code 1) saying how it ended and why, where Temporal knows.
+ */
+export async function closedCampaignResult(handle: WorkflowHandle, description: WorkflowExecutionDescription): Promise<CampaignProgress> {
+  try {
+    return (await handle.result()) as CampaignProgress;
+  } catch (err) {
+    if (!(err instanceof WorkflowFailedError)) throw err;
+    throw new CliFailure(`campaign ${handle.workflowId} ${await howItEnded(handle, description, err)}`);
+  }
+}
+
+async function howItEnded(handle: WorkflowHandle, description: WorkflowExecutionDescription, err: WorkflowFailedError): Promise<string> {
+  switch (description.status.name) {
+    case 'TERMINATED':
+      return `terminated: ${err.cause?.message ?? 'no reason given'}`;
+    case 'CANCELLED':
+      return `cancelled${await cancelRequest(handle)}`;
+    case 'TIMED_OUT': {
+      // The server gives a run the execution timeout as its run timeout when it was started without one.
+      const config = description.raw.executionConfig;
+      const execution = Number(config?.workflowExecutionTimeout?.seconds ?? 0);
+      const run = Number(config?.workflowRunTimeout?.seconds ?? 0);
+      const limits = [execution > 0 ? `execution timeout ${execution}s` : '', run > 0 && run !== execution ? `run timeout ${run}s` : ''];
+      return `timed out: it ran past its workflow ${limits.filter(Boolean).join(' or ') || 'timeout'}, set when it was started`;
+    }
+    default:
+      return `${description.status.name.toLowerCase()}: ${err.cause?.message ?? err.message}`;
+  }
+}
+
+/** Who asked for a campaign's cancellation, and why where they said: from the request in its history. */
+async function cancelRequest(handle: WorkflowHandle): Promise<string> {
+  const history = await handle.fetchHistory().catch(() => undefined);
+  const request = history?.events?.find(
+    (e) => e.workflowExecutionCancelRequestedEventAttributes,
+  )?.workflowExecutionCancelRequestedEventAttributes;
+  if (!request) return '';
+  return `: requested by ${request.identity || 'an unnamed client'}${request.cause ? ` (${request.cause})` : ''}`;
+}
+
 /** Follows a campaign until it ends: redraws in a terminal, prints changed lines otherwise. Returns the final progress. */
 export async function watchCampaign(handle: WorkflowHandle, out: NodeJS.WriteStream, intervalMs = 500): Promise<CampaignProgress> {
   let previous = '';
@@ -101,8 +166,7 @@ export async function watchCampaign(handle: WorkflowHandle, out: NodeJS.WriteStr
       progress = await handle.query(campaignProgressQuery).catch(() => undefined);
       if (progress) progress = await withLiveStep(handle, progress);
     } else {
-      progress = (await handle.result().catch(() => undefined)) as CampaignProgress | undefined;
-      if (!progress) throw new Error(`campaign ${handle.workflowId} ended ${description.status.name.toLowerCase()}`);
+      progress = await closedCampaignResult(handle, description);
     }
     if (progress) {
       const text = renderProgress(progress);

@@ -29,6 +29,8 @@ export interface RoundSummary {
   recoveries?: number;
   train: { path: string; sha256?: string; rows?: number };
   errorType?: string;
+  /** Why a failed round failed: its error's message (what `status`, `watch` and `run --wait` print). */
+  errorMessage?: string;
   /** Why a `stopped` round ended early (a budget). */
   stopReason?: string;
 }

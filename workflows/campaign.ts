@@ -26,7 +26,7 @@ import {
   validateCampaignLimits,
   validateStopRequest,
 } from './campaign-contract';
-import { childRoundResultOf, failureTypeOf, isCancellation } from './failures';
+import { childRoundResultOf, failureReasonOf, failureTypeOf, isCancellation } from './failures';
 import {
   pauseRoundSignal,
   resumeRoundSignal,
@@ -231,6 +231,7 @@ export async function campaignWorkflow(input: CampaignInput): Promise<CampaignRe
           ...summary,
           status: isCancellation(err) || state.stop === 'now' ? 'cancelled' : 'failed',
           errorType: failureTypeOf(err),
+          ...(isCancellation(err) ? {} : { errorMessage: failureReasonOf(err) }),
           gpuMinutes: current?.gpuMinutes ?? 0,
         };
     }
@@ -249,6 +250,7 @@ export async function campaignWorkflow(input: CampaignInput): Promise<CampaignRe
         reportPath: result.reportPath,
         trainingCheckpointId: result.trainingCheckpointId,
         errorType: result.errorType,
+        errorMessage: result.errorMessage,
         stopReason: result.stopReason,
         recoveries: result.recoveries?.length,
       };

@@ -24,6 +24,11 @@ export function failureMessageOf(err: unknown): string {
   return cause instanceof Error ? cause.message : String(err);
 }
 
+/** A failure's message as a round's result and the campaign's state keep it (across continue-as-new): a reason, not a dump. */
+export function failureReasonOf(err: unknown): string {
+  return failureMessageOf(err).slice(0, 1000);
+}
+
 /** A detail field of an activity's failure (e.g. the `resourceId` provisioning made before it failed). */
 export function failureDetail<T>(err: unknown, field: string): T | undefined {
   const cause = causeOf(err);

@@ -132,6 +132,8 @@ export interface RoundResult {
   /** Tokens the round processed (what Tinker bills), counted by its activities: prefill, sample, train. */
   tokens?: { prefill: number; sample: number; train: number };
   errorType?: string;
+  /** Why a `failed` round failed (its error's message, e.g. the model the provider does not support). */
+  errorMessage?: string;
   /** Why a `stopped` round ended early. */
   stopReason?: string;
   /** Recoveries from provider-side failures, in order. */

@@ -1,6 +1,6 @@
 import { ApplicationFailure, CancellationScope, condition, log, patched } from '@temporalio/workflow';
 import { evaluateDuring, evaluationDue, restoreBest } from './evaluation';
-import { failureMessageOf, failureTypeOf, isCancellation } from './failures';
+import { failureMessageOf, failureReasonOf, failureTypeOf, isCancellation } from './failures';
 import { untilInterrupted } from './interrupt';
 import { noteCheckpoint, recover, recoverable, recovering } from './recovery';
 import { pausable, pausesAnyPhase, releaseRegistered } from './pause';
@@ -81,6 +81,7 @@ export async function roundWorkflow(input: RoundInput): Promise<RoundResult> {
     state.failure = err instanceof Error ? err : new Error(String(err));
     result.status = isCancellation(err) ? 'cancelled' : 'failed';
     result.errorType = failureTypeOf(err);
+    if (!isCancellation(err)) result.errorMessage = failureReasonOf(err);
     log.warn('round did not complete', { status: result.status, errorType: result.errorType });
   } finally {
     state.trainingOver = true;

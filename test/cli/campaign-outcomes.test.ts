@@ -1,0 +1,222 @@
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import type { Worker } from '@temporalio/worker';
+import { ProviderRegistry } from '../../workers/providers';
+import { createRoundhouseWorker } from '../../workers/worker';
+import { campaignProgressQuery, type CampaignInput } from '../../workflows/campaign-contract';
+import { campaignWorkflow } from '../../workflows';
+import { startTestEmulator, type RunningEmulator } from '../helpers/emulator';
+import { readArtifact } from '../helpers/artifacts';
+import { ticketCampaignSpec } from '../helpers/campaign';
+import { bundleWorkflows, connectTestTemporal, uniqueTaskQueue, type TestTemporal } from '../helpers/temporal';
+
+// What a user runs: bin/roundhouse.js, whose wrapper sets the process's exit code from main()'s.
+const bin = path.resolve(__dirname, '../../bin/roundhouse.js');
+
+let temporal: TestTemporal;
+let emulator: RunningEmulator;
+let providers: ProviderRegistry;
+let worker: Worker;
+let running: Promise<void>;
+let taskQueue: string;
+let env: Record<string, string>;
+
+beforeAll(async () => {
+  temporal = await connectTestTemporal();
+  emulator = await startTestEmulator({ operationLatencyMs: 5 });
+  const stateDir = fs.mkdtempSync(path.join(os.tmpdir(), 'rh-outcomes-'));
+  providers = new ProviderRegistry({ stateDir });
+  taskQueue = uniqueTaskQueue('cli-outcomes');
+  worker = await createRoundhouseWorker({
+    connection: temporal.nativeConnection,
+    namespace: 'default',
+    taskQueue,
+    workflowBundle: await bundleWorkflows(),
+    providers,
+  });
+  running = worker.run();
+  env = {
+    TEMPORAL_ADDRESS: process.env.TEMPORAL_ADDRESS!,
+    ROUNDHOUSE_TASK_QUEUE: taskQueue,
+    ROUNDHOUSE_STATE_DIR: stateDir,
+    ROUNDHOUSE_LOG_LEVEL: 'warn',
+  };
+});
+
+afterAll(async () => {
+  worker?.shutdown();
+  await running;
+  await providers?.close();
+  await emulator?.close();
+  await temporal?.close();
+});
+
+interface Run {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+function roundhouse(...args: string[]): Promise<Run> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, [bin, ...args], { env: { ...process.env, ...env }, timeout: 180_000 });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d) => (stdout += d));
+    child.stderr.on('data', (d) => (stderr += d));
+    child.on('close', (code) => resolve({ code, stdout, stderr }));
+  });
+}
+
+/** A campaign spec file against this test's emulator; `yaml` replaces the `rounds:` line. */
+function specFile(options: { trainRows?: number; yaml?: string; model?: string }): string {
+  const { dir } = ticketCampaignSpec({
+    baseUrl: emulator.url,
+    trainRows: options.trainRows ?? 20,
+    evalRows: 5,
+    yaml: options.yaml ?? 'rounds: { max: 1 }',
+  });
+  const file = path.join(dir, 'campaign.yaml');
+  if (options.model)
+    fs.writeFileSync(file, fs.readFileSync(file, 'utf8').replace('model: roundhouse/tiny-chat', `model: ${options.model}`));
+  return file;
+}
+
+/** Exit code 1 and one line on stderr naming the campaign and why, no stack trace. */
+function expectFailedWith(run: Run, line: string): void {
+  expect(run.code).toBe(1);
+  expect(run.stderr).toContain(`roundhouse: ${line}`);
+  expect(run.stderr).not.toMatch(/\n\s+at /);
+}
+
+async function untilTraining(id: string): Promise<void> {
+  const handle = temporal.client.workflow.getHandle(id);
+  for (let i = 0; i < 600; i++) {
+    const p = await handle.query(campaignProgressQuery).catch(() => undefined);
+    if (p?.currentRound?.phase === 'training') return;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`campaign ${id} never reached training`);
+}
+
+describe('an ended campaign that did not succeed exits 1 and says why', () => {
+  test('a failed round: run --wait, watch, status and status --json exit 1 and print the message its round report records', async () => {
+    const id = `outcome-failed-${Date.now()}`;
+    const run = await roundhouse('run', specFile({ model: 'nosuch/model' }), '--id', id, '--wait');
+    const why = "provider.model: 'nosuch/model' is not supported by ";
+    expectFailedWith(run, `campaign ${id} failed: round 1 failed (InvalidInput): ${why}`);
+    expect(run.stdout).toMatch(new RegExp(`campaign ${id}: failed \\(round 1 failed \\(InvalidInput\\)\\)`));
+    expect(run.stdout).toContain(`round 1 failed (InvalidInput): ${why}`);
+
+    // The reason printed is the one the round's report holds.
+    const json = await roundhouse('status', id, '--json');
+    expect(json.code).toBe(1);
+    const progress = JSON.parse(json.stdout);
+    const report = await readArtifact<{ error_type: string; error_message: string }>(progress.rounds[0].reportPath);
+    expect(report).toMatchObject({ error_type: 'InvalidInput', error_message: expect.stringContaining(why) });
+    expect(progress.rounds[0]).toMatchObject({ status: 'failed', errorType: 'InvalidInput', errorMessage: report.error_message });
+    expect(run.stdout).toContain(`round 1 failed (InvalidInput): ${report.error_message}\n`);
+
+    for (const command of ['status', 'watch']) {
+      const again = await roundhouse(command, id);
+      expectFailedWith(again, `campaign ${id} failed: round 1 failed (InvalidInput): ${report.error_message}`);
+      expect(again.stdout).toContain(`round 1 failed (InvalidInput): ${report.error_message}\n`);
+    }
+  });
+
+  test('a cancelled campaign: run --wait, watch and status exit 1 and say who cancelled it', async () => {
+    const id = `outcome-cancelled-${Date.now()}`;
+    const waiting = roundhouse('run', specFile({ trainRows: 300, yaml: 'rounds: { max: 3 }' }), '--id', id, '--wait');
+    await untilTraining(id);
+    await temporal.client.workflow.getHandle(id).cancel();
+    const line = `campaign ${id} cancelled: requested by ${temporal.client.options.identity}`;
+    expectFailedWith(await waiting, line);
+    expectFailedWith(await roundhouse('watch', id), line);
+    expectFailedWith(await roundhouse('status', id), line);
+  });
+
+  test('a terminated campaign: run --wait, watch and status exit 1 and print the reason it was terminated with', async () => {
+    const id = `outcome-terminated-${Date.now()}`;
+    const waiting = roundhouse('run', specFile({ trainRows: 300, yaml: 'rounds: { max: 3 }' }), '--id', id, '--wait');
+    await untilTraining(id);
+    await temporal.client.workflow.getHandle(id).terminate('the operator found bad rows in the training data');
+    const line = `campaign ${id} terminated: the operator found bad rows in the training data`;
+    expectFailedWith(await waiting, line);
+    expectFailedWith(await roundhouse('watch', id), line);
+    expectFailedWith(await roundhouse('status', id), line);
+  });
+
+  test('a timed-out campaign: watch and status exit 1 and name the timeout it ran past', async () => {
+    const id = `outcome-timed-out-${Date.now()}`;
+    const { spec, dir } = ticketCampaignSpec({ baseUrl: emulator.url, trainRows: 300, evalRows: 5, yaml: 'rounds: { max: 3 }' });
+    const input: CampaignInput = { campaignId: id, spec, reportRoot: path.join(dir, 'campaigns') };
+    // A workflow timeout is set when a campaign is started (run does not set one; a schedule or another client may).
+    await temporal.client.workflow.start(campaignWorkflow, { taskQueue, workflowId: id, args: [input], workflowExecutionTimeout: '3s' });
+    const watch = await roundhouse('watch', id);
+    const line = `campaign ${id} timed out: it ran past its workflow execution timeout 3s`;
+    expectFailedWith(watch, line);
+    expectFailedWith(await roundhouse('status', id), line);
+  });
+});
+
+describe('a campaign that ended at a limit or its target exits 0', () => {
+  test('stopped by its GPU-minute budget: run --wait, watch and status exit 0', async () => {
+    const id = `outcome-budget-${Date.now()}`;
+    const run = await roundhouse(
+      'run',
+      specFile({ trainRows: 300, yaml: 'rounds: { max: 3 }\nbudget: { maxGpuMinutes: 0.0001 }' }),
+      '--id',
+      id,
+      '--wait',
+    );
+    expect(run.stderr).toBe('');
+    expect(run.code).toBe(0);
+    expect(run.stdout).toMatch(new RegExp(`campaign ${id}: stopped \\(GPU-minute budget reached in round 1\\)`));
+    for (const command of ['status', 'watch']) {
+      const again = await roundhouse(command, id);
+      expect(again.code).toBe(0);
+      expect(again.stdout).toMatch(new RegExp(`campaign ${id}: stopped`));
+    }
+  });
+
+  test('stopped by `stop --now`: watch and status exit 0', async () => {
+    const id = `outcome-stop-${Date.now()}`;
+    expect((await roundhouse('run', specFile({ trainRows: 300, yaml: 'rounds: { max: 3 }' }), '--id', id)).code).toBe(0);
+    await untilTraining(id);
+    expect((await roundhouse('stop', id, '--now')).code).toBe(0);
+    const watch = await roundhouse('watch', id);
+    expect(watch.stderr).toBe('');
+    expect(watch.code).toBe(0);
+    expect(watch.stdout).toMatch(new RegExp(`campaign ${id}: stopped \\(stopped by request\\)`));
+    expect((await roundhouse('status', id)).code).toBe(0);
+  });
+
+  test('its target reached before rounds.max: run --wait and status exit 0', async () => {
+    const id = `outcome-target-${Date.now()}`;
+    const run = await roundhouse(
+      'run',
+      specFile({ yaml: 'rounds: { max: 3, target: { metric: accuracy, atLeast: 0 } }' }),
+      '--id',
+      id,
+      '--wait',
+    );
+    expect(run.stderr).toBe('');
+    expect(run.code).toBe(0);
+    expect(run.stdout).toMatch(new RegExp(`campaign ${id}: completed \\(target reached: accuracy [\\d.]+ ≥ 0\\)`));
+    expect((await roundhouse('status', id)).code).toBe(0);
+  });
+});
+
+test.each([
+  ['run', '--help'],
+  ['watch', '--help'],
+  ['status', '--help'],
+])('%s %s states these exit codes', async (...args) => {
+  const help = await roundhouse(...args);
+  expect(help.code).toBe(0);
+  expect(help.stdout.replace(/\s+/g, ' ')).toContain(
+    'exit 0 if it completed (rounds.max or its target reached) or was stopped (stop, a budget), 1 if it failed, was cancelled, terminated or timed out',
+  );
+});
