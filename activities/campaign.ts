@@ -126,6 +126,7 @@ export function createCampaignActivities(deps: ActivityDeps) {
             rule,
             own,
             client: Context.current().client,
+            witness: Context.current().info.workflowExecution,
             provider: await deps.providerFor(provider),
           });
         }

@@ -49,5 +49,6 @@ export function checkpointsCommand(): Command {
         );
       if (best) process.stdout.write(`best: round ${best.round}, ${best.checkpoint_id} (metric ${pct(best.metric)})\n`);
       if (retention?.note) process.stdout.write(`retention: ${retention.note}\n`);
+      if (retention?.held) process.stdout.write(`retention: ${retention.held}\n`);
     });
 }
