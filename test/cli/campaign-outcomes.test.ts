@@ -1,73 +1,33 @@
-import { spawn } from 'node:child_process';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
-import type { Worker } from '@temporalio/worker';
-import { ProviderRegistry } from '../../workers/providers';
-import { createRoundhouseWorker } from '../../workers/worker';
 import { campaignProgressQuery, type CampaignInput } from '../../workflows/campaign-contract';
 import { campaignWorkflow } from '../../workflows';
-import { startTestEmulator, type RunningEmulator } from '../helpers/emulator';
+import type { RunningEmulator } from '../helpers/emulator';
+import { runCli, startCliStack, type CliRun, type CliStack } from '../helpers/cli-stack';
 import { readArtifact } from '../helpers/artifacts';
 import { ticketCampaignSpec } from '../helpers/campaign';
-import { bundleWorkflows, connectTestTemporal, uniqueTaskQueue, type TestTemporal } from '../helpers/temporal';
+import type { TestTemporal } from '../helpers/temporal';
 
 // What a user runs: bin/roundhouse.js, whose wrapper sets the process's exit code from main()'s.
 const bin = path.resolve(__dirname, '../../bin/roundhouse.js');
 
+let stack: CliStack;
 let temporal: TestTemporal;
 let emulator: RunningEmulator;
-let providers: ProviderRegistry;
-let worker: Worker;
-let running: Promise<void>;
 let taskQueue: string;
 let env: Record<string, string>;
 
 beforeAll(async () => {
-  temporal = await connectTestTemporal();
-  emulator = await startTestEmulator({ operationLatencyMs: 5 });
-  const stateDir = fs.mkdtempSync(path.join(os.tmpdir(), 'rh-outcomes-'));
-  providers = new ProviderRegistry({ stateDir });
-  taskQueue = uniqueTaskQueue('cli-outcomes');
-  worker = await createRoundhouseWorker({
-    connection: temporal.nativeConnection,
-    namespace: 'default',
-    taskQueue,
-    workflowBundle: await bundleWorkflows(),
-    providers,
-  });
-  running = worker.run();
-  env = {
-    TEMPORAL_ADDRESS: process.env.TEMPORAL_ADDRESS!,
-    ROUNDHOUSE_TASK_QUEUE: taskQueue,
-    ROUNDHOUSE_STATE_DIR: stateDir,
-    ROUNDHOUSE_LOG_LEVEL: 'warn',
-  };
+  stack = await startCliStack('cli-outcomes');
+  ({ temporal, emulator, taskQueue, env } = stack);
 });
 
-afterAll(async () => {
-  worker?.shutdown();
-  await running;
-  await providers?.close();
-  await emulator?.close();
-  await temporal?.close();
-});
+afterAll(() => stack?.close());
 
-interface Run {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
+type Run = CliRun;
 
 function roundhouse(...args: string[]): Promise<Run> {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, [bin, ...args], { env: { ...process.env, ...env }, timeout: 180_000 });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d) => (stdout += d));
-    child.stderr.on('data', (d) => (stderr += d));
-    child.on('close', (code) => resolve({ code, stdout, stderr }));
-  });
+  return runCli(bin, args, env, 180_000);
 }
 
 /** A campaign spec file against this test's emulator; `yaml` replaces the `rounds:` line. */

@@ -2,68 +2,32 @@ import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import type { Worker } from '@temporalio/worker';
-import { ProviderRegistry } from '../../workers/providers';
-import { createRoundhouseWorker } from '../../workers/worker';
-import { ledger, startTestEmulator, testApiKey, togetherProvider, type RunningEmulator } from '../helpers/emulator';
+import { ledger, testApiKey, togetherProvider, type RunningEmulator } from '../helpers/emulator';
+import { runCli, startCliStack, type CliRun, type CliStack } from '../helpers/cli-stack';
 import { ticketCampaignSpec } from '../helpers/campaign';
 import { distCli } from '../helpers/dist';
-import { bundleWorkflows, connectTestTemporal, uniqueTaskQueue, type TestTemporal } from '../helpers/temporal';
+import { uniqueTaskQueue, type TestTemporal } from '../helpers/temporal';
 
 // The compiled CLI, as an installed package runs it (exit-codes.test.ts covers bin/roundhouse.js's tsx path).
 const bin = distCli;
 
+let stack: CliStack;
 let temporal: TestTemporal;
 let emulator: RunningEmulator;
-let providers: ProviderRegistry;
-let worker: Worker;
-let running: Promise<void>;
 let env: Record<string, string>;
 let specFile: string;
-let stateDir: string;
 
 beforeAll(async () => {
-  temporal = await connectTestTemporal();
-  emulator = await startTestEmulator({ operationLatencyMs: 5 });
-  stateDir = fs.mkdtempSync(path.join(os.tmpdir(), 'rh-cli-'));
-  providers = new ProviderRegistry({ stateDir });
-  const taskQueue = uniqueTaskQueue('cli');
-  worker = await createRoundhouseWorker({
-    connection: temporal.nativeConnection,
-    namespace: 'default',
-    taskQueue,
-    workflowBundle: await bundleWorkflows(),
-    providers,
-  });
-  running = worker.run();
-  env = {
-    TEMPORAL_ADDRESS: process.env.TEMPORAL_ADDRESS!,
-    ROUNDHOUSE_TASK_QUEUE: taskQueue,
-    ROUNDHOUSE_STATE_DIR: stateDir,
-    ROUNDHOUSE_EMULATOR_URL: emulator.url,
-    ROUNDHOUSE_LOG_LEVEL: 'warn',
-  };
+  stack = await startCliStack('cli');
+  ({ temporal, emulator, env } = stack);
   const { dir } = ticketCampaignSpec({ baseUrl: emulator.url, trainRows: 20, evalRows: 5, yaml: 'rounds: { max: 1 }' });
   specFile = path.join(dir, 'campaign.yaml');
 });
 
-afterAll(async () => {
-  worker?.shutdown();
-  await running;
-  await providers?.close();
-  await emulator?.close();
-  await temporal?.close();
-});
+afterAll(() => stack?.close());
 
-function roundhouse(...args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, [bin, ...args], { env: { ...process.env, ...env }, timeout: 120_000 });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d) => (stdout += d));
-    child.stderr.on('data', (d) => (stderr += d));
-    child.on('close', (code) => resolve({ code, stdout, stderr }));
-  });
+function roundhouse(...args: string[]): Promise<CliRun> {
+  return runCli(bin, args, env);
 }
 
 function expectUsageError(run: { code: number | null; stderr: string }, message: RegExp): void {
