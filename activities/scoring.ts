@@ -41,11 +41,16 @@ export function finalNumber(text: string): number | undefined {
   return Number(marked >= 0 ? numbers[0] : numbers[numbers.length - 1]);
 }
 
-/** The completion as text: up to the first end-of-sequence token or stop string, without them. */
+/**
+ * The completion as text: up to the first end-of-sequence token or stop string, without them, and after a thinking
+ * model's reasoning (what ends in `</think>`, as Qwen3's chat templates split it): the reasoning is not the answer.
+ */
 export function completionText(tokenizer: TextTokenizer, tokens: number[], stop?: string[]): string {
   const eos = new Set(tokenizer.eosTokenIds);
   const end = tokens.findIndex((t) => eos.has(t));
   let text = tokenizer.decode(end >= 0 ? tokens.slice(0, end) : tokens, { skipSpecialTokens: true });
+  const thought = text.lastIndexOf('</think>');
+  if (thought >= 0) text = text.slice(thought + '</think>'.length).replace(/^\n+/, '');
   for (const s of stop ?? []) {
     const at = text.indexOf(s);
     if (at >= 0) text = text.slice(0, at);

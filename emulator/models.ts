@@ -16,13 +16,18 @@ export interface EmulatedModel {
   tokenizer: string;
   /** Seed of the frozen stand-in base model. */
   seed: number;
-  /** Tokens that end generation (the emulator's own models, whose tokenizer ships with it). */
+  /** The folder of emulator/models/ holding the tokenizer that ships for this model (tokenizer.json or .json.gz). */
+  tokenizerFolder?: string;
+  /** Tokens that end generation (models whose tokenizer ships with the emulator: their generation_config.json's). */
   eosTokenIds?: number[];
 }
 
 function model(m: Omit<EmulatedModel, 'seed'>): EmulatedModel {
   return { ...m, seed: hashString(m.name) };
 }
+
+/** The Qwen3 vocabulary (151,643 ranks + 26 added tokens, padded to 151,936 ids); <|im_end|> and <|endoftext|> end generation. */
+const QWEN3_TOKENIZER = { tokenizerFolder: 'qwen3', eosTokenIds: [151_645, 151_643] };
 
 /** A Qwen3.5-family model (248,320-id vocabulary, 262,144-token context) on H100s. */
 function qwen35(name: string, gpuCount: number): EmulatedModel {
@@ -37,6 +42,8 @@ function qwen35(name: string, gpuCount: number): EmulatedModel {
     pricePerGpuHour: 2.99,
     contextLength: 262_144,
     tokenizer: name,
+    tokenizerFolder: 'qwen3.5',
+    eosTokenIds: [248_046, 248_044],
   });
 }
 
@@ -52,6 +59,7 @@ export const EMULATED_MODELS: readonly EmulatedModel[] = [
     pricePerGpuHour: 2.5,
     contextLength: 2048,
     tokenizer: 'roundhouse/tiny-chat',
+    tokenizerFolder: 'tiny-chat',
     eosTokenIds: [0, 2],
   }),
   model({
@@ -65,6 +73,7 @@ export const EMULATED_MODELS: readonly EmulatedModel[] = [
     pricePerGpuHour: 2.99,
     contextLength: 40_960,
     tokenizer: 'Qwen/Qwen3-8B',
+    ...QWEN3_TOKENIZER,
   }),
   // The models the providers' own guides train: Together's "write a training loop" and Baseten's "programmatic training".
   qwen35('Qwen/Qwen3.8-27B', 8),
@@ -80,6 +89,7 @@ export const EMULATED_MODELS: readonly EmulatedModel[] = [
     pricePerGpuHour: 2.99,
     contextLength: 32_768,
     tokenizer: 'Qwen/Qwen3-4B-Instruct-2507',
+    ...QWEN3_TOKENIZER,
   }),
   model({
     name: 'meta-llama/Llama-3.1-8B-Instruct',

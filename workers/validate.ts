@@ -1,7 +1,7 @@
 import { localCopy } from '../config/artifacts';
 import { DataValidationError } from '../config/errors';
 import type { CampaignSpec } from '../config/spec';
-import { bundledTokenizerDir, huggingFaceCacheDir, tokenizerFor } from '../config/tokenizer';
+import { bundledTokenizerFiles, huggingFaceCacheDir, tokenizerFor } from '../config/tokenizer';
 import {
   heldOutProblems,
   loadPreferenceData,
@@ -50,7 +50,7 @@ function checkCampaign(spec: CampaignSpec): { trainRows: number; evalRows: numbe
     }
   }
   const hasTokenizer = Boolean(
-    spec.provider.tokenizer ?? bundledTokenizerDir(spec.provider.model) ?? huggingFaceCacheDir(spec.provider.model),
+    spec.provider.tokenizer ?? bundledTokenizerFiles(spec.provider.model) ?? huggingFaceCacheDir(spec.provider.model),
   );
   const limits = { maxSeqLen: spec.training.maxSeqLen, modelMaxSeqLen: findModel(spec.provider.model)?.maxSeqLen };
   if (spec.round.kind === 'dpo') {
