@@ -2,8 +2,9 @@
  * Generates the support-ticket classifier data (the Baseten guide's example, enlarged): short tickets, each
  * labelled with one of five categories. The held-out eval set is worded apart from training: a ticket's
  * "subject + problem" sentence is one of 36 per category, and a third of them (`heldOutPhrasing`) appear only in
- * eval rows, the rest only in training rows, so eval accuracy measures what the model generalises (each subject and
- * each problem is seen in training, never in that combination), not what it memorised.
+ * eval rows, the rest only in training rows. Each subject and each problem phrase belongs to one category and is
+ * seen in training (never in that combination), so eval accuracy measures phrase-to-label recall in new
+ * combinations, not an understanding of tickets worded in phrases training never showed.
  * Deterministic: `npx tsx examples/support-tickets/generate.ts [trainRows] [evalRows] [outDir]`.
  */
 import fs from 'node:fs';
