@@ -35,7 +35,7 @@ async function main(argv: string[]): Promise<number> {
       `soak.resources_left_active: ${f.resourcesLeftActive}`,
       `soak.recoveries: ${f.recoveries}`,
       `soak.capacity_waits: ${f.capacityWaits} (${f.capacityRetries} creates given up for capacity and made again)`,
-      `soak.worker_kills: ${f.workerKills}`,
+      `soak.worker_kills: ${f.workerKills} (${f.killsInTraining} inside a training segment; ${f.killsMissed.length} rounds drawn for a kill got none there)`,
       `soak.faults_injected: ${f.faultsInjected}`,
       `soak.minutes: ${((Date.now() - started) / 60_000).toFixed(1)}`,
     ];
@@ -46,7 +46,9 @@ async function main(argv: string[]): Promise<number> {
       f.stepsExact === rounds &&
       f.recordedOnce === rounds &&
       f.emptyStepsInKeptWeights === 0 &&
-      f.resourcesLeftActive === 0;
+      f.resourcesLeftActive === 0 &&
+      f.killsInTraining === f.workerKills &&
+      f.killsMissed.length === 0;
     return ok ? 0 : 1;
   } finally {
     await connection.close();

@@ -1,10 +1,11 @@
 import fs from 'node:fs';
-import type { Client } from '@temporalio/client';
+import type { Client, WorkflowHandle } from '@temporalio/client';
 import { seededRandom } from '../config/random';
 import { startEmulator, type RunningEmulator } from '../emulator/server';
 import type { Ledger } from '../emulator/engine';
 import { arithmeticRoundInput } from '../test/helpers/round';
 import { bundleToFile, crashTestWorkerEnv, startWorkerProcess, type WorkerProcess } from '../test/helpers/worker-process';
+import { attemptWasInterrupted, runningActivities, TRAINING_ACTIVITY } from '../test/helpers/running-activities';
 import { roundWorkflow } from '../workflows';
 import type { RoundInput, RoundResult } from '../workflows/round-contract';
 
@@ -26,7 +27,11 @@ export interface SoakFigures {
   /** Provisionings that waited for capacity, and the creates the provider gave up on among them. */
   capacityWaits: number;
   capacityRetries: number;
+  /** SIGKILLs of a worker process, and those proven to have interrupted the round's training segment on it. */
   workerKills: number;
+  killsInTraining: number;
+  /** Rounds drawn for a kill that got none inside training: their training ended first, or the attempt killed had finished. */
+  killsMissed: string[];
   faultsInjected: number;
   failures: string[];
 }
@@ -99,6 +104,48 @@ async function ledgerOf(emulator: RunningEmulator): Promise<Ledger> {
   return (await (await fetch(`${emulator.url}/_emulator/ledger`)).json()) as Ledger;
 }
 
+/**
+ * SIGKILLs the worker that runs the round's training segment once its heartbeat is at `fromStep` (and `jitterMs`
+ * more), and starts a fresh one in its place. `inTraining`: the killed attempt never finished, a later one ran
+ * (proven by the server). A round whose training ends first gets no kill.
+ */
+async function killBusyWorker(
+  handle: WorkflowHandle,
+  workers: WorkerProcess[],
+  start: () => WorkerProcess,
+  at: { fromStep: number; jitterMs: number },
+  over: () => boolean,
+): Promise<{ killed: boolean; inTraining: boolean; detail: string }> {
+  const busy = async () => {
+    for (const a of await runningActivities(handle).catch(() => [])) {
+      const victim = workers.findIndex((w) => w.child.pid === a.workerPid);
+      if (TRAINING_ACTIVITY.test(a.type) && victim >= 0) return { ...a, victim };
+    }
+    return undefined;
+  };
+  while (!over()) {
+    const hit = await busy();
+    if (!hit || (hit.heartbeatStep ?? 0) < at.fromStep) {
+      await new Promise((r) => setTimeout(r, 20));
+      continue;
+    }
+    await new Promise((r) => setTimeout(r, at.jitterMs));
+    const still = await busy();
+    if (still?.activityId !== hit.activityId || still.attempt !== hit.attempt || still.victim !== hit.victim) continue;
+    await workers[hit.victim]!.kill();
+    workers[hit.victim] = start();
+    await workers[hit.victim]!.ready;
+    const inTraining = await attemptWasInterrupted(handle, hit.activityId, hit.attempt);
+    const where = `${hit.type} attempt ${hit.attempt} at heartbeat step ${hit.heartbeatStep ?? 0}`;
+    return {
+      killed: true,
+      inTraining,
+      detail: `killed the worker running ${where}${inTraining ? '' : ', but that attempt was not interrupted (it finished)'}`,
+    };
+  }
+  return { killed: false, inTraining: false, detail: `training ended before its heartbeat reached step ${at.fromStep}` };
+}
+
 export async function runSoak(options: {
   client: Client;
   temporalAddress: string;
@@ -121,6 +168,8 @@ export async function runSoak(options: {
     capacityWaits: 0,
     capacityRetries: 0,
     workerKills: 0,
+    killsInTraining: 0,
+    killsMissed: [],
     faultsInjected: 0,
     failures: [],
   };
@@ -153,25 +202,33 @@ export async function runSoak(options: {
       input.spec.provider = { ...input.spec.provider, kind: variant.dialect, baseUrl: emulator.url };
       await post(emulator, '/_emulator/faults', faultsFor(random, variant, i + 1));
       const handle = await options.client.workflow.start(roundWorkflow, { taskQueue, workflowId: `round-${campaignId}`, args: [input] });
-      // A SIGKILL of one worker at a random moment of about half the rounds; the other worker takes over.
-      const killAfterMs = random() < 0.5 ? 500 + Math.floor(random() * 4000) : undefined;
-      const killer =
-        killAfterMs === undefined
-          ? undefined
-          : setTimeout(() => {
-              const victim = Math.floor(random() * workers.length);
-              void workers[victim]!.kill().then(() => {
-                workers[victim] = startWorkerProcess(env);
-                figures.workerKills += 1;
-              });
-            }, killAfterMs);
+      // About half the rounds SIGKILL the worker running their training segment, at a random step of it; the other
+      // worker takes the segment over.
+      const killAt = random() < 0.5 ? { fromStep: Math.floor(random() * 4), jitterMs: Math.floor(random() * 300) } : undefined;
+      let roundOver = false;
+      const killing =
+        killAt &&
+        killBusyWorker(
+          handle,
+          workers,
+          () => startWorkerProcess(env),
+          killAt,
+          () => roundOver,
+        );
       let result: RoundResult | undefined;
       try {
         result = await handle.result();
       } catch (err) {
         figures.failures.push(`round ${i} (${variant.kind}/${variant.dialect}): ${(err as Error).message.slice(0, 300)}`);
       } finally {
-        if (killer) clearTimeout(killer);
+        roundOver = true;
+      }
+      const kill = await killing;
+      if (kill) {
+        figures.workerKills += kill.killed ? 1 : 0;
+        figures.killsInTraining += kill.inTraining ? 1 : 0;
+        if (!kill.inTraining) figures.killsMissed.push(`round ${i + 1} (${variant.kind}/${variant.dialect}): ${kill.detail}`);
+        log(`round ${i + 1} kill: ${kill.detail}`);
       }
       const l = await ledgerOf(emulator);
       figures.resourcesLeftActive = l.active.length;

@@ -16,6 +16,7 @@ import {
   type KillPoint,
   type WorkerProcess,
 } from '../helpers/worker-process';
+import { TRAINING_ACTIVITY } from '../helpers/running-activities';
 import { roundWorkflow } from '../../workflows';
 
 /**
@@ -63,16 +64,23 @@ const PLANNED = { grpo: 20, dpo: 16 };
 describe.each(['grpo', 'dpo'] as const)('%s round', (kind) => {
   test('SIGKILL of the worker in the baseline/reference pass and inside training: exactly the planned steps, nothing left active', async () => {
     const emulator: RunningEmulator = await startTestEmulator({ provisioningDelayMs: 300, operationLatencyMs: 40 });
+    // The baseline (GRPO) or reference pass (DPO) is slow enough to be caught and killed in: its first forward waits.
+    await setFaults(emulator, { rules: [{ kind: 'delay', method: 'POST', path: '/operations/forward-backward$', delayMs: 1500, max: 1 }] });
     const taskQueue = uniqueTaskQueue(`crash-${kind}`);
     const input = KINDS[kind](emulator.url, `crash-${kind}-${taskQueue}`);
     const env = crashTestWorkerEnv(taskQueue, bundleFile);
     const random = seededRandom(kind === 'grpo' ? 8 : 88);
     const planned = PLANNED[kind];
+    // Each kill must land inside a running attempt of the phase's activity on the killed worker (a training kill: with
+    // the segment's heartbeat at the step), proven afterwards by the attempt that followed it; none may be skipped.
     const killPoints: KillPoint<RoundProgress>[] = [
-      { name: 'baseline', when: (p) => p.phase === 'baseline' },
-      ...[1, 4, 7, 11, 14].map((s) => ({
+      { name: 'baseline', when: (p) => p.phase === 'baseline', inside: { activity: /^(measureLoss|computeDpoReference)$/ } },
+      // A segment's heartbeat reaches the server at most every 1.6 s, so each point is one a segment starts at (or, the
+      // first, just after): a kill lands in each of the first four segments.
+      ...[1, 4, 8, 12].map((s) => ({
         name: `training ≥ step ${s}`,
-        when: (p: RoundProgress) => p.phase === 'training' && p.step >= s,
+        when: (p: RoundProgress) => p.phase === 'training',
+        inside: { activity: TRAINING_ACTIVITY, fromStep: s },
       })),
     ];
     let worker: WorkerProcess = startWorkerProcess(env);
@@ -86,22 +94,27 @@ describe.each(['grpo', 'dpo'] as const)('%s round', (kind) => {
       const killed = await killAtPoints({
         points: killPoints,
         progress: () => progressOf(handle),
+        workflow: handle,
         worker,
         env,
         describe: (p) => `phase ${p.phase}, step ${p.step}`,
         beyond: (p) => ['checkpointing', 'sampling', 'evaluating', 'cleanup', 'completed', 'failed'].includes(p.phase),
         jitterMs: () => Math.floor(random() * 250), // land inside a step
         perPointMs: 60_000,
+        log: (line) => process.stderr.write(`[crash ${kind}] ${line}\n`),
       });
       worker = killed.worker;
       const kills = killed.kills;
       const result: RoundResult = await handle.result();
       process.stderr.write(`[crash ${kind}] ${kills.length} kills: ${kills.join('; ')}\n`);
-      expect(kills.length).toBeGreaterThanOrEqual(4);
+      expect(killed.missed).toEqual([]);
+      expect(killed.outcomes.filter((o) => TRAINING_ACTIVITY.test(o.activity?.type ?? ''))).toHaveLength(4);
       expect(result).toMatchObject({ status: 'completed', kind, stepsApplied: planned, totalSteps: planned });
+      // A killed worker's segment is resumed from its heartbeat by the next attempt, not rolled back.
+      expect(result.recoveries).toBeUndefined();
       const l = await ledger(emulator);
       expect(l.resources).toHaveLength(1);
-      expect(l.totals.optimizerSteps).toBe(planned); // none lost, none doubled
+      expect(l.totals.optimizerSteps).toBe(planned); // none lost, none doubled: no step redone
       expect(l.active).toEqual([]);
       process.stderr.write(`[crash ${kind}] duplicates absorbed by idempotency keys: ${l.totals.duplicatesAbsorbed}\n`);
       const report = JSON.parse(fs.readFileSync(result.reportPath, 'utf8'));

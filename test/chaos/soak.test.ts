@@ -33,4 +33,9 @@ test('8 rounds, each kind on each dialect that has it (Tinker too), under random
     resourcesLeftActive: 0,
   });
   expect(f.faultsInjected).toBeGreaterThan(0);
+  // Every round drawn for a kill got one, and each interrupted a training segment on the worker it killed (the
+  // server scheduled another attempt of it): no kill of an idle worker, none skipped.
+  expect(f.killsMissed).toEqual([]);
+  expect(f.killsInTraining).toBe(f.workerKills);
+  expect(f.workerKills).toBeGreaterThanOrEqual(3);
 }, 600_000);

@@ -4,6 +4,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { SHARED_BUNDLE_ENV, writeWorkflowBundle } from './temporal';
 import { distCli } from './dist';
+import type { WorkflowHandle } from '@temporalio/client';
+import { attemptWasInterrupted, runningActivities, type RunningActivity } from './running-activities';
 
 /** A file of the bundled workflows that worker processes load (no webpack at each start): the run's shared one. */
 export async function bundleToFile(): Promise<string> {
@@ -125,13 +127,30 @@ export function crashTestWorkerEnv(taskQueue: string, bundleFile: string): Recor
 export interface KillPoint<P> {
   name: string;
   when: (progress: P) => boolean;
+  /**
+   * Where the kill must land: inside a running attempt of an activity of this type on the worker killed (for a
+   * training segment, with its latest heartbeat at round step ≥ `fromStep`). Checked right before the SIGKILL (it needs
+   * the `workflow` option), and proven after it by the server: that attempt never finished, a later one ran. A kill
+   * that came too late (the attempt had finished) is counted but does not hit the point: it is tried again.
+   */
+  inside?: { activity: RegExp; fromStep?: number };
+}
+
+/** What became of a kill point: whether a kill hit it, and where (or why not). */
+export interface KillOutcome {
+  point: string;
+  hit: boolean;
+  detail: string;
+  /** The activity attempt the kill interrupted (points with `inside`). */
+  activity?: RunningActivity;
 }
 
 /**
- * Walks a workflow through kill points: polls its progress until a point's condition holds, SIGKILLs the worker
- * process (after `jitterMs` of the hit, to land inside the step), starts a fresh one, and goes on. A point the
- * workflow passed while a worker restarted, or one it can no longer reach (`beyond`), is skipped. Bounded by
- * `perPointMs` per point. Returns the worker now running and what was killed where.
+ * Walks a workflow through kill points: polls its progress until a point's condition holds (and, for a point with
+ * `inside`, its activity runs on the current worker), SIGKILLs the worker process (after `jitterMs` of the hit, to land
+ * inside the step), starts a fresh one, and goes on. Bounded by `perPointMs` per point. Every point's outcome is
+ * returned, and `missed` names the points no kill hit (passed while a worker restarted, beyond reach, out of time): a
+ * test requires it to be empty, so a point never skips silently. Also returns the worker now running and every kill.
  */
 export async function killAtPoints<P>(options: {
   points: KillPoint<P>[];
@@ -142,25 +161,62 @@ export async function killAtPoints<P>(options: {
   beyond?: (progress: P) => boolean;
   jitterMs?: (progress: P) => number;
   perPointMs?: number;
-}): Promise<{ worker: WorkerProcess; kills: string[] }> {
+  /** The workflow whose activities `inside` points look at. */
+  workflow?: WorkflowHandle;
+  /** Told of each kill as it happens (a test's log). */
+  log?: (line: string) => void;
+}): Promise<{ worker: WorkerProcess; kills: string[]; outcomes: KillOutcome[]; missed: string[] }> {
   let worker = options.worker;
   const kills: string[] = [];
+  const outcomes: KillOutcome[] = [];
+  const log = options.log ?? (() => undefined);
+  /** What a kill at the point would hit now: its activity's attempt on the current worker (none needed: {}), or undefined. */
+  const target = async (point: KillPoint<P>, fromStep: number): Promise<{ activity?: RunningActivity } | undefined> => {
+    if (!point.inside) return {};
+    if (!options.workflow) throw new Error(`kill point ${point.name}: an inside point needs the workflow option`);
+    const pid = worker.child.pid;
+    const activity = (await runningActivities(options.workflow)).find(
+      (a) => point.inside!.activity.test(a.type) && a.workerPid === pid && (a.heartbeatStep ?? 0) >= fromStep,
+    );
+    return activity && { activity };
+  };
   for (const point of options.points) {
     const deadline = Date.now() + (options.perPointMs ?? 90_000);
-    let hit: P | undefined;
-    while (!hit && Date.now() < deadline) {
+    let outcome: KillOutcome = { point: point.name, hit: false, detail: 'not reached in time' };
+    let killedTooLate = false;
+    while (!outcome.hit && Date.now() < deadline) {
       const p = await options.progress();
-      if (p && point.when(p)) hit = p;
-      else if (p && options.beyond?.(p)) break;
-      else await new Promise((r) => setTimeout(r, 20));
+      if (p && !point.when(p) && (killedTooLate || options.beyond?.(p))) {
+        outcome.detail = `${killedTooLate ? 'killed too late, then ' : ''}the workflow went beyond it (${options.describe(p)})`;
+        break;
+      }
+      const hit = p && point.when(p) ? await target(point, point.inside?.fromStep ?? 0) : undefined;
+      if (!p || !hit) {
+        await new Promise((r) => setTimeout(r, 20));
+        continue;
+      }
+      const jitter = options.jitterMs?.(p) ?? 0;
+      if (jitter > 0) await new Promise((r) => setTimeout(r, jitter));
+      let activity = hit.activity;
+      if (activity) {
+        // Still inside the same attempt after the jitter? Otherwise the point is looked for again.
+        const now = (await target(point, 0))?.activity;
+        if (now?.activityId !== activity.activityId || now.attempt !== activity.attempt) continue;
+        // The step it had reached: a heartbeat without details (a keep-alive) may have blanked it since.
+        activity = { ...now, heartbeatStep: Math.max(activity.heartbeatStep ?? 0, now.heartbeatStep ?? 0) };
+      }
+      const where = `${options.describe(p)}${activity ? `, ${activity.type} #${activity.activityId} attempt ${activity.attempt} at heartbeat step ${activity.heartbeatStep}` : ''}`;
+      await worker.kill();
+      worker = startWorkerProcess(options.env);
+      await worker.ready;
+      const landed = !activity || (await attemptWasInterrupted(options.workflow!, activity.activityId, activity.attempt));
+      kills.push(`${point.name} (${where})${landed ? '' : ' [too late: the attempt had finished]'}`);
+      log(`kill: ${kills[kills.length - 1]}`);
+      if (landed) outcome = { point: point.name, hit: true, detail: where, ...(activity ? { activity } : {}) };
+      killedTooLate = !landed;
     }
-    if (!hit) continue;
-    const jitter = options.jitterMs?.(hit) ?? 0;
-    if (jitter > 0) await new Promise((r) => setTimeout(r, jitter));
-    await worker.kill();
-    kills.push(`${point.name} (${options.describe(hit)})`);
-    worker = startWorkerProcess(options.env);
-    await worker.ready;
+    if (!outcome.hit) log(`kill point missed: ${point.name}: ${outcome.detail}`);
+    outcomes.push(outcome);
   }
-  return { worker, kills };
+  return { worker, kills, outcomes, missed: outcomes.filter((o) => !o.hit).map((o) => `${o.point}: ${o.detail}`) };
 }
