@@ -5,8 +5,8 @@ import { ProviderError } from './errors';
 
 /**
  * The one HTTP helper every dialect uses: undici with keep-alive, retries with backoff on connection errors and
- * 408/409/429/5xx (honouring `retry-after-ms`, `retry-after` and `x-should-retry`), response validation with zod,
- * and the error taxonomy. A request that is not safe to replay (a create without an idempotency key) is never
+ * 408/425/429/5xx (honouring `retry-after-ms`, `retry-after` and `x-should-retry`), response validation with zod,
+ * and the error taxonomy. A 409 is conclusive (a conflict stays one: a reused sequence number, a name taken). A request that is not safe to replay (a create without an idempotency key) is never
  * resent after an ambiguous failure: it fails as `needs-reconcile`.
  */
 
@@ -58,7 +58,8 @@ export interface RequestSpec<T> {
 
 /** Connection failures where the request never reached the server: always safe to retry. */
 const NOT_SENT = new Set(['ECONNREFUSED', 'UND_ERR_CONNECT_TIMEOUT', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH']);
-const RETRY_STATUSES = new Set([408, 409, 429, 500, 502, 503, 504]);
+/** 425 (Too Early): what was asked for is still being made (a checkpoint being written). */
+const RETRY_STATUSES = new Set([408, 425, 429, 500, 502, 503, 504]);
 
 export class HttpClient {
   private readonly agent: Agent;
@@ -237,22 +238,40 @@ function headerText(h: string | string[] | undefined): string | undefined {
   return Array.isArray(h) ? h[0] : h;
 }
 
-/** Reads `error.message` / `message` (and a code) from either error-body shape providers use. */
-function errorBody(text: string): { message?: string; code?: string } {
+/**
+ * Reads the reason from whichever error-body shape a provider uses: `error.message` / `error` / `message` (and a code),
+ * or FastAPI's `detail` — a string, or a list of `{loc, msg}` (a request that failed validation).
+ */
+export function errorBody(text: string): { message?: string; code?: string } {
   try {
     const json = JSON.parse(text) as {
       error?: { message?: unknown; code?: unknown } | string;
       message?: unknown;
       code?: unknown;
       error_code?: unknown; // MLflow's REST API
+      detail?: unknown; // FastAPI (self-hosted Tinker servers)
     };
     const inner = typeof json.error === 'object' && json.error ? json.error : undefined;
-    const message = inner?.message ?? (typeof json.error === 'string' ? json.error : json.message);
+    const message = inner?.message ?? (typeof json.error === 'string' ? json.error : (json.message ?? detailText(json.detail)));
     const code = inner?.code ?? json.code ?? json.error_code;
     return { message: bodyText(message), code: bodyText(code) };
   } catch {
     return { message: text.slice(0, 300) || undefined };
   }
+}
+
+/** FastAPI's `detail`: its text, or each validation problem as `<loc>: <msg> (got '<input>')`. */
+function detailText(detail: unknown): string | undefined {
+  if (typeof detail === 'string') return detail;
+  if (!Array.isArray(detail)) return detail === undefined ? undefined : JSON.stringify(detail);
+  return detail
+    .map((d: { loc?: unknown; msg?: unknown; input?: unknown }) => {
+      const loc = Array.isArray(d?.loc) ? d.loc.join('.') : undefined;
+      const msg = typeof d?.msg === 'string' ? d.msg : JSON.stringify(d);
+      const input = typeof d?.input === 'string' ? ` (got '${d.input.slice(0, 120)}')` : '';
+      return `${loc ? `${loc}: ` : ''}${msg}${input}`;
+    })
+    .join('; ');
 }
 
 /** A field of an error body as text: a nested object is shown as JSON, not as `[object Object]`. */
