@@ -5,6 +5,7 @@ import { FaultConfigSchema } from './faults';
 import { Router, errorReply, http, isBinaryBody, parseJsonBody, readBody, sendJson, type EmulatorRequest, type JsonReply } from './http';
 import { addBasetenRoutes } from './baseten/routes';
 import { addTinkerRoutes } from './tinker/routes';
+import { addSkyrlTinkerRoutes, skyrlNoRoute } from './tinker/skyrl';
 import { addTogetherRoutes } from './together/routes';
 import { EmulatorStore } from './store';
 
@@ -25,6 +26,12 @@ export interface EmulatorOptions extends EngineOptions {
   tinkerSessionTtlMs?: number;
   /** Tinker's JWT mode: keys are exchanged at `auth/token` for JWTs of this lifetime, which every other route requires (default: off). */
   tinkerJwtLifetimeSeconds?: number;
+  /**
+   * Which Tinker-API server `/api/v1` is: hosted Tinker as SDK 0.38 speaks to it (default), or SkyRL 0.4.0's
+   * self-hosted one (emulator/tinker/skyrl.ts). With `skyrl`, `tinkerSessionTtlMs` is its session timeout (a session
+   * expires only after a first heartbeat) and `tinkerFutureHoldMs` its retrieve_future hold.
+   */
+  tinkerFlavor?: 'tinker' | 'skyrl';
 }
 
 export interface RunningEmulator {
@@ -55,11 +62,17 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Runn
   const router = new Router();
   addTogetherRoutes(router, engine, bearerOwner);
   const baseten = addBasetenRoutes(router, engine, { pollHoldMs: options.basetenPollHoldMs });
-  const tinker = addTinkerRoutes(router, engine, {
-    futureHoldMs: options.tinkerFutureHoldMs,
-    sessionTtlMs: options.tinkerSessionTtlMs,
-    jwtLifetimeSeconds: options.tinkerJwtLifetimeSeconds,
-  });
+  const skyrl = options.tinkerFlavor === 'skyrl';
+  const tinker = skyrl
+    ? {
+        ...addSkyrlTinkerRoutes(router, engine, { futureHoldMs: options.tinkerFutureHoldMs, sessionTimeoutMs: options.tinkerSessionTtlMs }),
+        issuedJwts: () => [],
+      }
+    : addTinkerRoutes(router, engine, {
+        futureHoldMs: options.tinkerFutureHoldMs,
+        sessionTtlMs: options.tinkerSessionTtlMs,
+        jwtLifetimeSeconds: options.tinkerJwtLifetimeSeconds,
+      });
 
   const control = new Router()
     .add('GET', '/_emulator/health', () => ({ body: { ok: true } }))
@@ -119,6 +132,11 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Runn
           loseResponse = engine.faults.draw(['lose-response'], event) !== undefined;
         }
         const matched = (isControl ? control : router).match(method, url.pathname);
+        if (skyrl && typeof matched !== 'object' && url.pathname.startsWith('/api/v1/')) {
+          reply = skyrlNoRoute(matched === undefined ? 'not-found' : 'method-not-allowed'); // FastAPI's, as SkyRL answers
+          sendJson(res, reply);
+          return;
+        }
         if (matched === undefined) throw new EmulatorHttpError(404, 'NOT_FOUND', `no route for ${method} ${url.pathname}`);
         if (matched === 'method-not-allowed')
           throw new EmulatorHttpError(405, 'METHOD_NOT_ALLOWED', `${method} is not allowed on ${url.pathname}`);

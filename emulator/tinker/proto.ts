@@ -157,6 +157,8 @@ function littleEndian(values: readonly number[], kind: 'float32' | 'int32' | 'in
 export function encodeForwardBackwardOutput(result: {
   outputs: Record<string, readonly number[]>[];
   metrics: Record<string, number>;
+  /** `ArrayRecord` (hosted Tinker's) unless told (SkyRL's: `scalar`). */
+  outputType?: string;
 }): Uint8Array {
   for (const key of Object.keys(result.metrics))
     if (key.split(':').length !== 2) throw new Error(`metric '${key}' is not name:reduction (the SDK's merge splits on one ':')`);
@@ -174,7 +176,7 @@ export function encodeForwardBackwardOutput(result: {
     fields[name] = { data: Buffer.concat(parts), offsets: littleEndian(offsets, 'int64'), dtype: DTYPE.FLOAT32 };
   }
   const message = ForwardBackwardOutputType.fromObject({
-    loss_fn_output_type: 'ArrayRecord',
+    loss_fn_output_type: result.outputType ?? 'ArrayRecord',
     loss_fn_outputs: [{ fields, num_datums: result.outputs.length }],
     metrics: result.metrics,
   });

@@ -159,7 +159,7 @@ const CreateSamplingSessionBody = z
     base_model: z.string().nullish(),
   })
   .passthrough();
-const SampleBody = z
+export const SampleBody = z
   .object({
     sampling_session_id: z.string().min(1, 'sampling_session_id is required'),
     seq_id: z.number().int().min(0),
@@ -195,6 +195,46 @@ interface Sampler {
 export function parseTinkerPath(uri: string): { modelId: string; kind: 'weights' | 'sampler_weights'; name: string } | undefined {
   const m = /^tinker:\/\/([^/]+)\/(weights|sampler_weights)\/([^/]+)$/.exec(uri);
   return m ? { modelId: m[1]!, kind: m[2] as 'weights' | 'sampler_weights', name: m[3]! } : undefined;
+}
+
+/**
+ * A Tinker model on the engine: a resource of dialect `tinker` (ready at once: the service is serverless, unless a
+ * capacity fault holds it) with one engine session of the same id, from a checkpoint when given. A model that cannot
+ * be placed throws a 503.
+ */
+export async function placeModel(
+  engine: Engine,
+  m: {
+    id: string;
+    owner: string;
+    sessionId: string;
+    baseModel: string;
+    lora: { rank: number; seed?: number };
+    from?: { checkpointId: string; optimizer: boolean };
+    userMetadata?: Record<string, unknown>;
+  },
+): Promise<void> {
+  const r = engine.createResource({
+    id: m.id,
+    dialect: 'tinker',
+    owner: m.owner,
+    baseModel: m.baseModel,
+    numGeneratorReplicas: 0,
+    extra: { kind: 'model', sessionId: m.sessionId, userMetadata: m.userMetadata ?? {} },
+  });
+  while (r.status === 'PENDING' || r.status === 'CREATING') {
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    engine.refreshAround(m.id);
+  }
+  if (r.status !== 'READY')
+    throw new EmulatorHttpError(503, 'UNAVAILABLE', `model ${m.id} could not be placed (${r.status.toLowerCase()})`);
+  await engine.createSession({
+    id: m.id,
+    resourceId: m.id,
+    owner: m.owner,
+    lora: { rank: Math.min(m.lora.rank, r.model.maxLoraRank), ...(m.lora.seed !== undefined ? { seed: m.lora.seed } : {}) },
+    ...(m.from ? { resumeFromCheckpointId: m.from.checkpointId, loadOptimizer: m.from.optimizer } : {}),
+  });
 }
 
 export function addTinkerRoutes(router: Router, engine: Engine, options: TinkerOptions = {}): { close(): void; issuedJwts(): string[] } {
@@ -377,27 +417,7 @@ export function addTinkerRoutes(router: Router, engine: Engine, options: TinkerO
   ): Promise<string> => {
     const id = `${sessionId}:train:${modelSeq}`;
     if (engine.findResource(id)) return id;
-    const r = engine.createResource({
-      id,
-      dialect: 'tinker',
-      owner,
-      baseModel,
-      numGeneratorReplicas: 0,
-      extra: { kind: 'model', sessionId, userMetadata: userMetadata ?? {} },
-    });
-    while (r.status === 'PENDING' || r.status === 'CREATING') {
-      await new Promise((resolve) => setTimeout(resolve, 20));
-      engine.refreshAround(id);
-    }
-    if (r.status !== 'READY')
-      throw new EmulatorHttpError(503, 'UNAVAILABLE', `model ${id} could not be placed (${r.status.toLowerCase()})`);
-    await engine.createSession({
-      id,
-      resourceId: id,
-      owner,
-      lora: { rank: Math.min(lora.rank, r.model.maxLoraRank), ...(lora.seed !== undefined ? { seed: lora.seed } : {}) },
-      ...(from ? { resumeFromCheckpointId: from.checkpointId, loadOptimizer: from.optimizer } : {}),
-    });
+    await placeModel(engine, { id, owner, sessionId, baseModel, lora, from, userMetadata });
     order.set(id, { next: 1, waiting: new Map() });
     return id;
   };
@@ -627,30 +647,7 @@ export function addTinkerRoutes(router: Router, engine: Engine, options: TinkerO
     const sampler = samplers.get(b.sampling_session_id);
     if (!sampler || sampler.owner !== owner) throw notFound('sampling session', b.sampling_session_id);
     const r = model(sampler.modelId, owner);
-    const prompt = b.prompt.chunks.flatMap((c, i) => {
-      if (!c.tokens) throw badRequest(`prompt.chunks[${i}]: only encoded_text chunks are supported by this model`);
-      return c.tokens;
-    });
-    if (prompt.length === 0) throw badRequest('prompt has no tokens');
-    const stop = b.sampling_params.stop;
-    if (typeof stop === 'string' || (Array.isArray(stop) && stop.some((v) => typeof v === 'string')))
-      throw badRequest('stop strings are not served by this emulator: pass stop token ids');
-    const sp = b.sampling_params;
-    const input: OperationInput = {
-      kind: 'sample',
-      prompts: [prompt],
-      numSamples: b.num_samples,
-      params: {
-        maxTokens: sp.max_tokens ?? 256,
-        temperature: sp.temperature,
-        topK: sp.top_k > 0 ? sp.top_k : undefined,
-        topP: sp.top_p,
-        ...(typeof sp.seed === 'number' ? { seed: sp.seed } : {}),
-        ...(Array.isArray(stop) && stop.length ? { stopTokenSequences: (stop as number[]).map((t) => [t]) } : {}),
-      },
-      promptLogprobs: b.prompt_logprobs,
-      fromCheckpoint: sampler.checkpoint,
-    };
+    const input = sampleInput(b, sampler.checkpoint);
     const key = `sample-${b.sampling_session_id}-${b.seq_id}`;
     const submitted = future(owner, 'Sample', async () => {
       const op = engine.submitOperation(r.id, owner, key, `asample\n${req.rawBody}`, () => input, { invalidAs: 'failed-operation' });
@@ -862,6 +859,34 @@ export function addTinkerRoutes(router: Router, engine: Engine, options: TinkerO
   };
 }
 
+/** An `asample` body as the engine's sample operation, from the sampler weights `checkpoint`. */
+export function sampleInput(b: z.infer<typeof SampleBody>, checkpoint: CheckpointRef): OperationInput {
+  const prompt = b.prompt.chunks.flatMap((c, i) => {
+    if (!c.tokens) throw badRequest(`prompt.chunks[${i}]: only encoded_text chunks are supported by this model`);
+    return c.tokens;
+  });
+  if (prompt.length === 0) throw badRequest('prompt has no tokens');
+  const stop = b.sampling_params.stop;
+  if (typeof stop === 'string' || (Array.isArray(stop) && stop.some((v) => typeof v === 'string')))
+    throw badRequest('stop strings are not served by this emulator: pass stop token ids');
+  const sp = b.sampling_params;
+  return {
+    kind: 'sample',
+    prompts: [prompt],
+    numSamples: b.num_samples,
+    params: {
+      maxTokens: sp.max_tokens ?? 256,
+      temperature: sp.temperature,
+      topK: sp.top_k > 0 ? sp.top_k : undefined,
+      topP: sp.top_p,
+      ...(typeof sp.seed === 'number' ? { seed: sp.seed } : {}),
+      ...(Array.isArray(stop) && stop.length ? { stopTokenSequences: (stop as number[]).map((t) => [t]) } : {}),
+    },
+    promptLogprobs: b.prompt_logprobs,
+    fromCheckpoint: checkpoint,
+  };
+}
+
 /** A failed operation as the future answers it: a bad input is the caller's error, anything else the service's. */
 function failedOutcome(op: OperationRecord): Outcome {
   const code = op.error?.code ?? 'INTERNAL_ERROR';
@@ -873,7 +898,7 @@ function failedOutcome(op: OperationRecord): Outcome {
  * token of each position (the caller shifts); `weights` say which count. Losses are plain sums (`loss:sum`), so the
  * Baseten parser's `skip_token_normalization` reading is the one that applies.
  */
-function forwardInput(fb: ForwardBackwardRequest, r: ResourceRecord): OperationInput {
+export function forwardInput(fb: ForwardBackwardRequest, r: ResourceRecord): OperationInput {
   const body = {
     data: fb.data.map((d) => ({
       model_input: { chunks: [{ type: 'encoded_text', tokens: d.tokens }] },
