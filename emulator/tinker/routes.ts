@@ -830,20 +830,7 @@ export function addTinkerRoutes(router: Router, engine: Engine, options: TinkerO
     const { request_id: id } = parseBody(RetrieveBody, req.body, 'retrieve_future');
     const f = futures.get(id);
     if (!f || f.owner !== owner) throw notFound('future', id);
-    if (!f.outcome) {
-      let timer: NodeJS.Timeout | undefined;
-      let onClose: (() => void) | undefined;
-      await Promise.race([
-        f.promise,
-        new Promise<void>((resolve) => {
-          timer = setTimeout(resolve, holdMs);
-          onClose = resolve;
-          closing.signal.addEventListener('abort', onClose, { once: true });
-        }),
-      ]);
-      clearTimeout(timer);
-      closing.signal.removeEventListener('abort', onClose!); // a listener per held poll would pile up on the one signal
-    }
+    if (!f.outcome) await holdFor(f.promise, holdMs, closing.signal);
     const outcome = f.outcome;
     if (!outcome) return { status: 408, body: { type: 'try_again', request_id: id, queue_state: 'active' } };
     if ('proto' in outcome) return { body: undefined, bytes: outcome.proto, contentType: 'application/x-protobuf' };
@@ -885,6 +872,22 @@ export function sampleInput(b: z.infer<typeof SampleBody>, checkpoint: Checkpoin
     promptLogprobs: b.prompt_logprobs,
     fromCheckpoint: checkpoint,
   };
+}
+
+/** A long poll: until the future settles, `holdMs` passes, or the server closes. */
+export async function holdFor(future: Promise<unknown>, holdMs: number, closing: AbortSignal): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  let onClose: (() => void) | undefined;
+  await Promise.race([
+    future,
+    new Promise<void>((resolve) => {
+      timer = setTimeout(resolve, holdMs);
+      onClose = resolve;
+      closing.addEventListener('abort', onClose, { once: true });
+    }),
+  ]);
+  clearTimeout(timer);
+  closing.removeEventListener('abort', onClose!); // a listener per held poll would pile up on the one signal
 }
 
 /** A failed operation as the future answers it: a bad input is the caller's error, anything else the service's. */

@@ -6,7 +6,7 @@ import { EmulatorHttpError } from '../errors';
 import type { EmulatorRequest, JsonReply, Router } from '../http';
 import { parseOptimStep } from '../together/requests';
 import { decodeForwardBackwardRequest, encodeForwardBackwardOutput, encodeSampleResponse } from './proto';
-import { SampleBody, forwardInput, placeModel, sampleInput } from './routes';
+import { SampleBody, forwardInput, holdFor, placeModel, sampleInput } from './routes';
 
 /**
  * The Tinker API as SkyRL 0.4.0's server (`skyrl.tinker.api`) answers it, on the shared engine: the flavour
@@ -676,20 +676,7 @@ export function addSkyrlTinkerRoutes(router: Router, engine: Engine, options: Sk
       return { status: 500, body: undefined, bytes: Buffer.from('Internal Server Error'), contentType: 'text/plain; charset=utf-8' };
     const f = futures.get(id);
     if (!f || f.owner !== owner) throw detail(404, 'Future not found');
-    if (!f.outcome) {
-      let wait: NodeJS.Timeout | undefined;
-      let onClose: (() => void) | undefined;
-      await Promise.race([
-        f.promise,
-        new Promise<void>((resolve) => {
-          wait = setTimeout(resolve, holdMs);
-          onClose = resolve;
-          closing.signal.addEventListener('abort', onClose, { once: true });
-        }),
-      ]);
-      clearTimeout(wait);
-      closing.signal.removeEventListener('abort', onClose!);
-    }
+    if (!f.outcome) await holdFor(f.promise, holdMs, closing.signal);
     const outcome = f.outcome;
     if (!outcome) throw detail(408, 'Timeout waiting for result');
     if ('proto' in outcome) return { body: undefined, bytes: outcome.proto, contentType: 'application/x-protobuf' };
