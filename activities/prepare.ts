@@ -112,7 +112,7 @@ function checkHashes(data: RoundInput['data']): { trainSha256: string; evalSha25
 }
 
 function checkLoraRank(spec: RoundSpec, model: ModelInfo): void {
-  if (spec.training.loraRank > model.maxLoraRank) {
+  if (model.maxLoraRank !== undefined && spec.training.loraRank > model.maxLoraRank) {
     throw new RoundhouseFailure(
       'InvalidInput',
       `training.loraRank: ${spec.training.loraRank} is over ${model.name}'s maximum of ${model.maxLoraRank}`,

@@ -157,6 +157,7 @@ export function createTrainerActivities(deps: ActivityDeps) {
           try {
             session = await provider.openSession({
               resourceId: input.resourceId,
+              baseModel: input.spec.provider.model,
               loraRank: input.spec.training.loraRank,
               loraAlpha: input.spec.training.loraAlpha,
               seed: input.spec.training.seed,

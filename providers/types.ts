@@ -8,7 +8,8 @@ export type ProviderKind = 'together' | 'baseten' | 'tinker';
 
 export interface ModelInfo {
   name: string;
-  maxLoraRank: number;
+  /** Absent where the provider does not say (a self-hosted Tinker server): the trainer refuses a rank over its limit. */
+  maxLoraRank?: number;
   maxSeqLen: number;
   maxBatchSize: number;
   /** Present when the provider says (the emulator does); otherwise from the tokenizer. */
@@ -70,6 +71,8 @@ export interface TrainingSessionInfo {
 
 export interface OpenSessionRequest {
   resourceId: string;
+  /** The resource's base model, where the provider cannot read it back from the resource (a self-hosted Tinker server). */
+  baseModel?: string;
   loraRank: number;
   loraAlpha?: number;
   seed?: number;

@@ -5,7 +5,7 @@ import { registerEnvironmentSecrets, registerSecret } from '../config/secrets';
 import type { ProviderSpec } from '../config/spec';
 import { startEmulator, type RunningEmulator } from '../emulator/server';
 import { BASETEN_DEFAULT_BASE_URL, BasetenProvider } from '../providers/baseten/client';
-import { TINKER_DEFAULT_BASE_URL, TinkerProvider } from '../providers/tinker/client';
+import { TINKER_DEFAULT_BASE_URL, TinkerProvider, isHostedTinker } from '../providers/tinker/client';
 import { TogetherProvider } from '../providers/together/client';
 import type { TrainingProvider } from '../providers/types';
 
@@ -79,10 +79,12 @@ export class ProviderRegistry {
       case 'tinker': {
         const apiKey = this.env.TINKER_API_KEY;
         if (!apiKey) throw ApplicationFailure.nonRetryable('TINKER_API_KEY is not set in the worker environment', 'InvalidInput');
-        if (!apiKey.startsWith('tml-') && !apiKey.startsWith('eyJ'))
-          throw ApplicationFailure.nonRetryable("TINKER_API_KEY must start with 'tml-'", 'InvalidInput');
+        const url = baseUrl ?? TINKER_DEFAULT_BASE_URL;
+        // A self-hosted server (SkyRL's) takes whatever key it is given; the hosted service's start `tml-`.
+        if (isHostedTinker(url) && !apiKey.startsWith('tml-') && !apiKey.startsWith('eyJ'))
+          throw ApplicationFailure.nonRetryable("TINKER_API_KEY must start with 'tml-' for the hosted Tinker service", 'InvalidInput');
         return new TinkerProvider({
-          baseUrl: baseUrl ?? TINKER_DEFAULT_BASE_URL,
+          baseUrl: url,
           apiKey,
           onSecret: (jwt) => registerSecret(jwt, { rotating: true }),
         });

@@ -2,8 +2,8 @@ import { createHash } from 'node:crypto';
 import { z } from 'zod';
 import { accountFingerprint } from '../account';
 import { checkpointName, operationKey } from '../keys';
-import { ProviderError, classifyOperationError } from '../errors';
-import { HttpClient, poll, type HttpClientOptions, type RequestSpec } from '../http';
+import { ProviderError } from '../errors';
+import { HttpClient, errorBody, poll, type HttpClientOptions, type RequestSpec } from '../http';
 import type {
   AdamParams,
   AwaitOptions,
@@ -25,6 +25,7 @@ import type {
   WaitReadyOptions,
   WeightsSyncResult,
 } from '../types';
+import { operationFailure } from './failures';
 import { decodeForwardBackwardOutput, decodeSampleResponse, encodeForwardBackward, type TinkerDatum } from './wire';
 
 export const TINKER_DEFAULT_BASE_URL = 'https://tinker.thinkingmachines.dev/services/tinker-prod';
@@ -36,7 +37,7 @@ const HEARTBEAT_MS = 10_000;
 export interface TinkerProviderOptions extends Omit<HttpClientOptions, 'baseUrl' | 'authHeader'> {
   /** The service's base URL (`…/services/tinker-prod`), or the emulator's. Paths go under `<base>/api/v1`. */
   baseUrl?: string;
-  /** `tml-…` (or a JWT); sent as `X-API-Key`. */
+  /** Sent as `X-API-Key`: for the hosted service `tml-…` (or a JWT); a self-hosted server takes whatever it was given. */
   apiKey: string;
   /** Heartbeat interval of open sessions (default 10 s, as the SDK). */
   heartbeatMs?: number;
@@ -47,16 +48,18 @@ export interface TinkerProviderOptions extends Omit<HttpClientOptions, 'baseUrl'
 /** What this process knows of a model it drives: Tinker runs a model's operations in `seq_id` order, and only its driver knows the order. */
 interface ModelState {
   id: string;
+  /** The Tinker session it was made in (its id, the server's, says nothing of it on every server). */
   tinkerSession: string;
+  displayName?: string;
   baseModel: string;
   /** The next `seq_id` to send (0 is the model's create). */
   nextSeq: number;
   /** The trainer's step when the model was made (a checkpoint's, with its optimizer), and optim steps submitted since. */
   baseStep: number;
   submittedSteps: number;
-  /** Optim steps submitted and not yet seen to settle, and those that failed (they applied nothing). */
-  pendingOptims: string[];
-  failedOptims: number;
+  /** Optim steps submitted and not seen to settle, and those that failed (they applied nothing): request id → the step it was sent as. */
+  pendingOptims: Map<string, number>;
+  failedOptims: Map<string, number>;
   /** Caller keys → the seq they were sent under and what was sent: a resubmission is the same operation. */
   keys: Map<string, { seq: number; fingerprint: string; handle?: OperationHandle<unknown> }>;
   /** A submit whose seq the service may not have: later operations would wait behind the gap, so none is sent. */
@@ -66,6 +69,8 @@ interface ModelState {
   closed?: boolean;
   /** An operation failed because the model is gone (the service lost it): it takes no more. */
   failed?: boolean;
+  /** `unload_model` answered: nothing of it is left to release. */
+  unloaded?: boolean;
 }
 
 /** A Tinker session as Roundhouse uses it: one per provisioned trainer, its base model and owner in its metadata. */
@@ -77,9 +82,27 @@ interface SessionState {
   nextModelSeq: number;
   nextSamplerSeq: number;
   heartbeat?: NodeJS.Timeout;
+  /** The models this process made in it: where a server lists none, what its release unloads. */
+  models: Set<string>;
+  /** Where the server cannot say what became of a session: a model of it was lost (its session may have expired with it). */
+  lost?: boolean;
 }
 
+/**
+ * What a server was found to offer, learned from its answers, never probed for while it offers everything: hosted
+ * Tinker sees the wire it always did. SkyRL's server (scripts/conformance/skyrl/FINDINGS.md) has neither.
+ */
+interface ServerTraits {
+  /** `sessions/search`, `GET sessions/{id}`, `sessions/{id}/finish`. */
+  sessionRoutes?: boolean;
+  /** `load_weights` addressed to a session, making the model (SDK 0.38's); else create, then load as its first request (SDK 0.25's). */
+  sessionLoad?: boolean;
+}
+
+/** The handle of a save found already made (its 409): `listed:<tinker path>`, settled from the checkpoint listing. */
+const LISTED = 'listed:';
 const Future = z.object({ request_id: z.string(), model_id: z.string().nullish() }).passthrough();
+const MadeModel = z.object({ model_id: z.string().nullish() }).passthrough();
 const SessionCreated = z.object({ session_id: z.string() }).passthrough();
 const Capabilities = z.object({
   supported_models: z.array(
@@ -122,14 +145,20 @@ const OWNER_KEY = 'roundhouse_owner';
 const MODEL_KEY = 'roundhouse_base_model';
 
 /**
- * Tinker behind the provider-neutral interface (wire notes: WIRE.md beside this file).
+ * Tinker behind the provider-neutral interface (wire notes: WIRE.md beside this file), for the hosted service and
+ * for self-hosted servers of the same API (SkyRL's: scripts/conformance/skyrl/FINDINGS.md).
  *
  * - A trainer resource is a Tinker **session**: free to hold (Tinker bills tokens, not GPU time), created with the
  *   owner tag and base model in its `user_metadata`, found again by `sessions/search`, released by `finish`, and
- *   heartbeated every 10 s while this process uses it.
- * - A training session is a LoRA **model** of that session (`<session>:train:<n>`): `create_model`, or
+ *   heartbeated every 10 s while this process uses it. A server without session routes (SkyRL) can neither find nor
+ *   finish one: a lost create is made again (an empty session holds nothing), its release unloads the models this
+ *   process made in it and stops its heartbeats (the server then expires it, with any model nobody could name), and
+ *   it is heartbeated at once, since a session never heartbeated never expires there.
+ * - A training session is a LoRA **model** of that session, under the id the server answers: `create_model`, or
  *   `load_weights` addressed to the session (a checkpoint with or without its optimizer state, the SDK's
- *   `create_training_client_from_state[_with_optimizer]`); closing one unloads it.
+ *   `create_training_client_from_state[_with_optimizer]`); where a server refuses a load addressed to a session, the
+ *   model is created with the checkpoint's rank and the load is its first request (SDK 0.25's way). Closing one
+ *   unloads it.
  * - Every operation is a future polled through `retrieve_future` (408 = still running); forward-backward bodies and
  *   results, and samples, are protobuf.
  * - Tinker runs a model's operations in `seq_id` order and dedups a resend by it, but no call says where a model's
@@ -151,9 +180,17 @@ export class TinkerProvider implements TrainingProvider {
   private readonly models = new Map<string, ModelState>();
   private readonly sessions = new Map<string, SessionState>();
   private readonly samples = new Map<string, OperationHandle<SampleResult[]>>();
-  /** Per forward request: which positions count in its loss (the neutral result reports the others as 0; Tinker returns every position's). */
-  private readonly counted = new Map<string, boolean[][]>();
+  /**
+   * Per forward request: each position's weight (positions of weight 0 are reported as logprob 0; Tinker returns every
+   * position's), and whether its loss is cross-entropy (−Σ w·logprob, what a result without `loss:sum` adds up to).
+   */
+  private readonly lossInputs = new Map<string, { weights: number[][]; crossEntropy: boolean }>();
   private readonly heartbeatMs: number;
+  private readonly traits: ServerTraits = {};
+  /** Sessions this process released on a server that cannot say (no session routes). */
+  private readonly released = new Set<string>();
+  /** Per sample request: its prompt's length (SkyRL's prompt logprobs are one short). */
+  private readonly promptLengths = new Map<string, number>();
   /** Whether the service wants JWTs (asked once, from `client/config`), and the current one. */
   private jwtMode: Promise<boolean> | undefined;
   private jwt: { value: string; exp: number; refreshAt: number } | undefined;
@@ -161,9 +198,9 @@ export class TinkerProvider implements TrainingProvider {
   private readonly onSecret: ((value: string) => void) | undefined;
 
   constructor(options: TinkerProviderOptions) {
-    if (!(options.apiKey.startsWith('tml-') || options.apiKey.startsWith('eyJ')))
-      throw new ProviderError('INVALID_INPUT', 'non-retryable', "a Tinker API key starts with 'tml-' (TINKER_API_KEY)");
     const baseUrl = (options.baseUrl ?? TINKER_DEFAULT_BASE_URL).replace(/\/+$/, '');
+    if (isHostedTinker(baseUrl) && !(options.apiKey.startsWith('tml-') || options.apiKey.startsWith('eyJ')))
+      throw new ProviderError('INVALID_INPUT', 'non-retryable', "a Tinker API key starts with 'tml-' (TINKER_API_KEY)");
     this.http = new HttpClient({ ...options, baseUrl, authHeader: 'x-api-key', userAgent: options.userAgent ?? 'roundhouse-tinker' });
     this.account = accountFingerprint(baseUrl, options.apiKey);
     this.heartbeatMs = options.heartbeatMs ?? HEARTBEAT_MS;
@@ -252,7 +289,7 @@ export class TinkerProvider implements TrainingProvider {
         ? [
             {
               name: m.model_name,
-              maxLoraRank: m.max_lora_rank ?? 128,
+              ...(m.max_lora_rank ? { maxLoraRank: m.max_lora_rank } : {}), // not every server says (SkyRL does not)
               maxSeqLen: m.max_context_length ?? 32_768,
               maxBatchSize: 1024, // the SDK's chunk of datums per request; larger batches are several requests
               vocabSize: m.vocab_size ?? undefined,
@@ -266,12 +303,15 @@ export class TinkerProvider implements TrainingProvider {
 
   // ── sessions (trainer resources) ─────────────────────────────────────────────────────────────────
 
-  /** `create_session` with the owner tag and base model in its metadata; resending after a lost answer is harmless (an empty session holds nothing). */
+  /**
+   * `create_session` with the owner tag and base model in its metadata. Not resent blindly: a lost answer is
+   * reconciled by the metadata it carries; where the server cannot search (SkyRL), it is made again (an empty
+   * session holds nothing).
+   */
   async provision(request: ProvisionRequest): Promise<TrainerResource> {
     const metadata = { [OWNER_KEY]: request.ownerTag, [MODEL_KEY]: request.model };
-    let created: { session_id: string };
-    try {
-      created = await this.post(
+    const create = () =>
+      this.post(
         '/create_session',
         {
           tags: ['roundhouse'],
@@ -281,17 +321,25 @@ export class TinkerProvider implements TrainingProvider {
           type: 'create_session',
         },
         SessionCreated,
-        { replaySafe: false }, // not resent blindly: a lost answer is reconciled by the metadata it carries
+        { replaySafe: false },
       );
+    let created: { session_id: string };
+    try {
+      created = await create();
     } catch (err) {
       if (!(err instanceof ProviderError && err.errorClass === 'needs-reconcile')) throw err;
-      const page = await this.post('/sessions/search', { user_metadata: metadata, statuses: [{ type: 'active' }], limit: 1 }, SearchPage, {
-        replaySafe: true,
-      });
-      if (!page.sessions[0]) throw err; // not created (yet): the caller lists again before creating anew
-      created = page.sessions[0];
+      const page = await this.search({ user_metadata: metadata, statuses: [{ type: 'active' }], limit: 1 });
+      if (page && !page.sessions[0]) throw err; // not created (yet): the caller lists again before creating anew
+      created = page ? page.sessions[0]! : await create();
     }
-    this.remember({ id: created.session_id, baseModel: request.model, ownerTag: request.ownerTag, nextModelSeq: 0, nextSamplerSeq: 0 });
+    this.remember({
+      id: created.session_id,
+      baseModel: request.model,
+      ownerTag: request.ownerTag,
+      nextModelSeq: 0,
+      nextSamplerSeq: 0,
+      models: new Set(),
+    });
     return {
       id: created.session_id,
       model: request.model,
@@ -306,7 +354,9 @@ export class TinkerProvider implements TrainingProvider {
     const known = this.sessions.get(s.id);
     if (known) return known;
     this.sessions.set(s.id, s);
+    this.released.delete(s.id);
     s.heartbeat = setInterval(() => void this.heartbeat(s), this.heartbeatMs).unref();
+    if (this.traits.sessionRoutes === false) void this.heartbeat(s); // a session never heartbeated never expires there
     return s;
   }
 
@@ -326,38 +376,102 @@ export class TinkerProvider implements TrainingProvider {
     for (const m of this.models.values()) if (m.tinkerSession === sessionId) m.closed = true;
   }
 
-  /** The session as this process knows it, else from the service (its metadata names the base model). */
-  private async session(sessionId: string): Promise<SessionState> {
+  /**
+   * `sessions/search`, or undefined on a server without session routes (learned from its 404 the first time; the
+   * sessions this process holds are then heartbeated at once, so that they can expire).
+   */
+  private async search(body: Record<string, unknown>): Promise<z.infer<typeof SearchPage> | undefined> {
+    if (this.traits.sessionRoutes === false) return undefined;
+    try {
+      const page = await this.post('/sessions/search', body, SearchPage, { replaySafe: true });
+      this.traits.sessionRoutes = true;
+      return page;
+    } catch (err) {
+      if (!(err instanceof ProviderError && (err.status === 404 || err.status === 405))) throw err;
+      this.traits.sessionRoutes = false;
+      for (const s of this.sessions.values()) void this.heartbeat(s);
+      return undefined;
+    }
+  }
+
+  /** Whether a 404 (or 405) from a session route says the server has none (asked by a search when not known yet), not that the session is gone. */
+  private async lacksSessionRoutes(err: unknown, sessionId: string): Promise<boolean> {
+    if (!(err instanceof ProviderError && (err.status === 404 || err.status === 405))) return false;
+    if (this.traits.sessionRoutes === undefined) await this.search({ session_id: sessionId, limit: 1 }).catch(() => undefined);
+    return this.traits.sessionRoutes === false;
+  }
+
+  /**
+   * The session as this process knows it, else from the service (its metadata names the base model). A server
+   * without session routes says nothing of it: its base model is the caller's (or the one model the server serves).
+   */
+  private async session(sessionId: string, baseModel?: string): Promise<SessionState> {
     const known = this.sessions.get(sessionId);
     if (known) return known;
-    const info = await this.call({ method: 'GET', path: `/api/v1/sessions/${encodeURIComponent(sessionId)}`, schema: SessionInfo });
-    const baseModel = info.user_metadata?.[MODEL_KEY];
-    if (!baseModel)
+    let info: z.infer<typeof SessionInfo> | undefined;
+    if (this.traits.sessionRoutes !== false) {
+      try {
+        info = await this.call({ method: 'GET', path: `/api/v1/sessions/${encodeURIComponent(sessionId)}`, schema: SessionInfo });
+      } catch (err) {
+        if (!(await this.lacksSessionRoutes(err, sessionId))) throw err;
+      }
+    }
+    if (!info) {
+      const model = baseModel ?? (await this.onlyServedModel());
+      if (!model)
+        throw new ProviderError('INVALID_INPUT', 'non-retryable', `Tinker session ${sessionId}: this server cannot say its base model`);
+      return this.remember({ id: sessionId, baseModel: model, nextModelSeq: 0, nextSamplerSeq: 0, models: new Set() });
+    }
+    const model = info.user_metadata?.[MODEL_KEY];
+    if (!model)
       throw new ProviderError('INVALID_INPUT', 'non-retryable', `Tinker session ${sessionId} was not made by Roundhouse (no ${MODEL_KEY})`);
     const seqs = (ids: string[], kind: 'train' | 'sample') =>
       Math.max(-1, ...ids.map((id) => Number(new RegExp(`:${kind}:(\\d+)$`).exec(id)?.[1] ?? -1))) + 1;
     return this.remember({
       id: sessionId,
-      baseModel,
+      baseModel: model,
       ownerTag: info.user_metadata?.[OWNER_KEY],
       displayName: info.display_name ?? undefined,
       nextModelSeq: seqs(info.training_run_ids, 'train'),
       nextSamplerSeq: seqs(info.sampler_ids, 'sample'),
+      models: new Set(),
     });
   }
 
-  private async summary(sessionId: string): Promise<SessionSummary | undefined> {
-    const page = await this.post('/sessions/search', { session_id: sessionId, limit: 1 }, SearchPage, { replaySafe: true });
-    return page.sessions.find((s) => s.session_id === sessionId);
+  /** The server's model, when it serves exactly one (a self-hosted server serves the model it was started with). */
+  private async onlyServedModel(): Promise<string | undefined> {
+    const models = await this.supportedModels();
+    return models.length === 1 ? models[0]!.name : undefined;
   }
 
   async getResource(resourceId: string): Promise<TrainerResource> {
-    const s = await this.summary(resourceId);
+    const page = await this.search({ session_id: resourceId, limit: 1 });
+    if (!page) return this.heldResource(resourceId);
+    const s = page.sessions.find((x) => x.session_id === resourceId);
     if (!s)
       throw new ProviderError('NOT_FOUND', 'non-retryable', `Tinker session ${resourceId} not found`, {
         status: 404,
       });
     return toResource(s);
+  }
+
+  /**
+   * A session as this process knows it, on a server that says nothing of sessions: held (ready), released here
+   * (stopped), a model of it lost (failed: it may have expired). One it does not hold is taken as ready: such a server
+   * deletes no session, and one takes models whatever became of it.
+   */
+  private heldResource(resourceId: string): TrainerResource {
+    const s = this.sessions.get(resourceId);
+    const state = this.released.has(resourceId) ? 'stopped' : s?.lost ? 'failed' : 'ready';
+    const providerStatus = state === 'stopped' ? 'released' : state === 'failed' ? 'model lost' : s ? 'active' : 'unverified';
+    return {
+      id: resourceId,
+      model: s?.baseModel ?? '',
+      state,
+      providerStatus,
+      createdAt: '',
+      ...(s?.ownerTag ? { ownerTag: s.ownerTag } : {}),
+    };
   }
 
   /** A session is usable the moment it exists (nothing to place: the service is serverless). */
@@ -369,17 +483,21 @@ export class TinkerProvider implements TrainingProvider {
     return r;
   }
 
-  /** Every session of the account (`sessions/search`, newest first); `activeOnly`: those not finished, failed or cancelled. */
+  /**
+   * Every session of the account (`sessions/search`, newest first); `activeOnly`: those not finished, failed or
+   * cancelled. A server without session routes lists none: only the sessions this process holds are known.
+   */
   async listOwnedResources(options: { activeOnly?: boolean } = {}): Promise<TrainerResource[]> {
     const out: TrainerResource[] = [];
     let cursor: unknown;
     for (let pages = 0; pages < 10_000; pages++) {
-      const page = await this.post(
-        '/sessions/search',
-        { limit: 200, ...(options.activeOnly ? { statuses: [{ type: 'active' }] } : {}), ...(cursor ? { cursor } : {}) },
-        SearchPage,
-        { replaySafe: true },
-      );
+      const page = await this.search({
+        limit: 200,
+        ...(options.activeOnly ? { statuses: [{ type: 'active' }] } : {}),
+        ...(cursor ? { cursor } : {}),
+      });
+      if (!page)
+        return [...this.sessions.keys()].map((id) => this.heldResource(id)).filter((r) => !options.activeOnly || r.state === 'ready');
       out.push(...page.sessions.map(toResource));
       if (!page.next_cursor) return out;
       cursor = page.next_cursor;
@@ -387,101 +505,203 @@ export class TinkerProvider implements TrainingProvider {
     throw new ProviderError('INVALID_RESPONSE', 'retryable', 'sessions/search kept paging past 10,000 pages');
   }
 
-  /** `sessions/{id}/finish`: the session's models are released with it. Finishing twice, or a session gone, is fine. */
+  /**
+   * `sessions/{id}/finish`: the session's models are released with it. Finishing twice, or a session gone, is fine.
+   * Where the server has no finish (SkyRL), the models this process made in it are unloaded and its heartbeats stop:
+   * the server expires it, and any model of it nobody could name, once its timeout has passed without a heartbeat.
+   */
   async deactivate(resourceId: string): Promise<TrainerResource> {
-    try {
-      await this.post(`/sessions/${encodeURIComponent(resourceId)}/finish`, { reason: { type: 'success' }, detail: null }, AnyJson, {
-        replaySafe: true,
-      });
-    } catch (err) {
-      if (!(err instanceof ProviderError && (err.status === 404 || err.status === 410))) throw err;
-      this.forget(resourceId);
-      return { id: resourceId, model: '', state: 'stopped', providerStatus: 'NOT_FOUND', createdAt: '' };
+    if (this.traits.sessionRoutes !== false) {
+      try {
+        await this.post(`/sessions/${encodeURIComponent(resourceId)}/finish`, { reason: { type: 'success' }, detail: null }, AnyJson, {
+          replaySafe: true,
+        });
+        this.forget(resourceId);
+        return await this.getResource(resourceId).catch(() => ({
+          id: resourceId,
+          model: '',
+          state: 'stopped' as const,
+          providerStatus: 'client_finished',
+          createdAt: '',
+        }));
+      } catch (err) {
+        if (!(err instanceof ProviderError && (err.status === 404 || err.status === 410))) throw err;
+        if (!(await this.lacksSessionRoutes(err, resourceId))) {
+          this.forget(resourceId);
+          return { id: resourceId, model: '', state: 'stopped', providerStatus: 'NOT_FOUND', createdAt: '' };
+        }
+      }
     }
+    const s = this.sessions.get(resourceId);
+    for (const id of s?.models ?? []) if (!this.models.get(id)?.unloaded) await this.closeSession(id);
     this.forget(resourceId);
-    return this.getResource(resourceId).catch(() => ({
-      id: resourceId,
-      model: '',
-      state: 'stopped' as const,
-      providerStatus: 'client_finished',
-      createdAt: '',
-    }));
+    this.released.add(resourceId);
+    if (this.released.size > 4096) this.released.delete(this.released.values().next().value!);
+    return { id: resourceId, model: s?.baseModel ?? '', state: 'stopped', providerStatus: 'released', createdAt: '' };
   }
 
   // ── models (training sessions) ───────────────────────────────────────────────────────────────────
 
-  /** A LoRA model of the session: `create_model`, or `load_weights` addressed to the session when resuming. */
+  /**
+   * A LoRA model of the session, under the id the server gives it: `create_model`, or, when resuming, `load_weights`
+   * addressed to the session. Where a server refuses that (SkyRL: 422, no `model_id`), the model is created with the
+   * checkpoint's rank and the load is its first request; the server is remembered as one that wants it so.
+   */
   async openSession(request: OpenSessionRequest): Promise<TrainingSessionInfo> {
-    const s = await this.session(request.resourceId);
-    const modelSeq = s.nextModelSeq++;
-    const id = `${s.id}:train:${modelSeq}`;
-    const metadata = {
+    const s = await this.session(request.resourceId, request.baseModel);
+    const from = request.fromCheckpoint;
+    const baseStep = from?.loadOptimizer ? checkpointStep(from.id) : 0;
+    let id = from && this.traits.sessionLoad !== false ? await this.loadAsNewModel(s, request, from) : undefined;
+    let nextSeq = 1;
+    if (!id) {
+      const rank = from ? ((await this.checkpointRank(from.id)) ?? request.loraRank) : request.loraRank;
+      id = await this.createModel(s, request, rank);
+      if (from) nextSeq = await this.loadFirst(id, from);
+    }
+    this.models.set(id, {
+      id,
+      tinkerSession: s.id,
+      displayName: request.displayName,
+      baseModel: s.baseModel,
+      nextSeq,
+      baseStep,
+      submittedSteps: 0,
+      pendingOptims: new Map(),
+      failedOptims: new Map(),
+      keys: new Map(),
+    });
+    return { id, resourceId: s.id, state: 'running', step: baseStep, trainingCheckpointIds: [], displayName: request.displayName };
+  }
+
+  private modelMetadata(s: SessionState, request: OpenSessionRequest): Record<string, string> {
+    return {
       ...(s.ownerTag ? { [OWNER_KEY]: s.ownerTag } : {}),
       ...(request.displayName ? { display_name: request.displayName } : {}),
     };
-    let baseStep = 0;
-    let future: { request_id: string };
-    if (request.fromCheckpoint) {
-      baseStep = request.fromCheckpoint.loadOptimizer ? checkpointStep(request.fromCheckpoint.id) : 0;
+  }
+
+  /** `create_model` of the session: the id the server answers (its future's result, else its submit's). */
+  private async createModel(s: SessionState, request: OpenSessionRequest, rank: number): Promise<string> {
+    const future = await this.post(
+      '/create_model',
+      {
+        session_id: s.id,
+        model_seq_id: s.nextModelSeq++,
+        base_model: s.baseModel,
+        lora_config: {
+          rank,
+          ...(request.seed !== undefined ? { seed: request.seed } : {}),
+          train_unembed: true,
+          train_mlp: true,
+          train_attn: true,
+        },
+        user_metadata: this.modelMetadata(s, request),
+        optimizer_config: { type: 'adamw' },
+        type: 'create_model',
+      },
+      Future,
+      // A resend of the model's seq 0 is the same create on hosted Tinker. SkyRL makes a second model (the first one,
+      // unnamed, is released with its session's expiry): either way one model comes back.
+      { replaySafe: true },
+    );
+    return this.madeModel(s, future, 'CreateModel');
+  }
+
+  /** `load_weights` addressed to the session (the model's seq 0); undefined when the server refuses that form. */
+  private async loadAsNewModel(
+    s: SessionState,
+    request: OpenSessionRequest,
+    from: NonNullable<OpenSessionRequest['fromCheckpoint']>,
+  ): Promise<string | undefined> {
+    let future: z.infer<typeof Future>;
+    try {
       future = await this.post(
         '/load_weights',
         {
           session_id: s.id,
-          model_seq_id: modelSeq,
-          path: request.fromCheckpoint.id,
-          optimizer: request.fromCheckpoint.loadOptimizer,
-          user_metadata: metadata,
+          model_seq_id: s.nextModelSeq++,
+          path: from.id,
+          optimizer: from.loadOptimizer,
+          user_metadata: this.modelMetadata(s, request),
           type: 'load_weights',
         },
         Future,
         { replaySafe: true }, // the model's seq 0: a resend is the same create
       );
-    } else {
-      future = await this.post(
-        '/create_model',
-        {
-          session_id: s.id,
-          model_seq_id: modelSeq,
-          base_model: s.baseModel,
-          lora_config: {
-            rank: request.loraRank,
-            ...(request.seed !== undefined ? { seed: request.seed } : {}),
-            train_unembed: true,
-            train_mlp: true,
-            train_attn: true,
-          },
-          user_metadata: metadata,
-          optimizer_config: { type: 'adamw' },
-          type: 'create_model',
-        },
-        Future,
-        { replaySafe: true },
-      );
-    }
-    try {
-      await this.retrieve(future.request_id, request.fromCheckpoint ? 'LoadWeights' : 'CreateModel', {});
     } catch (err) {
-      // A create the service failed (it could not place the model) made nothing: opening again, under the next model
-      // seq, is safe, so it is retryable as such, not a failed operation to roll back from.
+      if (!(err instanceof ProviderError && (err.status === 422 || isNoRoute(err)))) throw err;
+      this.traits.sessionLoad = false;
+      return undefined;
+    }
+    this.traits.sessionLoad = true;
+    return this.madeModel(s, future, 'LoadWeights');
+  }
+
+  /** The model a create (or create-via-load) made, once its future settles; a create the service failed made nothing. */
+  private async madeModel(s: SessionState, future: z.infer<typeof Future>, type: string): Promise<string> {
+    let result: unknown;
+    try {
+      result = (await this.retrieve(future.request_id, type, {})).json;
+    } catch (err) {
+      // It could not place the model: opening again is safe, so retryable as such, not a failed operation to roll back from.
       if (err instanceof ProviderError && err.code.startsWith('OPERATION_FAILED_') && err.errorClass === 'retryable')
-        throw new ProviderError('MODEL_NOT_CREATED', 'retryable', `Tinker model ${id} was not created: ${err.message}`, {
+        throw new ProviderError('MODEL_NOT_CREATED', 'retryable', `a Tinker model of session ${s.id} was not created: ${err.message}`, {
           providerCode: err.providerCode,
           cause: err,
         });
       throw err;
     }
-    this.models.set(id, {
-      id,
-      tinkerSession: s.id,
-      baseModel: s.baseModel,
-      nextSeq: 1,
-      baseStep,
-      submittedSteps: 0,
-      pendingOptims: [],
-      failedOptims: 0,
-      keys: new Map(),
-    });
-    return { id, resourceId: s.id, state: 'running', step: baseStep, trainingCheckpointIds: [], displayName: request.displayName };
+    const id = MadeModel.safeParse(result ?? {}).data?.model_id ?? future.model_id;
+    if (!id)
+      throw new ProviderError(
+        'BAD_RESPONSE',
+        'non-retryable',
+        `${type} ${future.request_id}: no model_id in the submit answer or the result`,
+      );
+    s.models.add(id);
+    return id;
+  }
+
+  /** `weights_info`: a training checkpoint's LoRA rank (a model it is loaded into must have it); undefined where there is no such route. */
+  private async checkpointRank(path: string): Promise<number | undefined> {
+    try {
+      const info = await this.post('/weights_info', { tinker_path: path }, z.object({ lora_rank: z.number().nullish() }).passthrough(), {
+        replaySafe: true,
+      });
+      return info.lora_rank ?? undefined;
+    } catch (err) {
+      if (isNoRoute(err)) return undefined;
+      throw err;
+    }
+  }
+
+  /**
+   * The checkpoint loaded as a fresh model's first request (seq 1; a server refuses it later, and refuses a resend);
+   * the model's next seq. A load that failed, or whose answer was lost, leaves a model that holds no checkpoint (or
+   * cannot be told to): it is unloaded, and opening again is safe.
+   */
+  private async loadFirst(modelId: string, from: NonNullable<OpenSessionRequest['fromCheckpoint']>): Promise<number> {
+    try {
+      const future = await this.post(
+        '/load_weights',
+        { model_id: modelId, seq_id: 1, path: from.id, optimizer: from.loadOptimizer, type: 'load_weights' },
+        Future,
+        { replaySafe: false },
+      );
+      await this.retrieve(future.request_id, 'LoadWeights', {});
+      return 2;
+    } catch (err) {
+      await this.closeSession(modelId).catch(() => undefined);
+      if (
+        err instanceof ProviderError &&
+        (err.errorClass === 'needs-reconcile' || (err.code.startsWith('OPERATION_FAILED_') && err.errorClass === 'retryable'))
+      )
+        throw new ProviderError('MODEL_NOT_CREATED', 'retryable', `Tinker model ${modelId} did not load ${from.id}: ${err.message}`, {
+          providerCode: err.providerCode,
+          cause: err,
+        });
+      throw err;
+    }
   }
 
   /**
@@ -490,17 +710,17 @@ export class TinkerProvider implements TrainingProvider {
    */
   async getSession(sessionId: string): Promise<TrainingSessionInfo> {
     const m = this.models.get(sessionId);
-    const resourceId = tinkerSessionOf(sessionId);
+    const resourceId = m?.tinkerSession ?? tinkerSessionOf(sessionId) ?? '';
     if (m && !m.closed && !m.gap && !m.failed) {
       try {
         await this.settleOptims(m);
       } catch (err) {
         if (!(err instanceof ProviderError && err.errorClass === 'needs-reconcile')) throw err;
-        m.failed = true;
+        this.lost(m);
       }
     }
     if (!m || m.closed || m.gap || m.failed) {
-      const r = await this.getResource(resourceId).catch(() => undefined);
+      const r = resourceId ? await this.getResource(resourceId).catch(() => undefined) : undefined;
       const state =
         r && r.state !== 'ready' ? (r.state === 'failed' ? 'failed' : 'stopped') : m?.failed ? 'failed' : m?.closed ? 'stopped' : 'expired';
       return { id: sessionId, resourceId, state, step: 0, trainingCheckpointIds: [] };
@@ -516,6 +736,14 @@ export class TinkerProvider implements TrainingProvider {
 
   /** The model's training checkpoints (`tinker://…/weights/…`), oldest first. */
   private async trainingCheckpoints(modelId: string): Promise<string[]> {
+    return (await this.checkpointsOf(modelId))
+      .filter((c) => c.checkpoint_type === 'training')
+      .sort((a, b) => a.time.localeCompare(b.time))
+      .map((c) => c.tinker_path);
+  }
+
+  /** `GET training_runs/{model}/checkpoints`: the model's completed checkpoints. */
+  private async checkpointsOf(modelId: string): Promise<{ checkpoint_type: string; time: string; tinker_path: string }[]> {
     const res = await this.call({
       method: 'GET',
       path: `/api/v1/training_runs/${encodeURIComponent(modelId)}/checkpoints`,
@@ -523,44 +751,49 @@ export class TinkerProvider implements TrainingProvider {
         checkpoints: z.array(z.object({ checkpoint_type: z.string(), time: z.string(), tinker_path: z.string() }).passthrough()),
       }),
     });
-    return res.checkpoints
-      .filter((c) => c.checkpoint_type === 'training')
-      .sort((a, b) => a.time.localeCompare(b.time))
-      .map((c) => c.tinker_path);
+    return res.checkpoints;
   }
 
   private appliedStep(m: ModelState): number {
-    return m.baseStep + m.submittedSteps - m.pendingOptims.length - m.failedOptims;
+    return m.baseStep + m.submittedSteps - m.pendingOptims.size - m.failedOptims.size;
   }
 
   /** Waits for the optim steps in flight to settle, so the step counted is the trainer's. */
   private async settleOptims(m: ModelState): Promise<void> {
-    for (const requestId of [...m.pendingOptims]) {
+    for (const [requestId, step] of [...m.pendingOptims]) {
       try {
         await this.retrieve(requestId, 'OptimStep', {});
       } catch (err) {
         if (err instanceof ProviderError && err.errorClass === 'needs-reconcile') throw err;
-        if (m.pendingOptims.includes(requestId)) m.failedOptims += 1;
+        if (m.pendingOptims.has(requestId)) m.failedOptims.set(requestId, step);
       }
-      m.pendingOptims = m.pendingOptims.filter((r) => r !== requestId);
+      m.pendingOptims.delete(requestId);
     }
   }
 
+  /** The session's models (`GET sessions/{id}`); a server without session routes lists none: those this process made in it. */
   async listSessions(resourceId: string): Promise<TrainingSessionInfo[]> {
-    let info: z.infer<typeof SessionInfo>;
-    try {
-      info = await this.call({ method: 'GET', path: `/api/v1/sessions/${encodeURIComponent(resourceId)}`, schema: SessionInfo });
-    } catch (err) {
-      if (err instanceof ProviderError && err.status === 404) return [];
-      throw err;
+    if (this.traits.sessionRoutes !== false) {
+      try {
+        const info = await this.call({ method: 'GET', path: `/api/v1/sessions/${encodeURIComponent(resourceId)}`, schema: SessionInfo });
+        const sessions = await Promise.all(info.training_run_ids.map((id) => this.getSession(id)));
+        return sessions.reverse().map((s) => ({ ...s, displayName: info.display_name ?? undefined }));
+      } catch (err) {
+        if (!(await this.lacksSessionRoutes(err, resourceId))) {
+          if (err instanceof ProviderError && err.status === 404) return [];
+          throw err;
+        }
+      }
     }
-    const sessions = await Promise.all(info.training_run_ids.map((id) => this.getSession(id)));
-    return sessions.reverse().map((s) => ({ ...s, displayName: info.display_name ?? undefined }));
+    const ids = [...(this.sessions.get(resourceId)?.models ?? [])];
+    const sessions = await Promise.all(ids.map((id) => this.getSession(id)));
+    return sessions.reverse().map((s) => ({ ...s, displayName: this.models.get(s.id)?.displayName }));
   }
 
   /** `unload_model`: the model's weights leave the service's memory; its checkpoints stay. */
   async closeSession(sessionId: string): Promise<void> {
     const m = this.models.get(sessionId);
+    if (m?.unloaded) return;
     if (m) m.closed = true;
     try {
       const future = await this.post('/unload_model', { model_id: sessionId, type: 'unload_model' }, Future, { replaySafe: true });
@@ -568,6 +801,17 @@ export class TinkerProvider implements TrainingProvider {
     } catch (err) {
       if (!(err instanceof ProviderError && (err.status === 404 || err.status === 410))) throw err;
     }
+    if (m) m.unloaded = true;
+  }
+
+  /**
+   * A model the service lost takes nothing more. On a server that says nothing of sessions, its session is taken as
+   * lost with it (it may have expired: a model made there would never be released by the server).
+   */
+  private lost(m: ModelState): void {
+    m.failed = true;
+    const s = this.sessions.get(m.tinkerSession);
+    if (s && this.traits.sessionRoutes === false) s.lost = true;
   }
 
   // ── operations ───────────────────────────────────────────────────────────────────────────────────
@@ -655,11 +899,8 @@ export class TinkerProvider implements TrainingProvider {
       fingerprintOf('forward_backward', { wire, loss, forwardOnly: options.forwardOnly ?? false }),
       (seq, m) => this.sendForwardBackward(m.id, seq, key, wire, loss.type, lossFnConfig, options.forwardOnly ?? false),
       (requestId) => {
-        this.counted.set(
-          requestId,
-          data.map((d) => d.weights.map((w) => w !== 0)),
-        );
-        if (this.counted.size > 4096) this.counted.delete(this.counted.keys().next().value!);
+        this.lossInputs.set(requestId, { weights: data.map((d) => d.weights), crossEntropy: loss.type === 'cross_entropy' });
+        if (this.lossInputs.size > 4096) this.lossInputs.delete(this.lossInputs.keys().next().value!);
         return requestId;
       },
     );
@@ -727,25 +968,51 @@ export class TinkerProvider implements TrainingProvider {
         }),
       (requestId, m) => {
         m.submittedSteps += 1;
-        m.pendingOptims.push(requestId);
+        m.pendingOptims.set(requestId, m.baseStep + m.submittedSteps);
         return `${requestId}#${m.baseStep + m.submittedSteps}`;
       },
+    );
+  }
+
+  /**
+   * A save's submit. A server that keeps no seq for saves (SkyRL) answers the resend of a save whose answer was lost
+   * with 409 "already exists": the checkpoint is then the one being saved, and its handle (`listed:<path>`) waits for
+   * it in the model's checkpoint listing instead of a future.
+   */
+  private async save(path: string, send: () => Promise<{ request_id: string }>): Promise<{ request_id: string }> {
+    try {
+      return await send();
+    } catch (err) {
+      if (!(err instanceof ProviderError && err.status === 409 && /already exists/i.test(err.message))) throw err;
+      return { request_id: `${LISTED}${path}` };
+    }
+  }
+
+  /** Waits until the model's checkpoint listing (completed checkpoints) holds `path`. */
+  private async listed(path: string, options: AwaitOptions): Promise<void> {
+    const modelId = parseCheckpointPath(path)?.modelId ?? '';
+    await poll(
+      async () => ((await this.checkpointsOf(modelId)).some((c) => c.tinker_path === path) ? true : undefined),
+      `Tinker checkpoint ${path}`,
+      { initialIntervalMs: 100, maxIntervalMs: 2_000, timeoutMs: options.timeoutMs ?? 600_000, signal: options.signal },
     );
   }
 
   /** `save_weights` (weights + optimizer), named after the key and the step it holds: `tinker://<model>/weights/<name>`. */
   submitTrainingCheckpoint(sessionId: string, key: string): Promise<OperationHandle<CheckpointResult>> {
     const m = this.driven(sessionId);
-    const name = `${checkpointName(key)}-st${m.baseStep + m.submittedSteps}`;
+    const name = `${checkpointName(key)}-st${nextStep(m)}`;
     return this.sequenced<CheckpointResult>(
       'training-checkpoint',
       sessionId,
       key,
       fingerprintOf('save_weights', {}),
       (seq) =>
-        this.post('/save_weights', { model_id: m.id, path: name, seq_id: seq, type: 'save_weights' }, Future, {
-          key: operationKey(m.id, key),
-        }),
+        this.save(`tinker://${m.id}/weights/${name}`, () =>
+          this.post('/save_weights', { model_id: m.id, path: name, seq_id: seq, type: 'save_weights' }, Future, {
+            key: operationKey(m.id, key),
+          }),
+        ),
       (requestId) => requestId,
     );
   }
@@ -753,18 +1020,20 @@ export class TinkerProvider implements TrainingProvider {
   /** `save_weights_for_sampler` under a name (a kept artifact), then a sampling session on it: what samples see next. */
   submitSamplerWeights(sessionId: string, key: string): Promise<OperationHandle<CheckpointResult>> {
     const m = this.driven(sessionId);
-    const name = `${checkpointName(key)}-st${m.baseStep + m.submittedSteps}`;
+    const name = `${checkpointName(key)}-st${nextStep(m)}`;
     return this.sequenced<CheckpointResult>(
       'sampler-weights',
       sessionId,
       key,
       fingerprintOf('save_weights_for_sampler', { named: true }),
       (seq) =>
-        this.post(
-          '/save_weights_for_sampler',
-          { model_id: m.id, path: name, seq_id: seq, kind: 'snapshot', type: 'save_weights_for_sampler' },
-          Future,
-          { key: operationKey(m.id, key) },
+        this.save(`tinker://${m.id}/sampler_weights/${name}`, () =>
+          this.post(
+            '/save_weights_for_sampler',
+            { model_id: m.id, path: name, seq_id: seq, kind: 'snapshot', type: 'save_weights_for_sampler' },
+            Future,
+            { key: operationKey(m.id, key) },
+          ),
         ),
       (requestId) => requestId,
     );
@@ -774,19 +1043,24 @@ export class TinkerProvider implements TrainingProvider {
   async submitWeightsSync(sessionId: string, key: string): Promise<OperationHandle<WeightsSyncResult>> {
     const m = this.driven(sessionId);
     const s = await this.session(m.tinkerSession);
-    const version = m.baseStep + m.submittedSteps;
+    const version = nextStep(m);
     return this.sequenced<WeightsSyncResult>(
       'weights-sync',
       sessionId,
       key,
       fingerprintOf('save_weights_for_sampler', { named: false }),
-      (seq) =>
-        this.post(
-          '/save_weights_for_sampler',
-          { model_id: m.id, seq_id: seq, sampling_session_seq_id: s.nextSamplerSeq++, kind: 'snapshot', type: 'save_weights_for_sampler' },
-          Future,
-          { key: operationKey(m.id, key) },
-        ),
+      (seq) => {
+        const samplerSeq = s.nextSamplerSeq++;
+        // SkyRL keeps an unnamed save as `ss<sampler seq>_seq<seq>`: where the save was made, the sampling session is opened on that.
+        return this.save(`tinker://${m.id}/sampler_weights/ss${samplerSeq}_seq${seq}`, () =>
+          this.post(
+            '/save_weights_for_sampler',
+            { model_id: m.id, seq_id: seq, sampling_session_seq_id: samplerSeq, kind: 'snapshot', type: 'save_weights_for_sampler' },
+            Future,
+            { key: operationKey(m.id, key) },
+          ),
+        );
+      },
       (requestId) => `${requestId}#${version}`,
     );
   }
@@ -832,6 +1106,8 @@ export class TinkerProvider implements TrainingProvider {
         { key: operationKey(sampler.id, `${key}#${i}`) },
       );
       requestIds.push(res.request_id);
+      this.promptLengths.set(res.request_id, prompt.length);
+      if (this.promptLengths.size > 4096) this.promptLengths.delete(this.promptLengths.keys().next().value!);
     }
     const handle: OperationHandle<SampleResult[]> = {
       kind: 'sample',
@@ -845,8 +1121,9 @@ export class TinkerProvider implements TrainingProvider {
   }
 
   /**
-   * Long-polls `retrieve_future` until the future settles: 408 (or a `try_again` body) means still running; an
-   * `{error, category}` body is the operation's failure, coded by the `CODE:` its message starts with.
+   * Long-polls `retrieve_future` until the future settles: 408 (or a `try_again` body) means still running. A failure
+   * is an `{error, category}` body (hosted Tinker) or HTTP 400 `{"detail": …}` (SkyRL; a 500 there is retried by the
+   * HTTP helper, then fails as retryable), the server's text kept and classified (failures.ts).
    */
   private async retrieve(requestId: string, type: string, options: AwaitOptions): Promise<{ json?: unknown; bytes?: Buffer }> {
     return poll(
@@ -856,16 +1133,22 @@ export class TinkerProvider implements TrainingProvider {
           path: '/api/v1/retrieve_future',
           body: { request_id: requestId, allow_metadata_only: false },
           replaySafe: true,
-          passStatuses: [408],
+          passStatuses: [400, 408],
           headers: { 'x-tinker-request-type': type },
           signal: options.signal,
         });
         if (answer.status === 408) return undefined;
+        if (answer.status === 400) {
+          const text = answer.bytes.toString('utf8');
+          const { message } = errorBody(text);
+          if (message) throw operationFailure(requestId, message, { status: 400 });
+          throw new ProviderError('HTTP_400', 'non-retryable', `POST /api/v1/retrieve_future: HTTP 400 (no body)`, { status: 400 });
+        }
         if (/application\/x-protobuf/i.test(answer.contentType)) return { bytes: answer.bytes };
         const json = JSON.parse(answer.bytes.toString('utf8') || '{}') as Record<string, unknown>;
         if (json.type === 'try_again') return undefined;
         if (typeof json.error === 'string')
-          throw operationFailure(requestId, json.error, typeof json.category === 'string' ? json.category : 'unknown');
+          throw operationFailure(requestId, json.error, { category: typeof json.category === 'string' ? json.category : 'unknown' });
         return { json };
       },
       `Tinker future ${requestId}`,
@@ -879,7 +1162,7 @@ export class TinkerProvider implements TrainingProvider {
     } catch (err) {
       // The model is gone (the service lost it): nothing more is sent to it.
       const m = this.models.get(handle.sessionId);
-      if (m && err instanceof ProviderError && err.providerCode === 'SESSION_NOT_ACTIVE') m.failed = true;
+      if (m && err instanceof ProviderError && err.providerCode === 'SESSION_NOT_ACTIVE') this.lost(m);
       throw err;
     }
   }
@@ -892,15 +1175,15 @@ export class TinkerProvider implements TrainingProvider {
         const { bytes } = await this.retrieve(requestPart, 'ForwardBackward', options);
         if (!bytes) throw new ProviderError('BAD_RESPONSE', 'non-retryable', `forward ${requestPart}: the result is not protobuf`);
         const out = decodeForwardBackwardOutput(bytes);
-        const loss = out.metrics['loss:sum'];
+        const inputs = this.lossInputs.get(requestPart);
+        const loss = out.metrics['loss:sum'] ?? lossOfOutputs(out.outputs, inputs);
         if (loss === undefined)
           throw new ProviderError(
             'BAD_RESPONSE',
             'non-retryable',
-            `forward ${requestPart}: no loss:sum metric in ${Object.keys(out.metrics).join(', ')}`,
+            `forward ${requestPart}: no loss:sum metric in ${Object.keys(out.metrics).join(', ') || 'no metrics'}, and no elementwise_loss to add up`,
           );
-        const counted = this.counted.get(requestPart);
-        const logprobs = out.outputs.map((o, i) => (o.logprobs ?? []).map((v, k) => (counted && !counted[i]?.[k] ? 0 : v)));
+        const logprobs = out.outputs.map((o, i) => (o.logprobs ?? []).map((v, k) => (inputs && !inputs.weights[i]?.[k] ? 0 : v)));
         return { loss, logprobs } satisfies ForwardResult as T;
       }
       case 'custom-forward-backward':
@@ -911,41 +1194,43 @@ export class TinkerProvider implements TrainingProvider {
         try {
           json = (await this.retrieve(requestPart, 'OptimStep', options)).json;
         } catch (err) {
-          if (m?.pendingOptims.includes(requestPart) && !(err instanceof ProviderError && err.errorClass === 'needs-reconcile')) {
-            m.pendingOptims = m.pendingOptims.filter((r) => r !== requestPart);
-            m.failedOptims += 1;
+          if (m?.pendingOptims.has(requestPart) && !(err instanceof ProviderError && err.errorClass === 'needs-reconcile')) {
+            m.pendingOptims.delete(requestPart);
+            m.failedOptims.set(requestPart, Number(tag));
           }
           throw err;
         }
-        if (m) m.pendingOptims = m.pendingOptims.filter((r) => r !== requestPart);
+        m?.pendingOptims.delete(requestPart);
+        // Hosted Tinker reports the step (`step:max`); SkyRL does not: the step at submit, less the failed steps before it.
         const reported = (json as { metrics?: Record<string, number> } | undefined)?.metrics?.['step:max'];
-        return { step: reported ?? Number(tag) } satisfies OptimStepResult as T;
+        const failedBefore = m ? [...m.failedOptims.values()].filter((step) => step < Number(tag)).length : 0;
+        return { step: reported ?? Number(tag) - failedBefore } satisfies OptimStepResult as T;
       }
       case 'training-checkpoint': {
-        const { json } = await this.retrieve(requestPart, 'SaveWeights', options);
-        const path = z.object({ path: z.string() }).passthrough().parse(json).path;
+        const path = await this.savedPath(requestPart, 'SaveWeights', options);
         return { checkpointId: path, step: checkpointStep(path) } satisfies CheckpointResult as T;
       }
       case 'sampler-weights': {
-        const { json } = await this.retrieve(requestPart, 'SaveWeightsForSampler', options);
-        const path = z.object({ path: z.string() }).passthrough().parse(json).path;
+        // SkyRL answers a named sampler save `tinker://<model>/<name>`: kept in the form its listing (and delete) uses.
+        const path = canonicalPath(await this.savedPath(requestPart, 'SaveWeightsForSampler', options));
         const step = checkpointStep(path);
         if (m) {
-          // Samples see these weights next: a sampling session on them (named by the session's next sampler seq).
-          const s = await this.session(m.tinkerSession);
-          const created = await this.post(
-            '/create_sampling_session',
-            { session_id: s.id, sampling_session_seq_id: s.nextSamplerSeq++, model_path: path, type: 'create_sampling_session' },
-            z.object({ sampling_session_id: z.string() }).passthrough(),
-            { replaySafe: true },
-          );
-          if (!m.sampler || m.sampler.version <= step) m.sampler = { id: created.sampling_session_id, version: step, nextSeq: 0 };
+          // Samples see these weights next: a sampling session on them.
+          const id = await this.samplingSession(m, path);
+          if (!m.sampler || m.sampler.version <= step) m.sampler = { id, version: step, nextSeq: 0 };
         }
         return { checkpointId: path, step } satisfies CheckpointResult as T;
       }
       case 'weights-sync': {
-        const { json } = await this.retrieve(requestPart, 'SaveWeightsForSampler', options);
-        const id = z.object({ sampling_session_id: z.string() }).passthrough().parse(json).sampling_session_id;
+        let id: string;
+        if (requestPart.startsWith(LISTED)) {
+          const path = requestPart.slice(LISTED.length);
+          await this.listed(path, options);
+          id = await this.samplingSession(m ?? this.driven(handle.sessionId), path);
+        } else {
+          const { json } = await this.retrieve(requestPart, 'SaveWeightsForSampler', options);
+          id = z.object({ sampling_session_id: z.string() }).passthrough().parse(json).sampling_session_id;
+        }
         const version = Number(tag);
         if (m && (!m.sampler || m.sampler.id !== id) && (!m.sampler || m.sampler.version <= version))
           m.sampler = { id, version, nextSeq: 0 };
@@ -958,9 +1243,10 @@ export class TinkerProvider implements TrainingProvider {
           const { bytes } = await this.retrieve(requestId, 'Sample', options);
           if (!bytes) throw new ProviderError('BAD_RESPONSE', 'non-retryable', `sample ${requestId}: the result is not protobuf`);
           const decoded = decodeSampleResponse(bytes);
+          const prompt = decoded.promptLogprobs && alignedPromptLogprobs(decoded.promptLogprobs, this.promptLengths.get(requestId));
           results.push({
             sequences: decoded.sequences,
-            ...(decoded.promptLogprobs ? { promptLogprobs: decoded.promptLogprobs.map((v) => v ?? 0) } : {}),
+            ...(prompt ? { promptLogprobs: prompt.map((v) => v ?? 0) } : {}),
             policyVersion: version,
           });
         }
@@ -970,19 +1256,42 @@ export class TinkerProvider implements TrainingProvider {
     }
   }
 
+  /** A save's path: its future's result, or (`listed:<path>`, a save found already made) once the listing holds it. */
+  private async savedPath(requestPart: string, type: string, options: AwaitOptions): Promise<string> {
+    if (!requestPart.startsWith(LISTED)) {
+      const { json } = await this.retrieve(requestPart, type, options);
+      return z.object({ path: z.string() }).passthrough().parse(json).path;
+    }
+    const path = requestPart.slice(LISTED.length);
+    await this.listed(path, options);
+    return path;
+  }
+
+  /** A sampling session (in the model's Tinker session, under its next sampler seq) on sampler weights. */
+  private async samplingSession(m: ModelState, path: string): Promise<string> {
+    const s = await this.session(m.tinkerSession);
+    const created = await this.post(
+      '/create_sampling_session',
+      { session_id: s.id, sampling_session_seq_id: s.nextSamplerSeq++, model_path: path, type: 'create_sampling_session' },
+      z.object({ sampling_session_id: z.string() }).passthrough(),
+      { replaySafe: true },
+    );
+    return created.sampling_session_id;
+  }
+
   /** `DELETE training_runs/{model}/checkpoints/{weights|sampler_weights}/{name}`; one already gone is fine. */
   async deleteCheckpoint(checkpointId: string): Promise<void> {
-    const m = /^tinker:\/\/([^/]+)\/(weights|sampler_weights)\/([^/]+)$/.exec(checkpointId);
+    const m = parseCheckpointPath(checkpointId);
     if (!m)
       throw new ProviderError(
         'INVALID_INPUT',
         'non-retryable',
-        `${checkpointId} is not a tinker://<model>/<weights|sampler_weights>/<name> path`,
+        `${checkpointId} is not a tinker://<model>/[weights|sampler_weights/]<name> path`,
       );
     try {
       await this.call({
         method: 'DELETE',
-        path: `/api/v1/training_runs/${encodeURIComponent(m[1]!)}/checkpoints/${m[2]}/${encodeURIComponent(m[3]!)}`,
+        path: `/api/v1/training_runs/${encodeURIComponent(m.modelId)}/checkpoints/${m.kind}/${encodeURIComponent(m.name)}`,
         schema: AnyJson,
         replaySafe: true,
       });
@@ -1028,9 +1337,26 @@ function toResource(s: SessionSummary): TrainerResource {
   };
 }
 
-/** `<session>:train:<n>` → the session. */
-function tinkerSessionOf(modelId: string): string {
-  return modelId.replace(/:train:\d+$/, '');
+/**
+ * The session of a model this process did not make, where its id says (hosted Tinker's `<session>:train:<n>`); other
+ * servers' ids (SkyRL's `model_<hex>`) say nothing.
+ */
+function tinkerSessionOf(modelId: string): string | undefined {
+  return /^(.+):train:\d+$/.exec(modelId)?.[1];
+}
+
+/** FastAPI's answer for a route a server does not have: 404 `{"detail":"Not Found"}`, or 405. */
+function isNoRoute(err: unknown): boolean {
+  return err instanceof ProviderError && (err.status === 405 || (err.status === 404 && /HTTP 404: Not Found$/.test(err.message)));
+}
+
+/** Thinking Machines' hosted service, whose keys start `tml-`; a self-hosted server takes whatever key it was given. */
+export function isHostedTinker(baseUrl: string): boolean {
+  try {
+    return /(^|\.)thinkingmachines\.(dev|ai)$/i.test(new URL(baseUrl).hostname);
+  } catch {
+    return false;
+  }
 }
 
 /** Tinker's datum: the neutral datum's tokens, targets and weights (and a policy loss's logprobs and advantages). */
@@ -1045,18 +1371,47 @@ function toTinkerDatum(d: Datum, policy: boolean): TinkerDatum {
   return { tokens: d.modelInput, targetTokens: d.targetTokens, floats };
 }
 
-/** An operation's failure: the code its message starts with (`INTERNAL_ERROR: …`), classified as for every dialect. */
-function operationFailure(requestId: string, message: string, category: string): ProviderError {
-  const code = /^([A-Z][A-Z_]+):/.exec(message)?.[1] ?? (category === 'user' ? 'INVALID_INPUT' : 'INTERNAL_ERROR');
-  return new ProviderError(
-    `OPERATION_FAILED_${code}`,
-    classifyOperationError(code),
-    `Tinker operation ${requestId} failed (${category}): ${message}`,
-    {
-      providerCode: code,
-      operationId: requestId,
-    },
-  );
+/** The trainer's step once every optim step submitted has applied (those known to have failed applied nothing). */
+function nextStep(m: ModelState): number {
+  return m.baseStep + m.submittedSteps - m.failedOptims.size;
+}
+
+/**
+ * A forward result's loss where the server reports no `loss:sum` (SkyRL): the sum of its `elementwise_loss` (each
+ * position's loss, already weighted), or for cross-entropy −Σ w·logprob; undefined when neither can be had.
+ */
+function lossOfOutputs(
+  outputs: Record<string, number[]>[],
+  inputs: { weights: number[][]; crossEntropy: boolean } | undefined,
+): number | undefined {
+  if (outputs.length > 0 && outputs.every((o) => o.elementwise_loss))
+    return outputs.reduce((sum, o) => sum + o.elementwise_loss!.reduce((a, v) => a + v, 0), 0);
+  if (!inputs?.crossEntropy || outputs.some((o) => !o.logprobs)) return undefined;
+  return -outputs.reduce((sum, o, i) => sum + o.logprobs!.reduce((a, lp, k) => a + (inputs.weights[i]?.[k] ?? 0) * lp, 0), 0);
+}
+
+/**
+ * A checkpoint's path: `tinker://<model>/<weights|sampler_weights>/<name>`, or `tinker://<model>/<name>`, which SkyRL
+ * answers a named sampler save with (a sampler checkpoint).
+ */
+function parseCheckpointPath(path: string): { modelId: string; kind: 'weights' | 'sampler_weights'; name: string } | undefined {
+  const m = /^tinker:\/\/([^/]+)\/(?:(weights|sampler_weights)\/)?([^/]+)$/.exec(path);
+  return m ? { modelId: m[1]!, kind: (m[2] as 'weights' | 'sampler_weights' | undefined) ?? 'sampler_weights', name: m[3]! } : undefined;
+}
+
+/** A checkpoint's path in the form listings use (`…/sampler_weights/<name>` for SkyRL's short sampler form). */
+function canonicalPath(path: string): string {
+  const p = parseCheckpointPath(path);
+  return p ? `tinker://${p.modelId}/${p.kind}/${p.name}` : path;
+}
+
+/**
+ * Prompt logprobs one per prompt token, the first null (none precedes it). SkyRL's JAX backend answers one fewer,
+ * without that leading NaN: a null is put first, so position i is token i's on every server.
+ */
+function alignedPromptLogprobs(values: (number | null)[], promptLength: number | undefined): (number | null)[] {
+  const short = promptLength !== undefined ? values.length === promptLength - 1 : values.length > 0 && values[0] !== null;
+  return short ? [null, ...values] : values;
 }
 
 /** The step a checkpoint holds, from its name (`…-st<step>`); 0 for a checkpoint Roundhouse did not name. */

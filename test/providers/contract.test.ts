@@ -18,13 +18,20 @@ import {
 
 interface ProviderFixture {
   name: string;
+  /** The Tinker-API server the emulator plays: hosted Tinker (default) or SkyRL's self-hosted one. */
+  tinkerFlavor?: 'skyrl';
+  /** The models listed: the emulator's (with their limits), or the one a self-hosted server serves (limits unsaid). */
+  models?: 'served';
   make(emulator: RunningEmulator): TrainingProvider;
   /** Path patterns of the submits and the resource create, for faults aimed at them. */
   paths: { forwardBackward: string; optimStep: string; create: string };
   /** Wire operations behind one `submitSamplerWeights` (Together: weights-sync + inference checkpoint). */
   samplerWeightsOperations: number;
-  /** When a create's answer is lost: the caller reconciles (Together), or the provider finds the run itself (Baseten). */
-  lostCreate: 'needs-reconcile' | 'adopted';
+  /**
+   * When a create's answer is lost: the caller reconciles (Together), the provider finds the run itself (Baseten,
+   * Tinker), or, where nothing can be found and an empty resource holds nothing (a SkyRL session), makes it again.
+   */
+  lostCreate: 'needs-reconcile' | 'adopted' | 'recreated';
   /**
    * What the resource bills: GPU time while it is ready (Together, Baseten), or nothing of its own (Tinker: a session
    * is free, its models' tokens are billed).
@@ -32,8 +39,12 @@ interface ProviderFixture {
   billing: 'gpu-time' | 'tokens';
   /** Where a resubmitted key is recognised: at the service (its idempotency key), or in the client (Tinker: the key keeps its seq_id). */
   resubmission: 'service' | 'client';
-  /** When the trainer dies mid-run: the resource fails with it (a GPU deployment), or only the session does (Tinker: the model). */
-  trainerDeath: 'resource' | 'session';
+  /**
+   * When the trainer dies mid-run: the resource fails with it (a GPU deployment), or only the session does (Tinker:
+   * the model), or the resource is taken as failed because the server cannot say whether it lives (SkyRL: a model
+   * "not loaded" may have expired with its session).
+   */
+  trainerDeath: 'resource' | 'session' | 'unattributed';
 }
 
 const FIXTURES: ProviderFixture[] = [
@@ -68,6 +79,15 @@ const FIXTURES: ProviderFixture[] = [
     trainerDeath: 'session',
   },
 ];
+// The same client against a self-hosted server of Tinker's API (the emulator playing SkyRL 0.4.0's).
+FIXTURES.push({
+  ...FIXTURES.find((f) => f.name === 'tinker')!,
+  name: 'tinker on a self-hosted (SkyRL) server',
+  tinkerFlavor: 'skyrl',
+  models: 'served',
+  lostCreate: 'recreated',
+  trainerDeath: 'unattributed',
+});
 
 const MODEL = 'roundhouse/tiny-chat';
 
@@ -83,25 +103,30 @@ function datum(prompt: number[], answer: number[]): Datum {
 
 const batch: Datum[] = [datum([10, 11, 12, 13], [40, 41]), datum([20, 21, 22], [50, 51]), datum([30, 31, 32, 33, 34], [60])];
 
-let emulator: RunningEmulator;
+const emulators: Partial<Record<'default' | 'skyrl', RunningEmulator>> = {};
 
 beforeAll(async () => {
-  emulator = await startTestEmulator({ provisioningDelayMs: 150, basetenPollHoldMs: 2_000 });
+  emulators.default = await startTestEmulator({ provisioningDelayMs: 150, basetenPollHoldMs: 2_000 });
+  emulators.skyrl = await startTestEmulator({ provisioningDelayMs: 150, tinkerFlavor: 'skyrl' });
 });
 
 afterAll(async () => {
-  await emulator.close();
+  for (const e of Object.values(emulators)) await e.close();
 });
 
 afterEach(async () => {
-  await setFaults(emulator, {});
+  for (const e of Object.values(emulators)) await setFaults(e, {});
 });
 
-async function sessionEntry(sessionId: string) {
-  return (await ledger(emulator)).sessions.find((s) => s.id === sessionId)!;
-}
-
 describe.each(FIXTURES)('$name provider against the emulator over loopback HTTP', (fx) => {
+  let emulator!: RunningEmulator;
+  beforeAll(() => {
+    emulator = emulators[fx.tinkerFlavor ?? 'default']!;
+  });
+  async function sessionEntry(sessionId: string) {
+    return (await ledger(emulator)).sessions.find((s) => s.id === sessionId)!;
+  }
+
   async function readySession(provider = fx.make(emulator)) {
     const resource = await provider.provision({ model: MODEL, ownerTag: `test-${fx.name}`, generatorReplicas: 1 });
     await provider.waitReady(resource.id, { pollIntervalMs: 20 });
@@ -116,11 +141,16 @@ describe.each(FIXTURES)('$name provider against the emulator over loopback HTTP'
     if (applies) test(name, body);
   };
 
-  test('lists supported models with their limits', async () => {
+  test('lists supported models with their limits (where the server says them)', async () => {
     const provider = fx.make(emulator);
     const models = await provider.supportedModels();
-    expect(models.map((m) => m.name)).toEqual(expect.arrayContaining([MODEL, 'Qwen/Qwen3-8B']));
-    expect(models.find((m) => m.name === 'Qwen/Qwen3-8B')).toMatchObject({ vocabSize: 151_936, maxLoraRank: 64 });
+    if (fx.models === 'served') {
+      expect(models.map((m) => m.name)).toEqual([MODEL]);
+      expect(models[0]!.maxLoraRank).toBeUndefined(); // not said, so not invented
+    } else {
+      expect(models.map((m) => m.name)).toEqual(expect.arrayContaining([MODEL, 'Qwen/Qwen3-8B']));
+      expect(models.find((m) => m.name === 'Qwen/Qwen3-8B')).toMatchObject({ vocabSize: 151_936, maxLoraRank: 64 });
+    }
     await provider.close();
   });
 
@@ -412,7 +442,8 @@ describe.each(FIXTURES)('$name provider against the emulator over loopback HTTP'
         expect(outcome).toBeInstanceOf(ProviderError);
         expect(outcome).toMatchObject({ errorClass: 'needs-reconcile', code: 'RESPONSE_LOST' });
       } else {
-        expect(outcome).toMatchObject({ model: MODEL, state: fx.billing === 'tokens' ? 'ready' : 'provisioning' }); // found by its tag
+        // found by its tag, or (nothing to find it by) made again: an empty session holds nothing
+        expect(outcome).toMatchObject({ model: MODEL, state: fx.billing === 'tokens' ? 'ready' : 'provisioning' });
       }
       const owned = await provider.listOwnedResources({ activeOnly: true });
       expect(owned).toHaveLength(1); // created once, not twice
@@ -465,6 +496,23 @@ describe.each(FIXTURES)('$name provider against the emulator over loopback HTTP'
         await new Promise((r) => setTimeout(r, 60));
         expect((await ledger(emulator)).resources.find((r) => r.id === resource.id)!.gpuSeconds).toBe(billed);
         await expect(provider.deactivate(resource.id)).resolves.toMatchObject({ state: 'failed' });
+        await provider.close();
+      },
+    );
+
+    testWhere(
+      fx.trainerDeath === 'unattributed',
+      'a model dying mid-run fails its session (needs-reconcile); the resource, which may have expired with it, reads failed and is released; a new one trains',
+      async () => {
+        const { provider, resource, session } = await trainerDiesMidRun();
+        expect(await provider.getResource(resource.id)).toMatchObject({ state: 'failed' });
+        expect((await ledger(emulator)).active).not.toContain(session.id);
+        await expect(provider.deactivate(resource.id)).resolves.toMatchObject({ state: 'stopped' });
+        const fresh = await provider.provision({ model: MODEL, ownerTag: `test-${fx.name}` });
+        const next = await provider.openSession({ resourceId: fresh.id, loraRank: 8 });
+        await provider.awaitOperation(await provider.submitForwardBackward(next.id, 'die/next/fb', batch));
+        await expect(provider.deactivate(fresh.id)).resolves.toMatchObject({ state: 'stopped' });
+        expect((await ledger(emulator)).active).not.toContain(next.id);
         await provider.close();
       },
     );

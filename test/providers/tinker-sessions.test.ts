@@ -1,3 +1,4 @@
+import { request } from 'undici';
 import { ledger, startTestEmulator, testTinkerKey, type RunningEmulator } from '../helpers/emulator';
 import { TinkerProvider } from '../../providers/tinker/client';
 import type { Datum } from '../../providers/types';
@@ -68,6 +69,29 @@ test('checkpoints can be deleted (what retention uses): gone from the run’s li
     fromCheckpoint: { id: kept.checkpointId, loadOptimizer: true },
   });
   expect(resumed.step).toBe(1);
+  await tinker.deactivate(resource.id);
+  await tinker.close();
+});
+
+test('a checkpoint named before names kept to [A-Za-z0-9_-] (a campaign’s `.` in it) is still parsed and deleted', async () => {
+  const apiKey = testTinkerKey();
+  const tinker = provider(apiKey, 100); // heartbeated: this emulator expires a silent session in 1.5 s
+  const resource = await tinker.provision({ model: MODEL, ownerTag: 'legacy-names' });
+  const session = await tinker.openSession({ resourceId: resource.id, loraRank: 8 });
+  // Saved as an earlier Roundhouse named it (the model's next seq is 1: nothing was sent to it yet).
+  const saved = await request(`${emulator.url}/api/v1/save_weights`, {
+    method: 'POST',
+    headers: { 'x-api-key': apiKey, 'content-type': 'application/json' },
+    body: JSON.stringify({ model_id: session.id, path: 'tickets-v1.2-ab12cd34-st0', seq_id: 1, type: 'save_weights' }),
+  });
+  expect(saved.statusCode).toBe(200);
+  await saved.body.dump();
+  const path = `tinker://${session.id}/weights/tickets-v1.2-ab12cd34-st0`;
+  for (let i = 0; i < 100 && !(await tinker.getSession(session.id)).trainingCheckpointIds.includes(path); i++)
+    await new Promise((r) => setTimeout(r, 20));
+  expect((await tinker.getSession(session.id)).trainingCheckpointIds).toEqual([path]);
+  await tinker.deleteCheckpoint(path);
+  expect((await tinker.getSession(session.id)).trainingCheckpointIds).toEqual([]);
   await tinker.deactivate(resource.id);
   await tinker.close();
 });
