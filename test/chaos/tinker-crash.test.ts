@@ -174,3 +174,43 @@ test('Tinker: with 429/5xx/resets/lost responses injected at 10% the round compl
     await emulator.close();
   }
 }, 300_000);
+
+test('Tinker on a self-hosted (SkyRL) server: SIGKILL of the worker inside training; the new worker, which cannot find the dead one’s model, unloads it by the id the round recorded and reopens from the rolling checkpoint: exact steps, nothing left loaded', async () => {
+  const emulator = await startTestEmulator({ operationLatencyMs: 60, tinkerFlavor: 'skyrl', tinkerSessionTtlMs: 300_000 });
+  const taskQueue = uniqueTaskQueue('crash-skyrl');
+  const input = tinkerRoundInput(emulator, `crash-skyrl-${taskQueue}`, 48); // 48 / 8 = 6 steps an epoch, 12 in all
+  // SkyRL checks no key: not a `tml-` one.
+  const env = { ...crashTestWorkerEnv(taskQueue, bundleFile), TINKER_API_KEY: 'skyrl-crash-test-key' };
+  let worker: WorkerProcess = startWorkerProcess(env);
+  try {
+    await worker.ready;
+    const handle = await temporal.client.workflow.start(roundWorkflow, { taskQueue, workflowId: `round-${taskQueue}`, args: [input] });
+    const killed = await killAtPoints({
+      points: [{ name: 'training ≥ step 5', when: (p) => p.phase === 'training', inside: { activity: TRAINING_ACTIVITY, fromStep: 5 } }],
+      progress: () => progressOf(handle),
+      workflow: handle,
+      worker,
+      env,
+      describe: (p) => `phase ${p.phase}, step ${p.step}`,
+      beyond: (p) => ['checkpointing', 'sampling', 'evaluating', 'cleanup', 'completed', 'failed', 'cancelled'].includes(p.phase),
+      perPointMs: 60_000,
+      log: (line) => process.stderr.write(`[crash skyrl] ${line}\n`),
+    });
+    worker = killed.worker;
+    const result: RoundResult = await handle.result();
+    expect(killed.missed).toEqual([]);
+    expect(result).toMatchObject({ status: 'completed', stepsApplied: 12, totalSteps: 12 });
+    const rollback = result.recoveries!.find((r) => r.phase === 'training')!;
+    expect(rollback.rolledBackTo).toBeGreaterThan(0); // the rolling checkpoint, loaded as a new model's first request
+    const report = JSON.parse(fs.readFileSync(result.reportPath, 'utf8'));
+    expect(report.steps.map((s: { step: number }) => s.step)).toEqual(Array.from({ length: 12 }, (_v, i) => i + 1));
+    const l = await ledger(emulator);
+    const kept = l.sessions.find((s) => s.id === report.session_id)!;
+    expect(kept).toMatchObject({ step: 12, lineageEmptyOptimizerSteps: 0 });
+    // No session expiry in this run: the dead worker's model was unloaded by its recorded id, the rest at release.
+    expect(l.active).toEqual([]);
+  } finally {
+    await worker.stop();
+    await emulator.close();
+  }
+}, 300_000);
