@@ -14,16 +14,16 @@ import { startQuietTemporal } from './temporal-dev';
 import { Teardown } from './teardown';
 
 /**
- * `npm run conformance:skyrl [-- --against emulator] [--only sft,dpo] [--keep]`: Roundhouse (its workflows on a
+ * `npm run conformance:skyrl [-- --against emulator|emulator-tinker] [--only sft,dpo] [--keep]`: Roundhouse (its workflows on a
  * Temporal dev server, real `roundhouse worker` processes) runs an SFT, a GRPO and a DPO round, a two-round campaign
  * continuing from its checkpoint, and a round whose worker is SIGKILLed inside training, against SkyRL 0.4.0's
  * Tinker-API server on loopback (installed into .roundhouse/venvs/skyrl on first use) or, with `--against emulator`,
- * the repo's emulator. Prints `PASS <case> <seconds> s <figures>` or `FAIL <case>: <reason>` per case, then
+ * the repo's emulator playing that server (its `skyrl` Tinker flavour; `emulator-tinker`: playing hosted Tinker). Prints `PASS <case> <seconds> s <figures>` or `FAIL <case>: <reason>` per case, then
  * `N passed, N failed`; exits 1 on any failure. Stops every process it started.
  */
 
 interface Options {
-  against: 'skyrl' | 'emulator';
+  against: 'skyrl' | 'emulator' | 'emulator-tinker';
   only?: string[];
   keep: boolean;
 }
@@ -34,7 +34,10 @@ function parseOptions(argv: string[]): Options {
     return i >= 0 ? argv[i + 1] : undefined;
   };
   const against = value('against') ?? 'skyrl';
-  if (against !== 'skyrl' && against !== 'emulator') throw new Error(`--against ${against}: expected skyrl or emulator`);
+  if (against !== 'skyrl' && against !== 'emulator' && against !== 'emulator-tinker')
+    throw new Error(
+      `--against ${against}: expected skyrl, emulator (SkyRL's server, emulated) or emulator-tinker (hosted Tinker, emulated)`,
+    );
   const only = value('only')?.split(',');
   const unknown = only?.filter((name) => !CASES.some((c) => c.name === name));
   if (unknown?.length) throw new Error(`--only: no case ${unknown.join(', ')} (cases: ${CASES.map((c) => c.name).join(', ')})`);
@@ -59,7 +62,10 @@ async function setUp(options: Options, dir: string, teardown: Teardown): Promise
   const built = ensureDist(); // the worker processes (and a killed one's replacement) run the compiled CLI
   phases.push(`build ${seconds(t)} s (${built.built ? 'built' : 'current'})`);
 
-  const target: Target = options.against === 'skyrl' ? await startSkyrl(log, teardown) : await startEmulatorTarget(teardown);
+  const target: Target =
+    options.against === 'skyrl'
+      ? await startSkyrl(log, teardown)
+      : await startEmulatorTarget(teardown, options.against === 'emulator' ? 'skyrl' : 'tinker');
   phases.push(...target.setup);
 
   t = Date.now();

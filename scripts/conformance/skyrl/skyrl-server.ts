@@ -17,8 +17,8 @@ const repoRoot = path.resolve(here, '../../..');
 /** `aiohttp`: the `tinker` extra forgets it; `transformers`: builds the model. Pinned to what the findings ran. */
 export const SKYRL_REQUIREMENTS = ['skyrl[tinker,jax]==0.4.0', 'aiohttp==3.14.5', 'transformers==5.16.1'];
 
-/** SkyRL never checks the key; our client wants one of Tinker's shape. */
-const API_KEY = 'tml-conformance-skyrl';
+/** SkyRL never checks the key (and the client asks for a `tml-` one only of the hosted service). */
+const API_KEY = 'conformance-skyrl';
 
 /** Whether `python` runs and is 3.12; its real path (a pyenv shim resolves to the interpreter it runs). */
 function python312At(python: string): string | undefined {
