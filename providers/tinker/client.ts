@@ -326,16 +326,25 @@ export class TinkerProvider implements TrainingProvider {
     for (const m of this.models.values()) if (m.tinkerSession === sessionId) m.closed = true;
   }
 
-  /** The session as this process knows it, else from the service (its metadata names the base model). */
-  private async session(sessionId: string): Promise<SessionState> {
+  /**
+   * The session as this process knows it, else from the service (its metadata names the base model). `fresh`: its
+   * model and sampler seqs as the service lists them, for a create: another process may have made models there since
+   * this one looked, and a create under a seq the service has is that model (it dedups by seq), not a new one.
+   */
+  private async session(sessionId: string, options: { fresh?: boolean } = {}): Promise<SessionState> {
     const known = this.sessions.get(sessionId);
-    if (known) return known;
+    if (known && !options.fresh) return known;
     const info = await this.call({ method: 'GET', path: `/api/v1/sessions/${encodeURIComponent(sessionId)}`, schema: SessionInfo });
+    const seqs = (ids: string[], kind: 'train' | 'sample') =>
+      Math.max(-1, ...ids.map((id) => Number(new RegExp(`:${kind}:(\\d+)$`).exec(id)?.[1] ?? -1))) + 1;
+    if (known) {
+      known.nextModelSeq = Math.max(known.nextModelSeq, seqs(info.training_run_ids, 'train'));
+      known.nextSamplerSeq = Math.max(known.nextSamplerSeq, seqs(info.sampler_ids, 'sample'));
+      return known;
+    }
     const baseModel = info.user_metadata?.[MODEL_KEY];
     if (!baseModel)
       throw new ProviderError('INVALID_INPUT', 'non-retryable', `Tinker session ${sessionId} was not made by Roundhouse (no ${MODEL_KEY})`);
-    const seqs = (ids: string[], kind: 'train' | 'sample') =>
-      Math.max(-1, ...ids.map((id) => Number(new RegExp(`:${kind}:(\\d+)$`).exec(id)?.[1] ?? -1))) + 1;
     return this.remember({
       id: sessionId,
       baseModel,
@@ -412,7 +421,7 @@ export class TinkerProvider implements TrainingProvider {
 
   /** A LoRA model of the session: `create_model`, or `load_weights` addressed to the session when resuming. */
   async openSession(request: OpenSessionRequest): Promise<TrainingSessionInfo> {
-    const s = await this.session(request.resourceId);
+    const s = await this.session(request.resourceId, { fresh: true });
     const modelSeq = s.nextModelSeq++;
     const id = `${s.id}:train:${modelSeq}`;
     const metadata = {
