@@ -67,13 +67,18 @@ const PREFERENCE_EPSILON = 1e-3;
 
 const summed = (logprobs: number[], d: Datum) => logprobs.reduce((a, lp, i) => a + lp * (d.weights[i] ?? 0), 0);
 
-/** Summed logprobs of each pair's chosen and rejected answers under a session's current weights. */
+/**
+ * Summed logprobs of each pair's chosen and rejected answers under a session's current weights. `beat` runs after each
+ * batch: a bare heartbeat in a phase activity; none inside a training segment, whose own heartbeats carry its cursor (a
+ * bare one would replace those details, and a retried attempt would forget its saved checkpoints and steps in flight).
+ */
 const pairLogprobs = async (
   provider: TrainingProvider,
   sessionId: string,
   pairs: TokenizedPair[],
   batchPairs: number,
   keyOf: (batch: number) => string,
+  beat: () => void = () => Context.current().heartbeat(),
 ) => {
   const signal = Context.current().cancellationSignal;
   const handles = [];
@@ -92,7 +97,7 @@ const pairLogprobs = async (
       const lr = result.logprobs?.[i + 1] ?? [];
       out.push({ sums: [summed(lc, datums[i]!), summed(lr, datums[i + 1]!)], logprobs: [lc, lr], datums: [datums[i]!, datums[i + 1]!] });
     }
-    Context.current().heartbeat();
+    beat();
   }
   return out;
 };
@@ -234,7 +239,14 @@ function dpoStep(
   const compute = async (step: number) => {
     const { rows } = batchRows(step, p.train.length, t.batchSize, t.seed);
     const pairs = rows.map((r) => p.train[r]!);
-    const policy = await pairLogprobs(provider, input.sessionId, pairs, pairs.length, () => key(`s${step}`, 'forward'));
+    const policy = await pairLogprobs(
+      provider,
+      input.sessionId,
+      pairs,
+      pairs.length,
+      () => key(`s${step}`, 'forward'),
+      () => undefined, // the segment heartbeats its cursor itself
+    );
     const datums: Datum[] = [];
     const gradients: number[][] = [];
     let loss = 0;

@@ -404,10 +404,12 @@ export class TinkerProvider implements TrainingProvider {
   /**
    * The session as this process knows it, else from the service (its metadata names the base model). A server
    * without session routes says nothing of it: its base model is the caller's (or the one model the server serves).
+   * `fresh`: its model and sampler seqs as the service lists them, for a create: another process may have made models
+   * there since this one looked, and a create under a seq the service has is that model (it dedups by seq), not a new one.
    */
-  private async session(sessionId: string, baseModel?: string): Promise<SessionState> {
+  private async session(sessionId: string, options: { baseModel?: string; fresh?: boolean } = {}): Promise<SessionState> {
     const known = this.sessions.get(sessionId);
-    if (known) return known;
+    if (known && (!options.fresh || this.traits.sessionRoutes === false)) return known;
     let info: z.infer<typeof SessionInfo> | undefined;
     if (this.traits.sessionRoutes !== false) {
       try {
@@ -416,8 +418,15 @@ export class TinkerProvider implements TrainingProvider {
         if (!(await this.lacksSessionRoutes(err, sessionId))) throw err;
       }
     }
+    if (known) {
+      if (info) {
+        known.nextModelSeq = Math.max(known.nextModelSeq, nextSeqOf(info.training_run_ids, 'train'));
+        known.nextSamplerSeq = Math.max(known.nextSamplerSeq, nextSeqOf(info.sampler_ids, 'sample'));
+      }
+      return known;
+    }
     if (!info) {
-      const model = baseModel ?? (await this.onlyServedModel());
+      const model = options.baseModel ?? (await this.onlyServedModel());
       if (!model)
         throw new ProviderError('INVALID_INPUT', 'non-retryable', `Tinker session ${sessionId}: this server cannot say its base model`);
       return this.remember({ id: sessionId, baseModel: model, nextModelSeq: 0, nextSamplerSeq: 0, models: new Set() });
@@ -425,15 +434,13 @@ export class TinkerProvider implements TrainingProvider {
     const model = info.user_metadata?.[MODEL_KEY];
     if (!model)
       throw new ProviderError('INVALID_INPUT', 'non-retryable', `Tinker session ${sessionId} was not made by Roundhouse (no ${MODEL_KEY})`);
-    const seqs = (ids: string[], kind: 'train' | 'sample') =>
-      Math.max(-1, ...ids.map((id) => Number(new RegExp(`:${kind}:(\\d+)$`).exec(id)?.[1] ?? -1))) + 1;
     return this.remember({
       id: sessionId,
       baseModel: model,
       ownerTag: info.user_metadata?.[OWNER_KEY],
       displayName: info.display_name ?? undefined,
-      nextModelSeq: seqs(info.training_run_ids, 'train'),
-      nextSamplerSeq: seqs(info.sampler_ids, 'sample'),
+      nextModelSeq: nextSeqOf(info.training_run_ids, 'train'),
+      nextSamplerSeq: nextSeqOf(info.sampler_ids, 'sample'),
       models: new Set(),
     });
   }
@@ -548,7 +555,7 @@ export class TinkerProvider implements TrainingProvider {
    * checkpoint's rank and the load is its first request; the server is remembered as one that wants it so.
    */
   async openSession(request: OpenSessionRequest): Promise<TrainingSessionInfo> {
-    const s = await this.session(request.resourceId, request.baseModel);
+    const s = await this.session(request.resourceId, { baseModel: request.baseModel, fresh: true });
     const from = request.fromCheckpoint;
     const baseStep = from?.loadOptimizer ? checkpointStep(from.id) : 0;
     let id = from && this.traits.sessionLoad !== false ? await this.loadAsNewModel(s, request, from) : undefined;
@@ -1412,6 +1419,11 @@ function canonicalPath(path: string): string {
 function alignedPromptLogprobs(values: (number | null)[], promptLength: number | undefined): (number | null)[] {
   const short = promptLength !== undefined ? values.length === promptLength - 1 : values.length > 0 && values[0] !== null;
   return short ? [null, ...values] : values;
+}
+
+/** The next model (or sampler) seq after those a session lists: hosted ids (`…:train:<n>`) name theirs; others count. */
+function nextSeqOf(ids: string[], kind: 'train' | 'sample'): number {
+  return Math.max(ids.length, ...ids.map((id) => Number(new RegExp(`:${kind}:(\\d+)$`).exec(id)?.[1] ?? -1) + 1));
 }
 
 /** The step a checkpoint holds, from its name (`…-st<step>`); 0 for a checkpoint Roundhouse did not name. */

@@ -11,7 +11,7 @@ import { ProviderRegistry } from '../../workers/providers';
 import { createRoundhouseWorker } from '../../workers/worker';
 import { ledger, setFaults, startTestEmulator, type RunningEmulator } from '../helpers/emulator';
 import { ActivityCancellationDetails } from '@temporalio/common';
-import { ticketRoundInput } from '../helpers/round';
+import { arithmeticRoundInput, ticketRoundInput } from '../helpers/round';
 import { bundleWorkflows, connectTestTemporal, uniqueTaskQueue, type TestTemporal } from '../helpers/temporal';
 
 let emulator: RunningEmulator;
@@ -88,6 +88,63 @@ test('a segment trains from its cursor to its bound, heartbeating the cursor aft
   expect(result).toMatchObject({ cursor: { step: 2 }, stepsApplied: 2 });
   expect(beats.map((b) => b.step)).toContain(2);
   expect((await ledger(emulator)).sessions.find((s) => s.id === session.sessionId)!.optimizerSteps).toBe(2);
+});
+
+test("a DPO segment's every heartbeat carries its cursor and saved checkpoints: its forward passes send none of their own", async () => {
+  const campaignId = 'seg-dpo';
+  const input = arithmeticRoundInput({
+    baseUrl: emulator.url,
+    campaignId,
+    tickets: true,
+    yaml: `training: { epochs: 1, batchSize: 8, learningRate: 0.005, loraRank: 8, maxSeqLen: 64, segmentSteps: 4, checkpointEvery: { steps: 1 } }
+sampling: { maxTokens: 3 }
+round: { kind: dpo, dpo: { beta: 0.5 } }`,
+  });
+  const activities = createActivities(providers);
+  const env = new MockActivityEnvironment();
+  const plan = await run(env, activities.prepareRound, { spec: input.spec, data: input.data });
+  const provisioning = new MockActivityEnvironment({ taskQueue }, { client: temporal.client });
+  const trainer = await run(provisioning, activities.provisionTrainer, { spec: input.spec, ownerTag: campaignId });
+  const session = await run(env, activities.openTrainingSession, {
+    spec: input.spec,
+    resourceId: trainer.resourceId,
+    ownerTag: campaignId,
+  });
+  const data = { ...input.data, trainSha256: plan.trainSha256, evalSha256: plan.evalSha256 };
+  const referencePath = path.join(input.reportDir, 'reference-logprobs.json');
+  await run(env, activities.computeDpoReference, {
+    campaignId,
+    round: 1,
+    spec: input.spec,
+    data,
+    sessionId: session.sessionId,
+    stepOffset: session.stepOffset,
+    outputPath: referencePath,
+  });
+
+  // Every heartbeat the segment sends is what a retried attempt resumes from: a bare one would erase the cursor.
+  const segmentEnv = new MockActivityEnvironment();
+  const beats: unknown[] = [];
+  segmentEnv.on('heartbeat', (d: unknown) => beats.push(d));
+  const result = await run(segmentEnv, activities.trainDpoSegment, {
+    campaignId,
+    round: 1,
+    spec: input.spec,
+    data,
+    sessionId: session.sessionId,
+    stepOffset: session.stepOffset,
+    cursor: { step: 0 },
+    totalSteps: plan.totalSteps,
+    stepsDir: path.join(input.reportDir, 'steps'),
+    referencePath,
+  });
+  expect(result).toMatchObject({ cursor: { step: 4 }, stepsApplied: 4 });
+  expect(beats.length).toBeGreaterThan(0);
+  expect(beats.map((b) => typeof (b as { step?: unknown } | undefined)?.step)).not.toContain('undefined');
+  // The checkpoints saved at steps 1–3 (not at the round's end) are in the last word.
+  const last = beats[beats.length - 1] as { step: number; checkpoints: { step: number }[] };
+  expect(last.step).toBe(4);
+  expect(last.checkpoints.map((c) => c.step)).toEqual([1, 2, 3]);
 });
 
 test('a long segment writes its step records as it goes (every ROUNDHOUSE_RECORD_FLUSH_MS), not only when it ends', async () => {
