@@ -1,7 +1,7 @@
 import { meteredProvider, type TokenUsage } from './usage';
 import { Context } from '@temporalio/activity';
-import { RoundhouseFailure } from '../config/failures';
-import { batchRows } from '../config/schedule';
+import { RoundhouseFailure } from '../config/rules/failures';
+import { batchRows } from '../config/rules/schedule';
 import type { Datum, TrainingProvider } from '../providers/types';
 import type { RoundSpec } from '../workflows/round-contract';
 import { toDatum, type TokenizedPair } from './data';
@@ -9,7 +9,7 @@ import type { ActivityDeps } from './deps';
 import { dpoLossAndGradients } from './dpo-loss';
 import { atBoundary } from './failures';
 import { readJson, writeJsonAtomic } from './files';
-import { lineageParts, roundKey } from '../config/keys';
+import { lineageParts, roundKey } from '../config/rules/keys';
 import { createPreparer, type PreparedPairs } from './prepare';
 import type { PhaseInput } from './round';
 import { trainSegmentOf, type SegmentContext, type SegmentInput, type SegmentResult, type StepKind } from './segment';

@@ -1,6 +1,6 @@
 import { addUsage, type TokenUsage } from './usage';
-import { joinLocation } from '../config/artifacts';
-import { lineageParts, roundKey } from '../config/keys';
+import { joinLocation } from '../config/io/artifacts';
+import { lineageParts, roundKey } from '../config/rules/keys';
 import type { DpoEvaluation } from './dpo';
 import { writeJsonAtomic } from './files';
 import type { PhaseInput } from './round';

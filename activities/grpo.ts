@@ -1,8 +1,8 @@
-import { joinLocation, storeFor } from '../config/artifacts';
-import { RoundhouseFailure } from '../config/failures';
-import { batchRows } from '../config/schedule';
-import type { GrpoSpec } from '../config/spec';
-import type { TextTokenizer } from '../config/tokenizer';
+import { joinLocation, storeFor } from '../config/io/artifacts';
+import { RoundhouseFailure } from '../config/rules/failures';
+import { batchRows } from '../config/rules/schedule';
+import type { GrpoSpec } from '../config/io/spec';
+import type { TextTokenizer } from '../config/io/tokenizer';
 import type { Datum, PolicyLoss, TrainingProvider } from '../providers/types';
 import type { TokenizedRow } from './data';
 import type { ActivityDeps } from './deps';

@@ -1,4 +1,4 @@
-import { batchRows } from '../config/schedule';
+import { batchRows } from '../config/rules/schedule';
 import type { Datum } from '../providers/types';
 import { toDatum } from './data';
 import type { ActivityDeps } from './deps';

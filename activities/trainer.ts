@@ -1,8 +1,8 @@
 import { Context, log, sleep } from '@temporalio/activity';
-import { RoundhouseFailure } from '../config/failures';
-import { ownerOfTag } from '../config/owner-tag';
-import { TRAINER_CREATED_SIGNAL } from '../config/trainer-registry';
-import type { ProvisionGateKey } from '../config/provision-gate';
+import { RoundhouseFailure } from '../config/rules/failures';
+import { ownerOfTag } from '../config/rules/owner-tag';
+import { TRAINER_CREATED_SIGNAL } from '../config/rules/trainer-registry';
+import type { ProvisionGateKey } from '../config/rules/provision-gate';
 import { ProviderError } from '../providers/errors';
 import type { TrainerResource, TrainingProvider } from '../providers/types';
 import type { GateLease } from '../workflows/provision-gate-contract';

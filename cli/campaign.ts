@@ -1,6 +1,6 @@
 import { Command, Option } from 'commander';
 import type { WorkflowHandle } from '@temporalio/client';
-import type * as Spec from '../config/spec';
+import type * as Spec from '../config/io/spec';
 import type * as Contract from '../workflows/campaign-contract';
 import type { CampaignInput, CampaignProgress } from '../workflows/campaign-contract';
 import type * as Context from './context';
@@ -8,12 +8,12 @@ import type * as Progress from './progress';
 import type * as Validate from '../workers/validate';
 import type * as CampaignData from '../workers/campaign-data';
 import type * as Workflows from '../workflows';
-import { artifactRoot } from '../config/artifacts';
-import { checkpointRefsMemo } from '../config/retention';
+import { artifactRoot } from '../config/io/artifacts';
+import { checkpointRefsMemo } from '../config/rules/retention';
 import { lazy } from './lazy';
 
 // What the commands use, loaded when one runs (cli/lazy.ts).
-const spec = lazy(() => require('../config/spec') as typeof Spec);
+const spec = lazy(() => require('../config/io/spec') as typeof Spec);
 const contract = lazy(() => require('../workflows/campaign-contract') as typeof Contract);
 const context = lazy(() => require('./context') as typeof Context);
 const progress = lazy(() => require('./progress') as typeof Progress);

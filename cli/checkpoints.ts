@@ -1,5 +1,5 @@
 import { Command } from 'commander';
-import { joinLocation } from '../config/artifacts';
+import { joinLocation } from '../config/io/artifacts';
 import type * as Report from '../workers/report';
 import type * as Context from './context';
 import { lazy } from './lazy';

@@ -1,5 +1,5 @@
 import { Command, InvalidArgumentError } from 'commander';
-import { ConfigError } from '../config/errors';
+import { ConfigError } from '../config/rules/errors';
 import type * as CodecAuth from '../workers/codec-auth';
 import type * as CodecServer from '../workers/codec-server';
 import type * as Encryption from '../workers/encryption';

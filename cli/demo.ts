@@ -1,6 +1,6 @@
 import path from 'node:path';
 import { Command } from 'commander';
-import type * as Spec from '../config/spec';
+import type * as Spec from '../config/io/spec';
 import type * as TemporalServer from '../workers/temporal-server';
 import type * as Providers from '../workers/providers';
 import type * as Worker from '../workers/worker';
@@ -13,7 +13,7 @@ import type * as Workflows from '../workflows';
 import { lazy } from './lazy';
 
 // What the command uses, loaded when it runs (cli/lazy.ts).
-const specModule = lazy(() => require('../config/spec') as typeof Spec);
+const specModule = lazy(() => require('../config/io/spec') as typeof Spec);
 const temporalServer = lazy(() => require('../workers/temporal-server') as typeof TemporalServer);
 const providersModule = lazy(() => require('../workers/providers') as typeof Providers);
 const workerModule = lazy(() => require('../workers/worker') as typeof Worker);

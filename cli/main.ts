@@ -1,7 +1,7 @@
 import { Command, CommanderError } from 'commander';
-import { ConfigError, DataValidationError } from '../config/errors';
-import type * as WorkerEnv from '../config/worker-env';
-import type * as Logging from '../config/logging';
+import { ConfigError, DataValidationError } from '../config/rules/errors';
+import type * as WorkerEnv from '../config/io/worker-env';
+import type * as Logging from '../config/io/logging';
 import { CliFailure } from './failure';
 import { lazy } from './lazy';
 import { upCommand } from './up';
@@ -16,8 +16,8 @@ import { reportCommand } from './report';
 import { checkpointsCommand } from './checkpoints';
 
 // Loaded only to report an error (cli/lazy.ts): the CLI's start stays light.
-const workerEnv = lazy(() => require('../config/worker-env') as typeof WorkerEnv);
-const logging = lazy(() => require('../config/logging') as typeof Logging);
+const workerEnv = lazy(() => require('../config/io/worker-env') as typeof WorkerEnv);
+const logging = lazy(() => require('../config/io/logging') as typeof Logging);
 
 export const EXIT_OK = 0;
 export const EXIT_FAILED = 1;

@@ -1,4 +1,4 @@
-import { joinLocation } from '../config/artifacts';
+import { joinLocation } from '../config/io/artifacts';
 import { spawn } from 'node:child_process';
 import { Command } from 'commander';
 import type * as Report from '../workers/report';

@@ -1,18 +1,18 @@
 import { Command, Option } from 'commander';
 import type * as TemporalClient from '@temporalio/client';
-import { ConfigError } from '../config/errors';
-import type * as Spec from '../config/spec';
+import { ConfigError } from '../config/rules/errors';
+import type * as Spec from '../config/io/spec';
 import type * as Schedules from '../workers/schedules';
 import type { OverlapName } from '../workers/schedules';
 import type * as Context from './context';
 import type * as Validate from '../workers/validate';
 import type * as CampaignData from '../workers/campaign-data';
-import { artifactRoot } from '../config/artifacts';
+import { artifactRoot } from '../config/io/artifacts';
 import { lazy } from './lazy';
 
 // What the commands use, loaded when one runs (cli/lazy.ts).
 const temporal = lazy(() => require('@temporalio/client') as typeof TemporalClient);
-const spec = lazy(() => require('../config/spec') as typeof Spec);
+const spec = lazy(() => require('../config/io/spec') as typeof Spec);
 const schedules = lazy(() => require('../workers/schedules') as typeof Schedules);
 const context = lazy(() => require('./context') as typeof Context);
 const validate = lazy(() => require('../workers/validate') as typeof Validate);

@@ -1,6 +1,6 @@
 import { Command, InvalidArgumentError } from 'commander';
 import type * as TemporalClient from '@temporalio/client';
-import { ConfigError } from '../config/errors';
+import { ConfigError } from '../config/rules/errors';
 import type * as Context from './context';
 import type * as TemporalServer from '../workers/temporal-server';
 import type * as Providers from '../workers/providers';

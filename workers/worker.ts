@@ -12,9 +12,9 @@ import {
 } from '@temporalio/worker';
 import { createActivities } from '../activities';
 import { maskingInterceptors } from '../activities/failures';
-import { registerEnvironmentSecrets } from '../config/secrets';
+import { registerEnvironmentSecrets } from '../config/io/secrets';
 import { ProviderRegistry } from './providers';
-import type { WorkerSettings } from '../config/worker-env';
+import type { WorkerSettings } from '../config/io/worker-env';
 import { packageRoot } from './temporal-server';
 
 /** A prebuilt bundle (written by `npm run build`) spares the worker webpack at start-up. */

@@ -1,5 +1,5 @@
 import { defineQuery, defineUpdate } from '@temporalio/workflow';
-import type { CampaignSpec } from '../config/spec';
+import type { CampaignSpec } from '../config/io/spec';
 import type { RoundProgress, RoundStatus } from './round-contract';
 
 export interface CampaignLimits {

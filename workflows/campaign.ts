@@ -37,7 +37,7 @@ import {
   type RoundResult,
 } from './round-contract';
 import { roundWorkflow } from './round';
-import { checkpointRefsMemo } from '../config/retention';
+import { checkpointRefsMemo } from '../config/rules/retention';
 
 /**
  * A campaign: rounds until the target metric, `rounds.max`, or a budget is reached. Each round is a child

@@ -1,5 +1,5 @@
 import type { EvaluationPoint } from '../activities/evaluation';
-import { earlyStopState } from '../config/early-stop';
+import { earlyStopState } from '../config/rules/early-stop';
 import { noteCheckpoint } from './recovery';
 import type { RoundKind } from './round-kinds';
 import { acquireTrainer, openSessions, releaseTrainerNow, runKey, type RoundRun } from './round-trainer';

@@ -1,6 +1,6 @@
 import { patched } from '@temporalio/workflow';
 import type { TrainingCheckpoint } from '../activities/segment';
-import { isRecoverableFailure } from '../config/failures';
+import { isRecoverableFailure } from '../config/rules/failures';
 import { failureDetail, failureMessageOf, failureTypeOf } from './failures';
 import type { RoundKind } from './round-kinds';
 import { acquireTrainer, openSessions, releaseTrainerNow, type RoundRun } from './round-trainer';

@@ -1,6 +1,6 @@
-import { ROUND_WAITING_SIGNAL, type ProvisioningWait } from '../config/capacity';
+import { ROUND_WAITING_SIGNAL, type ProvisioningWait } from '../config/rules/capacity';
 import { defineQuery, defineSignal } from '@temporalio/workflow';
-import type { CampaignSpec } from '../config/spec';
+import type { CampaignSpec } from '../config/io/spec';
 import type { EvaluationPoint } from '../activities/evaluation';
 
 /** What a round needs from the campaign spec (no secrets: API keys stay in the worker's environment). */
@@ -158,7 +158,7 @@ export interface RoundResult {
 }
 
 // Owner tags live in config/owner-tag.ts (pure), so the reaper activity reads them without importing workflow code.
-export { ownerTagFor, referenceTagFor } from '../config/owner-tag';
+export { ownerTagFor, referenceTagFor } from '../config/rules/owner-tag';
 
 export const roundProgressQuery = defineQuery<RoundProgress>('roundProgress');
 /** Interrupt the running segment (its in-flight steps land), save a training checkpoint, release the GPU, and wait. */

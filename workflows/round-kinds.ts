@@ -1,5 +1,5 @@
 import type { SegmentInput, TrainingCheckpoint } from '../activities/segment';
-import type { TokenUsage } from '../config/usage';
+import type { TokenUsage } from '../config/rules/usage';
 import type { RoundActivities } from './round-activities';
 import type { RoundInput, RoundResult } from './round-contract';
 import type { RoundState } from './round-state';

@@ -13,9 +13,9 @@ import {
   type RoundRecovery,
   type RoundResult,
 } from './round-contract';
-import { roundKey } from '../config/keys';
-import { addUsage, tokenCostUsd, type TokenUsage } from '../config/usage';
-import { TRAINER_CREATED_SIGNAL, TRAINERS_MEMO, type RegisteredTrainer } from '../config/trainer-registry';
+import { roundKey } from '../config/rules/keys';
+import { addUsage, tokenCostUsd, type TokenUsage } from '../config/rules/usage';
+import { TRAINER_CREATED_SIGNAL, TRAINERS_MEMO, type RegisteredTrainer } from '../config/rules/trainer-registry';
 
 /**
  * What a round knows while it runs: its progress (answered to queries, told to the parent), the GPU time it has

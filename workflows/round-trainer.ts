@@ -1,7 +1,7 @@
 import { workflowInfo } from '@temporalio/workflow';
 import type { EvaluationPoint } from '../activities/evaluation';
 import type { TrainingCheckpoint } from '../activities/segment';
-import { lineageParts, roundKey } from '../config/keys';
+import { lineageParts, roundKey } from '../config/rules/keys';
 import type { RoundActivities } from './round-activities';
 import { ownerTagFor, referenceTagFor, type RoundInput } from './round-contract';
 import type { KindRun, RoundKind } from './round-kinds';

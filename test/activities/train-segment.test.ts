@@ -5,7 +5,7 @@ import { MockActivityEnvironment } from '@temporalio/testing';
 import type { Worker } from '@temporalio/worker';
 import { createActivities } from '../../activities';
 import { ProvisionGateHold } from '../../activities/provision-gate';
-import { ownerTagFor } from '../../config/owner-tag';
+import { ownerTagFor } from '../../config/rules/owner-tag';
 import { readStepRecords, type SegmentInput } from '../../activities/segment';
 import { ProviderRegistry } from '../../workers/providers';
 import { createRoundhouseWorker } from '../../workers/worker';

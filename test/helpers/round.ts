@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { parseCampaignSpec } from '../../config/spec';
+import { parseCampaignSpec } from '../../config/io/spec';
 import type { WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import type { EmulatorOptions } from '../../emulator/server';
 import { ProviderRegistry } from '../../workers/providers';
