@@ -11,29 +11,7 @@ import type { ActivityDeps } from './deps';
 import { applyRetention } from './retention';
 import type { RetentionRule } from '../config/rules/retention';
 import type { ProviderSpec } from '../config/io/spec';
-
-export type NextDataPolicy = 'mistakes' | 'all' | 'static';
-
-export interface NextDataInput {
-  campaignId: string;
-  /** The round the data is for. */
-  round: number;
-  policy: NextDataPolicy;
-  replayShare: number;
-  seed: number;
-  /** The campaign's training pool (`data.train`). */
-  pool: string;
-  /** The last round's scored pool rows (`mistakes` policy). */
-  poolEvaluationsPath?: string;
-  outDir: string;
-}
-
-export interface NextTrainingData {
-  path: string;
-  sha256: string;
-  rows: number;
-  mistakes?: number;
-}
+import type { NextDataInput, NextDataPolicy, NextTrainingData } from '../workflows/campaign-contract';
 
 /**
  * Next-data policies, by name:

@@ -4,7 +4,9 @@ import { toDatum } from './data';
 import type { ActivityDeps } from './deps';
 import { atBoundary } from './failures';
 import { createPreparer } from './prepare';
-import { trainSegmentOf, type SegmentInput, type SegmentResult, type StepRecord } from './segment';
+import type { SegmentInput, SegmentResult } from '../workflows/round-contract';
+import { trainSegmentOf } from './segment';
+import type { StepRecord } from './step-records';
 
 /** SFT: a step is cross-entropy on a batch of prompt/answer rows (answers weighted), pipelined `pipelineDepth` deep. */
 export function createSftActivities(deps: ActivityDeps) {

@@ -6,7 +6,8 @@ import type { CampaignSpec } from '../config/io/spec';
 import { credentialsFromEnv, MlflowClient, type MlflowMetric } from '../providers/mlflow/client';
 import type { RoundSpec } from '../workflows/round-contract';
 import { readJson, writeJsonAtomic } from './files';
-import { readStepRecords, type Rollback, type StepRecord } from './segment';
+import type { Rollback } from '../config/rules/lineage';
+import { readStepRecords, type StepRecord } from './step-records';
 
 /**
  * Experiment tracking in MLflow, logged from the durable records only: a campaign is a run, each round a nested run

@@ -6,7 +6,7 @@ import type { ProvisionGateKey } from '../config/rules/provision-gate';
 import { ProviderError } from '../providers/errors';
 import type { TrainerResource, TrainingProvider } from '../providers/types';
 import type { GateLease } from '../workflows/provision-gate-contract';
-import type { RoundInput, RoundSpec } from '../workflows/round-contract';
+import type { ProvisionedTrainer, RoundInput, RoundSpec } from '../workflows/round-contract';
 import type { ActivityDeps } from './deps';
 import { atBoundary, keepingAlive } from './failures';
 import { heartbeatGapMs, joinHeartbeatBudget } from './heartbeat-budget';
@@ -19,14 +19,6 @@ import { CapacityWatch } from './capacity';
  * never created twice), a training session opened (fresh or from a checkpoint; an unanswered open is adopted by
  * name), and released on every path.
  */
-export interface ProvisionedTrainer {
-  resourceId: string;
-  /** When it was seen ready (ms since epoch). */
-  readyAtMs: number;
-  /** Set when the provider had no GPUs at first: how long provisioning waited, and how many creates it took. */
-  capacityWait?: { creates: number; waitedMs: number };
-}
-
 /** How long a release waits for the session's own stop, after the trainer is deactivated. */
 const SESSION_CLOSE_WAIT_MS = 5_000;
 

@@ -74,6 +74,32 @@ export interface CampaignResult extends CampaignProgress {
   bestAccuracy?: number;
 }
 
+// Payloads between the campaign workflow and its activities.
+
+/** How the next round's training data is chosen (`rounds.nextData.policy`). */
+export type NextDataPolicy = 'mistakes' | 'all' | 'static';
+
+export interface NextDataInput {
+  campaignId: string;
+  /** The round the data is for. */
+  round: number;
+  policy: NextDataPolicy;
+  replayShare: number;
+  seed: number;
+  /** The campaign's training pool (`data.train`). */
+  pool: string;
+  /** The last round's scored pool rows (`mistakes` policy). */
+  poolEvaluationsPath?: string;
+  outDir: string;
+}
+
+export interface NextTrainingData {
+  path: string;
+  sha256: string;
+  rows: number;
+  mistakes?: number;
+}
+
 export const campaignProgressQuery = defineQuery<CampaignProgress>('campaignProgress');
 /** Pause: the running round interrupts its segment, checkpoints and releases the GPU; no new round starts. */
 export const pauseCampaignUpdate = defineUpdate<CampaignProgress>('pauseCampaign');

@@ -1,5 +1,6 @@
-import type { EvaluationPoint } from '../activities/evaluation';
+import type { EvaluationPoint } from './round-contract';
 import { earlyStopState } from '../config/rules/early-stop';
+import { keptByLineage } from '../config/rules/lineage';
 import { noteCheckpoint } from './recovery';
 import type { RoundKind } from './round-kinds';
 import { acquireTrainer, openSessions, releaseTrainerNow, runKey, type RoundRun } from './round-trainer';
@@ -19,15 +20,9 @@ export function evaluationDue(run: RoundRun, step: number, totalSteps: number): 
   return !run.evaluations.some((p) => p.step === step && (p.lineage ?? 0) === run.lineage);
 }
 
-/** The curve the kept weights have: a rollback voids the older lineages' points past its step; the newest wins. */
+/** The curve the kept weights have (config/rules/lineage.ts). */
 export function keptCurve(run: RoundRun): EvaluationPoint[] {
-  const kept = (p: EvaluationPoint) => run.rollbacks.every((rb) => rb.lineage <= (p.lineage ?? 0) || p.step <= rb.toStep);
-  const byStep = new Map<number, EvaluationPoint>();
-  for (const p of run.evaluations) {
-    const held = byStep.get(p.step);
-    if (kept(p) && (held === undefined || (held.lineage ?? 0) <= (p.lineage ?? 0))) byStep.set(p.step, p);
-  }
-  return [...byStep.values()].sort((a, b) => a.step - b.step);
+  return keptByLineage(run.evaluations, run.rollbacks);
 }
 
 /** Evaluates the weights at `step`; with early stopping, saves a new best and says whether training should stop. */

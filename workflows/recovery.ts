@@ -1,5 +1,5 @@
 import { patched } from '@temporalio/workflow';
-import type { TrainingCheckpoint } from '../activities/segment';
+import type { TrainingCheckpoint } from './round-contract';
 import { isRecoverableFailure } from '../config/rules/failures';
 import { failureDetail, failureMessageOf, failureTypeOf } from './failures';
 import type { RoundKind } from './round-kinds';

@@ -1,7 +1,6 @@
-import type { SegmentInput, TrainingCheckpoint } from '../activities/segment';
 import type { TokenUsage } from '../config/rules/usage';
 import type { RoundActivities } from './round-activities';
-import type { RoundInput, RoundResult } from './round-contract';
+import type { RoundData, RoundInput, RoundResult, SegmentInput, TrainingCheckpoint } from './round-contract';
 import type { RoundState } from './round-state';
 
 /**
@@ -27,7 +26,7 @@ export interface KindRun {
   input: RoundInput;
   state: RoundState;
   activities: RoundActivities;
-  data: SegmentInput['data'];
+  data: RoundData;
   sessionId: string;
   referenceSessionId?: string;
   /** Rollbacks so far: operations' keys carry it, so a provider never hands back a failed lineage's records. */

@@ -1,9 +1,14 @@
 import { workflowInfo } from '@temporalio/workflow';
-import type { EvaluationPoint } from '../activities/evaluation';
-import type { TrainingCheckpoint } from '../activities/segment';
 import { lineageParts, roundKey } from '../config/rules/keys';
 import type { RoundActivities } from './round-activities';
-import { ownerTagFor, referenceTagFor, type RoundInput } from './round-contract';
+import {
+  ownerTagFor,
+  referenceTagFor,
+  type EvaluationPoint,
+  type Rollback,
+  type RoundInput,
+  type TrainingCheckpoint,
+} from './round-contract';
 import type { KindRun, RoundKind } from './round-kinds';
 import { failureDetail } from './failures';
 
@@ -19,7 +24,7 @@ export interface RoundRun extends KindRun {
   /** Rolling checkpoints saved so far (the report keeps the last few). */
   checkpoints: TrainingCheckpoint[];
   /** Each rollback: from lineage L on, training resumed from step `toStep`. */
-  rollbacks: { lineage: number; toStep: number }[];
+  rollbacks: Rollback[];
   /** When the phase running now started (GPU time lost by a rollback outside training counts from here). */
   phaseStartedAtMs: number;
   /** Evaluations during training so far, every lineage's (workflows/evaluation.ts keeps the kept weights' curve). */
