@@ -9,7 +9,7 @@ import type { ActivityDeps } from './deps';
 import { providerFailureType } from './failures';
 import { lineageParts, roundKey } from '../config/rules/keys';
 import { recordLatestLoss, recordOptimizerSteps } from './metrics';
-import { heartbeatGapMs, joinHeartbeatBudget } from './heartbeat-budget';
+import { HeartbeatPacer } from './heartbeat-pacer';
 import { StepRecords, type StepRecord } from './step-records';
 import { trackSteps } from './tracking';
 
@@ -80,7 +80,9 @@ export async function trainSegmentOf<R extends StepRecord, F = ForwardResult>(
   const previous = Context.current().info.heartbeatDetails as SegmentHeartbeat<F> | undefined;
   const checkpoints = new RollingCheckpoints(provider, input, key, previous?.checkpoints);
   let confirmed = input.cursor.step;
-  const beat = new SegmentBeat<SegmentHeartbeat<F>>();
+  // Each heartbeat carries the cursor, and the server's answer is how a pause or a budget reaches the segment, so they
+  // go out as the segment moves, within the worker's heartbeat budget (activities/heartbeat-pacer.ts).
+  const beat = new HeartbeatPacer<SegmentHeartbeat<F>>();
   try {
     const kind = await kindFor(ctx);
     const { applied, maxStep } = await segmentStart(provider, input);
@@ -146,7 +148,7 @@ export async function trainSegmentOf<R extends StepRecord, F = ForwardResult>(
       // What was confirmed stays recorded even when the segment fails or is cut short; then the tracker logs it.
       const flushed = await records.flush();
       await trackSteps(input, flushed);
-      beat.end();
+      beat.flush();
     }
     const confirmedRecords = records.since(input.cursor.step);
     return {
@@ -158,60 +160,6 @@ export async function trainSegmentOf<R extends StepRecord, F = ForwardResult>(
     throw recoverableFailure(err, { step: confirmed, lineage, checkpoints: checkpoints.saved });
   } finally {
     beat.stop();
-  }
-}
-
-/**
- * A segment's heartbeats. Each carries the cursor, and the server's answer is how a pause or a budget reaches the
- * segment, so they go out as the segment moves, within the worker's heartbeat budget (activities/heartbeat-budget.ts):
- * a report that comes too soon waits for the next turn. A timer also sends the latest at least every third of the
- * heartbeat timeout, so an operation that takes longer than the timeout (a slow hosted step, a queue) never times the
- * segment out.
- */
-class SegmentBeat<D> {
-  private readonly context = Context.current();
-  private readonly timeoutMs = this.context.info.heartbeatTimeoutMs ?? 30_000;
-  private latest: D | undefined;
-  private unsent = false;
-  private sentAtMs = 0;
-  private readonly timer: NodeJS.Timeout;
-  private readonly leave = joinHeartbeatBudget();
-
-  constructor() {
-    this.timer = setInterval(() => this.tick(), 1000);
-    this.timer.unref();
-  }
-
-  report(details: D): void {
-    this.latest = details;
-    this.unsent = true;
-    if (Date.now() - this.sentAtMs >= this.gapMs()) this.send();
-  }
-
-  /** The last word (the cursor the segment returns with), whatever the budget. */
-  end(): void {
-    if (this.unsent) this.send();
-  }
-
-  stop(): void {
-    clearInterval(this.timer);
-    this.leave();
-  }
-
-  private tick(): void {
-    const since = Date.now() - this.sentAtMs;
-    if ((this.unsent && since >= this.gapMs()) || since >= this.timeoutMs / 3) this.send();
-  }
-
-  private gapMs(): number {
-    return heartbeatGapMs(this.timeoutMs);
-  }
-
-  private send(): void {
-    if (this.latest === undefined) return;
-    this.context.heartbeat(this.latest);
-    this.sentAtMs = Date.now();
-    this.unsent = false;
   }
 }
 

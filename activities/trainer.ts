@@ -9,7 +9,7 @@ import type { GateLease } from '../workflows/provision-gate-contract';
 import type { ProvisionedTrainer, RoundInput, RoundSpec } from '../workflows/round-contract';
 import type { ActivityDeps } from './deps';
 import { atBoundary, keepingAlive } from './failures';
-import { heartbeatGapMs, joinHeartbeatBudget } from './heartbeat-budget';
+import { HeartbeatPacer } from './heartbeat-pacer';
 import { ProvisionGateHold } from './provision-gate';
 import { recordResource } from './metrics';
 import { CapacityWatch } from './capacity';
@@ -38,20 +38,13 @@ export function createTrainerActivities(deps: ActivityDeps) {
       const beat: ProvisionBeat = { ...(context.info.heartbeatDetails as ProvisionBeat | undefined) };
       beat.startedAtMs ??= Date.now();
       const deadlineMs = beat.startedAtMs + input.spec.advanced.provisionTimeoutMinutes * 60_000;
-      let sentAtMs = 0;
-      const heartbeat = () => {
-        context.heartbeat(beat);
-        sentAtMs = Date.now();
-      };
       const capacity = new CapacityWatch(context.client, context.info.workflowExecution, beat.startedAtMs, (beat.capacityRetries ?? 0) + 1);
       return atBoundary(
         async () => {
+          // The moments that matter send at once; between them, a keepalive within the worker's heartbeat budget.
+          const pacer = new HeartbeatPacer<ProvisionBeat>({ keepaliveMs: (gapMs) => Math.max(1000, gapMs) });
+          const heartbeat = () => pacer.sendNow(beat);
           heartbeat();
-          // Between the moments that matter (which send at once), a keepalive within the worker's heartbeat budget.
-          const leave = joinHeartbeatBudget();
-          const timer = setInterval(() => {
-            if (Date.now() - sentAtMs >= Math.max(1000, heartbeatGapMs(context.info.heartbeatTimeoutMs))) heartbeat();
-          }, 1000);
           try {
             for (;;) {
               if (!beat.resourceId) {
@@ -115,8 +108,7 @@ export function createTrainerActivities(deps: ActivityDeps) {
               };
             }
           } finally {
-            clearInterval(timer);
-            leave();
+            pacer.stop();
           }
         },
         () => ({ resourceId: beat.resourceId }),
