@@ -5,6 +5,7 @@ import js from '@eslint/js';
 import { defineConfig, globalIgnores } from 'eslint/config';
 import globals from 'globals';
 import tseslint from 'typescript-eslint';
+import { noImportCycles } from './scripts/lint/no-import-cycles.mjs';
 
 const root = path.dirname(fileURLToPath(import.meta.url));
 
@@ -132,7 +133,7 @@ const noReturnInTest = {
 };
 
 /** The repository's own rules. */
-const roundhouse = { rules: { 'no-return-in-test': noReturnInTest } };
+const roundhouse = { rules: { 'no-return-in-test': noReturnInTest, 'no-import-cycles': noImportCycles } };
 
 export default defineConfig(
   globalIgnores(['dist/', 'node_modules/', '.roundhouse/', 'coverage/', 'test/fixtures/'], 'roundhouse/ignores'),
@@ -146,6 +147,8 @@ export default defineConfig(
     linterOptions: { reportUnusedDisableDirectives: 'error' },
     plugins: { roundhouse },
     rules: {
+      // Modules of ours that import each other (types included) cannot be read, moved or split apart on their own.
+      'roundhouse/no-import-cycles': 'error',
       // The bugs this linter is here for: a promise nobody awaits (its rejection is lost, its work races the next
       // step) and a promise where a callback's void return is expected. Mark a deliberate fire-and-forget `void`.
       '@typescript-eslint/no-floating-promises': 'error',
