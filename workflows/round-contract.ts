@@ -253,6 +253,17 @@ export interface TrainingCheckpoint {
 
 export type { Rollback };
 
+/** What the round reads of any kind's segment (the kinds' results add their own figures). */
+export interface SegmentOutcome {
+  cursor: TrainingCursor;
+  checkpoints?: TrainingCheckpoint[];
+  latestLoss?: number;
+  latestReward?: number;
+  firstReward?: number;
+  latestMargin?: number;
+  usage?: TokenUsage;
+}
+
 /** GRPO's segment: where it keeps each step's samples, and the frozen reference session (KL penalty). */
 export interface GrpoSegmentInput extends SegmentInput {
   /** Where each step's samples are kept (`s0000012.json`): the step's training input, reused on retry. */
