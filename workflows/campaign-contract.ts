@@ -36,7 +36,7 @@ export interface RoundSummary {
 }
 
 /** Everything a campaign carries across continue-as-new: summaries, not data. */
-export interface CampaignState {
+export interface CampaignCarriedState {
   startedAtMs: number;
   limits: CampaignLimits;
   rounds: RoundSummary[];
@@ -52,7 +52,7 @@ export interface CampaignInput {
   spec: CampaignSpec;
   /** Reports go to `<reportRoot>/<campaignId>/`. */
   reportRoot: string;
-  state?: CampaignState;
+  state?: CampaignCarriedState;
 }
 
 export type CampaignStatus = 'running' | 'paused' | 'completed' | 'stopped' | 'failed';
