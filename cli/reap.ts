@@ -1,6 +1,7 @@
 import { Command, InvalidArgumentError } from 'commander';
 import type * as Reap from '../workers/reap';
 import type * as Context from './context';
+import type { ProviderKind } from '../config/rules/dialects';
 import { lazy } from './lazy';
 
 // What the command uses, loaded when it runs (cli/lazy.ts).
@@ -39,7 +40,7 @@ export function reapCommand(): Command {
     .action(async (opts: { apply?: boolean; reapUntagged?: boolean; untaggedGrace: number; provider: string[]; baseUrl?: string }) => {
       const { cliClient, cliContext } = context();
       const { settings } = cliContext();
-      const kinds = (opts.provider.length ? opts.provider : ['local']) as ('local' | 'together' | 'baseten' | 'tinker')[];
+      const kinds = (opts.provider.length ? opts.provider : ['local']) as ProviderKind[];
       const { client, close } = await cliClient(settings);
       try {
         const result = await reap().reapOnce(client, {

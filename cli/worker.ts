@@ -1,5 +1,6 @@
 import { Command, InvalidArgumentError } from 'commander';
 import type * as TemporalClient from '@temporalio/client';
+import { PROVIDER_KINDS, type ProviderKind } from '../config/rules/dialects';
 import { ConfigError } from '../config/rules/errors';
 import type * as Context from './context';
 import type * as TemporalServer from '../workers/temporal-server';
@@ -18,16 +19,14 @@ const schedules = lazy(() => require('../workers/schedules') as typeof Schedules
 const workerModule = lazy(() => require('../workers/worker') as typeof Worker);
 const encryption = lazy(() => require('../workers/encryption') as typeof Encryption);
 
-const PROVIDER_KINDS = ['local', 'together', 'baseten', 'tinker'] as const;
-
-function providerKinds(value: string): (typeof PROVIDER_KINDS)[number][] {
+function providerKinds(value: string): ProviderKind[] {
   const kinds = value
     .split(',')
     .map((k) => k.trim())
     .filter(Boolean);
   const bad = kinds.find((k) => !(PROVIDER_KINDS as readonly string[]).includes(k));
   if (bad || kinds.length === 0) throw new InvalidArgumentError(`expected a comma-separated list of ${PROVIDER_KINDS.join(', ')}`);
-  return kinds as (typeof PROVIDER_KINDS)[number][];
+  return kinds as ProviderKind[];
 }
 
 export function workerCommand(): Command {
@@ -45,7 +44,7 @@ export function workerCommand(): Command {
       'after',
       '\nExamples:\n  TEMPORAL_ADDRESS=127.0.0.1:7233 roundhouse worker\n  TEMPORAL_ADDRESS=temporal:7233 ROUNDHOUSE_METRICS_ADDRESS=0.0.0.0:9464 roundhouse worker --reaper together\n  roundhouse worker --no-reaper',
     )
-    .action(async (opts: { reaper?: (typeof PROVIDER_KINDS)[number][] | false; reaperEvery: string; reapUntagged?: boolean }) => {
+    .action(async (opts: { reaper?: ProviderKind[] | false; reaperEvery: string; reapUntagged?: boolean }) => {
       const { connectClient, connectWorker, temporalClient } = temporalServer();
       const { ProviderRegistry } = providersModule();
       const { ensureReaperSchedule } = schedules();

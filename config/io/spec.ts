@@ -2,6 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { LineCounter, parseDocument, isNode } from 'yaml';
 import { z } from 'zod';
+import { billingOf, PROVIDER_KINDS } from '../rules/dialects';
 import { ConfigError } from '../rules/errors';
 
 /**
@@ -43,7 +44,7 @@ export const AdamSchema = z
 
 export const ProviderSpecSchema = z
   .object({
-    kind: z.enum(['local', 'together', 'baseten', 'tinker']),
+    kind: z.enum(PROVIDER_KINDS),
     /** Omitted for `local`: the worker's own emulator. */
     baseUrl: z.url({ protocol: /^https?$/ }).optional(),
     model: z.string().min(1),
@@ -393,7 +394,7 @@ function roundKindProblems(spec: z.infer<typeof CampaignSpecBase>, ctx: z.Refine
       ['tracking', 'wandb'],
       'is not available on Baseten Loops: its API takes no W&B settings (the baseten-loops SDK starts the W&B run on the client); use tracking.mlflow, or the together dialect',
     );
-  if (spec.provider.tokenPrices && spec.provider.kind !== 'tinker')
+  if (spec.provider.tokenPrices && billingOf(spec.provider.kind) !== 'tokens')
     problem(
       ['provider', 'tokenPrices'],
       `is for a provider that bills tokens (tinker); ${spec.provider.kind} bills GPU time, whose price the provider quotes`,
