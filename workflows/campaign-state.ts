@@ -37,6 +37,7 @@ import {
   type RoundInput,
   type RoundProgress,
   type RoundResult,
+  roundSpecOf,
 } from './round-contract';
 import { roundWorkflow } from './round';
 
@@ -296,16 +297,7 @@ export class CampaignState {
     return {
       campaignId: this.campaignId,
       round,
-      spec: {
-        name: spec.name,
-        provider: spec.provider,
-        training: spec.training,
-        sampling: spec.sampling,
-        evaluation: spec.evaluation,
-        advanced: spec.advanced,
-        round: spec.round,
-        ...(spec.tracking ? { tracking: spec.tracking } : {}),
-      },
+      spec: roundSpecOf(spec),
       data: { train: state.nextTrain.path, eval: spec.data.eval, trainSha256: state.nextTrain.sha256 },
       startFrom:
         spec.rounds.continueFrom === 'checkpoint' && state.lastCheckpointId

@@ -13,6 +13,12 @@ import type { TokenUsage } from '../config/rules/usage';
 export type RoundSpec = Pick<CampaignSpec, 'name' | 'provider' | 'training' | 'sampling' | 'evaluation' | 'advanced'> &
   Partial<Pick<CampaignSpec, 'round' | 'tracking'>>;
 
+/** What every round of a campaign runs with: its part of the campaign's spec. */
+export function roundSpecOf(spec: CampaignSpec): RoundSpec {
+  const { name, provider, training, sampling, evaluation, advanced, round, tracking } = spec;
+  return { name, provider, training, sampling, evaluation, advanced, round, ...(tracking ? { tracking } : {}) };
+}
+
 export interface RoundInput {
   /** Business identity: idempotency keys are `${campaignId}/r${round}/…`. */
   campaignId: string;
