@@ -1,23 +1,8 @@
 import path from 'node:path';
 import { Command } from 'commander';
-import type * as Spec from '../config/io/spec';
-import type * as TemporalServer from '../workers/temporal-server';
 import type * as Worker from '../workers/worker';
 import type { CampaignInput, CampaignResult } from '../workflows/campaign-contract';
-import type * as Context from './context';
-import type * as Progress from './progress';
-import type * as Validate from '../workers/validate';
-import type * as Workflows from '../workflows';
-import { lazy } from './lazy';
-
-// What the command uses, loaded when it runs (cli/lazy.ts).
-const specModule = lazy(() => require('../config/io/spec') as typeof Spec);
-const temporalServer = lazy(() => require('../workers/temporal-server') as typeof TemporalServer);
-const workerModule = lazy(() => require('../workers/worker') as typeof Worker);
-const context = lazy(() => require('./context') as typeof Context);
-const progress = lazy(() => require('./progress') as typeof Progress);
-const validate = lazy(() => require('../workers/validate') as typeof Validate);
-const workflows = lazy(() => require('../workflows') as typeof Workflows);
+import { modules } from './modules';
 
 /**
  * `npm start`: the embedded default — a persistent dev server, the emulator and a worker in this process — runs
@@ -29,16 +14,16 @@ export function demoCommand(): Command {
     .option('--spec <file>', 'campaign spec to run (default: examples/support-tickets/campaign.yaml)')
     .addHelpText('after', '\nExample:\n  npm start        # same as: roundhouse demo')
     .action(async (opts: { spec?: string }) => {
-      const { packageRoot, startTemporal } = temporalServer();
-      const { cliContext, reportRoot, warnAbout } = context();
+      const { packageRoot, startTemporal } = modules.temporalServer();
+      const { cliContext, reportRoot, warnAbout } = modules.context();
       const { settings, logger } = cliContext({ quietSdk: true });
-      const spec = specModule().loadCampaignSpec(opts.spec ?? path.join(packageRoot(), 'examples', 'support-tickets', 'campaign.yaml'));
-      warnAbout(validate().validateCampaignLocally(spec).warnings);
+      const spec = modules.spec().loadCampaignSpec(opts.spec ?? path.join(packageRoot(), 'examples', 'support-tickets', 'campaign.yaml'));
+      warnAbout(modules.validate().validateCampaignLocally(spec).warnings);
       const server = await startTemporal(settings, { persistent: true });
       logger.info({ address: server.address, ui: server.uiUrl, source: server.source }, 'Temporal server ready');
       let stack: Worker.AssembledWorker | undefined;
       try {
-        stack = await workerModule().assembleWorker(settings, server.address);
+        stack = await modules.worker().assembleWorker(settings, server.address);
         const { worker, client } = stack;
         const campaignId = `${spec.name}-${new Date()
           .toISOString()
@@ -49,12 +34,12 @@ export function demoCommand(): Command {
           `Running campaign ${campaignId}: ${spec.rounds.max} rounds at most on the embedded emulator (${spec.provider.model})\n`,
         );
         const result = (await worker.runUntil(async () => {
-          const handle = await client.workflow.start(workflows().campaignWorkflow, {
+          const handle = await client.workflow.start(modules.workflows().campaignWorkflow, {
             taskQueue: settings.taskQueue,
             workflowId: campaignId,
             args: [input],
           });
-          return progress().watchCampaign(handle, process.stdout, 1000);
+          return modules.progress().watchCampaign(handle, process.stdout, 1000);
         })) as CampaignResult;
         const accuracy = result.rounds.map((r) => (r.accuracy === undefined ? '–' : `${(r.accuracy * 100).toFixed(0)}%`)).join(' → ');
         const dir = path.dirname(result.summaryPath);
@@ -65,7 +50,7 @@ export function demoCommand(): Command {
               ? `Temporal UI (while a server runs, e.g. \`roundhouse up\`): ${server.uiUrl}/namespaces/${settings.namespace}/workflows/${campaignId}\n`
               : ''),
         );
-        progress().failUnlessSucceeded(result);
+        modules.progress().failUnlessSucceeded(result);
       } finally {
         await stack?.close();
         await server.stop();

@@ -3,15 +3,8 @@ import type * as TemporalClient from '@temporalio/client';
 import { PROVIDER_KINDS, type ProviderKind } from '../config/rules/dialects';
 import { ConfigError } from '../config/rules/errors';
 import type * as Context from './context';
-import type * as Schedules from '../workers/schedules';
 import type * as Worker from '../workers/worker';
-import { lazy } from './lazy';
-
-// What the command uses, loaded when it runs (cli/lazy.ts).
-const temporal = lazy(() => require('@temporalio/client') as typeof TemporalClient);
-const context = lazy(() => require('./context') as typeof Context);
-const schedules = lazy(() => require('../workers/schedules') as typeof Schedules);
-const workerModule = lazy(() => require('../workers/worker') as typeof Worker);
+import { modules } from './modules';
 
 function providerKinds(value: string): ProviderKind[] {
   const kinds = value
@@ -41,10 +34,13 @@ async function ensureReaper(
 ): Promise<void> {
   const providers = (opts.reaper || []).map((kind) => ({ kind, model: '' }));
   try {
-    await schedules().ensureReaperSchedule(client, { taskQueue, providers, every: opts.reaperEvery, reapUntagged: opts.reapUntagged });
+    await modules
+      .schedules()
+      .ensureReaperSchedule(client, { taskQueue, providers, every: opts.reaperEvery, reapUntagged: opts.reapUntagged });
     logger.info({ providers: opts.reaper || [], every: opts.reaperEvery }, 'reaper schedule ensured');
   } catch (err) {
-    if (!(err instanceof temporal().ScheduleAlreadyRunning)) logger.warn({ error: String(err) }, 'could not ensure the reaper schedule');
+    if (!(err instanceof modules.temporalClient().ScheduleAlreadyRunning))
+      logger.warn({ error: String(err) }, 'could not ensure the reaper schedule');
   }
 }
 
@@ -64,7 +60,7 @@ export function workerCommand(): Command {
       '\nExamples:\n  TEMPORAL_ADDRESS=127.0.0.1:7233 roundhouse worker\n  TEMPORAL_ADDRESS=temporal:7233 ROUNDHOUSE_METRICS_ADDRESS=0.0.0.0:9464 roundhouse worker --reaper together\n  roundhouse worker --no-reaper',
     )
     .action(async (opts: ReaperFlags) => {
-      const { settings, logger } = context().cliContext({ serveMetrics: true });
+      const { settings, logger } = modules.context().cliContext({ serveMetrics: true });
       if (!settings.address)
         throw new ConfigError('TEMPORAL_ADDRESS', 'is required for `roundhouse worker` (use `roundhouse up` for a local server)');
       let stopRequestedAt: number | undefined;
@@ -78,7 +74,7 @@ export function workerCommand(): Command {
       process.on('SIGTERM', onSignal).on('SIGINT', onSignal);
       let stack: Worker.AssembledWorker | undefined;
       try {
-        stack = await workerModule().assembleWorker(settings);
+        stack = await modules.worker().assembleWorker(settings);
         if (opts.reaper !== false) await ensureReaper(stack.client, settings.taskQueue, opts, logger);
         logger.info(
           {
