@@ -14,7 +14,6 @@ import {
   type RoundResult,
   type SegmentOutcome,
 } from './round-contract';
-import { roundKey } from '../config/rules/keys';
 import { addUsage, tokenCostUsd, type TokenUsage } from '../config/rules/usage';
 import { TRAINER_CREATED_SIGNAL, TRAINERS_MEMO, type RegisteredTrainer } from '../config/rules/trainer-registry';
 
@@ -77,11 +76,6 @@ export class RoundState {
       this.budget = { ...this.budget, ...b };
       this.budgetVersion += 1;
     });
-  }
-
-  /** An idempotency key of this round: `${campaignId}/r${round}/…parts`. */
-  key(...parts: (string | number)[]): string {
-    return roundKey(this.input.campaignId, this.input.round, ...parts);
   }
 
   /** A path beside the round's report: `round-N.<suffix>`. */
