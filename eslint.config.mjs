@@ -5,6 +5,7 @@ import js from '@eslint/js';
 import { defineConfig, globalIgnores } from 'eslint/config';
 import globals from 'globals';
 import tseslint from 'typescript-eslint';
+import { noImportCycles } from './scripts/lint/no-import-cycles.mjs';
 
 const root = path.dirname(fileURLToPath(import.meta.url));
 
@@ -17,35 +18,28 @@ const folder = (...names) => `^(\\.\\./)+(${names.join('|')})(/|$)`;
 const temporal = (...packages) => `^@temporalio/(${packages.join('|')})(/|$)`;
 const wall = (regex, message, { types = false } = {}) => ({ regex, message, allowTypeImports: types });
 
-/** config/ modules a workflow may import at runtime: no Node builtins, no npm packages, nothing that does I/O. */
-const PURE_CONFIG_MODULES = [
-  'errors',
-  'failures',
-  'keys',
-  'random',
-  'schedule',
-  'owner-tag',
-  'provision-gate',
-  'capacity',
-  'trainer-registry',
-  'early-stop',
-  'retention',
-  'usage',
-];
+/** What a workflow may import at runtime: the workflow SDK, sibling workflows and config/rules/ (pure, workflow-safe). */
 const workflowRuntimeAllowed = [
   '@temporalio/workflow$',
   '\\./', // sibling workflow modules
-  `\\.\\./config/(${PURE_CONFIG_MODULES.join('|')})$`,
+  '\\.\\./config/rules/[^/]+$',
 ];
 const ORCHESTRATOR = ['activities', 'providers', 'emulator', 'workers', 'cli'];
 
+const configWalls = [
+  wall(folder('activities', 'workflows', 'providers', 'emulator', 'workers', 'cli'), 'config/ imports nothing of ours (DESIGN.md layout).'),
+  wall(temporal('.+'), 'config/ never knows Temporal: providers/ and workflows/ load it.'),
+];
+
 const walls = {
-  config: [
+  config: configWalls,
+  'config/rules': [
+    ...configWalls,
     wall(
-      folder('activities', 'workflows', 'providers', 'emulator', 'workers', 'cli'),
-      'config/ imports nothing of ours (DESIGN.md layout).',
+      '^(?!\\./)',
+      'config/rules/ is what workflows import at runtime: at runtime it imports only its siblings (no Node builtins, no npm packages, nothing of config/io/); types from anywhere in config/.',
+      { types: true },
     ),
-    wall(temporal('.+'), 'config/ never knows Temporal: providers/ and workflows/ load it.'),
   ],
   workflows: [
     wall(
@@ -55,7 +49,7 @@ const walls = {
     ),
     wall(
       `^(?!${workflowRuntimeAllowed.join('|')}|${folder(...ORCHESTRATOR)})`,
-      `workflows/ import at runtime only @temporalio/workflow, sibling workflows and pure config modules (${PURE_CONFIG_MODULES.join(', ')}); Node builtins, npm packages and other config modules only as types.`,
+      'workflows/ import at runtime only @temporalio/workflow, sibling workflows and config/rules/ (pure, workflow-safe); Node builtins, npm packages and config/io/ only as types.',
       { types: true },
     ),
   ],
@@ -100,6 +94,7 @@ const walls = {
   ],
 };
 
+// Listed parent first: a subfolder's setting (config/rules) comes later and replaces its parent's there.
 const wallConfigs = Object.entries(walls).map(([name, patterns]) => ({
   name: `roundhouse/walls/${name}`,
   files: [`${name}/**/*.ts`],
@@ -137,6 +132,9 @@ const noReturnInTest = {
   }),
 };
 
+/** The repository's own rules. */
+const roundhouse = { rules: { 'no-return-in-test': noReturnInTest, 'no-import-cycles': noImportCycles } };
+
 export default defineConfig(
   globalIgnores(['dist/', 'node_modules/', '.roundhouse/', 'coverage/', 'test/fixtures/'], 'roundhouse/ignores'),
   js.configs.recommended,
@@ -147,7 +145,10 @@ export default defineConfig(
       parserOptions: { projectService: true, tsconfigRootDir: root },
     },
     linterOptions: { reportUnusedDisableDirectives: 'error' },
+    plugins: { roundhouse },
     rules: {
+      // Modules of ours that import each other (types included) cannot be read, moved or split apart on their own.
+      'roundhouse/no-import-cycles': 'error',
       // The bugs this linter is here for: a promise nobody awaits (its rejection is lost, its work races the next
       // step) and a promise where a callback's void return is expected. Mark a deliberate fire-and-forget `void`.
       '@typescript-eslint/no-floating-promises': 'error',
@@ -178,7 +179,6 @@ export default defineConfig(
   {
     name: 'roundhouse/tests-and-benchmarks',
     files: ['test/**/*.ts', 'bench/**/*.ts'],
-    plugins: { roundhouse: { rules: { 'no-return-in-test': noReturnInTest } } },
     rules: {
       'roundhouse/no-return-in-test': 'error',
       // Tests and benchmarks read raw history events by their numeric type, without a runtime dependency on the protos.

@@ -1,39 +1,17 @@
-import { joinLocation, sha256, storeFor } from '../config/artifacts';
-import { permutation } from '../config/schedule';
-import { DataValidationError } from '../config/errors';
+import { joinLocation, sha256, storeFor } from '../config/io/artifacts';
+import { permutation } from '../config/rules/schedule';
+import { DataValidationError } from '../config/rules/errors';
 import { Context } from '@temporalio/activity';
 import { atBoundary, keepingAlive } from './failures';
 import { trackCampaign, trackingTarget } from './tracking';
-import type { CampaignSpec } from '../config/spec';
+import type { CampaignSpec } from '../config/io/spec';
 import { writeCampaignReports } from './report';
 import { readJson, writeJsonAtomic } from './files';
 import type { ActivityDeps } from './deps';
 import { applyRetention } from './retention';
-import type { RetentionRule } from '../config/retention';
-import type { ProviderSpec } from '../config/spec';
-
-export type NextDataPolicy = 'mistakes' | 'all' | 'static';
-
-export interface NextDataInput {
-  campaignId: string;
-  /** The round the data is for. */
-  round: number;
-  policy: NextDataPolicy;
-  replayShare: number;
-  seed: number;
-  /** The campaign's training pool (`data.train`). */
-  pool: string;
-  /** The last round's scored pool rows (`mistakes` policy). */
-  poolEvaluationsPath?: string;
-  outDir: string;
-}
-
-export interface NextTrainingData {
-  path: string;
-  sha256: string;
-  rows: number;
-  mistakes?: number;
-}
+import type { RetentionRule } from '../config/rules/retention';
+import type { ProviderSpec } from '../config/io/spec';
+import type { NextDataInput, NextDataPolicy, NextTrainingData } from '../workflows/campaign-contract';
 
 /**
  * Next-data policies, by name:

@@ -1,6 +1,6 @@
 import type { Client } from '@temporalio/client';
 import { log } from '@temporalio/activity';
-import { ROUND_WAITING_SIGNAL, type ProvisioningWait } from '../config/capacity';
+import { ROUND_WAITING_SIGNAL, type ProvisioningWait } from '../config/rules/capacity';
 import type { TrainerResource } from '../providers/types';
 
 /** Position-only changes reach the round at most this often (each is a signal: history events on the round). */

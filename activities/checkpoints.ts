@@ -1,4 +1,4 @@
-import { joinLocation, readJson } from '../config/artifacts';
+import { joinLocation, readJson } from '../config/io/artifacts';
 
 /**
  * Checkpoints as records: every checkpoint a round saved — rolling training checkpoints during training, the final

@@ -1,8 +1,8 @@
 import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import { z } from 'zod';
-import { DataValidationError } from '../config/errors';
-import type { TextTokenizer } from '../config/tokenizer';
+import { DataValidationError } from '../config/rules/errors';
+import type { TextTokenizer } from '../config/io/tokenizer';
 import type { Datum } from '../providers/types';
 
 /**

@@ -1,4 +1,4 @@
-import type { ProviderSpec } from '../config/spec';
+import type { ProviderSpec } from '../config/io/spec';
 import type { TrainingProvider } from '../providers/types';
 
 /** What the activities need from the worker: providers (holding API keys), and whether the worker is draining. */

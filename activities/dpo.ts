@@ -1,18 +1,24 @@
 import { meteredProvider, type TokenUsage } from './usage';
 import { Context } from '@temporalio/activity';
-import { RoundhouseFailure } from '../config/failures';
-import { batchRows } from '../config/schedule';
+import { RoundhouseFailure } from '../config/rules/failures';
+import { batchRows } from '../config/rules/schedule';
 import type { Datum, TrainingProvider } from '../providers/types';
-import type { RoundSpec } from '../workflows/round-contract';
+import type {
+  DpoEvaluation,
+  DpoReferenceInput,
+  DpoSegmentInput,
+  DpoSegmentResult,
+  PhaseInput,
+  RoundSpec,
+} from '../workflows/round-contract';
 import { toDatum, type TokenizedPair } from './data';
 import type { ActivityDeps } from './deps';
 import { dpoLossAndGradients } from './dpo-loss';
 import { atBoundary } from './failures';
 import { readJson, writeJsonAtomic } from './files';
-import { lineageParts, roundKey } from '../config/keys';
+import { lineageParts, roundKey } from '../config/rules/keys';
 import { createPreparer, type PreparedPairs } from './prepare';
-import type { PhaseInput } from './round';
-import { trainSegmentOf, type SegmentContext, type SegmentInput, type SegmentResult, type StepKind } from './segment';
+import { trainSegmentOf, type SegmentContext, type StepKind } from './segment';
 
 /**
  * DPO rounds through a custom loss: reference logprobs of every pair computed once, before the first step, and kept
@@ -30,10 +36,6 @@ interface ReferenceFile {
   eval: [number, number][];
 }
 
-export interface DpoSegmentInput extends SegmentInput {
-  referencePath: string;
-}
-
 export interface DpoStepRecord {
   step: number;
   /** Mean DPO loss over the step's pairs (`tokens` is 1 so loss/tokens is that mean). */
@@ -43,15 +45,6 @@ export interface DpoStepRecord {
   margin: number;
   /** Share of the step's pairs the policy prefers the chosen answer of, relative to the reference. */
   accuracy: number;
-}
-
-export interface DpoEvaluation {
-  loss: number;
-  accuracy: number;
-  meanMargin: number;
-  pairs: number;
-  /** Tokens the evaluation had processed. */
-  usage?: TokenUsage;
 }
 
 /** A pair as the two datums the trainer sees: [chosen, rejected]. */
@@ -145,16 +138,7 @@ export function createDpoActivities(deps: ActivityDeps) {
      * before the first step; a retry finds the file. If the file is gone after training began, the reference is
      * lost (the starting weights are no longer the session's): that fails the round rather than compare to the wrong one.
      */
-    async computeDpoReference(input: {
-      campaignId: string;
-      round: number;
-      spec: RoundSpec;
-      data: SegmentInput['data'];
-      sessionId: string;
-      stepOffset: number;
-      outputPath: string;
-      lineage?: number;
-    }): Promise<{ path: string; pairs: number; usage?: TokenUsage }> {
+    async computeDpoReference(input: DpoReferenceInput): Promise<{ path: string; pairs: number; usage?: TokenUsage }> {
       const meter = meteredProvider(await deps.providerFor(input.spec.provider));
       const provider = meter.provider;
       return atBoundary(async () => {
@@ -209,7 +193,7 @@ export function createDpoActivities(deps: ActivityDeps) {
     },
 
     /** DPO steps from the cursor until the segment's step or time bound (activities/segment.ts). */
-    async trainDpoSegment(input: DpoSegmentInput): Promise<SegmentResult & { latestMargin?: number; latestAccuracy?: number }> {
+    async trainDpoSegment(input: DpoSegmentInput): Promise<DpoSegmentResult> {
       return atBoundary(async () => {
         const { result, records } = await trainSegmentOf<DpoStepRecord, Record<string, never>>(deps, input, async (ctx) => {
           const p = await preparedPairs(input.spec, input.data);

@@ -1,9 +1,8 @@
 import { addUsage, type TokenUsage } from './usage';
-import { joinLocation } from '../config/artifacts';
-import { lineageParts, roundKey } from '../config/keys';
-import type { DpoEvaluation } from './dpo';
+import { joinLocation } from '../config/io/artifacts';
+import { lineageParts, roundKey } from '../config/rules/keys';
 import { writeJsonAtomic } from './files';
-import type { PhaseInput } from './round';
+import type { DpoEvaluation, EvaluateDuringInput, EvaluationPoint, PhaseInput } from '../workflows/round-contract';
 import { trackEvaluation, type RoundTracking } from './tracking';
 
 /**
@@ -13,36 +12,6 @@ import { trackEvaluation, type RoundTracking } from './tracking';
  * retried attempt gets the same operations and figures back; the figures are written as a record beside the step
  * records and logged to the tracker with the workflow's timestamp, so a retry logs nothing twice.
  */
-export interface EvaluationPoint {
-  /** The round step the weights were at (optimizer steps applied). */
-  step: number;
-  /** Eval loss: per trained token (SFT, GRPO), or the mean DPO loss per pair. */
-  loss: number;
-  /** The metric: the sampled scorer's accuracy (SFT, GRPO, when sampled), or the preference accuracy (DPO). */
-  metric?: number;
-  /** DPO: the eval pairs' mean preference margin, in nats. */
-  margin?: number;
-  /** The rollback lineage whose weights were measured (absent for the first). */
-  lineage?: number;
-  /** When it was measured (the workflow's clock: the same on every attempt). */
-  at: number;
-  /** Tokens the evaluation had processed (returned to the round; not written to the record). */
-  usage?: TokenUsage;
-  /** The training checkpoint saved at this step because it was the best so far (with `evaluation.earlyStop`). */
-  checkpointId?: string;
-}
-
-export interface EvaluateDuringInput extends PhaseInput {
-  step: number;
-  at: number;
-  /** Also sample and score the eval set (SFT, GRPO), writing the scored answers here. */
-  samplesPath?: string;
-  /** DPO: the reference logprobs file. */
-  referencePath?: string;
-  stepsDir: string;
-  totalSteps: number;
-}
-
 /** What the evaluation activity calls: the round's own keyed activities (round.ts, dpo.ts). */
 export interface EvaluationParts {
   measureLoss(input: PhaseInput & { which: 'eval' }): Promise<{ perToken: number; usage?: TokenUsage }>;

@@ -1,9 +1,9 @@
 import { ApplicationFailure, Context } from '@temporalio/activity';
 import type { ActivityInterceptorsFactory } from '@temporalio/worker';
-import { ConfigError, DataValidationError } from '../config/errors';
-import { isRetryableFailure, RoundhouseFailure, type FailureType } from '../config/failures';
-import { maskSecrets, maskSecretsIn } from '../config/secrets';
-import { TokenizerNotFoundError } from '../config/tokenizer';
+import { ConfigError, DataValidationError } from '../config/rules/errors';
+import { isRetryableFailure, RoundhouseFailure, type FailureType } from '../config/rules/failures';
+import { maskSecrets, maskSecretsIn } from '../config/io/secrets';
+import { TokenizerNotFoundError } from '../config/io/tokenizer';
 import { ProviderError } from '../providers/errors';
 import { recordProviderError } from './metrics';
 

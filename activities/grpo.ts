@@ -1,8 +1,8 @@
-import { joinLocation, storeFor } from '../config/artifacts';
-import { RoundhouseFailure } from '../config/failures';
-import { batchRows } from '../config/schedule';
-import type { GrpoSpec } from '../config/spec';
-import type { TextTokenizer } from '../config/tokenizer';
+import { joinLocation, storeFor } from '../config/io/artifacts';
+import { RoundhouseFailure } from '../config/rules/failures';
+import { batchRows } from '../config/rules/schedule';
+import type { GrpoSpec } from '../config/io/spec';
+import type { TextTokenizer } from '../config/io/tokenizer';
 import type { Datum, PolicyLoss, TrainingProvider } from '../providers/types';
 import type { TokenizedRow } from './data';
 import type { ActivityDeps } from './deps';
@@ -11,20 +11,14 @@ import { readJson, writeJsonAtomic } from './files';
 import { createPreparer, type PreparedData } from './prepare';
 import { groupAdvantages, rewardFunction } from './rewards';
 import { completionText } from './scoring';
-import { trainSegmentOf, type SegmentContext, type SegmentInput, type SegmentResult, type StepKind } from './segment';
+import type { GrpoSegmentInput, GrpoSegmentResult } from '../workflows/round-contract';
+import { trainSegmentOf, type SegmentContext, type StepKind } from './segment';
 
 /**
  * GRPO: per step, a group of completions per prompt from the generators, a reward for each, group-centred
  * advantages (constant-reward groups dropped), a policy-gradient forward-backward on the sampled tokens with the
  * sampler's logprobs, an optimizer step, and a weights sync so the next step samples the new policy.
  */
-
-export interface GrpoSegmentInput extends SegmentInput {
-  /** Where each step's samples are kept (`s0000012.json`): the step's training input, reused on retry. */
-  samplesDir: string;
-  /** A frozen session holding the reference policy, for the KL penalty (`round.grpo.reference`). */
-  referenceSessionId?: string;
-}
 
 export interface GrpoStepRecord {
   step: number;
@@ -39,12 +33,6 @@ export interface GrpoStepRecord {
   policyVersion?: number;
   /** …and how many optimizer steps that was behind the policy this step trained (at most `maxStepsOffPolicy`). */
   stepsOffPolicy?: number;
-}
-
-export interface GrpoSegmentResult extends SegmentResult {
-  firstReward?: number;
-  latestReward?: number;
-  meanReward?: number;
 }
 
 /** One step's samples as stored: enough to rebuild its datums exactly. */

@@ -1,8 +1,8 @@
-import type { ProviderSpec } from '../config/spec';
-import { localCopy } from '../config/artifacts';
-import { DataValidationError } from '../config/errors';
-import { RoundhouseFailure } from '../config/failures';
-import { tokenizerFor, type TextTokenizer } from '../config/tokenizer';
+import type { ProviderSpec } from '../config/io/spec';
+import { localCopy } from '../config/io/artifacts';
+import { DataValidationError } from '../config/rules/errors';
+import { RoundhouseFailure } from '../config/rules/failures';
+import { tokenizerFor, type TextTokenizer } from '../config/io/tokenizer';
 import type { ModelInfo, TrainingProvider } from '../providers/types';
 import type { RoundInput, RoundSpec } from '../workflows/round-contract';
 import { loadPreferenceData, loadRoundData, readDataset, sha256File, tokenizeRow, type TokenizedPair, type TokenizedRow } from './data';

@@ -9,7 +9,7 @@ import {
   RELEASE_GATE_UPDATE,
   provisionGateWorkflowId,
   type ProvisionGateKey,
-} from '../config/provision-gate';
+} from '../config/rules/provision-gate';
 import type { provisionGateWorkflow } from '../workflows/provision-gate';
 import type {
   AcquireGateRequest,

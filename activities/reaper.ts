@@ -1,12 +1,12 @@
 import { Context, log } from '@temporalio/activity';
 import { WorkflowNotFoundError, type Client } from '@temporalio/client';
-import type { ProviderSpec } from '../config/spec';
-import { endpointOf, registeredTrainers, type RegisteredTrainer } from '../config/trainer-registry';
+import type { ProviderSpec } from '../config/io/spec';
+import { endpointOf, registeredTrainers, type RegisteredTrainer } from '../config/rules/trainer-registry';
 import type { TrainerResource, TrainingProvider } from '../providers/types';
 import type { ActivityDeps } from './deps';
 import { atBoundary } from './failures';
 import { recordResource } from './metrics';
-import { ownerOfTag } from '../config/owner-tag';
+import { ownerOfTag } from '../config/rules/owner-tag';
 
 type Endpoint = Pick<ProviderSpec, 'kind' | 'baseUrl'> & { model?: string };
 

@@ -1,8 +1,8 @@
 import { bestCheckpoint, roundCheckpoints } from './checkpoints';
 import fs from 'node:fs';
 import path from 'node:path';
-import { joinLocation, readJson, storeFor } from '../config/artifacts';
-import { maskSecretsIn } from '../config/secrets';
+import { joinLocation, readJson, storeFor } from '../config/io/artifacts';
+import { maskSecretsIn } from '../config/io/secrets';
 
 /**
  * The campaign report people look at: `report.html` (self-contained: Chart.js and the data inlined, no network)

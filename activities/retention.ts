@@ -1,6 +1,6 @@
 import { ScheduleNotFoundError, type Client } from '@temporalio/client';
-import { joinLocation } from '../config/artifacts';
-import { checkpointRefsOf, retentionPlan, type KeepReason, type RetentionRule } from '../config/retention';
+import { joinLocation } from '../config/io/artifacts';
+import { checkpointRefsOf, retentionPlan, type KeepReason, type RetentionRule } from '../config/rules/retention';
 import type { TrainingProvider } from '../providers/types';
 import { campaignCheckpoints, type CheckpointEntry } from './checkpoints';
 import { readJson, writeJsonAtomic } from './files';

@@ -1,5 +1,5 @@
 import path from 'node:path';
-import type { EvaluationSpec, RewardSpec } from '../config/spec';
+import type { EvaluationSpec, RewardSpec } from '../config/io/spec';
 import { finalNumber, scoreCompletion } from './scoring';
 
 export { finalNumber } from './scoring';
@@ -8,7 +8,7 @@ export { finalNumber } from './scoring';
  * Rewards for policy-gradient rounds: the built-in matchers (exact / contains / regex, as the evaluation scorer),
  * numeric answer match for GSM8K-style data, or a user module. Plus group-centred advantages.
  */
-export type { RewardSpec } from '../config/spec';
+export type { RewardSpec } from '../config/io/spec';
 
 export type RewardFunction = (completion: string, answer: string, prompt: string) => number | Promise<number>;
 

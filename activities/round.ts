@@ -1,58 +1,29 @@
 import { Context } from '@temporalio/activity';
-import { RoundhouseFailure } from '../config/failures';
-import { planSteps } from '../config/schedule';
-import { maskSecretsIn } from '../config/secrets';
+import { RoundhouseFailure } from '../config/rules/failures';
+import { planSteps } from '../config/rules/schedule';
+import { maskSecretsIn } from '../config/io/secrets';
 import type { ForwardResult, OperationHandle } from '../providers/types';
-import type { RoundInput, RoundSpec } from '../workflows/round-contract';
+import type { Rollback } from '../config/rules/lineage';
+import type { PhaseInput, RoundData, RoundInput, RoundPlan, RoundSpec } from '../workflows/round-contract';
 import { toDatum } from './data';
 import type { ActivityDeps } from './deps';
 import { roundCheckpoints } from './checkpoints';
 import { trackingTarget, trackRoundEnd, type RoundTracking } from './tracking';
 import { atBoundary, keepingAlive, toActivityFailure } from './failures';
 import { readJson, writeJsonAtomic } from './files';
-import { lineageParts, roundKey } from '../config/keys';
+import { lineageParts, roundKey } from '../config/rules/keys';
 import { recordRoundGpuMinutes } from './metrics';
 import { createPreparer, tokenizedFile } from './prepare';
 import { rewardFunction } from './rewards';
 import { completionText, scoreCompletion } from './scoring';
 import { meteredProvider, type TokenUsage } from './usage';
-import { readStepRecords, type Rollback, type SegmentInput } from './segment';
+import { readStepRecords } from './step-records';
 
 /**
  * The round's phases around training: the checks before provisioning, loss measured forward-only, checkpoints,
  * sampling and scoring, and the report. Provisioning and release are in trainer.ts; training segments in segment.ts
  * and the kinds' files (sft.ts, grpo.ts, dpo.ts).
  */
-export interface RoundPlan {
-  trainSha256: string;
-  evalSha256: string;
-  trainRows: number;
-  evalRows: number;
-  stepsPerEpoch: number;
-  totalSteps: number;
-  gpuCount: number;
-  /** The provider's quoted price of the trainer resource per hour (USD), when it quotes one. */
-  pricePerHour?: number;
-}
-
-export interface ProvisionedTrainer {
-  resourceId: string;
-  /** When it was seen ready (ms since epoch). */
-  readyAtMs: number;
-}
-
-/** What a forward-only pass over the round's data needs: whose keys (`label`, and the lineage after a rollback). */
-export interface PhaseInput {
-  campaignId: string;
-  round: number;
-  label: string;
-  /** After a rollback: the lineage its keys carry. */
-  lineage?: number;
-  spec: RoundSpec;
-  data: SegmentInput['data'];
-  sessionId: string;
-}
-
 /** File system errors no retry cures. */
 const UNWRITABLE = new Set(['EISDIR', 'ENOTDIR', 'EACCES', 'EPERM', 'EROFS']);
 
@@ -154,7 +125,7 @@ export function createRoundActivities(deps: ActivityDeps) {
       campaignId: string;
       round: number;
       spec: RoundSpec;
-      data: SegmentInput['data'];
+      data: RoundData;
       sessionId: string;
       outputPath: string;
       /** Distinguishes the idempotency keys of different sample passes in one round. */

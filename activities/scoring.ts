@@ -1,5 +1,5 @@
-import type { EvaluationSpec } from '../config/spec';
-import type { TextTokenizer } from '../config/tokenizer';
+import type { EvaluationSpec } from '../config/io/spec';
+import type { TextTokenizer } from '../config/io/tokenizer';
 
 function normalize(text: string, spec: EvaluationSpec): string {
   let out = spec.normalizeWhitespace ? text.trim().replace(/\s+/g, ' ') : text;

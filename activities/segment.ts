@@ -1,17 +1,16 @@
-import { meteredProvider, type TokenUsage } from './usage';
-import { joinLocation, storeFor } from '../config/artifacts';
+import { meteredProvider } from './usage';
 import { Context } from '@temporalio/activity';
-import { learningRateAt } from '../config/schedule';
-import { isRecoverableFailure, RoundhouseFailure } from '../config/failures';
+import { learningRateAt } from '../config/rules/schedule';
+import { isRecoverableFailure, RoundhouseFailure } from '../config/rules/failures';
 import { ProviderError } from '../providers/errors';
 import type { AdamParams, ForwardResult, OperationHandle, OptimStepResult, TrainingProvider } from '../providers/types';
-import type { RoundSpec } from '../workflows/round-contract';
+import type { RoundSpec, SegmentInput, SegmentResult, TrainingCheckpoint } from '../workflows/round-contract';
 import type { ActivityDeps } from './deps';
 import { providerFailureType } from './failures';
-import { readJson, writeJsonAtomic } from './files';
-import { lineageParts, roundKey } from '../config/keys';
+import { lineageParts, roundKey } from '../config/rules/keys';
 import { recordLatestLoss, recordOptimizerSteps } from './metrics';
-import { heartbeatGapMs, joinHeartbeatBudget } from './heartbeat-budget';
+import { HeartbeatPacer } from './heartbeat-pacer';
+import { StepRecords, type StepRecord } from './step-records';
 import { trackSteps } from './tracking';
 
 /**
@@ -26,65 +25,6 @@ import { trackSteps } from './tracking';
  *   - a deadline, and a clean stop when the workflow interrupts the segment (pause, budget) or the worker drains;
  *   - the optimizer step checked against the round's step; step records written atomically; metrics.
  */
-
-export interface TrainingCursor {
-  /** Round-local optimizer steps confirmed applied. */
-  step: number;
-}
-
-export interface SegmentInput {
-  campaignId: string;
-  round: number;
-  spec: RoundSpec;
-  data: { train: string; eval: string; trainSha256: string; evalSha256: string };
-  sessionId: string;
-  /** The provider's step counter when the session opened (non-zero when resumed from a checkpoint). */
-  stepOffset: number;
-  cursor: TrainingCursor;
-  totalSteps: number;
-  /** Where the segment's step records are written (atomically). */
-  stepsDir: string;
-  /** Rollbacks so far: keys carry the lineage so a provider's deduplication never returns a failed lineage's records. */
-  lineage?: number;
-  /** The round's latest training checkpoint (or where training started): rolling checkpoints count from it. */
-  lastCheckpoint?: { step: number; savedAtMs: number };
-}
-
-export interface SegmentResult {
-  cursor: TrainingCursor;
-  stepsApplied: number;
-  latestLoss?: number;
-  meanLoss?: number;
-  /** Rolling checkpoints this segment saved. */
-  checkpoints?: TrainingCheckpoint[];
-  /** Tokens this segment had processed (what a per-token biller charges). */
-  usage?: TokenUsage;
-}
-
-/** What every kind's step record holds: its round step (1-based, after the step) and its summed loss over `tokens`. */
-export interface StepRecord {
-  step: number;
-  loss: number;
-  tokens: number;
-  /** The lineage that trained it, after a rollback (absent for the first). */
-  lineage?: number;
-  /** When it was confirmed (epoch ms): the time the tracker logs it with, the same on every retry. */
-  at?: number;
-}
-
-/** A rolling training checkpoint a segment saved: the trainer's full state at a confirmed round step. */
-export interface TrainingCheckpoint {
-  checkpointId: string;
-  step: number;
-  savedAtMs: number;
-  lineage: number;
-}
-
-/** A rollback: from this lineage on, training resumed from round step `toStep`. */
-export interface Rollback {
-  lineage: number;
-  toStep: number;
-}
 
 /** What a round kind supplies to the driver: what its step is. */
 export interface StepKind<R extends StepRecord, F = ForwardResult> {
@@ -140,7 +80,9 @@ export async function trainSegmentOf<R extends StepRecord, F = ForwardResult>(
   const previous = Context.current().info.heartbeatDetails as SegmentHeartbeat<F> | undefined;
   const checkpoints = new RollingCheckpoints(provider, input, key, previous?.checkpoints);
   let confirmed = input.cursor.step;
-  const beat = new SegmentBeat<SegmentHeartbeat<F>>();
+  // Each heartbeat carries the cursor, and the server's answer is how a pause or a budget reaches the segment, so they
+  // go out as the segment moves, within the worker's heartbeat budget (activities/heartbeat-pacer.ts).
+  const beat = new HeartbeatPacer<SegmentHeartbeat<F>>();
   try {
     const kind = await kindFor(ctx);
     const { applied, maxStep } = await segmentStart(provider, input);
@@ -206,7 +148,7 @@ export async function trainSegmentOf<R extends StepRecord, F = ForwardResult>(
       // What was confirmed stays recorded even when the segment fails or is cut short; then the tracker logs it.
       const flushed = await records.flush();
       await trackSteps(input, flushed);
-      beat.end();
+      beat.flush();
     }
     const confirmedRecords = records.since(input.cursor.step);
     return {
@@ -218,60 +160,6 @@ export async function trainSegmentOf<R extends StepRecord, F = ForwardResult>(
     throw recoverableFailure(err, { step: confirmed, lineage, checkpoints: checkpoints.saved });
   } finally {
     beat.stop();
-  }
-}
-
-/**
- * A segment's heartbeats. Each carries the cursor, and the server's answer is how a pause or a budget reaches the
- * segment, so they go out as the segment moves, within the worker's heartbeat budget (activities/heartbeat-budget.ts):
- * a report that comes too soon waits for the next turn. A timer also sends the latest at least every third of the
- * heartbeat timeout, so an operation that takes longer than the timeout (a slow hosted step, a queue) never times the
- * segment out.
- */
-class SegmentBeat<D> {
-  private readonly context = Context.current();
-  private readonly timeoutMs = this.context.info.heartbeatTimeoutMs ?? 30_000;
-  private latest: D | undefined;
-  private unsent = false;
-  private sentAtMs = 0;
-  private readonly timer: NodeJS.Timeout;
-  private readonly leave = joinHeartbeatBudget();
-
-  constructor() {
-    this.timer = setInterval(() => this.tick(), 1000);
-    this.timer.unref();
-  }
-
-  report(details: D): void {
-    this.latest = details;
-    this.unsent = true;
-    if (Date.now() - this.sentAtMs >= this.gapMs()) this.send();
-  }
-
-  /** The last word (the cursor the segment returns with), whatever the budget. */
-  end(): void {
-    if (this.unsent) this.send();
-  }
-
-  stop(): void {
-    clearInterval(this.timer);
-    this.leave();
-  }
-
-  private tick(): void {
-    const since = Date.now() - this.sentAtMs;
-    if ((this.unsent && since >= this.gapMs()) || since >= this.timeoutMs / 3) this.send();
-  }
-
-  private gapMs(): number {
-    return heartbeatGapMs(this.timeoutMs);
-  }
-
-  private send(): void {
-    if (this.latest === undefined) return;
-    this.context.heartbeat(this.latest);
-    this.sentAtMs = Date.now();
-    this.unsent = false;
   }
 }
 
@@ -324,88 +212,6 @@ class RollingCheckpoints {
     this.last = { step, savedAtMs: Date.now() };
     this.saved.push({ checkpointId: saved.checkpointId, step, savedAtMs: this.last.savedAtMs, lineage: this.input.lineage ?? 0 });
   }
-}
-
-/** How often a running segment writes its confirmed steps' records and hands them to the tracker (default a minute). */
-function recordFlushMs(): number {
-  return Number(process.env.ROUNDHOUSE_RECORD_FLUSH_MS ?? 60_000);
-}
-
-/**
- * Step records of a round: one JSON file per segment write (`steps-<first step>.json`), read back as one list. A
- * step is recorded when any file holds it; the report keeps one record per step.
- */
-class StepRecords<R extends StepRecord> {
-  private readonly recorded = new Set<number>();
-  private readonly pending: R[] = [];
-  private readonly all: R[] = [];
-  private flushedAtMs = Date.now();
-
-  private constructor(
-    private readonly dir: string,
-    private readonly lineage: number,
-  ) {}
-
-  static async load<R extends StepRecord>(dir: string, lineage: number): Promise<StepRecords<R>> {
-    const records = new StepRecords<R>(dir, lineage);
-    for (const r of await readStepRecords(dir)) if ((r.lineage ?? 0) === lineage) records.recorded.add(r.step);
-    return records;
-  }
-
-  /** Round steps (0-based, as submitted) in [from, to) that no record holds. */
-  missing(from: number, to: number): number[] {
-    const out: number[] = [];
-    for (let step = from; step < to; step++) if (!this.recorded.has(step + 1)) out.push(step);
-    return out;
-  }
-
-  add(record: R): R {
-    if (this.lineage > 0) record.lineage = this.lineage;
-    record.at ??= Date.now();
-    this.recorded.add(record.step);
-    this.pending.push(record);
-    this.all.push(record);
-    return record;
-  }
-
-  since(cursorStep: number): R[] {
-    return this.all.filter((r) => r.step > cursorStep).sort((a, b) => a.step - b.step);
-  }
-
-  /** A segment running longer than recordFlushMs() writes what it has (a file a minute, never one per step). */
-  due(): boolean {
-    return this.pending.length > 0 && Date.now() - this.flushedAtMs >= recordFlushMs();
-  }
-
-  /** One write per segment, or per minute of a long one: the store is off the per-step path. Returns what it wrote. */
-  async flush(): Promise<R[]> {
-    this.flushedAtMs = Date.now();
-    if (this.pending.length === 0) return [];
-    const first = Math.min(...this.pending.map((r) => r.step));
-    const lineage = this.lineage > 0 ? `.L${this.lineage}` : '';
-    await writeJsonAtomic(
-      joinLocation(this.dir, `steps-${String(first).padStart(7, '0')}${lineage}.json`),
-      this.pending.sort((a, b) => a.step - b.step),
-    );
-    return this.pending.splice(0);
-  }
-}
-
-/**
- * Every step record of a round that the kept weights hold, one per step, in step order. A rollback to step `toStep`
- * under lineage L voids the older lineages' records past `toStep`; of the rest, the newest lineage's record wins.
- */
-export async function readStepRecords<R extends StepRecord = StepRecord>(dir: string, rollbacks: Rollback[] = []): Promise<R[]> {
-  const byStep = new Map<number, R>();
-  const kept = (r: R) => rollbacks.every((rb) => rb.lineage <= (r.lineage ?? 0) || r.step <= rb.toStep);
-  const files = (await storeFor(dir).list(dir)).filter((f) => /\/steps-[^/]*\.json$/.test(f));
-  for (const f of files) {
-    for (const r of (await readJson<R[]>(f)) ?? []) {
-      const held = byStep.get(r.step);
-      if (kept(r) && (held === undefined || (held.lineage ?? 0) <= (r.lineage ?? 0))) byStep.set(r.step, r);
-    }
-  }
-  return [...byStep.values()].sort((a, b) => a.step - b.step);
 }
 
 /**

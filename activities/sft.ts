@@ -1,10 +1,12 @@
-import { batchRows } from '../config/schedule';
+import { batchRows } from '../config/rules/schedule';
 import type { Datum } from '../providers/types';
 import { toDatum } from './data';
 import type { ActivityDeps } from './deps';
 import { atBoundary } from './failures';
 import { createPreparer } from './prepare';
-import { trainSegmentOf, type SegmentInput, type SegmentResult, type StepRecord } from './segment';
+import type { SegmentInput, SegmentResult } from '../workflows/round-contract';
+import { trainSegmentOf } from './segment';
+import type { StepRecord } from './step-records';
 
 /** SFT: a step is cross-entropy on a batch of prompt/answer rows (answers weighted), pipelined `pipelineDepth` deep. */
 export function createSftActivities(deps: ActivityDeps) {

@@ -1,12 +1,13 @@
 import { Context } from '@temporalio/activity';
-import { joinLocation } from '../config/artifacts';
-import { learningRateAt } from '../config/schedule';
-import { maskSecrets } from '../config/secrets';
-import type { CampaignSpec } from '../config/spec';
+import { joinLocation } from '../config/io/artifacts';
+import { learningRateAt } from '../config/rules/schedule';
+import { maskSecrets } from '../config/io/secrets';
+import type { CampaignSpec } from '../config/io/spec';
 import { credentialsFromEnv, MlflowClient, type MlflowMetric } from '../providers/mlflow/client';
 import type { RoundSpec } from '../workflows/round-contract';
 import { readJson, writeJsonAtomic } from './files';
-import { readStepRecords, type Rollback, type StepRecord } from './segment';
+import type { Rollback } from '../config/rules/lineage';
+import { readStepRecords, type StepRecord } from './step-records';
 
 /**
  * Experiment tracking in MLflow, logged from the durable records only: a campaign is a run, each round a nested run

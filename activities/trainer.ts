@@ -1,15 +1,15 @@
 import { Context, log, sleep } from '@temporalio/activity';
-import { RoundhouseFailure } from '../config/failures';
-import { ownerOfTag } from '../config/owner-tag';
-import { TRAINER_CREATED_SIGNAL } from '../config/trainer-registry';
-import type { ProvisionGateKey } from '../config/provision-gate';
+import { RoundhouseFailure } from '../config/rules/failures';
+import { ownerOfTag } from '../config/rules/owner-tag';
+import { TRAINER_CREATED_SIGNAL } from '../config/rules/trainer-registry';
+import type { ProvisionGateKey } from '../config/rules/provision-gate';
 import { ProviderError } from '../providers/errors';
 import type { TrainerResource, TrainingProvider } from '../providers/types';
 import type { GateLease } from '../workflows/provision-gate-contract';
-import type { RoundInput, RoundSpec } from '../workflows/round-contract';
+import type { ProvisionedTrainer, RoundInput, RoundSpec } from '../workflows/round-contract';
 import type { ActivityDeps } from './deps';
 import { atBoundary, keepingAlive } from './failures';
-import { heartbeatGapMs, joinHeartbeatBudget } from './heartbeat-budget';
+import { HeartbeatPacer } from './heartbeat-pacer';
 import { ProvisionGateHold } from './provision-gate';
 import { recordResource } from './metrics';
 import { CapacityWatch } from './capacity';
@@ -19,14 +19,6 @@ import { CapacityWatch } from './capacity';
  * never created twice), a training session opened (fresh or from a checkpoint; an unanswered open is adopted by
  * name), and released on every path.
  */
-export interface ProvisionedTrainer {
-  resourceId: string;
-  /** When it was seen ready (ms since epoch). */
-  readyAtMs: number;
-  /** Set when the provider had no GPUs at first: how long provisioning waited, and how many creates it took. */
-  capacityWait?: { creates: number; waitedMs: number };
-}
-
 /** How long a release waits for the session's own stop, after the trainer is deactivated. */
 const SESSION_CLOSE_WAIT_MS = 5_000;
 
@@ -46,20 +38,13 @@ export function createTrainerActivities(deps: ActivityDeps) {
       const beat: ProvisionBeat = { ...(context.info.heartbeatDetails as ProvisionBeat | undefined) };
       beat.startedAtMs ??= Date.now();
       const deadlineMs = beat.startedAtMs + input.spec.advanced.provisionTimeoutMinutes * 60_000;
-      let sentAtMs = 0;
-      const heartbeat = () => {
-        context.heartbeat(beat);
-        sentAtMs = Date.now();
-      };
       const capacity = new CapacityWatch(context.client, context.info.workflowExecution, beat.startedAtMs, (beat.capacityRetries ?? 0) + 1);
       return atBoundary(
         async () => {
+          // The moments that matter send at once; between them, a keepalive within the worker's heartbeat budget.
+          const pacer = new HeartbeatPacer<ProvisionBeat>({ keepaliveMs: (gapMs) => Math.max(1000, gapMs) });
+          const heartbeat = () => pacer.sendNow(beat);
           heartbeat();
-          // Between the moments that matter (which send at once), a keepalive within the worker's heartbeat budget.
-          const leave = joinHeartbeatBudget();
-          const timer = setInterval(() => {
-            if (Date.now() - sentAtMs >= Math.max(1000, heartbeatGapMs(context.info.heartbeatTimeoutMs))) heartbeat();
-          }, 1000);
           try {
             for (;;) {
               if (!beat.resourceId) {
@@ -123,8 +108,7 @@ export function createTrainerActivities(deps: ActivityDeps) {
               };
             }
           } finally {
-            clearInterval(timer);
-            leave();
+            pacer.stop();
           }
         },
         () => ({ resourceId: beat.resourceId }),

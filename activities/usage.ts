@@ -1,4 +1,4 @@
-import { addUsage, emptyUsage, type TokenUsage } from '../config/usage';
+import { addUsage, emptyUsage, type TokenUsage } from '../config/rules/usage';
 import type { OperationHandle, SampleResult, TrainingProvider } from '../providers/types';
 
 export { addUsage, emptyUsage, type TokenUsage };

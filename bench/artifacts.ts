@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { joinLocation, putContentAddressed } from '../config/artifacts';
+import { joinLocation, putContentAddressed } from '../config/io/artifacts';
 import type { RoundInput, RoundResult } from '../workflows/round-contract';
 import { arithmeticRoundInput } from '../test/helpers/round';
 import { startS3Server } from '../test/helpers/s3-server';

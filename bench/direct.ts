@@ -1,5 +1,5 @@
-import { batchRows, learningRateAt } from '../config/schedule';
-import { tokenizerFor } from '../config/tokenizer';
+import { batchRows, learningRateAt } from '../config/rules/schedule';
+import { tokenizerFor } from '../config/io/tokenizer';
 import { loadRoundData, toDatum, type TokenizedRow } from '../activities/data';
 import { BasetenProvider } from '../providers/baseten/client';
 import { TinkerProvider } from '../providers/tinker/client';

@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import type { ProviderSpec } from '../config/spec';
-import { DEFAULT_SEGMENT_SECONDS, DEFAULT_SEGMENT_STEPS, parseCampaignSpec } from '../config/spec';
+import type { ProviderSpec } from '../config/io/spec';
+import { DEFAULT_SEGMENT_SECONDS, DEFAULT_SEGMENT_STEPS, parseCampaignSpec } from '../config/io/spec';
 import { TogetherProvider } from '../providers/together/client';
 import type { TrainingProvider } from '../providers/types';
 import { LOCAL_EMULATOR_KEY, ProviderRegistry } from '../workers/providers';

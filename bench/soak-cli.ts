@@ -1,4 +1,4 @@
-import { loadWorkerSettings } from '../config/worker-env';
+import { loadWorkerSettings } from '../config/io/worker-env';
 import { connectClient, startTemporal, temporalClient } from '../workers/temporal-server';
 import { ensureDist } from '../test/helpers/dist';
 import { runSoak } from './soak';

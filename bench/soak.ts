@@ -1,6 +1,6 @@
 import fs from 'node:fs';
 import type { Client, WorkflowHandle } from '@temporalio/client';
-import { seededRandom } from '../config/random';
+import { seededRandom } from '../config/rules/random';
 import { startEmulator, type RunningEmulator } from '../emulator/server';
 import type { Ledger } from '../emulator/engine';
 import { arithmeticRoundInput } from '../test/helpers/round';

@@ -1,25 +1,10 @@
 import { Command, Option } from 'commander';
 import type { WorkflowHandle } from '@temporalio/client';
-import type * as Spec from '../config/spec';
 import type * as Contract from '../workflows/campaign-contract';
 import type { CampaignInput, CampaignProgress } from '../workflows/campaign-contract';
-import type * as Context from './context';
-import type * as Progress from './progress';
-import type * as Validate from '../workers/validate';
-import type * as CampaignData from '../workers/campaign-data';
-import type * as Workflows from '../workflows';
-import { artifactRoot } from '../config/artifacts';
-import { checkpointRefsMemo } from '../config/retention';
-import { lazy } from './lazy';
-
-// What the commands use, loaded when one runs (cli/lazy.ts).
-const spec = lazy(() => require('../config/spec') as typeof Spec);
-const contract = lazy(() => require('../workflows/campaign-contract') as typeof Contract);
-const context = lazy(() => require('./context') as typeof Context);
-const progress = lazy(() => require('./progress') as typeof Progress);
-const validate = lazy(() => require('../workers/validate') as typeof Validate);
-const campaignData = lazy(() => require('../workers/campaign-data') as typeof CampaignData);
-const workflows = lazy(() => require('../workflows') as typeof Workflows);
+import { artifactRoot } from '../config/io/artifacts';
+import { checkpointRefsMemo } from '../config/rules/retention';
+import { modules } from './modules';
 
 /** What `run --wait`, `watch` and `status` exit with for an ended campaign (progress.ts's failUnlessSucceeded). */
 const EXIT_CODES_WHEN_ENDED =
@@ -33,7 +18,7 @@ function campaignIdFor(name: string): string {
 }
 
 async function withCampaign<T>(id: string, body: (handle: WorkflowHandle) => Promise<T>): Promise<T> {
-  const { cliContext, cliClient, unknownId } = context();
+  const { cliContext, cliClient, unknownId } = modules.context();
   const { settings } = cliContext();
   const { client, close } = await cliClient(settings);
   try {
@@ -56,20 +41,20 @@ export function runCommand(): Command {
       '\nExamples:\n  roundhouse run examples/support-tickets/campaign.yaml --wait\n  roundhouse run campaign.yaml --id tickets-nightly',
     )
     .action(async (specFile: string, opts: { id?: string; wait?: boolean }) => {
-      const { cliContext, cliClient, reportRoot, warnAbout } = context();
-      const { validateCampaignLocally, withLocalData } = validate();
+      const { cliContext, cliClient, reportRoot, warnAbout } = modules.context();
+      const { validateCampaignLocally, withLocalData } = modules.validate();
       const { settings } = cliContext();
-      const given = spec().loadCampaignSpec(specFile);
+      const given = modules.spec().loadCampaignSpec(specFile);
       // Validated before anything starts (from local copies when the data is in S3), then staged in the artifact store.
       const local = await withLocalData(given);
       const checked = validateCampaignLocally(local);
       warnAbout(checked.warnings);
-      const staged = await campaignData().stageCampaignData(given, local.data, artifactRoot(process.env, settings.stateDir));
+      const staged = await modules.campaignData().stageCampaignData(given, local.data, artifactRoot(process.env, settings.stateDir));
       const campaignId = opts.id ?? campaignIdFor(staged.name);
       const { client, address, close } = await cliClient(settings);
       try {
         const input: CampaignInput = { campaignId, spec: staged, reportRoot: reportRoot(settings) };
-        const handle = await client.workflow.start(workflows().campaignWorkflow, {
+        const handle = await client.workflow.start(modules.workflows().campaignWorkflow, {
           taskQueue: settings.taskQueue,
           workflowId: campaignId,
           args: [input],
@@ -81,7 +66,7 @@ export function runCommand(): Command {
           `campaign ${campaignId} started (${checked.trainRows} training rows, ${checked.evalRows} held out) on ${address}\n` +
             `  status: roundhouse status ${campaignId}\n  watch:  roundhouse watch ${campaignId}\n`,
         );
-        if (opts.wait) progress().failUnlessSucceeded(await progress().watchCampaign(handle, process.stdout));
+        if (opts.wait) modules.progress().failUnlessSucceeded(await modules.progress().watchCampaign(handle, process.stdout));
       } finally {
         await close();
       }
@@ -100,8 +85,8 @@ export function statusCommand(): Command {
     .action(async (id: string, opts: { json?: boolean }) => {
       await withCampaign(id, async (handle) => {
         const p = await campaignProgress(handle);
-        process.stdout.write(opts.json ? progress().progressJson(p) : progress().renderProgress(p));
-        progress().failUnlessSucceeded(p);
+        process.stdout.write(opts.json ? modules.progress().progressJson(p) : modules.progress().renderProgress(p));
+        modules.progress().failUnlessSucceeded(p);
       });
     });
 }
@@ -109,8 +94,9 @@ export function statusCommand(): Command {
 /** The live query, or the result of a finished campaign. */
 export async function campaignProgress(handle: WorkflowHandle): Promise<CampaignProgress> {
   const d = await handle.describe();
-  if (d.status.name === 'RUNNING') return progress().withLiveStep(handle, await handle.query(contract().campaignProgressQuery));
-  return progress().closedCampaignResult(handle, d);
+  if (d.status.name === 'RUNNING')
+    return modules.progress().withLiveStep(handle, await handle.query(modules.contract().campaignProgressQuery));
+  return modules.progress().closedCampaignResult(handle, d);
 }
 
 export function watchCommand(): Command {
@@ -123,7 +109,7 @@ export function watchCommand(): Command {
     )
     .action(async (id: string) => {
       await withCampaign(id, async (handle) => {
-        progress().failUnlessSucceeded(await progress().watchCampaign(handle, process.stdout));
+        modules.progress().failUnlessSucceeded(await modules.progress().watchCampaign(handle, process.stdout));
       });
     });
 }
@@ -146,7 +132,7 @@ export function pauseCommand(): Command {
   return controlCommand(
     'pause',
     'Pause: the running round interrupts its segment, checkpoints and releases the GPU',
-    () => contract().pauseCampaignUpdate,
+    () => modules.contract().pauseCampaignUpdate,
   );
 }
 
@@ -154,7 +140,7 @@ export function resumeCommand(): Command {
   return controlCommand(
     'resume',
     'Resume: re-provision and continue from the pause checkpoint at the same step',
-    () => contract().resumeCampaignUpdate,
+    () => modules.contract().resumeCampaignUpdate,
   );
 }
 
@@ -166,7 +152,7 @@ export function stopCommand(): Command {
     .addHelpText('after', '\nExamples:\n  roundhouse stop tickets-nightly\n  roundhouse stop tickets-nightly --now')
     .action(async (id: string, opts: { now?: boolean }) => {
       await withCampaign(id, async (handle) => {
-        await handle.executeUpdate(contract().stopCampaignUpdate, { args: [{ mode: opts.now ? 'now' : 'after-round' }] });
+        await handle.executeUpdate(modules.contract().stopCampaignUpdate, { args: [{ mode: opts.now ? 'now' : 'after-round' }] });
         process.stdout.write(`campaign ${id}: stopping ${opts.now ? 'now' : 'after the current round'}\n`);
       });
     });

@@ -1,12 +1,6 @@
 import { Command } from 'commander';
-import { joinLocation } from '../config/artifacts';
-import type * as Report from '../workers/report';
-import type * as Context from './context';
-import { lazy } from './lazy';
-
-// What the command uses, loaded when it runs (cli/lazy.ts).
-const report = lazy(() => require('../workers/report') as typeof Report);
-const context = lazy(() => require('./context') as typeof Context);
+import { joinLocation } from '../config/io/artifacts';
+import { modules } from './modules';
 
 export function checkpointsCommand(): Command {
   return new Command('checkpoints')
@@ -15,9 +9,9 @@ export function checkpointsCommand(): Command {
     .option('--json', 'print them as JSON')
     .addHelpText('after', '\nExample:\n  roundhouse checkpoints support-tickets-20261129120000')
     .action(async (id: string, opts: { json?: boolean }) => {
-      const { cliContext, reportRoot } = context();
+      const { cliContext, reportRoot } = modules.context();
       const { settings } = cliContext();
-      const { checkpoints, best, retention } = await report().listCampaignCheckpoints(id, joinLocation(reportRoot(settings), id));
+      const { checkpoints, best, retention } = await modules.report().listCampaignCheckpoints(id, joinLocation(reportRoot(settings), id));
       if (opts.json) {
         process.stdout.write(
           `${JSON.stringify({ campaignId: id, checkpoints, best: best ?? null, retention: retention ?? null }, null, 2)}\n`,

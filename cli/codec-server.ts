@@ -1,16 +1,6 @@
 import { Command, InvalidArgumentError } from 'commander';
-import { ConfigError } from '../config/errors';
-import type * as CodecAuth from '../workers/codec-auth';
-import type * as CodecServer from '../workers/codec-server';
-import type * as Encryption from '../workers/encryption';
-import type * as Context from './context';
-import { lazy } from './lazy';
-
-// What the command uses, loaded when it runs (cli/lazy.ts).
-const codecAuth = lazy(() => require('../workers/codec-auth') as typeof CodecAuth);
-const codecServer = lazy(() => require('../workers/codec-server') as typeof CodecServer);
-const encryption = lazy(() => require('../workers/encryption') as typeof Encryption);
-const context = lazy(() => require('./context') as typeof Context);
+import { ConfigError } from '../config/rules/errors';
+import { modules } from './modules';
 
 function port(value: string): number {
   const n = Number(value);
@@ -34,10 +24,10 @@ export function codecServerCommand(): Command {
       '\nAuthentication (required): ROUNDHOUSE_CODEC_TOKEN or ROUNDHOUSE_CODEC_TOKEN_FILE (a shared bearer token), and/or\nROUNDHOUSE_CODEC_JWKS_URL [+ ROUNDHOUSE_CODEC_JWT_AUDIENCE, ROUNDHOUSE_CODEC_JWT_ISSUER] to accept the access tokens\nthe Web UI forwards (TEMPORAL_CODEC_PASS_ACCESS_TOKEN=true).\n\nExample:\n  ROUNDHOUSE_ENCRYPTION_KEYS=k1=... ROUNDHOUSE_CODEC_TOKEN=$(openssl rand -hex 32) roundhouse codec-server\n  temporal workflow show -w <id> --codec-endpoint http://127.0.0.1:8888 --codec-auth "Bearer $ROUNDHOUSE_CODEC_TOKEN"',
     )
     .action(async (opts: { host: string; port: number; corsOrigin: string[] }) => {
-      const { codecAuthFromEnv, codecAuthenticator } = codecAuth();
-      const { startCodecServer } = codecServer();
-      const { AesGcmPayloadCodec } = encryption();
-      const { settings, logger } = context().cliContext();
+      const { codecAuthFromEnv, codecAuthenticator } = modules.codecAuth();
+      const { startCodecServer } = modules.codecServer();
+      const { AesGcmPayloadCodec } = modules.encryption();
+      const { settings, logger } = modules.context().cliContext();
       if (!settings.encryption)
         throw new ConfigError('ROUNDHOUSE_ENCRYPTION_KEYS', 'is required for the codec server (or ROUNDHOUSE_ENCRYPTION_KEYS_FILE)');
       const auth = codecAuthFromEnv();

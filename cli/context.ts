@@ -1,11 +1,11 @@
-import { artifactRoot, joinLocation } from '../config/artifacts';
+import { artifactRoot, joinLocation } from '../config/io/artifacts';
 import { Client, Connection, WorkflowNotFoundError } from '@temporalio/client';
 import { connectionOptions, temporalClient } from '../workers/temporal-server';
-import { ConfigError } from '../config/errors';
+import { ConfigError } from '../config/rules/errors';
 import { CliFailure } from './failure';
-import { loadWorkerSettings, type WorkerSettings } from '../config/worker-env';
-import { createLogger, type Logger } from '../config/logging';
-import { registerEnvironmentSecrets, registerSecret } from '../config/secrets';
+import { loadWorkerSettings, type WorkerSettings } from '../config/io/worker-env';
+import { createLogger, type Logger } from '../config/io/logging';
+import { registerEnvironmentSecrets, registerSecret } from '../config/io/secrets';
 import { installRuntimeLogger } from '../workers/runtime';
 
 export interface CliContext {

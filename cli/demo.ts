@@ -1,27 +1,8 @@
 import path from 'node:path';
 import { Command } from 'commander';
-import type * as Spec from '../config/spec';
-import type * as TemporalServer from '../workers/temporal-server';
-import type * as Providers from '../workers/providers';
 import type * as Worker from '../workers/worker';
-import type * as Encryption from '../workers/encryption';
 import type { CampaignInput, CampaignResult } from '../workflows/campaign-contract';
-import type * as Context from './context';
-import type * as Progress from './progress';
-import type * as Validate from '../workers/validate';
-import type * as Workflows from '../workflows';
-import { lazy } from './lazy';
-
-// What the command uses, loaded when it runs (cli/lazy.ts).
-const specModule = lazy(() => require('../config/spec') as typeof Spec);
-const temporalServer = lazy(() => require('../workers/temporal-server') as typeof TemporalServer);
-const providersModule = lazy(() => require('../workers/providers') as typeof Providers);
-const workerModule = lazy(() => require('../workers/worker') as typeof Worker);
-const encryption = lazy(() => require('../workers/encryption') as typeof Encryption);
-const context = lazy(() => require('./context') as typeof Context);
-const progress = lazy(() => require('./progress') as typeof Progress);
-const validate = lazy(() => require('../workers/validate') as typeof Validate);
-const workflows = lazy(() => require('../workflows') as typeof Workflows);
+import { modules } from './modules';
 
 /**
  * `npm start`: the embedded default — a persistent dev server, the emulator and a worker in this process — runs
@@ -33,29 +14,17 @@ export function demoCommand(): Command {
     .option('--spec <file>', 'campaign spec to run (default: examples/support-tickets/campaign.yaml)')
     .addHelpText('after', '\nExample:\n  npm start        # same as: roundhouse demo')
     .action(async (opts: { spec?: string }) => {
-      const { connectClient, connectWorker, packageRoot, startTemporal, temporalClient } = temporalServer();
-      const { ProviderRegistry } = providersModule();
-      const { createRoundhouseWorker } = workerModule();
-      const { dataConverterFor } = encryption();
-      const { cliContext, reportRoot, warnAbout } = context();
+      const { packageRoot, startTemporal } = modules.temporalServer();
+      const { cliContext, reportRoot, warnAbout } = modules.context();
       const { settings, logger } = cliContext({ quietSdk: true });
-      const spec = specModule().loadCampaignSpec(opts.spec ?? path.join(packageRoot(), 'examples', 'support-tickets', 'campaign.yaml'));
-      warnAbout(validate().validateCampaignLocally(spec).warnings);
+      const spec = modules.spec().loadCampaignSpec(opts.spec ?? path.join(packageRoot(), 'examples', 'support-tickets', 'campaign.yaml'));
+      warnAbout(modules.validate().validateCampaignLocally(spec).warnings);
       const server = await startTemporal(settings, { persistent: true });
       logger.info({ address: server.address, ui: server.uiUrl, source: server.source }, 'Temporal server ready');
-      const providers = new ProviderRegistry({ stateDir: settings.stateDir });
-      const workerConnection = await connectWorker(settings, server.address);
-      const clientConnection = await connectClient(settings, server.address);
+      let stack: Worker.AssembledWorker | undefined;
       try {
-        const worker = await createRoundhouseWorker({
-          connection: workerConnection,
-          namespace: settings.namespace,
-          taskQueue: settings.taskQueue,
-          providers,
-          tuning: settings.tuning,
-          dataConverter: dataConverterFor(settings),
-        });
-        const client = temporalClient(settings, clientConnection);
+        stack = await modules.worker().assembleWorker(settings, server.address);
+        const { worker, client } = stack;
         const campaignId = `${spec.name}-${new Date()
           .toISOString()
           .replace(/[-:.TZ]/g, '')
@@ -65,12 +34,12 @@ export function demoCommand(): Command {
           `Running campaign ${campaignId}: ${spec.rounds.max} rounds at most on the embedded emulator (${spec.provider.model})\n`,
         );
         const result = (await worker.runUntil(async () => {
-          const handle = await client.workflow.start(workflows().campaignWorkflow, {
+          const handle = await client.workflow.start(modules.workflows().campaignWorkflow, {
             taskQueue: settings.taskQueue,
             workflowId: campaignId,
             args: [input],
           });
-          return progress().watchCampaign(handle, process.stdout, 1000);
+          return modules.progress().watchCampaign(handle, process.stdout, 1000);
         })) as CampaignResult;
         const accuracy = result.rounds.map((r) => (r.accuracy === undefined ? '–' : `${(r.accuracy * 100).toFixed(0)}%`)).join(' → ');
         const dir = path.dirname(result.summaryPath);
@@ -81,11 +50,9 @@ export function demoCommand(): Command {
               ? `Temporal UI (while a server runs, e.g. \`roundhouse up\`): ${server.uiUrl}/namespaces/${settings.namespace}/workflows/${campaignId}\n`
               : ''),
         );
-        progress().failUnlessSucceeded(result);
+        modules.progress().failUnlessSucceeded(result);
       } finally {
-        await clientConnection.close();
-        await workerConnection.close();
-        await providers.close();
+        await stack?.close();
         await server.stop();
       }
     });

@@ -1,9 +1,5 @@
 import { Command, InvalidArgumentError } from 'commander';
-import type * as EmulatorProcess from '../workers/emulator-process';
-import { lazy } from './lazy';
-
-// The emulator, loaded when the command runs (cli/lazy.ts).
-const emulatorProcess = lazy(() => require('../workers/emulator-process') as typeof EmulatorProcess);
+import { modules } from './modules';
 
 function integer(name: string, min: number, max: number) {
   return (value: string): number => {
@@ -64,7 +60,7 @@ export function emulatorCommand(): Command {
     .addHelpText(
       'after',
       () =>
-        `\nFault kinds (also settable at POST /_emulator/faults): ${emulatorProcess().FAULT_KINDS.join(', ')}\n\nExample:\n  roundhouse emulator --port 8800 --provisioning-delay-ms 2000 --rate-429 0.05\n  curl http://127.0.0.1:8800/_emulator/ledger`,
+        `\nFault kinds (also settable at POST /_emulator/faults): ${modules.emulatorProcess().FAULT_KINDS.join(', ')}\n\nExample:\n  roundhouse emulator --port 8800 --provisioning-delay-ms 2000 --rate-429 0.05\n  curl http://127.0.0.1:8800/_emulator/ledger`,
     )
     .action(async (flags: EmulatorFlags) => {
       const rules = [
@@ -75,7 +71,7 @@ export function emulatorCommand(): Command {
       ]
         .filter((r) => r.rate > 0)
         .map((r) => ({ ...r, max: flags.faultMax }));
-      await emulatorProcess().serveEmulatorUntilSignal({
+      await modules.emulatorProcess().serveEmulatorUntilSignal({
         port: flags.port,
         host: flags.host,
         provisioningDelayMs: flags.provisioningDelayMs,

@@ -1,9 +1,7 @@
 import { Command, CommanderError } from 'commander';
-import { ConfigError, DataValidationError } from '../config/errors';
-import type * as WorkerEnv from '../config/worker-env';
-import type * as Logging from '../config/logging';
+import { ConfigError, DataValidationError } from '../config/rules/errors';
 import { CliFailure } from './failure';
-import { lazy } from './lazy';
+import { modules } from './modules';
 import { upCommand } from './up';
 import { workerCommand } from './worker';
 import { demoCommand } from './demo';
@@ -14,10 +12,6 @@ import { scheduleCommand } from './schedule';
 import { reapCommand } from './reap';
 import { reportCommand } from './report';
 import { checkpointsCommand } from './checkpoints';
-
-// Loaded only to report an error (cli/lazy.ts): the CLI's start stays light.
-const workerEnv = lazy(() => require('../config/worker-env') as typeof WorkerEnv);
-const logging = lazy(() => require('../config/logging') as typeof Logging);
 
 export const EXIT_OK = 0;
 export const EXIT_FAILED = 1;
@@ -67,19 +61,20 @@ export async function main(argv: string[]): Promise<number> {
       return err.exitCode === 0 ? EXIT_OK : EXIT_USAGE;
     }
     if (err instanceof DataValidationError) {
-      process.stderr.write(`roundhouse: ${logging().redactText(err.message)}\n`);
+      process.stderr.write(`roundhouse: ${modules.logging().redactText(err.message)}\n`);
       return EXIT_USAGE;
     }
     if (err instanceof ConfigError) {
-      process.stderr.write(`roundhouse: ${logging().redactText(err.message)}\n`);
+      process.stderr.write(`roundhouse: ${modules.logging().redactText(err.message)}\n`);
       return EXIT_USAGE;
     }
     if (err instanceof CliFailure) {
-      process.stderr.write(`roundhouse: ${logging().redactText(err.message)}\n`);
+      process.stderr.write(`roundhouse: ${modules.logging().redactText(err.message)}\n`);
       return EXIT_FAILED;
     }
-    logging()
-      .createLogger({ name: 'roundhouse', destination: process.stderr, format: workerEnv().logFormatOf() })
+    modules
+      .logging()
+      .createLogger({ name: 'roundhouse', destination: process.stderr, format: modules.workerEnv().logFormatOf() })
       .error({ err }, 'command failed');
     return EXIT_FAILED;
   }

@@ -1,7 +1,7 @@
-import { describeWait } from '../config/capacity';
+import { describeWait } from '../config/rules/capacity';
 import { WorkflowFailedError, type WorkflowExecutionDescription, type WorkflowHandle } from '@temporalio/client';
 import { decodeArrayFromPayloads } from '@temporalio/common/lib/internal-non-workflow';
-import { redactText } from '../config/logging';
+import { redactText } from '../config/io/logging';
 import { campaignProgressQuery, type CampaignProgress } from '../workflows/campaign-contract';
 import { CliFailure } from './failure';
 

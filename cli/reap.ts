@@ -1,11 +1,6 @@
 import { Command, InvalidArgumentError } from 'commander';
-import type * as Reap from '../workers/reap';
-import type * as Context from './context';
-import { lazy } from './lazy';
-
-// What the command uses, loaded when it runs (cli/lazy.ts).
-const reap = lazy(() => require('../workers/reap') as typeof Reap);
-const context = lazy(() => require('./context') as typeof Context);
+import type { ProviderKind } from '../config/rules/dialects';
+import { modules } from './modules';
 
 export function reapCommand(): Command {
   return new Command('reap')
@@ -37,12 +32,12 @@ export function reapCommand(): Command {
       '\nExamples:\n  roundhouse reap                      # what would be reaped on the local emulator\n  roundhouse reap --apply --provider together',
     )
     .action(async (opts: { apply?: boolean; reapUntagged?: boolean; untaggedGrace: number; provider: string[]; baseUrl?: string }) => {
-      const { cliClient, cliContext } = context();
+      const { cliClient, cliContext } = modules.context();
       const { settings } = cliContext();
-      const kinds = (opts.provider.length ? opts.provider : ['local']) as ('local' | 'together' | 'baseten' | 'tinker')[];
+      const kinds = (opts.provider.length ? opts.provider : ['local']) as ProviderKind[];
       const { client, close } = await cliClient(settings);
       try {
-        const result = await reap().reapOnce(client, {
+        const result = await modules.reap().reapOnce(client, {
           stateDir: settings.stateDir,
           kinds,
           baseUrl: opts.baseUrl,

@@ -1,13 +1,7 @@
-import { joinLocation } from '../config/artifacts';
+import { joinLocation } from '../config/io/artifacts';
 import { spawn } from 'node:child_process';
 import { Command } from 'commander';
-import type * as Report from '../workers/report';
-import type * as Context from './context';
-import { lazy } from './lazy';
-
-// What the command uses, loaded when it runs (cli/lazy.ts).
-const report = lazy(() => require('../workers/report') as typeof Report);
-const context = lazy(() => require('./context') as typeof Context);
+import { modules } from './modules';
 
 export function reportCommand(): Command {
   return new Command('report')
@@ -16,10 +10,10 @@ export function reportCommand(): Command {
     .option('--open', 'open report.html in the default browser')
     .addHelpText('after', '\nExample:\n  roundhouse report support-tickets-20261129120000 --open')
     .action(async (id: string, opts: { open?: boolean }) => {
-      const { cliContext, reportRoot } = context();
+      const { cliContext, reportRoot } = modules.context();
       const { settings } = cliContext();
       const dir = joinLocation(reportRoot(settings), id);
-      const written = await report().rewriteCampaignReport(id, dir, {
+      const written = await modules.report().rewriteCampaignReport(id, dir, {
         temporalUiUrl: process.env.ROUNDHOUSE_UI_URL ?? 'http://127.0.0.1:8233',
         namespace: settings.namespace,
       });

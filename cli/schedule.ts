@@ -1,25 +1,12 @@
 import { Command, Option } from 'commander';
-import type * as TemporalClient from '@temporalio/client';
-import { ConfigError } from '../config/errors';
-import type * as Spec from '../config/spec';
-import type * as Schedules from '../workers/schedules';
+import { ConfigError } from '../config/rules/errors';
 import type { OverlapName } from '../workers/schedules';
 import type * as Context from './context';
-import type * as Validate from '../workers/validate';
-import type * as CampaignData from '../workers/campaign-data';
-import { artifactRoot } from '../config/artifacts';
-import { lazy } from './lazy';
-
-// What the commands use, loaded when one runs (cli/lazy.ts).
-const temporal = lazy(() => require('@temporalio/client') as typeof TemporalClient);
-const spec = lazy(() => require('../config/spec') as typeof Spec);
-const schedules = lazy(() => require('../workers/schedules') as typeof Schedules);
-const context = lazy(() => require('./context') as typeof Context);
-const validate = lazy(() => require('../workers/validate') as typeof Validate);
-const campaignData = lazy(() => require('../workers/campaign-data') as typeof CampaignData);
+import { artifactRoot } from '../config/io/artifacts';
+import { modules } from './modules';
 
 async function withClient<T>(body: (c: Context.CliClient) => Promise<T>): Promise<T> {
-  const { cliContext, cliClient } = context();
+  const { cliContext, cliClient } = modules.context();
   const { settings } = cliContext();
   const c = await cliClient(settings);
   try {
@@ -30,7 +17,7 @@ async function withClient<T>(body: (c: Context.CliClient) => Promise<T>): Promis
 }
 
 function notFound(err: unknown, id: string): never {
-  if (err instanceof temporal().ScheduleNotFoundError)
+  if (err instanceof modules.temporalClient().ScheduleNotFoundError)
     throw new ConfigError(id, 'no schedule with this id (see `roundhouse schedule list`)');
   throw err;
 }
@@ -55,17 +42,17 @@ export function scheduleCommand(): Command {
     )
     .action(async (specFile: string, opts: { id?: string; every?: string; cron?: string[]; overlap: OverlapName }) => {
       if (!opts.every && !opts.cron) throw new ConfigError('--every', 'give --every <interval> or --cron <expression>');
-      const { cliContext, reportRoot, warnAbout } = context();
-      const { validateCampaignLocally, withLocalData } = validate();
+      const { cliContext, reportRoot, warnAbout } = modules.context();
+      const { validateCampaignLocally, withLocalData } = modules.validate();
       const { settings } = cliContext();
-      const given = spec().loadCampaignSpec(specFile);
+      const given = modules.spec().loadCampaignSpec(specFile);
       const local = await withLocalData(given);
       warnAbout(validateCampaignLocally(local).warnings);
       // The schedule's runs train on this copy of the data (unless data.reread), wherever and whenever they run.
-      const staged = await campaignData().stageCampaignData(given, local.data, artifactRoot(process.env, settings.stateDir));
+      const staged = await modules.campaignData().stageCampaignData(given, local.data, artifactRoot(process.env, settings.stateDir));
       const scheduleId = opts.id ?? `${staged.name}-schedule`;
       await withClient(async ({ client }) => {
-        await schedules().upsertCampaignSchedule(client, {
+        await modules.schedules().upsertCampaignSchedule(client, {
           scheduleId,
           spec: staged,
           taskQueue: settings.taskQueue,

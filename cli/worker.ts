@@ -1,33 +1,47 @@
 import { Command, InvalidArgumentError } from 'commander';
 import type * as TemporalClient from '@temporalio/client';
-import { ConfigError } from '../config/errors';
+import { PROVIDER_KINDS, type ProviderKind } from '../config/rules/dialects';
+import { ConfigError } from '../config/rules/errors';
 import type * as Context from './context';
-import type * as TemporalServer from '../workers/temporal-server';
-import type * as Providers from '../workers/providers';
-import type * as Schedules from '../workers/schedules';
 import type * as Worker from '../workers/worker';
-import type * as Encryption from '../workers/encryption';
-import { lazy } from './lazy';
+import { modules } from './modules';
 
-// What the command uses, loaded when it runs (cli/lazy.ts).
-const temporal = lazy(() => require('@temporalio/client') as typeof TemporalClient);
-const context = lazy(() => require('./context') as typeof Context);
-const temporalServer = lazy(() => require('../workers/temporal-server') as typeof TemporalServer);
-const providersModule = lazy(() => require('../workers/providers') as typeof Providers);
-const schedules = lazy(() => require('../workers/schedules') as typeof Schedules);
-const workerModule = lazy(() => require('../workers/worker') as typeof Worker);
-const encryption = lazy(() => require('../workers/encryption') as typeof Encryption);
-
-const PROVIDER_KINDS = ['local', 'together', 'baseten', 'tinker'] as const;
-
-function providerKinds(value: string): (typeof PROVIDER_KINDS)[number][] {
+function providerKinds(value: string): ProviderKind[] {
   const kinds = value
     .split(',')
     .map((k) => k.trim())
     .filter(Boolean);
   const bad = kinds.find((k) => !(PROVIDER_KINDS as readonly string[]).includes(k));
   if (bad || kinds.length === 0) throw new InvalidArgumentError(`expected a comma-separated list of ${PROVIDER_KINDS.join(', ')}`);
-  return kinds as (typeof PROVIDER_KINDS)[number][];
+  return kinds as ProviderKind[];
+}
+
+interface ReaperFlags {
+  reaper?: ProviderKind[] | false;
+  reaperEvery: string;
+  reapUntagged?: boolean;
+}
+
+/**
+ * On by default: every worker brings the one reaper schedule up to date (its endpoints are merged, never replaced).
+ * Another worker creating it at the same moment, or an identity that may not manage schedules, is said, not fatal.
+ */
+async function ensureReaper(
+  client: TemporalClient.Client,
+  taskQueue: string,
+  opts: ReaperFlags,
+  logger: Context.CliContext['logger'],
+): Promise<void> {
+  const providers = (opts.reaper || []).map((kind) => ({ kind, model: '' }));
+  try {
+    await modules
+      .schedules()
+      .ensureReaperSchedule(client, { taskQueue, providers, every: opts.reaperEvery, reapUntagged: opts.reapUntagged });
+    logger.info({ providers: opts.reaper || [], every: opts.reaperEvery }, 'reaper schedule ensured');
+  } catch (err) {
+    if (!(err instanceof modules.temporalClient().ScheduleAlreadyRunning))
+      logger.warn({ error: String(err) }, 'could not ensure the reaper schedule');
+  }
 }
 
 export function workerCommand(): Command {
@@ -45,37 +59,10 @@ export function workerCommand(): Command {
       'after',
       '\nExamples:\n  TEMPORAL_ADDRESS=127.0.0.1:7233 roundhouse worker\n  TEMPORAL_ADDRESS=temporal:7233 ROUNDHOUSE_METRICS_ADDRESS=0.0.0.0:9464 roundhouse worker --reaper together\n  roundhouse worker --no-reaper',
     )
-    .action(async (opts: { reaper?: (typeof PROVIDER_KINDS)[number][] | false; reaperEvery: string; reapUntagged?: boolean }) => {
-      const { connectClient, connectWorker, temporalClient } = temporalServer();
-      const { ProviderRegistry } = providersModule();
-      const { ensureReaperSchedule } = schedules();
-      const { createRoundhouseWorker } = workerModule();
-      const { dataConverterFor } = encryption();
-      const { settings, logger } = context().cliContext({ serveMetrics: true });
+    .action(async (opts: ReaperFlags) => {
+      const { settings, logger } = modules.context().cliContext({ serveMetrics: true });
       if (!settings.address)
         throw new ConfigError('TEMPORAL_ADDRESS', 'is required for `roundhouse worker` (use `roundhouse up` for a local server)');
-      if (opts.reaper !== false) {
-        // On by default: every worker brings the one schedule up to date (its endpoints are merged, never replaced).
-        const clientConnection = await connectClient(settings);
-        const providers = (opts.reaper || []).map((kind) => ({ kind, model: '' }));
-        try {
-          await ensureReaperSchedule(temporalClient(settings, clientConnection), {
-            taskQueue: settings.taskQueue,
-            providers,
-            every: opts.reaperEvery,
-            reapUntagged: opts.reapUntagged,
-          });
-          logger.info({ providers: opts.reaper || [], every: opts.reaperEvery }, 'reaper schedule ensured');
-        } catch (err) {
-          // Another worker created it at the same moment, or this identity may not manage schedules: say so, go on.
-          if (!(err instanceof temporal().ScheduleAlreadyRunning))
-            logger.warn({ error: String(err) }, 'could not ensure the reaper schedule');
-        } finally {
-          await clientConnection.close();
-        }
-      }
-      const connection = await connectWorker(settings);
-      const providers = new ProviderRegistry({ stateDir: settings.stateDir });
       let stopRequestedAt: number | undefined;
       const onSignal = (signal: NodeJS.Signals) => {
         stopRequestedAt ??= Date.now();
@@ -85,15 +72,10 @@ export function workerCommand(): Command {
         );
       };
       process.on('SIGTERM', onSignal).on('SIGINT', onSignal);
+      let stack: Worker.AssembledWorker | undefined;
       try {
-        const worker = await createRoundhouseWorker({
-          connection,
-          namespace: settings.namespace,
-          taskQueue: settings.taskQueue,
-          providers,
-          tuning: settings.tuning,
-          dataConverter: dataConverterFor(settings),
-        });
+        stack = await modules.worker().assembleWorker(settings);
+        if (opts.reaper !== false) await ensureReaper(stack.client, settings.taskQueue, opts, logger);
         logger.info(
           {
             address: settings.address,
@@ -104,12 +86,11 @@ export function workerCommand(): Command {
           },
           'worker started',
         );
-        await worker.run(); // returns after SIGINT/SIGTERM and a graceful drain
+        await stack.worker.run(); // returns after SIGINT/SIGTERM and a graceful drain
         logger.info({ drainMs: stopRequestedAt === undefined ? undefined : Date.now() - stopRequestedAt }, 'worker stopped');
       } finally {
         process.off('SIGTERM', onSignal).off('SIGINT', onSignal);
-        await connection.close();
-        await providers.close();
+        await stack?.close();
       }
     });
 }

@@ -12,7 +12,7 @@ const dist = path.join(root, 'dist');
 async function main() {
   const compiled = path.join(dist, 'workflows', 'index.js');
   if (!fs.existsSync(compiled)) throw new Error(`${compiled} is missing: run tsc -p tsconfig.build.json first`);
-  // The emulator's own model files (tokenizer, chat template), read by the compiled emulator/tokenizer.js and config/tokenizer.js.
+  // The emulator's own model files (tokenizer, chat template), read by the compiled emulator/tokenizer.js and config/io/tokenizer.js.
   fs.cpSync(path.join(root, 'emulator', 'models'), path.join(dist, 'emulator', 'models'), { recursive: true });
   // Tinker's protobuf schema, read by the compiled providers/tinker/wire.js.
   fs.cpSync(path.join(root, 'providers', 'tinker', 'tinker_public.proto'), path.join(dist, 'providers', 'tinker', 'tinker_public.proto'));

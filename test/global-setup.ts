@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { loadWorkerSettings } from '../config/worker-env';
+import { loadWorkerSettings } from '../config/io/worker-env';
 import { startTemporal, type TemporalServer } from '../workers/temporal-server';
 import { SHARED_BUNDLE_ENV, writeWorkflowBundle } from './helpers/temporal';
 import { ensureDist } from './helpers/dist';

@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import { isS3, putContentAddressed } from '../config/artifacts';
-import type { CampaignSpec } from '../config/spec';
+import { isS3, putContentAddressed } from '../config/io/artifacts';
+import type { CampaignSpec } from '../config/io/spec';
 
 /**
  * What `run` and `schedule create` hand the campaign: the spec with its data files copied into the artifact store,

@@ -1,6 +1,6 @@
 import crypto from 'node:crypto';
 import fs from 'node:fs';
-import { ConfigError } from '../config/errors';
+import { ConfigError } from '../config/rules/errors';
 
 /**
  * Who may call the codec server: it decrypts any payload it is sent, so every request must carry

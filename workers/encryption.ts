@@ -1,6 +1,6 @@
 import { createCipheriv, createDecipheriv, randomBytes } from 'node:crypto';
 import type { DataConverter, Payload, PayloadCodec } from '@temporalio/common';
-import type { EncryptionKeyring } from '../config/worker-env';
+import type { EncryptionKeyring } from '../config/io/worker-env';
 
 export const ENCRYPTED_ENCODING = 'binary/encrypted';
 export const CIPHER = 'AES256GCM';

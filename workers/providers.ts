@@ -1,8 +1,8 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { ApplicationFailure } from '@temporalio/activity';
-import { registerEnvironmentSecrets, registerSecret } from '../config/secrets';
-import type { ProviderSpec } from '../config/spec';
+import { registerEnvironmentSecrets, registerSecret } from '../config/io/secrets';
+import type { ProviderSpec } from '../config/io/spec';
 import { startEmulator, type RunningEmulator } from '../emulator/server';
 import { BASETEN_DEFAULT_BASE_URL, BasetenProvider } from '../providers/baseten/client';
 import { TINKER_DEFAULT_BASE_URL, TinkerProvider, isHostedTinker } from '../providers/tinker/client';

@@ -1,5 +1,5 @@
 import type { Client } from '@temporalio/client';
-import type { ProviderSpec } from '../config/spec';
+import type { ProviderSpec } from '../config/io/spec';
 import { reapOrphans, type ReaperResult } from '../activities/reaper';
 import { ProviderRegistry } from './providers';
 

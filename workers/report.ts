@@ -1,8 +1,8 @@
-import { joinLocation, storeFor } from '../config/artifacts';
-import { ConfigError } from '../config/errors';
+import { joinLocation, storeFor } from '../config/io/artifacts';
+import { ConfigError } from '../config/rules/errors';
 import { writeCampaignReports } from '../activities/report';
 import { campaignCheckpoints } from '../activities/checkpoints';
-import { readJson } from '../config/artifacts';
+import { readJson } from '../config/io/artifacts';
 import type { RetentionReport } from '../activities/retention';
 
 /** `roundhouse report`: rewrites a campaign's report.html and summary.md from what its rounds left under `dir` (any store). */

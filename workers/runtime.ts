@@ -1,5 +1,5 @@
 import { Runtime, type Logger as TemporalLogger, type LogLevel, type LogMetadata } from '@temporalio/worker';
-import type { Logger } from '../config/logging';
+import type { Logger } from '../config/io/logging';
 import { GPU_MINUTES_BUCKETS, METRICS } from '../activities/metrics';
 
 /**

@@ -1,6 +1,6 @@
 import { ScheduleNotFoundError, ScheduleOverlapPolicy, type Client, type ScheduleHandle } from '@temporalio/client';
 import type { Duration } from '@temporalio/common';
-import type { CampaignSpec, ProviderSpec } from '../config/spec';
+import type { CampaignSpec, ProviderSpec } from '../config/io/spec';
 import type { ReaperInput } from '../activities/reaper';
 import type { CampaignInput } from '../workflows/campaign-contract';
 import { campaignWorkflow, reaperWorkflow } from '../workflows';

@@ -4,8 +4,8 @@ import path from 'node:path';
 import { Client, Connection, type ConnectionOptions } from '@temporalio/client';
 import { NativeConnection, type NativeConnectionOptions } from '@temporalio/worker';
 import type { EphemeralServerExecutable } from '@temporalio/testing';
-import { ConfigError } from '../config/errors';
-import type { WorkerSettings } from '../config/worker-env';
+import { ConfigError } from '../config/rules/errors';
+import type { WorkerSettings } from '../config/io/worker-env';
 import { dataConverterFor } from './encryption';
 
 /**

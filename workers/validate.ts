@@ -1,7 +1,7 @@
-import { localCopy } from '../config/artifacts';
-import { DataValidationError } from '../config/errors';
-import type { CampaignSpec } from '../config/spec';
-import { bundledTokenizerFiles, huggingFaceCacheDir, tokenizerFor } from '../config/tokenizer';
+import { localCopy } from '../config/io/artifacts';
+import { DataValidationError } from '../config/rules/errors';
+import type { CampaignSpec } from '../config/io/spec';
+import { bundledTokenizerFiles, huggingFaceCacheDir, tokenizerFor } from '../config/io/tokenizer';
 import {
   heldOutProblems,
   loadPreferenceData,

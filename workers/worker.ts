@@ -12,10 +12,12 @@ import {
 } from '@temporalio/worker';
 import { createActivities } from '../activities';
 import { maskingInterceptors } from '../activities/failures';
-import { registerEnvironmentSecrets } from '../config/secrets';
+import { registerEnvironmentSecrets } from '../config/io/secrets';
+import type { Client } from '@temporalio/client';
+import { dataConverterFor } from './encryption';
 import { ProviderRegistry } from './providers';
-import type { WorkerSettings } from '../config/worker-env';
-import { packageRoot } from './temporal-server';
+import type { WorkerSettings } from '../config/io/worker-env';
+import { connectClient, connectWorker, packageRoot, temporalClient } from './temporal-server';
 
 /** A prebuilt bundle (written by `npm run build`) spares the worker webpack at start-up. */
 export function prebuiltBundlePath(): string {
@@ -104,4 +106,44 @@ export async function createRoundhouseWorker(options: RoundhouseWorkerOptions): 
       : {}),
   });
   return worker;
+}
+
+/** A worker assembled from the settings, with what it holds open: its connection, the providers, and a client. */
+export interface AssembledWorker {
+  worker: Worker;
+  providers: ProviderRegistry;
+  /** A client on a connection of its own, with the deployment's data converter. */
+  client: Client;
+  /** Closes what the worker held: the client's and the worker's connections, then the providers (and their emulator). */
+  close(): Promise<void>;
+}
+
+/**
+ * The worker every CLI command that runs one assembles the same way: connections to the server at `address`
+ * (default: the settings'), the providers (state in the settings' state dir), the settings' tuning and payload codec.
+ */
+export async function assembleWorker(settings: WorkerSettings, address = settings.address): Promise<AssembledWorker> {
+  const providers = new ProviderRegistry({ stateDir: settings.stateDir });
+  const opened: { close(): Promise<void> }[] = [providers];
+  const close = async () => {
+    for (const resource of opened.reverse()) await resource.close();
+  };
+  try {
+    const connection = await connectWorker(settings, address);
+    opened.push(connection);
+    const clientConnection = await connectClient(settings, address);
+    opened.push(clientConnection);
+    const worker = await createRoundhouseWorker({
+      connection,
+      namespace: settings.namespace,
+      taskQueue: settings.taskQueue,
+      providers,
+      tuning: settings.tuning,
+      dataConverter: dataConverterFor(settings),
+    });
+    return { worker, providers, client: temporalClient(settings, clientConnection), close };
+  } catch (err) {
+    await close();
+    throw err;
+  }
 }

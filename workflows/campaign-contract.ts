@@ -1,5 +1,5 @@
 import { defineQuery, defineUpdate } from '@temporalio/workflow';
-import type { CampaignSpec } from '../config/spec';
+import type { CampaignSpec } from '../config/io/spec';
 import type { RoundProgress, RoundStatus } from './round-contract';
 
 export interface CampaignLimits {
@@ -36,7 +36,7 @@ export interface RoundSummary {
 }
 
 /** Everything a campaign carries across continue-as-new: summaries, not data. */
-export interface CampaignState {
+export interface CampaignCarriedState {
   startedAtMs: number;
   limits: CampaignLimits;
   rounds: RoundSummary[];
@@ -52,7 +52,7 @@ export interface CampaignInput {
   spec: CampaignSpec;
   /** Reports go to `<reportRoot>/<campaignId>/`. */
   reportRoot: string;
-  state?: CampaignState;
+  state?: CampaignCarriedState;
 }
 
 export type CampaignStatus = 'running' | 'paused' | 'completed' | 'stopped' | 'failed';
@@ -72,6 +72,32 @@ export interface CampaignProgress {
 
 export interface CampaignResult extends CampaignProgress {
   bestAccuracy?: number;
+}
+
+// Payloads between the campaign workflow and its activities.
+
+/** How the next round's training data is chosen (`rounds.nextData.policy`). */
+export type NextDataPolicy = 'mistakes' | 'all' | 'static';
+
+export interface NextDataInput {
+  campaignId: string;
+  /** The round the data is for. */
+  round: number;
+  policy: NextDataPolicy;
+  replayShare: number;
+  seed: number;
+  /** The campaign's training pool (`data.train`). */
+  pool: string;
+  /** The last round's scored pool rows (`mistakes` policy). */
+  poolEvaluationsPath?: string;
+  outDir: string;
+}
+
+export interface NextTrainingData {
+  path: string;
+  sha256: string;
+  rows: number;
+  mistakes?: number;
 }
 
 export const campaignProgressQuery = defineQuery<CampaignProgress>('campaignProgress');

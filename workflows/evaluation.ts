@@ -1,8 +1,7 @@
-import type { EvaluationPoint } from '../activities/evaluation';
-import { earlyStopState } from '../config/early-stop';
-import { noteCheckpoint } from './recovery';
-import type { RoundKind } from './round-kinds';
-import { acquireTrainer, openSessions, releaseTrainerNow, runKey, type RoundRun } from './round-trainer';
+import type { EvaluationPoint } from './round-contract';
+import { earlyStopState } from '../config/rules/early-stop';
+import { keptByLineage } from '../config/rules/lineage';
+import type { RoundTrainer } from './round-trainer';
 
 /**
  * Evaluation during training (`evaluation.every`) and early stopping (`evaluation.earlyStop`). Segments end where an
@@ -13,37 +12,31 @@ import { acquireTrainer, openSessions, releaseTrainerNow, runKey, type RoundRun 
  */
 
 /** Whether an evaluation is due at this confirmed step (not at the start or the end: the round measures those). */
-export function evaluationDue(run: RoundRun, step: number, totalSteps: number): boolean {
-  const every = run.input.spec.evaluation.every;
+export function evaluationDue(trainer: RoundTrainer, step: number, totalSteps: number): boolean {
+  const every = trainer.input.spec.evaluation.every;
   if (!every || step <= 0 || step >= totalSteps || step % every !== 0) return false;
-  return !run.evaluations.some((p) => p.step === step && (p.lineage ?? 0) === run.lineage);
+  return !trainer.evaluations.some((p) => p.step === step && (p.lineage ?? 0) === trainer.lineage);
 }
 
-/** The curve the kept weights have: a rollback voids the older lineages' points past its step; the newest wins. */
-export function keptCurve(run: RoundRun): EvaluationPoint[] {
-  const kept = (p: EvaluationPoint) => run.rollbacks.every((rb) => rb.lineage <= (p.lineage ?? 0) || p.step <= rb.toStep);
-  const byStep = new Map<number, EvaluationPoint>();
-  for (const p of run.evaluations) {
-    const held = byStep.get(p.step);
-    if (kept(p) && (held === undefined || (held.lineage ?? 0) <= (p.lineage ?? 0))) byStep.set(p.step, p);
-  }
-  return [...byStep.values()].sort((a, b) => a.step - b.step);
+/** The curve the kept weights have (config/rules/lineage.ts). */
+export function keptCurve(trainer: RoundTrainer): EvaluationPoint[] {
+  return keptByLineage(trainer.evaluations, trainer.rollbacks);
 }
 
 /** Evaluates the weights at `step`; with early stopping, saves a new best and says whether training should stop. */
-export async function evaluateDuring(run: RoundRun, step: number, totalSteps: number): Promise<void> {
-  const { input, state } = run;
+export async function evaluateDuring(trainer: RoundTrainer, step: number, totalSteps: number): Promise<void> {
+  const { input, state } = trainer;
   const e = input.spec.evaluation;
-  const lineageSuffix = run.lineage ? `.L${run.lineage}` : '';
+  const lineageSuffix = trainer.lineage ? `.L${trainer.lineage}` : '';
   const sample = e.sampleEvery !== undefined && (step / e.every!) % e.sampleEvery === 0;
-  const { usage, ...point } = await run.activities.onTrainer.evaluateDuringTraining({
+  const { usage, ...point } = await trainer.activities.onTrainer.evaluateDuringTraining({
     campaignId: input.campaignId,
     round: input.round,
     label: `eval-s${step}`,
-    lineage: run.lineage || undefined,
+    lineage: trainer.lineage || undefined,
     spec: input.spec,
-    data: run.data,
-    sessionId: run.sessionId,
+    data: trainer.data,
+    sessionId: trainer.sessionId,
     step,
     at: Date.now(),
     samplesPath: sample && state.kind !== 'dpo' ? state.file(`evaluations-s${step}${lineageSuffix}.json`) : undefined,
@@ -52,20 +45,20 @@ export async function evaluateDuring(run: RoundRun, step: number, totalSteps: nu
     totalSteps,
   });
   state.addUsage(usage);
-  run.evaluations.push(point);
+  trainer.evaluations.push(point);
   const rule = e.earlyStop;
   if (rule) {
-    const standing = earlyStopState(keptCurve(run), rule);
+    const standing = earlyStopState(keptCurve(trainer), rule);
     if (standing.improved && standing.best === step) {
-      const saved = await run.activities.onTrainer.saveTrainingCheckpoint({
+      const saved = await trainer.activities.onTrainer.saveTrainingCheckpoint({
         spec: input.spec,
-        sessionId: run.sessionId,
-        key: runKey(run, 'best', `s${step}`),
+        sessionId: trainer.sessionId,
+        key: trainer.key('best', `s${step}`),
       });
       point.checkpointId = saved.checkpointId;
-      noteCheckpoint(run, { checkpointId: saved.checkpointId, step, savedAtMs: Date.now(), lineage: run.lineage });
+      trainer.noteCheckpoint({ checkpointId: saved.checkpointId, step, savedAtMs: Date.now(), lineage: trainer.lineage });
     }
-    const best = keptCurve(run).find((p) => p.step === standing.best);
+    const best = keptCurve(trainer).find((p) => p.step === standing.best);
     if (standing.stop && best?.checkpointId) {
       state.result.earlyStop = {
         on: rule.on,
@@ -77,7 +70,7 @@ export async function evaluateDuring(run: RoundRun, step: number, totalSteps: nu
       };
     }
   }
-  const curve = keptCurve(run);
+  const curve = keptCurve(trainer);
   state.result.evaluationCurve = curve;
   state.progress.evaluations = curve
     .slice(-8)
@@ -89,19 +82,9 @@ export async function evaluateDuring(run: RoundRun, step: number, totalSteps: nu
  * After an early stop: the session reopened from the best checkpoint (on the same trainer when it is ready, else on a
  * new one), so what the round measures, samples and hands on is the best weights. Returns that checkpoint.
  */
-export async function restoreBest(run: RoundRun, kind: RoundKind): Promise<{ checkpointId: string; step: number }> {
-  const early = run.state.result.earlyStop!;
-  const from = { checkpointId: early.bestCheckpointId, loadOptimizer: true };
-  const sessions = [run.sessionId, run.referenceSessionId].filter((id): id is string => Boolean(id));
-  const trainer = run.lease.resourceId
-    ? await run.activities.onTrainer.prepareRecovery({ spec: run.input.spec, resourceId: run.lease.resourceId, sessionIds: sessions })
-    : { trainerReady: false };
-  if (trainer.trainerReady) {
-    await openSessions(run, kind, from);
-  } else {
-    await releaseTrainerNow(run);
-    await acquireTrainer(run, kind, from);
-  }
-  run.stepOffset -= early.bestStep;
+export async function restoreBest(trainer: RoundTrainer): Promise<{ checkpointId: string; step: number }> {
+  const early = trainer.state.result.earlyStop!;
+  const where = await trainer.whereToReopen();
+  await trainer.reopenFrom({ checkpointId: early.bestCheckpointId, loadOptimizer: true, step: early.bestStep }, where);
   return { checkpointId: early.bestCheckpointId, step: early.bestStep };
 }

@@ -1,4 +1,5 @@
-import { ActivityFailure, ApplicationFailure, ChildWorkflowFailure, isCancellation } from '@temporalio/workflow';
+import { ActivityFailure, ApplicationFailure, ChildWorkflowFailure, isCancellation, patched } from '@temporalio/workflow';
+import { isRecoverableFailure } from '../config/rules/failures';
 
 /**
  * Reading failures in workflow code: the one place a workflow turns an activity's or a child's failure into the
@@ -35,6 +36,14 @@ export function failureDetail<T>(err: unknown, field: string): T | undefined {
   if (!(cause instanceof ApplicationFailure)) return undefined;
   const details = cause.details?.[0] as Record<string, unknown> | undefined;
   return details?.[field] as T | undefined;
+}
+
+/**
+ * Whether a round recovers from this failure by rolling back (a failed operation, a lost session, a dead or preempted
+ * trainer: config/rules/failures.ts); histories recorded before recovery existed never do.
+ */
+export function recoverable(err: unknown): boolean {
+  return isRecoverableFailure(failureTypeOf(err)) && patched('provider-failure-recovery');
 }
 
 /** The round result a failed child round carries in its failure's details. */

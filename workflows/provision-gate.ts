@@ -1,5 +1,5 @@
 import { allHandlersFinished, ApplicationFailure, condition, continueAsNew, setHandler, uuid4, workflowInfo } from '@temporalio/workflow';
-import { GATE_BUSY } from '../config/provision-gate';
+import { GATE_BUSY } from '../config/rules/provision-gate';
 import {
   acquireGateUpdate,
   provisionGateStateQuery,

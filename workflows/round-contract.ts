@@ -1,11 +1,23 @@
-import { ROUND_WAITING_SIGNAL, type ProvisioningWait } from '../config/capacity';
 import { defineQuery, defineSignal } from '@temporalio/workflow';
-import type { CampaignSpec } from '../config/spec';
-import type { EvaluationPoint } from '../activities/evaluation';
+import type { CampaignSpec } from '../config/io/spec';
+import { ROUND_WAITING_SIGNAL, type ProvisioningWait } from '../config/rules/capacity';
+import type { Rollback } from '../config/rules/lineage';
+import type { TokenUsage } from '../config/rules/usage';
+
+/**
+ * The round's contract: its input and result, its messages, and the payloads its workflow and activities exchange.
+ * Both sides import these types from here (activities as types only); neither imports the other's.
+ */
 
 /** What a round needs from the campaign spec (no secrets: API keys stay in the worker's environment). */
 export type RoundSpec = Pick<CampaignSpec, 'name' | 'provider' | 'training' | 'sampling' | 'evaluation' | 'advanced'> &
   Partial<Pick<CampaignSpec, 'round' | 'tracking'>>;
+
+/** What every round of a campaign runs with: its part of the campaign's spec. */
+export function roundSpecOf(spec: CampaignSpec): RoundSpec {
+  const { name, provider, training, sampling, evaluation, advanced, round, tracking } = spec;
+  return { name, provider, training, sampling, evaluation, advanced, round, ...(tracking ? { tracking } : {}) };
+}
 
 export interface RoundInput {
   /** Business identity: idempotency keys are `${campaignId}/r${round}/…`. */
@@ -157,8 +169,180 @@ export interface RoundResult {
   earlyStop?: EarlyStop;
 }
 
-// Owner tags live in config/owner-tag.ts (pure), so the reaper activity reads them without importing workflow code.
-export { ownerTagFor, referenceTagFor } from '../config/owner-tag';
+// ---------------------------------------------------------------------------------------------------------------
+// Payloads between the round workflow and its activities.
+// ---------------------------------------------------------------------------------------------------------------
+
+/** The round's datasets once checked: locations and the sha256 they had (activities refuse data that changed). */
+export interface RoundData {
+  train: string;
+  eval: string;
+  trainSha256: string;
+  evalSha256: string;
+}
+
+/** What the checks before provisioning found (`prepareRound`): the data's hashes, the step plan, the price. */
+export interface RoundPlan {
+  trainSha256: string;
+  evalSha256: string;
+  trainRows: number;
+  evalRows: number;
+  stepsPerEpoch: number;
+  totalSteps: number;
+  gpuCount: number;
+  /** The provider's quoted price of the trainer resource per hour (USD), when it quotes one. */
+  pricePerHour?: number;
+}
+
+/** What a forward-only pass over the round's data needs: whose keys (`label`, and the lineage after a rollback). */
+export interface PhaseInput {
+  campaignId: string;
+  round: number;
+  label: string;
+  /** After a rollback: the lineage its keys carry. */
+  lineage?: number;
+  spec: RoundSpec;
+  data: RoundData;
+  sessionId: string;
+}
+
+/** A provisioned trainer (`provisionTrainer`). */
+export interface ProvisionedTrainer {
+  resourceId: string;
+  /** When it was seen ready (ms since epoch). */
+  readyAtMs: number;
+  /** Set when the provider had no GPUs at first: how long provisioning waited, and how many creates it took. */
+  capacityWait?: { creates: number; waitedMs: number };
+}
+
+export interface TrainingCursor {
+  /** Round-local optimizer steps confirmed applied. */
+  step: number;
+}
+
+export interface SegmentInput {
+  campaignId: string;
+  round: number;
+  spec: RoundSpec;
+  data: RoundData;
+  sessionId: string;
+  /** The provider's step counter when the session opened (non-zero when resumed from a checkpoint). */
+  stepOffset: number;
+  cursor: TrainingCursor;
+  totalSteps: number;
+  /** Where the segment's step records are written (atomically). */
+  stepsDir: string;
+  /** Rollbacks so far: keys carry the lineage so a provider's deduplication never returns a failed lineage's records. */
+  lineage?: number;
+  /** The round's latest training checkpoint (or where training started): rolling checkpoints count from it. */
+  lastCheckpoint?: { step: number; savedAtMs: number };
+}
+
+export interface SegmentResult {
+  cursor: TrainingCursor;
+  stepsApplied: number;
+  latestLoss?: number;
+  meanLoss?: number;
+  /** Rolling checkpoints this segment saved. */
+  checkpoints?: TrainingCheckpoint[];
+  /** Tokens this segment had processed (what a per-token biller charges). */
+  usage?: TokenUsage;
+}
+
+/** A rolling training checkpoint a segment saved: the trainer's full state at a confirmed round step. */
+export interface TrainingCheckpoint {
+  checkpointId: string;
+  step: number;
+  savedAtMs: number;
+  lineage: number;
+}
+
+export type { Rollback };
+
+/** What the round reads of any kind's segment (the kinds' results add their own figures). */
+export interface SegmentOutcome {
+  cursor: TrainingCursor;
+  checkpoints?: TrainingCheckpoint[];
+  latestLoss?: number;
+  latestReward?: number;
+  firstReward?: number;
+  latestMargin?: number;
+  usage?: TokenUsage;
+}
+
+/** GRPO's segment: where it keeps each step's samples, and the frozen reference session (KL penalty). */
+export interface GrpoSegmentInput extends SegmentInput {
+  /** Where each step's samples are kept (`s0000012.json`): the step's training input, reused on retry. */
+  samplesDir: string;
+  /** A frozen session holding the reference policy, for the KL penalty (`round.grpo.reference`). */
+  referenceSessionId?: string;
+}
+
+export interface GrpoSegmentResult extends SegmentResult {
+  firstReward?: number;
+  latestReward?: number;
+  meanReward?: number;
+}
+
+/** DPO's segment: the reference logprobs file computed before training. */
+export interface DpoSegmentInput extends SegmentInput {
+  referencePath: string;
+}
+
+export interface DpoSegmentResult extends SegmentResult {
+  latestMargin?: number;
+  latestAccuracy?: number;
+}
+
+/** DPO's reference logprobs, computed on the starting weights (`stepOffset`: the session's step then) into `outputPath`. */
+export interface DpoReferenceInput extends Omit<PhaseInput, 'label'> {
+  stepOffset: number;
+  outputPath: string;
+}
+
+/** DPO's measure of a session's weights on the eval pairs (`evaluateDpo`). */
+export interface DpoEvaluation {
+  loss: number;
+  accuracy: number;
+  meanMargin: number;
+  pairs: number;
+  /** Tokens the evaluation had processed. */
+  usage?: TokenUsage;
+}
+
+/** An evaluation during training (`evaluation.every`): the weights at a step, measured between two segments. */
+export interface EvaluationPoint {
+  /** The round step the weights were at (optimizer steps applied). */
+  step: number;
+  /** Eval loss: per trained token (SFT, GRPO), or the mean DPO loss per pair. */
+  loss: number;
+  /** The metric: the sampled scorer's accuracy (SFT, GRPO, when sampled), or the preference accuracy (DPO). */
+  metric?: number;
+  /** DPO: the eval pairs' mean preference margin, in nats. */
+  margin?: number;
+  /** The rollback lineage whose weights were measured (absent for the first). */
+  lineage?: number;
+  /** When it was measured (the workflow's clock: the same on every attempt). */
+  at: number;
+  /** Tokens the evaluation had processed (returned to the round; not written to the record). */
+  usage?: TokenUsage;
+  /** The training checkpoint saved at this step because it was the best so far (with `evaluation.earlyStop`). */
+  checkpointId?: string;
+}
+
+export interface EvaluateDuringInput extends PhaseInput {
+  step: number;
+  at: number;
+  /** Also sample and score the eval set (SFT, GRPO), writing the scored answers here. */
+  samplesPath?: string;
+  /** DPO: the reference logprobs file. */
+  referencePath?: string;
+  stepsDir: string;
+  totalSteps: number;
+}
+
+// Owner tags live in config/rules/owner-tag.ts (pure), so the reaper activity reads them without importing workflow code.
+export { ownerTagFor, referenceTagFor } from '../config/rules/owner-tag';
 
 export const roundProgressQuery = defineQuery<RoundProgress>('roundProgress');
 /** Interrupt the running segment (its in-flight steps land), save a training checkpoint, release the GPU, and wait. */

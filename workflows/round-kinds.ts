@@ -1,8 +1,6 @@
-import type { SegmentInput, TrainingCheckpoint } from '../activities/segment';
-import type { TokenUsage } from '../config/usage';
 import type { RoundActivities } from './round-activities';
-import type { RoundInput, RoundResult } from './round-contract';
-import type { RoundState } from './round-state';
+import type { RoundInput, RoundResult, SegmentInput, SegmentOutcome } from './round-contract';
+import type { RoundTrainer } from './round-trainer';
 
 /**
  * What changes with the round kind (`spec.round.kind`): how the round is measured before and after training, and
@@ -16,64 +14,36 @@ import type { RoundState } from './round-state';
 export interface RoundKind {
   /** A frozen second session holding the starting weights (GRPO's KL reference). */
   referenceSession(input: RoundInput): boolean;
-  baseline(run: KindRun, stepOffset: number): Promise<void>;
-  segment(activities: RoundActivities['segments'], run: KindRun, segment: SegmentInput): Promise<SegmentOutcome>;
+  baseline(trainer: RoundTrainer): Promise<void>;
+  segment(activities: RoundActivities['segments'], trainer: RoundTrainer, segment: SegmentInput): Promise<SegmentOutcome>;
   /** After the sampler weights are saved: sample, score and measure the trained weights; sets the result's figures. */
-  evaluate(run: KindRun): Promise<void>;
+  evaluate(trainer: RoundTrainer): Promise<void>;
 }
-
-/** What a kind's steps work with: the round's input, state, activities and current session. */
-export interface KindRun {
-  input: RoundInput;
-  state: RoundState;
-  activities: RoundActivities;
-  data: SegmentInput['data'];
-  sessionId: string;
-  referenceSessionId?: string;
-  /** Rollbacks so far: operations' keys carry it, so a provider never hands back a failed lineage's records. */
-  lineage: number;
-}
-
-/** What any kind's training segment reports. */
-export interface SegmentOutcome {
-  cursor: { step: number };
-  checkpoints?: TrainingCheckpoint[];
-  latestLoss?: number;
-  latestReward?: number;
-  firstReward?: number;
-  latestMargin?: number;
-  usage?: TokenUsage;
-}
-
-const roundArgs = (run: KindRun) => ({
-  campaignId: run.input.campaignId,
-  round: run.input.round,
-  spec: run.input.spec,
-  data: run.data,
-  sessionId: run.sessionId,
-  lineage: run.lineage || undefined,
-});
 
 /** SFT and GRPO: loss of the eval answers before and after, accuracy of sampled answers (and of the pool). */
 const sampled: Pick<RoundKind, 'baseline' | 'evaluate'> = {
-  async baseline(run) {
-    const baseline = await run.activities.onTrainer.measureLoss({ ...roundArgs(run), label: 'baseline', which: 'eval' });
-    run.state.addUsage(baseline.usage);
-    run.state.progress.baselineLoss = run.state.result.baselineLoss = baseline.perToken;
+  async baseline(trainer) {
+    const baseline = await trainer.activities.onTrainer.measureLoss({ ...trainer.phaseInput(), label: 'baseline', which: 'eval' });
+    trainer.state.addUsage(baseline.usage);
+    trainer.state.progress.baselineLoss = trainer.state.result.baselineLoss = baseline.perToken;
   },
-  async evaluate(run) {
-    const { state, input } = run;
+  async evaluate(trainer) {
+    const { state, input } = trainer;
     const result = state.result;
     await state.tell('sampling');
     const evaluationsPath = state.file('evaluations.json');
-    const scored = await run.activities.onTrainer.sampleAndScore({ ...roundArgs(run), outputPath: evaluationsPath, label: 'sample' });
+    const scored = await trainer.activities.onTrainer.sampleAndScore({
+      ...trainer.phaseInput(),
+      outputPath: evaluationsPath,
+      label: 'sample',
+    });
     state.addUsage(scored.usage);
     result.accuracy = scored.accuracy;
     result.evaluationsPath = evaluationsPath;
     if (input.pool) {
       const poolEvaluationsPath = state.file('pool-evaluations.json');
-      const pool = await run.activities.onTrainer.sampleAndScore({
-        ...roundArgs(run),
+      const pool = await trainer.activities.onTrainer.sampleAndScore({
+        ...trainer.phaseInput(),
         outputPath: poolEvaluationsPath,
         label: 'pool',
         dataset: input.pool,
@@ -83,7 +53,7 @@ const sampled: Pick<RoundKind, 'baseline' | 'evaluate'> = {
       result.poolAccuracy = pool.accuracy;
     }
     await state.tell('evaluating');
-    const trained = await run.activities.onTrainer.measureLoss({ ...roundArgs(run), label: 'trained', which: 'eval' });
+    const trained = await trainer.activities.onTrainer.measureLoss({ ...trainer.phaseInput(), label: 'trained', which: 'eval' });
     state.addUsage(trained.usage);
     result.trainedLoss = trained.perToken;
   },
@@ -98,38 +68,43 @@ export const ROUND_KINDS: Record<NonNullable<RoundResult['kind']>, RoundKind> = 
   grpo: {
     ...sampled,
     referenceSession: (input) => Boolean(input.spec.round?.grpo?.reference),
-    segment: (segments, run, segment) =>
+    segment: (segments, trainer, segment) =>
       segments.trainGrpoSegment({
         ...segment,
-        samplesDir: run.state.file(run.lineage ? `samples.L${run.lineage}` : 'samples'),
-        referenceSessionId: run.referenceSessionId,
+        samplesDir: trainer.state.file(trainer.lineage ? `samples.L${trainer.lineage}` : 'samples'),
+        referenceSessionId: trainer.referenceSessionId,
       }),
   },
   dpo: {
     referenceSession: () => false,
-    async baseline(run, stepOffset) {
-      const referencePath = run.state.file('reference-logprobs.json');
-      const reference = await run.activities.onTrainer.computeDpoReference({ ...roundArgs(run), stepOffset, outputPath: referencePath });
-      const baseline = await run.activities.onTrainer.evaluateDpo({ ...roundArgs(run), label: 'baseline', referencePath });
-      run.state.addUsage(reference.usage);
-      run.state.addUsage(baseline.usage);
-      const result = run.state.result;
-      run.state.progress.baselineLoss = result.baselineLoss = baseline.loss;
+    async baseline(trainer) {
+      const referencePath = trainer.state.file('reference-logprobs.json');
+      const reference = await trainer.activities.onTrainer.computeDpoReference({
+        ...trainer.phaseInput(),
+        stepOffset: trainer.stepOffset,
+        outputPath: referencePath,
+      });
+      const baseline = await trainer.activities.onTrainer.evaluateDpo({ ...trainer.phaseInput(), label: 'baseline', referencePath });
+      trainer.state.addUsage(reference.usage);
+      trainer.state.addUsage(baseline.usage);
+      const result = trainer.state.result;
+      trainer.state.progress.baselineLoss = result.baselineLoss = baseline.loss;
       result.baselineAccuracy = baseline.accuracy;
       result.baselineMargin = baseline.meanMargin;
     },
-    segment: (segments, run, segment) => segments.trainDpoSegment({ ...segment, referencePath: run.state.file('reference-logprobs.json') }),
-    async evaluate(run) {
-      await run.state.tell('evaluating');
-      const evaluationsPath = run.state.file('evaluations.json');
-      const trained = await run.activities.onTrainer.evaluateDpo({
-        ...roundArgs(run),
+    segment: (segments, trainer, segment) =>
+      segments.trainDpoSegment({ ...segment, referencePath: trainer.state.file('reference-logprobs.json') }),
+    async evaluate(trainer) {
+      await trainer.state.tell('evaluating');
+      const evaluationsPath = trainer.state.file('evaluations.json');
+      const trained = await trainer.activities.onTrainer.evaluateDpo({
+        ...trainer.phaseInput(),
         label: 'trained',
-        referencePath: run.state.file('reference-logprobs.json'),
+        referencePath: trainer.state.file('reference-logprobs.json'),
         outputPath: evaluationsPath,
       });
-      const result = run.state.result;
-      run.state.addUsage(trained.usage);
+      const result = trainer.state.result;
+      trainer.state.addUsage(trained.usage);
       result.evaluationsPath = evaluationsPath;
       result.accuracy = trained.accuracy;
       result.trainedMargin = trained.meanMargin;

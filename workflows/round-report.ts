@@ -1,4 +1,5 @@
 import { workflowInfo } from '@temporalio/workflow';
+import { billingOf } from '../config/rules/dialects';
 import type { RoundInput, RoundProgress, RoundResult } from './round-contract';
 
 /** The round's report (round-N.json) as the workflow knows it; the report activity merges in evaluations and steps. */
@@ -48,7 +49,7 @@ export function roundReport(
     gpu_minutes: result.gpuMinutes,
     // Tokens the round processed (what a per-token biller charges: Tinker), and how its cost was estimated.
     tokens: result.tokens ?? null,
-    billing: input.spec.provider.kind === 'tinker' ? 'tokens' : 'gpu-time',
+    billing: billingOf(input.spec.provider.kind),
     estimated_cost_usd: result.costUsd ?? null,
     status: result.status,
     stop_reason: result.stopReason ?? null,

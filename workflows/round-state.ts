@@ -12,10 +12,10 @@ import {
   type RoundProgress,
   type RoundRecovery,
   type RoundResult,
+  type SegmentOutcome,
 } from './round-contract';
-import { roundKey } from '../config/keys';
-import { addUsage, tokenCostUsd, type TokenUsage } from '../config/usage';
-import { TRAINER_CREATED_SIGNAL, TRAINERS_MEMO, type RegisteredTrainer } from '../config/trainer-registry';
+import { addUsage, tokenCostUsd, type TokenUsage } from '../config/rules/usage';
+import { TRAINER_CREATED_SIGNAL, TRAINERS_MEMO, type RegisteredTrainer } from '../config/rules/trainer-registry';
 
 /**
  * What a round knows while it runs: its progress (answered to queries, told to the parent), the GPU time it has
@@ -78,25 +78,34 @@ export class RoundState {
     });
   }
 
-  /** An idempotency key of this round: `${campaignId}/r${round}/…parts`. */
-  key(...parts: (string | number)[]): string {
-    return roundKey(this.input.campaignId, this.input.round, ...parts);
-  }
-
   /** A path beside the round's report: `round-N.<suffix>`. */
   file(suffix: string): string {
     return `${this.input.reportDir}/round-${this.input.round}.${suffix}`;
-  }
-
-  pricing(plan: { gpuCount: number; pricePerHour?: number }): void {
-    this.gpuCount = plan.gpuCount;
-    this.pricePerHour = plan.pricePerHour;
   }
 
   /** Tokens an activity had processed: on the result, and in the cost where the spec prices tokens. */
   addUsage(usage: TokenUsage | undefined): void {
     if (!usage) return;
     this.usage = addUsage(this.usage, usage);
+  }
+
+  /** A segment ended: its step, tokens and latest figures. */
+  segmentEnded(segment: SegmentOutcome): void {
+    this.addUsage(segment.usage);
+    this.setStep(segment.cursor.step);
+    if (segment.latestLoss !== undefined) this.progress.latestLoss = segment.latestLoss;
+    if (segment.latestReward !== undefined) {
+      this.progress.latestReward = this.result.latestReward = segment.latestReward;
+      this.result.firstReward ??= segment.firstReward;
+    }
+    if (segment.latestMargin !== undefined) this.progress.latestMargin = segment.latestMargin;
+  }
+
+  /** The plan of the checks before provisioning: the steps to train and the trainer's price. */
+  planned(plan: { totalSteps: number; gpuCount: number; pricePerHour?: number }): void {
+    this.progress.totalSteps = this.result.totalSteps = plan.totalSteps;
+    this.gpuCount = plan.gpuCount;
+    this.pricePerHour = plan.pricePerHour;
   }
 
   /** The confirmed step (progress and result move together). */

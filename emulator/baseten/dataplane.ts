@@ -3,7 +3,8 @@ import type { CheckpointRef, Engine, OperationErrorCode, OperationInput, Operati
 import { EmulatorHttpError } from '../errors';
 import type { EmulatorRequest, Handler, JsonReply, Router } from '../http';
 import { bundledTokenizer } from '../tokenizer';
-import { deploymentStatus, loopsRoute } from './control';
+import { loopsRoute } from './control';
+import { deploymentStatus } from './views';
 import {
   TRAINER_OPS,
   checkpointPath,

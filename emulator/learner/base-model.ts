@@ -1,6 +1,11 @@
 import * as tf from '@tensorflow/tfjs-core';
-import type { FrozenMatrix } from './network';
 import { gaussianVector, hashKey } from './prng';
+
+/** A frozen matrix with its transpose kept beside it, so gradients through it need no transposing matMul. */
+export interface FrozenMatrix {
+  value: tf.Tensor2D;
+  transposed: tf.Tensor2D;
+}
 
 /** Sizes of the frozen stand-in model. Small, so a step of 8×128 tokens stays well under 100 ms on two cores. */
 export const BASE_DIMS = {

@@ -1,13 +1,7 @@
 import * as tf from '@tensorflow/tfjs-core';
-import { ATTENTION, BASE_DIMS } from './base-model';
+import { ATTENTION, BASE_DIMS, type FrozenMatrix } from './base-model';
 import type { AdapterParameter } from './adapter';
 import { attend, attentionTensors, type AttentionInputs } from './attention';
-
-/** A frozen matrix with its transpose kept beside it, so gradients through it need no transposing matMul. */
-export interface FrozenMatrix {
-  value: tf.Tensor2D;
-  transposed: tf.Tensor2D;
-}
 
 /** Everything one forward pass reads. */
 export interface NetworkWeights {

@@ -1,6 +1,6 @@
 import * as tf from '@tensorflow/tfjs-core';
 import { BASE_DIMS, type BaseModel } from './base-model';
-import type { FrozenMatrix } from './network';
+import type { FrozenMatrix } from './base-model';
 
 /**
  * Where each vocabulary id sits in the output grid: a scrambled id (a fixed permutation of the vocabulary) fills

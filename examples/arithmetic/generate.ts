@@ -7,7 +7,7 @@
  */
 import fs from 'node:fs';
 import path from 'node:path';
-import { seededRandom } from '../../config/random';
+import { seededRandom } from '../../config/rules/random';
 
 export interface Sum {
   prompt: string;

@@ -9,7 +9,7 @@
  */
 import fs from 'node:fs';
 import path from 'node:path';
-import { seededRandom } from '../../config/random';
+import { seededRandom } from '../../config/rules/random';
 
 const CATEGORIES: Record<string, { subjects: string[]; problems: string[] }> = {
   billing: {

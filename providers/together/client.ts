@@ -1,5 +1,4 @@
 import { z } from 'zod';
-import { checkDatum, checkPolicyDatum } from '../datum';
 import { accountFingerprint } from '../account';
 import { ProviderError, classifyOperationError, notReady } from '../errors';
 import { HttpClient, poll, type HttpClientOptions } from '../http';
@@ -16,12 +15,9 @@ import type {
   OperationHandle,
   OperationKind,
   OptimStepResult,
-  PolicyLoss,
   ProvisionRequest,
-  ResourceState,
   SampleResult,
   SamplingParams,
-  SessionState,
   TrainerResource,
   TrainingProvider,
   TrainingSessionInfo,
@@ -41,6 +37,7 @@ import {
   SupportedModelsWire,
   WeightsSyncOutput,
 } from './wire';
+import { lossBody, toResource, toSession, WIRE_KIND } from './mapping';
 
 export const TOGETHER_DEFAULT_BASE_URL = 'https://api.together.ai';
 
@@ -53,119 +50,8 @@ export interface TogetherProviderOptions extends Omit<HttpClientOptions, 'baseUr
   maxPollIntervalMs?: number;
 }
 
-const RESOURCE_STATES: Record<string, ResourceState> = {
-  MODEL_RESOURCES_STATUS_PENDING: 'provisioning',
-  MODEL_RESOURCES_STATUS_CREATING: 'provisioning',
-  MODEL_RESOURCES_STATUS_READY: 'ready',
-  MODEL_RESOURCES_STATUS_STOPPING: 'stopping',
-  MODEL_RESOURCES_STATUS_STOPPED: 'stopped',
-  MODEL_RESOURCES_STATUS_ERROR: 'failed',
-};
-
-const SESSION_STATES: Record<string, SessionState> = {
-  TRAINING_SESSION_STATUS_CREATING: 'starting',
-  TRAINING_SESSION_STATUS_RUNNING: 'running',
-  TRAINING_SESSION_STATUS_STOPPING: 'stopping',
-  TRAINING_SESSION_STATUS_STOPPED: 'stopped',
-  TRAINING_SESSION_STATUS_ERROR: 'failed',
-  TRAINING_SESSION_STATUS_EXPIRED: 'expired',
-};
-
-/** Neutral operation kinds → Together's operation routes. */
-const WIRE_KIND: Record<OperationKind, string> = {
-  'forward-backward': 'forward-backward',
-  'custom-forward-backward': 'custom-forward-backward',
-  'optim-step': 'optim-step',
-  'training-checkpoint': 'training-checkpoint',
-  'sampler-weights': 'inference-checkpoint',
-  'weights-sync': 'weights-sync',
-  sample: 'sample',
-};
-
 const P = '/v1/rl';
 const anyJson = z.unknown();
-
-function toResource(w: ModelResourcesWire): TrainerResource {
-  return {
-    id: w.id,
-    model: w.base_model,
-    state: RESOURCE_STATES[w.status] ?? 'provisioning',
-    providerStatus: w.status,
-    createdAt: w.created_at,
-    createdBy: w.created_by,
-    error: w.error?.message,
-    errorCode: w.error?.code?.replace('MODEL_RESOURCES_ERROR_CODE_', ''),
-    queuePosition: w.status_details?.queue_position || undefined,
-  };
-}
-
-function toSession(w: z.infer<typeof SessionWire>): TrainingSessionInfo {
-  return {
-    id: w.id,
-    resourceId: w.model_resources_id,
-    state: SESSION_STATES[w.status] ?? 'starting',
-    step: w.step,
-    trainingCheckpointIds: (w.training_checkpoints ?? []).map((c) => c.id),
-    displayName: w.display_name ?? undefined,
-  };
-}
-
-function sampleBody(d: Datum, index: number): Record<string, unknown> {
-  checkDatum(d, index);
-  return {
-    model_input: { chunks: [{ encoded_text: { tokens: d.modelInput } }] },
-    loss_fn_inputs: {
-      target_tokens: { data: d.targetTokens, dtype: 'int64' },
-      weights: { data: d.weights, dtype: 'float32' },
-    },
-  };
-}
-
-/** A policy-loss sample: the cross-entropy tensors plus `logprobs`, `advantages` (and `reference_logprobs`), float32. */
-function policySampleBody(d: Datum, index: number, needReference: boolean): Record<string, unknown> {
-  checkPolicyDatum(d, index, needReference);
-  const body = sampleBody(d, index) as { loss_fn_inputs: Record<string, unknown> };
-  body.loss_fn_inputs.logprobs = { data: d.logprobs, dtype: 'float32' };
-  body.loss_fn_inputs.advantages = { data: d.advantages, dtype: 'float32' };
-  if (needReference) body.loss_fn_inputs.reference_logprobs = { data: d.referenceLogprobs, dtype: 'float32' };
-  return body;
-}
-
-const GRPO_AGGREGATION = {
-  token_mean: 'GRPO_LOSS_AGGREGATION_TYPE_TOKEN_MEAN',
-  sequence_mean: 'GRPO_LOSS_AGGREGATION_TYPE_SEQUENCE_MEAN',
-  fixed_horizon: 'GRPO_LOSS_AGGREGATION_TYPE_FIXED_HORIZON',
-} as const;
-
-function clipParams(loss: { clipLow?: number; clipHigh?: number }): Record<string, number> {
-  return {
-    ...(loss.clipLow !== undefined ? { clip_low_threshold: loss.clipLow } : {}),
-    ...(loss.clipHigh !== undefined ? { clip_high_threshold: loss.clipHigh } : {}),
-  };
-}
-
-/** The neutral loss → Together's `LossConfig` and samples. */
-function lossBody(loss: PolicyLoss, data: Datum[]): { loss: Record<string, unknown>; samples: Record<string, unknown>[] } {
-  switch (loss.type) {
-    case 'cross_entropy':
-      return { loss: { type: 'LOSS_TYPE_CROSS_ENTROPY' }, samples: data.map(sampleBody) };
-    case 'importance_sampling':
-      return { loss: { type: 'LOSS_TYPE_IMPORTANCE_SAMPLING' }, samples: data.map((d, i) => policySampleBody(d, i, false)) };
-    case 'ppo':
-      return { loss: { type: 'LOSS_TYPE_PPO', ppo_params: clipParams(loss) }, samples: data.map((d, i) => policySampleBody(d, i, false)) };
-    case 'grpo': {
-      const beta = loss.beta ?? 0;
-      if (!(beta >= 0)) throw new ProviderError('INVALID_INPUT', 'non-retryable', `grpo beta must be ≥ 0, got ${beta}`);
-      const grpoParams: Record<string, unknown> = {
-        ...clipParams(loss),
-        ...(loss.beta !== undefined ? { beta } : {}),
-        ...(loss.aggregation ? { agg_type: GRPO_AGGREGATION[loss.aggregation] } : {}),
-        ...(loss.ratio ? { ratio_type: loss.ratio === 'sequence' ? 'GRPO_LOSS_RATIO_TYPE_SEQUENCE' : 'GRPO_LOSS_RATIO_TYPE_TOKEN' } : {}),
-      };
-      return { loss: { type: 'LOSS_TYPE_GRPO', grpo_params: grpoParams }, samples: data.map((d, i) => policySampleBody(d, i, beta > 0)) };
-    }
-  }
-}
 
 export class TogetherProvider implements TrainingProvider {
   readonly kind = 'together' as const;

@@ -1,5 +1,5 @@
 import fs from 'node:fs';
-import { seededRandom } from '../../config/random';
+import { seededRandom } from '../../config/rules/random';
 import type { RoundProgress, RoundResult } from '../../workflows/round-contract';
 import { ledger, setFaults, startTestEmulator, type RunningEmulator } from '../helpers/emulator';
 import { arithmeticRoundInput, progressOf } from '../helpers/round';

@@ -7,7 +7,7 @@ import { createRoundhouseWorker } from '../../workers/worker';
 import type { CampaignInput, CampaignResult } from '../../workflows/campaign-contract';
 import { startTestEmulator, togetherProvider } from '../helpers/emulator';
 import { ticketCampaignSpec } from '../helpers/campaign';
-import { parseCampaignSpec } from '../../config/spec';
+import { parseCampaignSpec } from '../../config/io/spec';
 import { writeArithmeticData } from '../../examples/arithmetic/generate';
 import { writeTicketPreferences } from '../../examples/support-tickets/generate';
 import { bundleWorkflows, connectTestTemporal, uniqueTaskQueue } from '../helpers/temporal';

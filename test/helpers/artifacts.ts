@@ -1,4 +1,4 @@
-import { joinLocation, readJson } from '../../config/artifacts';
+import { joinLocation, readJson } from '../../config/io/artifacts';
 
 /**
  * `ROUNDHOUSE_TEST_ARTIFACTS=s3 npx jest …` runs tests against an S3-compatible server: the global setup starts one

@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { parseCampaignSpec, type CampaignSpec } from '../../config/spec';
+import { parseCampaignSpec, type CampaignSpec } from '../../config/io/spec';
 import { writeTicketData } from '../../examples/support-tickets/generate';
 
 /** A campaign spec over generated ticket data, against an emulator URL. */

@@ -1,13 +1,13 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { parseCampaignSpec } from '../../config/spec';
+import { parseCampaignSpec } from '../../config/io/spec';
 import type { WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import type { EmulatorOptions } from '../../emulator/server';
 import { ProviderRegistry } from '../../workers/providers';
 import { createRoundhouseWorker } from '../../workers/worker';
 import type { WorkflowHandle } from '@temporalio/client';
-import { roundProgressQuery, type RoundInput, type RoundProgress, type RoundResult } from '../../workflows/round-contract';
+import { roundProgressQuery, roundSpecOf, type RoundInput, type RoundProgress, type RoundResult } from '../../workflows/round-contract';
 import { startTestEmulator, type RunningEmulator } from './emulator';
 import { bundleWorkflows, connectTestTemporal, type TestTemporal } from './temporal';
 import { writeTicketData, writeTicketPreferences } from '../../examples/support-tickets/generate';
@@ -41,15 +41,7 @@ ${options.overrides ?? ''}`;
   return {
     campaignId: options.campaignId,
     round: 1,
-    spec: {
-      name: spec.name,
-      provider: spec.provider,
-      training: spec.training,
-      sampling: spec.sampling,
-      evaluation: spec.evaluation,
-      advanced: spec.advanced,
-      ...(spec.tracking ? { tracking: spec.tracking } : {}),
-    },
+    spec: roundSpecOf(spec),
     data: { train: spec.data.train, eval: spec.data.eval },
     reportDir: testReportDir(path.join(dir, 'report')),
   };
@@ -83,16 +75,7 @@ ${options.yaml}`;
   return {
     campaignId: options.campaignId,
     round: options.round ?? 1,
-    spec: {
-      name: spec.name,
-      provider: spec.provider,
-      training: spec.training,
-      sampling: spec.sampling,
-      evaluation: spec.evaluation,
-      advanced: spec.advanced,
-      round: spec.round,
-      ...(spec.tracking ? { tracking: spec.tracking } : {}),
-    },
+    spec: roundSpecOf(spec),
     data: { train: spec.data.train, eval: spec.data.eval },
     reportDir: testReportDir(path.join(dir, `report-${options.campaignId.replace(/[^A-Za-z0-9]/g, '-')}`)),
   };

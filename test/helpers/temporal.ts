@@ -3,7 +3,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { Client, Connection } from '@temporalio/client';
 import { bundleWorkflowCode, NativeConnection, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
-import { loadWorkerSettings, type WorkerSettings } from '../../config/worker-env';
+import { loadWorkerSettings, type WorkerSettings } from '../../config/io/worker-env';
 import { connectClient, connectWorker, temporalClient } from '../../workers/temporal-server';
 
 /** Connections to the run's shared dev server (started by test/global-setup.ts). */

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import type { WorkflowBundleWithSourceMap } from '@temporalio/worker';
-import { loadWorkerSettings, type WorkerSettings } from '../../config/worker-env';
+import { loadWorkerSettings, type WorkerSettings } from '../../config/io/worker-env';
 import { Connection } from '@temporalio/client';
 import { connectClient, connectionOptions, connectWorker, temporalClient } from '../../workers/temporal-server';
 import { createRoundhouseWorker } from '../../workers/worker';

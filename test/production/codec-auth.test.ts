@@ -8,7 +8,7 @@ import type { AddressInfo } from 'node:net';
 import { defaultPayloadConverter } from '@temporalio/common';
 import { codecAuthenticator } from '../../workers/codec-auth';
 import { startCodecServer, type RunningCodecServer } from '../../workers/codec-server';
-import { parseEncryptionKeys } from '../../config/worker-env';
+import { parseEncryptionKeys } from '../../config/io/worker-env';
 import { AesGcmPayloadCodec } from '../../workers/encryption';
 
 // The codec server decrypts whatever it is sent, so it answers only authenticated callers: a shared bearer token,

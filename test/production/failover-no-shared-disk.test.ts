@@ -2,7 +2,7 @@ import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { joinLocation, readJson, storeFor } from '../../config/artifacts';
+import { joinLocation, readJson, storeFor } from '../../config/io/artifacts';
 import { writeArithmeticData } from '../../examples/arithmetic/generate';
 import { writeTicketPreferences } from '../../examples/support-tickets/generate';
 import type { CampaignResult } from '../../workflows/campaign-contract';

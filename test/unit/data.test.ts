@@ -1,11 +1,11 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { DataValidationError } from '../../config/errors';
+import { DataValidationError } from '../../config/rules/errors';
 import { loadRoundData, toDatum, tokenizeRow } from '../../activities/data';
 import { scoreCompletion } from '../../activities/scoring';
 import { completionText } from '../../activities/scoring';
-import { tokenizerFor } from '../../config/tokenizer';
+import { tokenizerFor } from '../../config/io/tokenizer';
 
 const tokenizer = tokenizerFor('roundhouse/tiny-chat', undefined);
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rh-data-'));

@@ -3,8 +3,8 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { defaultPayloadConverter, type Payload } from '@temporalio/common';
-import { ConfigError } from '../../config/errors';
-import { loadWorkerSettings, parseEncryptionKeys } from '../../config/worker-env';
+import { ConfigError } from '../../config/rules/errors';
+import { loadWorkerSettings, parseEncryptionKeys } from '../../config/io/worker-env';
 import { AesGcmPayloadCodec, ENCRYPTED_ENCODING, UnknownEncryptionKeyError } from '../../workers/encryption';
 
 const b64 = () => randomBytes(32).toString('base64');

@@ -1,6 +1,6 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import { loadCampaignSpec } from '../../config/spec';
+import { loadCampaignSpec } from '../../config/io/spec';
 import { validateCampaignLocally } from '../../workers/validate';
 import { nearDuplicateWarning } from '../../activities/data';
 import { generateTickets } from '../../examples/support-tickets/generate';

@@ -1,8 +1,8 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { loadCampaignSpec } from '../../config/spec';
-import { TokenizerNotFoundError, bundledTokenizerFiles, tokenizerFor } from '../../config/tokenizer';
+import { loadCampaignSpec } from '../../config/io/spec';
+import { TokenizerNotFoundError, bundledTokenizerFiles, tokenizerFor } from '../../config/io/tokenizer';
 import { findModel } from '../../emulator/models';
 import { validateCampaignLocally } from '../../workers/validate';
 

@@ -1,5 +1,5 @@
 import { Writable } from 'node:stream';
-import { createLogger, registerSecret } from '../../config/logging';
+import { createLogger, registerSecret } from '../../config/io/logging';
 
 function capture(): { stream: Writable; lines: () => string } {
   const chunks: string[] = [];

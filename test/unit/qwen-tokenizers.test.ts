@@ -1,6 +1,6 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import { tokenizerFor } from '../../config/tokenizer';
+import { tokenizerFor } from '../../config/io/tokenizer';
 import { completionText } from '../../activities/scoring';
 
 /**

@@ -3,7 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
 import { maskedForTemporal } from '../../activities/failures';
-import { maskSecrets, maskSecretsIn, registerEnvironmentSecrets, registerSecret } from '../../config/secrets';
+import { maskSecrets, maskSecretsIn, registerEnvironmentSecrets, registerSecret } from '../../config/io/secrets';
 
 test('every variable named like a secret, and the file a …_FILE variable names, is masked by value wherever it appears', () => {
   const file = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'rh-secret-file-')), 'token');

@@ -1,9 +1,9 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { loadCampaignSpec, parseCampaignSpec, SpecError } from '../../config/spec';
-import { learningRateAt, batchRows, planSteps } from '../../config/schedule';
-import { earlyStopState } from '../../config/early-stop';
+import { loadCampaignSpec, parseCampaignSpec, SpecError } from '../../config/io/spec';
+import { learningRateAt, batchRows, planSteps } from '../../config/rules/schedule';
+import { earlyStopState } from '../../config/rules/early-stop';
 
 const valid = `name: tickets
 provider:

@@ -1,8 +1,8 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { ConfigError } from '../../config/errors';
-import { loadWorkerSettings } from '../../config/worker-env';
+import { ConfigError } from '../../config/rules/errors';
+import { loadWorkerSettings } from '../../config/io/worker-env';
 
 /** Asserts that the environment is refused with a ConfigError naming `variable`, and returns that error. */
 function expectConfigError(env: NodeJS.ProcessEnv, variable: string, problem: RegExp): ConfigError {

@@ -2,7 +2,7 @@ import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { joinLocation, putContentAddressed, readJson, storeFor } from '../../config/artifacts';
+import { joinLocation, putContentAddressed, readJson, storeFor } from '../../config/io/artifacts';
 import { campaignWorkflow, roundWorkflow } from '../../workflows';
 import type { CampaignInput } from '../../workflows/campaign-contract';
 import type { RoundInput, RoundResult } from '../../workflows/round-contract';

@@ -15,9 +15,9 @@ import {
 } from '../../workflows/campaign-contract';
 import { ledger, startTestEmulator, type RunningEmulator } from '../helpers/emulator';
 import { readArtifact, testReportDir } from '../helpers/artifacts';
-import { joinLocation } from '../../config/artifacts';
+import { joinLocation } from '../../config/io/artifacts';
 import { ticketCampaignSpec } from '../helpers/campaign';
-import { loadCampaignSpec } from '../../config/spec';
+import { loadCampaignSpec } from '../../config/io/spec';
 import { bundleWorkflows, connectTestTemporal, uniqueTaskQueue, type TestTemporal } from '../helpers/temporal';
 import { campaignWorkflow } from '../../workflows';
 

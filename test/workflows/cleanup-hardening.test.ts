@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { createActivities } from '../../activities';
-import { ownerTagFor } from '../../config/owner-tag';
+import { ownerTagFor } from '../../config/rules/owner-tag';
 import { roundWorkflow } from '../../workflows';
 import { roundProgressQuery, type RoundResult } from '../../workflows/round-contract';
 import { ledger, setFaults } from '../helpers/emulator';

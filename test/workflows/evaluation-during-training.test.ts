@@ -2,7 +2,7 @@ import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { joinLocation, storeFor } from '../../config/artifacts';
+import { joinLocation, storeFor } from '../../config/io/artifacts';
 import type { CampaignInput, CampaignResult } from '../../workflows/campaign-contract';
 import { campaignWorkflow } from '../../workflows';
 import { readArtifact, testReportDir } from '../helpers/artifacts';

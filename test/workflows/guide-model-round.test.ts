@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { tokenizerFor } from '../../config/tokenizer';
+import { tokenizerFor } from '../../config/io/tokenizer';
 import { readDataset, tokenizeRow } from '../../activities/data';
 import { readArtifact } from '../helpers/artifacts';
 import { ledger } from '../helpers/emulator';

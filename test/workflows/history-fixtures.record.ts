@@ -10,7 +10,7 @@ import { ticketCampaignSpec } from '../helpers/campaign';
 import { arithmeticRoundInput, roundTestEnvironment, ticketRoundInput } from '../helpers/round';
 import { uniqueTaskQueue } from '../helpers/temporal';
 import { setFaults } from '../helpers/emulator';
-import { provisionGateWorkflowId } from '../../config/provision-gate';
+import { provisionGateWorkflowId } from '../../config/rules/provision-gate';
 
 /**
  * Records the histories that test/workflows/history-fixtures.test.ts replays: `npm run record-histories` (not part of

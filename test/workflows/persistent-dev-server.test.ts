@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { Client } from '@temporalio/client';
-import { loadWorkerSettings } from '../../config/worker-env';
+import { loadWorkerSettings } from '../../config/io/worker-env';
 import { connectClient, connectWorker, startTemporal } from '../../workers/temporal-server';
 import { createRoundhouseWorker } from '../../workers/worker';
 import { bundleWorkflows, uniqueTaskQueue } from '../helpers/temporal';

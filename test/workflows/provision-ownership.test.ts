@@ -1,6 +1,6 @@
 import fs from 'node:fs';
-import { ownerOfTag } from '../../config/owner-tag';
-import { ACQUIRE_GATE_UPDATE, provisionGateWorkflowId } from '../../config/provision-gate';
+import { ownerOfTag } from '../../config/rules/owner-tag';
+import { ACQUIRE_GATE_UPDATE, provisionGateWorkflowId } from '../../config/rules/provision-gate';
 import { ProvisionGateHold } from '../../activities/provision-gate';
 import { createRoundhouseWorker } from '../../workers/worker';
 import { provisionGateWorkflow, roundWorkflow } from '../../workflows';

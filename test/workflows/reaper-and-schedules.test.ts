@@ -3,7 +3,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import type { WorkflowBundleWithSourceMap } from '@temporalio/worker';
-import { loadWorkerSettings } from '../../config/worker-env';
+import { loadWorkerSettings } from '../../config/io/worker-env';
 import { resolveTemporalExecutable } from '../../workers/temporal-server';
 import { ProviderRegistry } from '../../workers/providers';
 import { ensureReaperSchedule, upsertCampaignSchedule } from '../../workers/schedules';

@@ -1,8 +1,8 @@
 import { reaperWorkflow, roundWorkflow } from '../../workflows';
 import { roundProgressQuery } from '../../workflows/round-contract';
 import type { ReaperInput, ReaperResult } from '../../activities/reaper';
-import { registeredTrainers } from '../../config/trainer-registry';
-import { ownerTagFor } from '../../config/owner-tag';
+import { registeredTrainers } from '../../config/rules/trainer-registry';
+import { ownerTagFor } from '../../config/rules/owner-tag';
 import { ledger, raw, setFaults } from '../helpers/emulator';
 import { roundTestEnvironment, ticketRoundInput } from '../helpers/round';
 import { uniqueTaskQueue } from '../helpers/temporal';

@@ -15,7 +15,7 @@ import {
 import { ledger, setFaults, startTestEmulator, type RunningEmulator } from '../helpers/emulator';
 import { ticketRoundInput } from '../helpers/round';
 import { readArtifact } from '../helpers/artifacts';
-import { joinLocation } from '../../config/artifacts';
+import { joinLocation } from '../../config/io/artifacts';
 import { bundleWorkflows, connectTestTemporal, uniqueTaskQueue, type TestTemporal } from '../helpers/temporal';
 import { roundWorkflow } from '../../workflows';
 

@@ -4,7 +4,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { Client } from '@temporalio/client';
-import { loadWorkerSettings, parseEncryptionKeys } from '../../config/worker-env';
+import { loadWorkerSettings, parseEncryptionKeys } from '../../config/io/worker-env';
 import type { RoundResult } from '../../workflows/round-contract';
 import type { CampaignResult } from '../../workflows/campaign-contract';
 import type { EmulatorOptions } from '../../emulator/server';

@@ -1,4 +1,4 @@
-import { parseCampaignSpec } from '../../config/spec';
+import { parseCampaignSpec } from '../../config/io/spec';
 import { LOCAL_EMULATOR_KEY } from '../../workers/providers';
 import { readArtifact } from '../helpers/artifacts';
 import { raw } from '../helpers/emulator';

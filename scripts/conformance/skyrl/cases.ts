@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import type { Client } from '@temporalio/client';
-import { parseCampaignSpec } from '../../../config/spec';
+import { parseCampaignSpec } from '../../../config/io/spec';
 import { writeArithmeticData } from '../../../examples/arithmetic/generate';
 import { campaignWorkflow, roundWorkflow } from '../../../workflows';
 import type { CampaignInput, CampaignResult } from '../../../workflows/campaign-contract';

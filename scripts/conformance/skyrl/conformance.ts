@@ -3,7 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { randomUUID } from 'node:crypto';
 import type { Client } from '@temporalio/client';
-import { loadWorkerSettings } from '../../../config/worker-env';
+import { loadWorkerSettings } from '../../../config/io/worker-env';
 import { connectClient, temporalClient } from '../../../workers/temporal-server';
 import { ensureDist } from '../../../test/helpers/dist';
 import { startWorkerProcess } from '../../../test/helpers/worker-process';

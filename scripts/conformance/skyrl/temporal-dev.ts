@@ -1,6 +1,6 @@
 import { spawn } from 'node:child_process';
 import { Connection } from '@temporalio/client';
-import type { WorkerSettings } from '../../../config/worker-env';
+import type { WorkerSettings } from '../../../config/io/worker-env';
 import { resolveTemporalExecutable, startTemporal, type TemporalServer } from '../../../workers/temporal-server';
 import { freePort } from '../../../test/helpers/ports';
 import { stopProcessGroup } from './process-groups';

@@ -7,8 +7,8 @@ import {
   S3Client,
   S3ServiceException,
 } from '@aws-sdk/client-s3';
-import { parseS3, type ArtifactStore } from './artifacts';
-import { ConfigError } from './errors';
+import { parseS3, type ArtifactStore } from './artifact-store';
+import { ConfigError } from '../rules/errors';
 
 /**
  * The artifact store on S3 (or anything that speaks it), through the official AWS SDK v3. Settings are the SDK's

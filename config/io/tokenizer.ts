@@ -107,7 +107,7 @@ export class TextTokenizer {
   }
 }
 
-const SHIPPED_DIR = path.resolve(__dirname, '..', 'emulator', 'models');
+const SHIPPED_DIR = path.resolve(__dirname, '..', '..', 'emulator', 'models');
 
 /**
  * Real models whose tokenizer ships with Roundhouse, as folders of emulator/models/: the vocabulary (tokenizer.json.gz,

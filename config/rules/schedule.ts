@@ -1,5 +1,5 @@
 import { seededRandom } from './random';
-import type { LrSchedule } from './spec';
+import type { LrSchedule } from '../io/spec';
 
 /**
  * The learning rate at a global step: a pure function of the step, so a resumed run continues the schedule

@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { z } from 'zod';
-import { ConfigError } from './errors';
+import { ConfigError } from '../rules/errors';
 
 const hostPort = z
   .string()

@@ -1,0 +1,333 @@
+import {
+  CancellationScope,
+  ParentClosePolicy,
+  condition,
+  patched,
+  proxyActivities,
+  setHandler,
+  startChild,
+  workflowInfo,
+  type ChildWorkflowHandle,
+} from '@temporalio/workflow';
+import type { CampaignActivities } from '../activities/campaign';
+import type { CampaignSpec } from '../config/io/spec';
+import { checkpointRefsMemo } from '../config/rules/retention';
+import {
+  campaignProgressQuery,
+  pauseCampaignUpdate,
+  resumeCampaignUpdate,
+  setCampaignLimitsUpdate,
+  stopCampaignUpdate,
+  validateCampaignLimits,
+  validateStopRequest,
+  type CampaignCarriedState,
+  type CampaignInput,
+  type CampaignProgress,
+  type CampaignResult,
+  type CampaignStatus,
+  type RoundSummary,
+} from './campaign-contract';
+import { childRoundResultOf, failureReasonOf, failureTypeOf, isCancellation } from './failures';
+import {
+  pauseRoundSignal,
+  resumeRoundSignal,
+  roundProgressSignal,
+  setRoundBudgetSignal,
+  type RoundBudget,
+  type RoundInput,
+  type RoundProgress,
+  type RoundResult,
+  roundSpecOf,
+} from './round-contract';
+import { roundWorkflow } from './round';
+
+/**
+ * What a campaign knows while it runs: what it carries across continue-as-new (summaries, limits, the next round's
+ * data, whether it is paused or asked to stop), the round running now, and its status. Message handlers (progress,
+ * pause, resume, stop, limits) are registered by the constructor and pass what concerns the round on to it.
+ */
+export class CampaignState {
+  readonly campaignId: string;
+  readonly spec: CampaignSpec;
+  readonly carried: CampaignCarriedState;
+  status: CampaignStatus;
+  /** Why no further round starts, once one does not. */
+  stopReason: string | undefined;
+
+  private readonly dir: string;
+  private readonly summaryPath: string;
+  private child: ChildWorkflowHandle<typeof roundWorkflow> | undefined;
+  private childScope: CancellationScope | undefined;
+  /** The running round's latest progress (it tells the campaign at phase changes and segment ends). */
+  private current: RoundProgress | undefined;
+  // They heartbeat (keepingAlive): a worker that dies in one is noticed after the heartbeat timeout.
+  private readonly activities: CampaignActivities;
+
+  constructor(private readonly input: CampaignInput) {
+    this.campaignId = input.campaignId ?? workflowInfo().workflowId;
+    const spec = (this.spec = input.spec);
+    this.dir = `${input.reportRoot}/${this.campaignId}`;
+    this.summaryPath = `${this.dir}/campaign.json`;
+    this.activities = proxyActivities<CampaignActivities>({
+      startToCloseTimeout: '2 minutes',
+      heartbeatTimeout: spec.advanced.heartbeatTimeoutSeconds * 1000,
+      retry: { maximumAttempts: 10 },
+    });
+    this.carried = input.state ?? {
+      startedAtMs: Date.now(),
+      limits: {
+        maxRounds: spec.rounds.max,
+        maxGpuMinutes: spec.budget.maxGpuMinutes,
+        maxWallMinutes: spec.budget.maxWallMinutes,
+        targetAccuracy: spec.rounds.target?.atLeast,
+      },
+      rounds: [],
+      nextTrain: { path: spec.data.train },
+      paused: false,
+    };
+    this.status = this.carried.paused ? 'paused' : 'running';
+    this.handleMessages();
+  }
+
+  private handleMessages(): void {
+    const state = this.carried;
+    setHandler(campaignProgressQuery, () => this.progress());
+    setHandler(roundProgressSignal, (p) => {
+      if (this.child && p.round === state.rounds.length + 1) this.current = p;
+    });
+    setHandler(pauseCampaignUpdate, async () => {
+      state.paused = true;
+      this.status = 'paused';
+      if (this.child) await this.child.signal(pauseRoundSignal);
+      return this.progress();
+    });
+    setHandler(resumeCampaignUpdate, async () => {
+      state.paused = false;
+      this.status = 'running';
+      if (this.child) await this.child.signal(resumeRoundSignal);
+      return this.progress();
+    });
+    setHandler(
+      stopCampaignUpdate,
+      ({ mode }) => {
+        state.stop = mode;
+        if (mode === 'now') this.childScope?.cancel();
+        return this.progress();
+      },
+      { validator: validateStopRequest },
+    );
+    setHandler(
+      setCampaignLimitsUpdate,
+      async (limits) => {
+        state.limits = { ...state.limits, ...limits };
+        if (this.child) await this.child.signal(setRoundBudgetSignal, this.roundBudget());
+        return this.progress();
+      },
+      { validator: validateCampaignLimits },
+    );
+  }
+
+  progress(): CampaignProgress {
+    const { rounds, limits, startedAtMs } = this.carried;
+    return {
+      campaignId: this.campaignId,
+      status: this.status,
+      rounds,
+      currentRound: this.current,
+      limits,
+      gpuMinutes: rounds.reduce((a, r) => a + r.gpuMinutes, 0) + (this.current?.gpuMinutes ?? 0),
+      costUsd: this.costUsd(),
+      wallMinutes: (Date.now() - startedAtMs) / 60_000,
+      stopReason: this.stopReason,
+      summaryPath: this.summaryPath,
+    };
+  }
+
+  /** Until the campaign is not paused, or is asked to stop. */
+  async unpaused(): Promise<void> {
+    await condition(() => !this.carried.paused || this.carried.stop !== undefined);
+  }
+
+  /** Why the campaign should not start another round, if it should not. Checked before each round. */
+  reasonToStop(): string | undefined {
+    const { rounds, limits, stop } = this.carried;
+    const last = rounds[rounds.length - 1];
+    if (stop) return stop === 'now' ? 'stopped by request' : 'stopped by request after the round';
+    if (last?.status === 'stopped') return `${last.stopReason ?? 'budget reached'} in round ${last.round}`;
+    if (last && last.status !== 'completed') return `round ${last.round} ${last.status}${last.errorType ? ` (${last.errorType})` : ''}`;
+    if (last?.accuracy !== undefined && limits.targetAccuracy !== undefined && last.accuracy >= limits.targetAccuracy) {
+      return `target reached: accuracy ${last.accuracy.toFixed(3)} ≥ ${limits.targetAccuracy}`;
+    }
+    if (rounds.length >= limits.maxRounds) return `rounds.max (${limits.maxRounds}) reached`;
+    const budget = this.roundBudget();
+    if (budget.maxGpuMinutes !== undefined && budget.maxGpuMinutes <= 0) return 'GPU-minute budget reached';
+    if (budget.deadlineMs !== undefined && Date.now() >= budget.deadlineMs) return 'wall-time budget reached';
+    return undefined;
+  }
+
+  /**
+   * The next round, as a child workflow (cancelled if the campaign closes), to its end; its summary is recorded.
+   * Returns its result, when it gave one. A cancellation of the campaign itself is recorded and passed on.
+   */
+  async runRound(): Promise<RoundResult | undefined> {
+    const state = this.carried;
+    const round = state.rounds.length + 1;
+    const roundInput = this.roundInput(round);
+    const workflowId = `${this.campaignId}-round-${round}`;
+    const started: RoundSummary = {
+      round,
+      workflowId,
+      status: 'failed',
+      stepsApplied: 0,
+      totalSteps: 0,
+      gpuMinutes: 0,
+      reportPath: `${this.dir}/round-${round}.json`,
+      train: state.nextTrain,
+    };
+    let summary = started;
+    let result: RoundResult | undefined;
+    this.childScope = new CancellationScope();
+    try {
+      result = await this.childScope.run(async () => {
+        // The checkpoint the round starts from is in its memo: retention (any campaign's) never deletes it meanwhile.
+        const memo = patched('checkpoint-refs-memo') ? checkpointRefsMemo([roundInput.startFrom?.checkpointId]) : undefined;
+        this.child = await startChild(roundWorkflow, {
+          workflowId,
+          args: [roundInput],
+          parentClosePolicy: ParentClosePolicy.REQUEST_CANCEL,
+          ...(memo ? { memo } : {}),
+        });
+        if (state.paused) await this.child.signal(pauseRoundSignal);
+        return this.child.result();
+      });
+    } catch (err) {
+      if (isCancellation(err) && state.stop !== 'now') {
+        // The campaign itself was cancelled: the round cleaned up after itself (REQUEST_CANCEL); record and end.
+        state.rounds.push({ ...started, status: 'cancelled', errorType: 'Cancelled' });
+        this.status = 'stopped';
+        this.stopReason = 'campaign cancelled';
+        await CancellationScope.nonCancellable(() => this.writeSummary(this.progress()));
+        throw err;
+      }
+      result = childRoundResultOf<RoundResult>(err);
+      if (!result)
+        summary = {
+          ...started,
+          status: isCancellation(err) || state.stop === 'now' ? 'cancelled' : 'failed',
+          errorType: failureTypeOf(err),
+          ...(isCancellation(err) ? {} : { errorMessage: failureReasonOf(err) }),
+          gpuMinutes: this.current?.gpuMinutes ?? 0,
+        };
+    }
+    if (result) summary = roundSummary(started, result);
+    this.child = undefined;
+    this.current = undefined;
+    state.rounds.push(summary);
+    if (summary.trainingCheckpointId) state.lastCheckpointId = summary.trainingCheckpointId;
+    return result;
+  }
+
+  /** The next round's training data, chosen by the next-data policy from the pool and the last round's answers. */
+  async chooseNextData(last: RoundResult): Promise<void> {
+    const { spec } = this;
+    const round = this.carried.rounds.length; // the one just run
+    this.carried.nextTrain = await this.activities.selectNextTrainingData({
+      campaignId: this.campaignId,
+      round: round + 1,
+      policy: spec.rounds.nextData.policy,
+      replayShare: spec.rounds.nextData.replayShare,
+      seed: spec.training.seed + round,
+      pool: spec.data.train,
+      poolEvaluationsPath: last.poolEvaluationsPath,
+      outDir: this.dir,
+    });
+  }
+
+  /** campaign.json and the reports made from it; tracked (MLflow) and checkpoint retention applied, per the spec. */
+  async writeSummary(summary: CampaignProgress): Promise<void> {
+    const { spec } = this;
+    // Checkpoint retention: never what the campaign starts or continues from.
+    const own = [spec.rounds.startFrom?.checkpointId, this.carried.lastCheckpointId].filter((id): id is string => Boolean(id));
+    await this.activities.writeCampaignSummary({
+      path: this.summaryPath,
+      summary,
+      // Where the campaign is tracked (MLflow): the spec's settings or the worker's environment.
+      track: { name: spec.name, ...(spec.tracking ? { tracking: spec.tracking } : {}) },
+      retention: spec.retention ? { rule: spec.retention, provider: spec.provider, own } : undefined,
+    });
+  }
+
+  /** What the next run of the campaign starts from (continue-as-new): its input and the summaries so far. */
+  continued(): CampaignInput {
+    return { ...this.input, campaignId: this.campaignId, state: this.carried };
+  }
+
+  /** The campaign's result once no further round starts. */
+  finish(): CampaignResult {
+    const { rounds, stop } = this.carried;
+    const last = rounds[rounds.length - 1];
+    this.status =
+      stop || last?.status === 'stopped' || /budget/.test(this.stopReason ?? '')
+        ? 'stopped'
+        : last && last.status !== 'completed'
+          ? 'failed'
+          : 'completed';
+    const accuracies = rounds.map((r) => r.accuracy).filter((a): a is number => a !== undefined);
+    return { ...this.progress(), bestAccuracy: accuracies.length ? Math.max(...accuracies) : undefined };
+  }
+
+  /** What the running round may still spend. */
+  private roundBudget(): RoundBudget {
+    const { limits, startedAtMs, rounds } = this.carried;
+    return {
+      deadlineMs: limits.maxWallMinutes !== undefined ? startedAtMs + limits.maxWallMinutes * 60_000 : undefined,
+      maxGpuMinutes:
+        limits.maxGpuMinutes !== undefined ? Math.max(0, limits.maxGpuMinutes - rounds.reduce((a, r) => a + r.gpuMinutes, 0)) : undefined,
+    };
+  }
+
+  private costUsd(): number | undefined {
+    const costs = [...this.carried.rounds.map((r) => r.costUsd), this.current?.costUsd].filter((c): c is number => c !== undefined);
+    return costs.length ? costs.reduce((a, c) => a + c, 0) : undefined;
+  }
+
+  /** Round N+1 starts from round N's training checkpoint (or the spec's start) and trains on the data chosen for it. */
+  private roundInput(round: number): RoundInput {
+    const { spec, carried: state } = this;
+    return {
+      campaignId: this.campaignId,
+      round,
+      spec: roundSpecOf(spec),
+      data: { train: state.nextTrain.path, eval: spec.data.eval, trainSha256: state.nextTrain.sha256 },
+      startFrom:
+        spec.rounds.continueFrom === 'checkpoint' && state.lastCheckpointId
+          ? { checkpointId: state.lastCheckpointId, loadOptimizer: true }
+          : spec.rounds.startFrom,
+      reportDir: this.dir,
+      budget: this.roundBudget(),
+      pool: spec.rounds.nextData.policy === 'mistakes' ? spec.data.train : undefined,
+    };
+  }
+}
+
+/** A finished round's summary: what the campaign keeps of its result across continue-as-new. */
+function roundSummary(started: RoundSummary, result: RoundResult): RoundSummary {
+  return {
+    ...started,
+    status: result.status,
+    accuracy: result.accuracy,
+    baselineLoss: result.baselineLoss,
+    trainedLoss: result.trainedLoss,
+    stepsApplied: result.stepsApplied,
+    totalSteps: result.totalSteps,
+    gpuMinutes: result.gpuMinutes,
+    costUsd: result.costUsd,
+    ...(result.tokens ? { tokens: result.tokens } : {}),
+    reportPath: result.reportPath,
+    trainingCheckpointId: result.trainingCheckpointId,
+    errorType: result.errorType,
+    errorMessage: result.errorMessage,
+    stopReason: result.stopReason,
+    recoveries: result.recoveries?.length,
+  };
+}
