@@ -53,15 +53,14 @@ function tinkerRoundInput(emulator: RunningEmulator, campaignId: string, trainRo
 
 test('Tinker: SIGKILL of the worker in baseline, inside training, checkpointing and sampling: one rollback per kill, exactly the planned steps in the kept weights, redone steps bounded, nothing left loaded', async () => {
   const emulator = await startTestEmulator({ operationLatencyMs: 60 });
-  // The late phases are slow enough (their first request waits) to be caught and killed in.
+  // The late phases are slow enough (their requests wait) to be caught and killed in. Rolling checkpoints in training
+  // also call save_weights, so the round's final checkpoint is slow only if more than the first save waits.
   await setFaults(emulator, {
-    rules: ['save_weights', 'save_weights_for_sampler', 'asample'].map((route) => ({
-      kind: 'delay',
-      method: 'POST',
-      path: `/api/v1/${route}$`,
-      delayMs: 1500,
-      max: 1,
-    })),
+    rules: [
+      { route: 'save_weights', max: 8 },
+      { route: 'save_weights_for_sampler', max: 3 },
+      { route: 'asample', max: 3 },
+    ].map(({ route, max }) => ({ kind: 'delay', method: 'POST', path: `/api/v1/${route}$`, delayMs: 1500, max })),
   });
   const taskQueue = uniqueTaskQueue('crash-tinker');
   const input = tinkerRoundInput(emulator, `crash-tinker-${taskQueue}`, 64);
