@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { seededRandom } from '../../config/random';
+import { seededRandom } from '../../config/rules/random';
 import { ProviderRegistry } from '../../workers/providers';
 import { createRoundhouseWorker } from '../../workers/worker';
 import type { RoundProgress, RoundResult } from '../../workflows/round-contract';

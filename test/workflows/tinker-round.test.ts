@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { SpecError, parseCampaignSpec } from '../../config/spec';
+import { SpecError, parseCampaignSpec } from '../../config/io/spec';
 import type { RoundResult } from '../../workflows/round-contract';
 import type { CampaignInput, CampaignResult } from '../../workflows/campaign-contract';
 import { campaignWorkflow } from '../../workflows';
