@@ -9,7 +9,7 @@ import { ledger, setFaults, startTestEmulator, type RunningEmulator } from '../h
 // scripts/conformance/skyrl/FINDINGS.md captured it. Each case is one item of issue #30, over real HTTP.
 
 const MODEL = 'roundhouse/tiny-chat';
-const TTL_MS = 1_000; // the server's session timeout (SkyRL's default: 300 s)
+const TTL_MS = 2_500; // the server's session timeout (SkyRL's default: 300 s); 12 heartbeats wide, so a loaded machine keeps it
 const batch: Datum[] = [
   { modelInput: [10, 11, 12, 40], targetTokens: [11, 12, 40, 41], weights: [0, 0, 1, 1] },
   { modelInput: [20, 21, 50], targetTokens: [21, 50, 51], weights: [0, 1, 2] },
