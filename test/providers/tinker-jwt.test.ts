@@ -32,8 +32,10 @@ test('in JWT mode the provider trains with a JWT it exchanged for its key, and r
   expect(refused.headers['www-authenticate']).toMatch(/invalid_token/);
   await refused.body.text();
 
-  const tinker = new TinkerProvider({ baseUrl: emulator.url, apiKey: key, heartbeatMs: 60_000 });
-  const token = () => (tinker as unknown as { jwt?: { value: string } }).jwt?.value;
+  // The JWTs the provider was issued, as it reports them to be masked in logs (its public onSecret hook).
+  const issued: string[] = [];
+  const tinker = new TinkerProvider({ baseUrl: emulator.url, apiKey: key, heartbeatMs: 60_000, onSecret: (v) => issued.push(v) });
+  const token = () => issued.at(-1);
   const resource = await tinker.provision({ model: MODEL, ownerTag: 'jwt' });
   const session = await tinker.openSession({ resourceId: resource.id, loraRank: 8 });
   await tinker.awaitOperation(await tinker.submitForwardBackward(session.id, 'jwt/fb/1', [datum]));
@@ -46,6 +48,7 @@ test('in JWT mode the provider trains with a JWT it exchanged for its key, and r
   expect(await tinker.awaitOperation(await tinker.submitOptimStep(session.id, 'jwt/opt/2', { learningRate: 0.01 }))).toEqual({ step: 2 });
   expect(token()).toMatch(/^eyJ/);
   expect(token()).not.toBe(first); // refreshed on demand, within a minute of its expiry
+  expect(issued).toHaveLength(2);
 
   // The same owner as the key: what the JWT created is the key's.
   expect((await ledger(emulator)).sessions.find((s) => s.id === session.id)).toMatchObject({ optimizerSteps: 2 });
