@@ -49,7 +49,7 @@ export function runCommand(): Command {
       const local = await withLocalData(given);
       const checked = validateCampaignLocally(local);
       warnAbout(checked.warnings);
-      const staged = await modules.campaignData().stageCampaignData(given, local.data, artifactRoot(process.env, settings.stateDir));
+      const staged = await modules.campaignData().stageCampaignData(given, local, artifactRoot(process.env, settings.stateDir));
       const campaignId = opts.id ?? campaignIdFor(staged.name);
       const { client, address, close } = await cliClient(settings);
       try {

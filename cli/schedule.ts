@@ -49,7 +49,7 @@ export function scheduleCommand(): Command {
       const local = await withLocalData(given);
       warnAbout(validateCampaignLocally(local).warnings);
       // The schedule's runs train on this copy of the data (unless data.reread), wherever and whenever they run.
-      const staged = await modules.campaignData().stageCampaignData(given, local.data, artifactRoot(process.env, settings.stateDir));
+      const staged = await modules.campaignData().stageCampaignData(given, local, artifactRoot(process.env, settings.stateDir));
       const scheduleId = opts.id ?? `${staged.name}-schedule`;
       await withClient(async ({ client }) => {
         await modules.schedules().upsertCampaignSchedule(client, {

@@ -11,16 +11,20 @@ import type { CampaignSpec } from '../config/io/spec';
  */
 export async function stageCampaignData(
   spec: CampaignSpec,
-  /** The data as local files: `withLocalData(spec).data`, what validation read. */
-  local: { train: string; eval: string },
+  /** The spec with its data as local files: `withLocalData(spec)`, what validation read. */
+  local: CampaignSpec,
   artifactRoot: string,
 ): Promise<CampaignSpec> {
-  if (spec.data.reread) return spec;
   const stage = async (location: string, file: string) => {
     const body = fs.readFileSync(file);
     const suffix = path.extname(isS3(location) ? location.split('/').pop()! : location) || '.jsonl';
     return (await putContentAddressed(artifactRoot, 'data', body, suffix)).location;
   };
-  const staged = { ...spec.data, train: await stage(spec.data.train, local.train), eval: await stage(spec.data.eval, local.eval) };
-  return { ...spec, data: staged };
+  const copy = async <T extends { train: string; eval: string; reread: boolean }>(data: T, files: T): Promise<T> =>
+    data.reread ? data : { ...data, train: await stage(data.train, files.train), eval: await stage(data.eval, files.eval) };
+  if (!spec.stages) return { ...spec, data: await copy(spec.data, local.data) };
+  // Each stage's data (a staged spec's own data is its first stage's).
+  const stages = [];
+  for (const [i, s] of spec.stages.entries()) stages.push({ ...s, data: await copy(s.data, local.stages![i]!.data) });
+  return { ...spec, data: stages[0]!.data, stages };
 }

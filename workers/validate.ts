@@ -12,29 +12,57 @@ import {
 } from '../activities/data';
 import { rewardFunction } from '../activities/rewards';
 import { findModel } from '../emulator/models';
+import { stageSpecOf } from '../config/rules/stages';
 
 /**
  * The checks `roundhouse run` makes before starting anything (the round repeats them on the worker): the data's
  * rows and overlap always; the model and token limits where they can be known here (the emulator's models, a
  * tokenizer on disk). Throws DataValidationError naming file, line and field.
  */
-/** The spec with its data as local files (S3 objects downloaded), for validation before anything starts. */
+/** The spec with its data (every stage's) as local files (S3 objects downloaded), for validation before anything starts. */
 export async function withLocalData(spec: CampaignSpec): Promise<CampaignSpec> {
-  return { ...spec, data: { ...spec.data, train: await localCopy(spec.data.train), eval: await localCopy(spec.data.eval) } };
+  const local = async <T extends { train: string; eval: string }>(data: T): Promise<T> => ({
+    ...data,
+    train: await localCopy(data.train),
+    eval: await localCopy(data.eval),
+  });
+  const stages = spec.stages && (await Promise.all(spec.stages.map(async (s) => ({ ...s, data: await local(s.data) }))));
+  return { ...spec, data: stages ? stages[0]!.data : await local(spec.data), ...(stages ? { stages } : {}) };
 }
 
+/**
+ * Every stage checked as the one spec its rounds run with (a campaign without stages is one): data rows, overlap,
+ * token limits, the reward module. A problem in a later stage names the stage, and nothing has started.
+ */
 export function validateCampaignLocally(spec: CampaignSpec): {
   trainRows: number;
   evalRows: number;
   tokenized: boolean;
   warnings: string[];
 } {
-  const checked = checkCampaign(spec);
-  // Warnings after the errors: data that trains fine but may mislead (eval rows that repeat training sentences).
-  const problems: string[] = [];
-  const read = spec.round.kind === 'dpo' ? readPreferenceDataset : readDataset;
-  const warning = nearDuplicateWarning(read(spec.data.train, problems), read(spec.data.eval, problems));
-  return { ...checked, warnings: warning ? [warning] : [] };
+  const stages = spec.stages ?? [undefined];
+  const checks = stages.map((stage, i) => {
+    const one = stageSpecOf(spec, i);
+    const label = stage ? `stage ${i + 1} (${stage.name}): ` : '';
+    let checked: ReturnType<typeof checkCampaign>;
+    try {
+      checked = checkCampaign(one);
+    } catch (err) {
+      if (err instanceof DataValidationError && label) throw new DataValidationError(err.problems.map((p) => `${label}${p}`));
+      throw err;
+    }
+    // Warnings after the errors: data that trains fine but may mislead (eval rows that repeat training sentences).
+    const problems: string[] = [];
+    const read = one.round.kind === 'dpo' ? readPreferenceDataset : readDataset;
+    const warning = nearDuplicateWarning(read(one.data.train, problems), read(one.data.eval, problems));
+    return { ...checked, warning: warning ? `${label}${warning}` : undefined };
+  });
+  return {
+    trainRows: checks.reduce((a, c) => a + c.trainRows, 0),
+    evalRows: checks.reduce((a, c) => a + c.evalRows, 0),
+    tokenized: checks.every((c) => c.tokenized),
+    warnings: checks.map((c) => c.warning).filter((w): w is string => Boolean(w)),
+  };
 }
 
 function checkCampaign(spec: CampaignSpec): { trainRows: number; evalRows: number; tokenized: boolean } {

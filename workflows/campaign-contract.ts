@@ -1,5 +1,6 @@
 import { defineQuery, defineUpdate } from '@temporalio/workflow';
-import type { CampaignSpec } from '../config/io/spec';
+import type { CampaignSpec, GateMetric } from '../config/io/spec';
+import type { GateVerdict } from '../config/rules/stages';
 import type { RoundProgress, RoundStatus } from './round-contract';
 
 export interface CampaignLimits {
@@ -14,7 +15,14 @@ export interface RoundSummary {
   round: number;
   workflowId: string;
   status: RoundStatus;
+  /** Staged campaigns: the stage the round belongs to (1-based). */
+  stage?: number;
+  kind?: 'sft' | 'grpo' | 'dpo';
+  /** SFT and GRPO: eval accuracy of sampled answers; DPO: eval preference accuracy. */
   accuracy?: number;
+  /** GRPO: mean reward of the first and of the last trained step's samples. */
+  firstReward?: number;
+  meanReward?: number;
   baselineLoss?: number;
   trainedLoss?: number;
   stepsApplied: number;
@@ -35,6 +43,32 @@ export interface RoundSummary {
   stopReason?: string;
 }
 
+/** A stage of a staged campaign, as the campaign records it: where it started from, how it ended, what it passed on. */
+export interface StageRecord {
+  /** 1-based. */
+  stage: number;
+  name: string;
+  kind: 'sft' | 'grpo' | 'dpo';
+  /** The campaign round that is the stage's first. */
+  firstRound: number;
+  /** The training checkpoint its first round started from: the previous stage's last (stage 1: the spec's, if any). */
+  startedFrom?: string;
+  /** Whether the previous stage's optimizer state was loaded with its weights. */
+  loadOptimizer?: boolean;
+  /** Why it ended (its rounds.max or its target), once it has. */
+  endedBy?: string;
+  /** Its gate's verdict on its last round. */
+  gate?: GateVerdict;
+  /** The training checkpoint it passed on: its last round's. */
+  passedOn?: string;
+}
+
+/** A stage as `status` and the reports show it: its record, its rounds, and the metric that matters for its kind. */
+export interface StageProgress extends StageRecord {
+  rounds: number;
+  headline: { metric: GateMetric; value?: number };
+}
+
 /** Everything a campaign carries across continue-as-new: summaries, not data. */
 export interface CampaignCarriedState {
   startedAtMs: number;
@@ -44,6 +78,8 @@ export interface CampaignCarriedState {
   lastCheckpointId?: string;
   paused: boolean;
   stop?: 'after-round' | 'now';
+  /** Staged campaigns: the stages started so far, the running one last. */
+  stages?: StageRecord[];
 }
 
 export interface CampaignInput {
@@ -61,6 +97,8 @@ export interface CampaignProgress {
   campaignId: string;
   status: CampaignStatus;
   rounds: RoundSummary[];
+  /** Staged campaigns: the stages started so far, the running one last. */
+  stages?: StageProgress[];
   currentRound?: RoundProgress;
   limits: CampaignLimits;
   gpuMinutes: number;

@@ -12,6 +12,7 @@ import {
 import type { CampaignActivities } from '../activities/campaign';
 import type { CampaignSpec } from '../config/io/spec';
 import { checkpointRefsMemo } from '../config/rules/retention';
+import { describeVerdict, gateVerdict, headlineMetric, metricOf, stageSpecOf } from '../config/rules/stages';
 import {
   campaignProgressQuery,
   pauseCampaignUpdate,
@@ -26,6 +27,8 @@ import {
   type CampaignResult,
   type CampaignStatus,
   type RoundSummary,
+  type StageProgress,
+  type StageRecord,
 } from './campaign-contract';
 import { childRoundResultOf, failureReasonOf, failureTypeOf, isCancellation } from './failures';
 import {
@@ -75,15 +78,23 @@ export class CampaignState {
     });
     this.carried = input.state ?? {
       startedAtMs: Date.now(),
-      limits: {
-        maxRounds: spec.rounds.max,
-        maxGpuMinutes: spec.budget.maxGpuMinutes,
-        maxWallMinutes: spec.budget.maxWallMinutes,
-        targetAccuracy: spec.rounds.target?.atLeast,
-      },
+      // A staged campaign's rounds are its stages' (each stage's own target ends that stage, not the campaign).
+      limits: spec.stages
+        ? {
+            maxRounds: spec.stages.reduce((a, s) => a + s.rounds.max, 0),
+            maxGpuMinutes: spec.budget.maxGpuMinutes,
+            maxWallMinutes: spec.budget.maxWallMinutes,
+          }
+        : {
+            maxRounds: spec.rounds.max,
+            maxGpuMinutes: spec.budget.maxGpuMinutes,
+            maxWallMinutes: spec.budget.maxWallMinutes,
+            targetAccuracy: spec.rounds.target?.atLeast,
+          },
       rounds: [],
       nextTrain: { path: spec.data.train },
       paused: false,
+      ...(spec.stages ? { stages: [this.stageRecord(0, 1, spec.rounds.startFrom?.checkpointId)] } : {}),
     };
     this.status = this.carried.paused ? 'paused' : 'running';
     this.handleMessages();
@@ -133,6 +144,7 @@ export class CampaignState {
       campaignId: this.campaignId,
       status: this.status,
       rounds,
+      ...(this.carried.stages ? { stages: this.carried.stages.map((s) => this.stageProgress(s)) } : {}),
       currentRound: this.current,
       limits,
       gpuMinutes: rounds.reduce((a, r) => a + r.gpuMinutes, 0) + (this.current?.gpuMinutes ?? 0),
@@ -158,6 +170,11 @@ export class CampaignState {
     if (last?.accuracy !== undefined && limits.targetAccuracy !== undefined && last.accuracy >= limits.targetAccuracy) {
       return `target reached: accuracy ${last.accuracy.toFixed(3)} ≥ ${limits.targetAccuracy}`;
     }
+    const stage = this.carried.stages?.at(-1);
+    if (stage?.gate && !stage.gate.passed)
+      return `stage ${stage.stage} (${stage.name}) did not pass its gate: ${describeVerdict(stage.gate)}`;
+    if (stage?.endedBy && stage.stage === this.spec.stages!.length)
+      return `all ${stage.stage} stages done: stage ${stage.stage} (${stage.name}) ${stage.endedBy}`;
     if (rounds.length >= limits.maxRounds) return `rounds.max (${limits.maxRounds}) reached`;
     const budget = this.roundBudget();
     if (budget.maxGpuMinutes !== undefined && budget.maxGpuMinutes <= 0) return 'GPU-minute budget reached';
@@ -183,6 +200,7 @@ export class CampaignState {
       gpuMinutes: 0,
       reportPath: `${this.dir}/round-${round}.json`,
       train: state.nextTrain,
+      ...(state.stages ? { stage: state.stages.length, kind: this.stageSpec().round.kind } : {}),
     };
     let summary = started;
     let result: RoundResult | undefined;
@@ -224,12 +242,38 @@ export class CampaignState {
     this.current = undefined;
     state.rounds.push(summary);
     if (summary.trainingCheckpointId) state.lastCheckpointId = summary.trainingCheckpointId;
+    this.noteStageEnd(summary);
     return result;
+  }
+
+  /**
+   * Staged campaigns: whether the round just run ended its stage (the stage's rounds.max or target) and, if so, its
+   * gate's verdict and the checkpoint it passes on, recorded in the stage's record.
+   */
+  private noteStageEnd(last: RoundSummary): void {
+    const record = this.carried.stages?.at(-1);
+    if (!record || last.status !== 'completed') return;
+    const { rounds, gate } = this.spec.stages![record.stage - 1]!;
+    const done = this.carried.rounds.length - record.firstRound + 1;
+    if (rounds.target && last.accuracy !== undefined && last.accuracy >= rounds.target.atLeast)
+      record.endedBy = `target reached: accuracy ${last.accuracy.toFixed(3)} ≥ ${rounds.target.atLeast}`;
+    else if (done >= rounds.max) record.endedBy = `rounds.max (${rounds.max}) reached`;
+    else return;
+    if (last.trainingCheckpointId) record.passedOn = last.trainingCheckpointId;
+    if (gate) record.gate = gateVerdict(gate, last);
   }
 
   /** The next round's training data, chosen by the next-data policy from the pool and the last round's answers. */
   async chooseNextData(last: RoundResult): Promise<void> {
-    const { spec } = this;
+    const stage = this.carried.stages?.at(-1);
+    if (stage?.endedBy) {
+      // The next stage starts on its own data, from the checkpoint this one passed on.
+      const next = this.stageRecord(stage.stage, this.carried.rounds.length + 1, stage.passedOn);
+      this.carried.stages!.push(next);
+      this.carried.nextTrain = { path: this.spec.stages![next.stage - 1]!.data.train };
+      return;
+    }
+    const spec = this.stageSpec();
     const round = this.carried.rounds.length; // the one just run
     this.carried.nextTrain = await this.activities.selectNextTrainingData({
       campaignId: this.campaignId,
@@ -247,7 +291,11 @@ export class CampaignState {
   async writeSummary(summary: CampaignProgress): Promise<void> {
     const { spec } = this;
     // Checkpoint retention: never what the campaign starts or continues from.
-    const own = [spec.rounds.startFrom?.checkpointId, this.carried.lastCheckpointId].filter((id): id is string => Boolean(id));
+    const own = [
+      spec.rounds.startFrom?.checkpointId,
+      this.carried.lastCheckpointId,
+      ...(this.carried.stages ?? []).flatMap((s) => [s.startedFrom, s.passedOn]),
+    ].filter((id): id is string => Boolean(id));
     await this.activities.writeCampaignSummary({
       path: this.summaryPath,
       summary,
@@ -266,10 +314,11 @@ export class CampaignState {
   finish(): CampaignResult {
     const { rounds, stop } = this.carried;
     const last = rounds[rounds.length - 1];
+    const gateMissed = this.carried.stages?.at(-1)?.gate?.passed === false;
     this.status =
       stop || last?.status === 'stopped' || /budget/.test(this.stopReason ?? '')
         ? 'stopped'
-        : last && last.status !== 'completed'
+        : (last && last.status !== 'completed') || gateMissed
           ? 'failed'
           : 'completed';
     const accuracies = rounds.map((r) => r.accuracy).filter((a): a is number => a !== undefined);
@@ -293,20 +342,66 @@ export class CampaignState {
 
   /** Round N+1 starts from round N's training checkpoint (or the spec's start) and trains on the data chosen for it. */
   private roundInput(round: number): RoundInput {
-    const { spec, carried: state } = this;
+    const { carried: state } = this;
+    const spec = this.stageSpec();
     return {
       campaignId: this.campaignId,
       round,
       spec: roundSpecOf(spec),
       data: { train: state.nextTrain.path, eval: spec.data.eval, trainSha256: state.nextTrain.sha256 },
-      startFrom:
-        spec.rounds.continueFrom === 'checkpoint' && state.lastCheckpointId
-          ? { checkpointId: state.lastCheckpointId, loadOptimizer: true }
-          : spec.rounds.startFrom,
+      startFrom: this.startOf(round),
       reportDir: this.dir,
       budget: this.roundBudget(),
       pool: spec.rounds.nextData.policy === 'mistakes' ? spec.data.train : undefined,
     };
+  }
+
+  /**
+   * Where a round starts: the last round's training checkpoint with its optimizer state, or the start of the campaign
+   * (`rounds.startFrom`, else the base model). A staged campaign's stage starts from the checkpoint the previous
+   * stage passed on (weights, and the optimizer state if the stage says `loadOptimizer`); `continueFrom: base`
+   * starts each of its rounds there.
+   */
+  private startOf(round: number): RoundInput['startFrom'] {
+    const { carried: state } = this;
+    const spec = this.stageSpec();
+    const stage = state.stages?.at(-1);
+    if (!stage)
+      return spec.rounds.continueFrom === 'checkpoint' && state.lastCheckpointId
+        ? { checkpointId: state.lastCheckpointId, loadOptimizer: true }
+        : spec.rounds.startFrom;
+    if (round > stage.firstRound && spec.rounds.continueFrom === 'checkpoint' && state.lastCheckpointId)
+      return { checkpointId: state.lastCheckpointId, loadOptimizer: true };
+    if (stage.stage === 1) return spec.rounds.startFrom;
+    return stage.startedFrom ? { checkpointId: stage.startedFrom, loadOptimizer: stage.loadOptimizer ?? false } : undefined;
+  }
+
+  /** The spec the running stage's rounds run with (a campaign without stages: its own). */
+  private stageSpec(): CampaignSpec {
+    const stage = this.carried.stages?.at(-1);
+    return stage ? stageSpecOf(this.spec, stage.stage - 1) : this.spec;
+  }
+
+  /** The record of a stage as it starts (`index` 0-based). */
+  private stageRecord(index: number, firstRound: number, startedFrom: string | undefined): StageRecord {
+    const stage = this.spec.stages![index]!;
+    return {
+      stage: index + 1,
+      name: stage.name,
+      kind: stage.round.kind,
+      firstRound,
+      ...(startedFrom ? { startedFrom } : {}),
+      ...(index > 0 ? { loadOptimizer: stage.loadOptimizer } : {}),
+    };
+  }
+
+  /** A stage as shown: its rounds so far and the latest value of the metric that matters for its kind. */
+  private stageProgress(record: StageRecord): StageProgress {
+    const rounds = this.carried.rounds.filter((r) => r.stage === record.stage);
+    const metric = headlineMetric(record.kind);
+    const measured = rounds.filter((r) => r.status === 'completed' && metricOf(metric, r) !== undefined).at(-1);
+    const value = measured ? metricOf(metric, measured) : undefined;
+    return { ...record, rounds: rounds.length, headline: { metric, ...(value !== undefined ? { value } : {}) } };
   }
 }
 
@@ -315,7 +410,10 @@ function roundSummary(started: RoundSummary, result: RoundResult): RoundSummary 
   return {
     ...started,
     status: result.status,
+    ...(result.kind ? { kind: result.kind } : {}),
     accuracy: result.accuracy,
+    ...(result.firstReward !== undefined ? { firstReward: result.firstReward } : {}),
+    ...(result.latestReward !== undefined ? { meanReward: result.latestReward } : {}),
     baselineLoss: result.baselineLoss,
     trainedLoss: result.trainedLoss,
     stepsApplied: result.stepsApplied,

@@ -2,439 +2,82 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { LineCounter, parseDocument, isNode } from 'yaml';
 import { z } from 'zod';
-import { billingOf, PROVIDER_KINDS } from '../rules/dialects';
 import { ConfigError } from '../rules/errors';
+import {
+  CampaignSpecSchema,
+  GATE_METRICS,
+  GateSpecSchema,
+  type DataSpec,
+  type EvaluationSpec,
+  type GateSpec,
+  type RoundKindSpec,
+  type RoundsSpec,
+  type SamplingSpec,
+  type TrainingSpec,
+} from './spec-blocks';
+
+export { CampaignSpecSchema, DEFAULT_SEGMENT_SECONDS, DEFAULT_SEGMENT_STEPS } from './spec-blocks';
+export type {
+  DataSpec,
+  DpoSpec,
+  EvaluationSpec,
+  GateMetric,
+  GateSpec,
+  GrpoSpec,
+  LrSchedule,
+  ProviderSpec,
+  RewardSpec,
+  RoundKindSpec,
+  RoundsSpec,
+  SamplingSpec,
+  TrainingSpec,
+} from './spec-blocks';
 
 /**
- * The campaign spec: one YAML or JSON file (JSON is YAML). Paths inside it are relative to the file.
- * Every field is documented in the README's spec reference; defaults are here.
+ * The campaign spec: one YAML or JSON file (JSON is YAML). Paths inside it are relative to the file. A spec may list
+ * `stages` (SFT, then GRPO, then DPO…): each stage sets its own data, training, sampling, evaluation, round and
+ * rounds blocks (a block it omits is the campaign's) and inherits the rest — provider, budget, tracking, advanced,
+ * retention. Every stage is checked as a whole spec before anything starts.
  */
 
-const positiveInt = z.number().int().min(1);
-
-/**
- * Segment bounds for hosted step times. A segment costs the same few history events however long it runs (steps
- * add none: their progress rides on heartbeats), and pause, budget and a worker's shutdown interrupt a running one,
- * so segments can be long: at 10 s per step a 30-minute segment holds 180 steps, at 30 s 60. See BENCHMARKS.md
- * (history at hosted speed).
- */
-export const DEFAULT_SEGMENT_STEPS = 1000;
-export const DEFAULT_SEGMENT_SECONDS = 1800;
-
-export const LrScheduleSchema = z
-  .object({
-    kind: z.enum(['constant', 'linear', 'cosine']).default('constant'),
-    /** Steps of linear warm-up from 0 to the learning rate. */
-    warmupSteps: z.number().int().min(0).default(0),
-    /** Where linear and cosine decay end, as a fraction of the learning rate. */
-    minRatio: z.number().min(0).max(1).default(0),
-  })
-  .strict();
-
-export const AdamSchema = z
-  .object({
-    beta1: z.number().min(0).lt(1).default(0.9),
-    beta2: z.number().min(0).lt(1).default(0.95),
-    eps: z.number().positive().default(1e-8),
-    weightDecay: z.number().min(0).default(0),
-    /** 0 disables clipping. */
-    gradClipNorm: z.number().min(0).default(1),
-  })
-  .strict();
-
-export const ProviderSpecSchema = z
-  .object({
-    kind: z.enum(PROVIDER_KINDS),
-    /** Omitted for `local`: the worker's own emulator. */
-    baseUrl: z.url({ protocol: /^https?$/ }).optional(),
-    model: z.string().min(1),
-    /** A folder or tokenizer.json to tokenise with, when the model's tokenizer is not bundled or cached. */
-    tokenizer: z.string().min(1).optional(),
-    /** Sampler replicas to provision (sampling needs at least 1). */
-    generatorReplicas: z.number().int().min(1).max(16).default(1),
-    /** Provider-side auto-stop after this much idleness: a safety net behind the reaper. */
-    inactiveTimeoutSeconds: z.number().int().min(300).max(86_400).default(1800),
-    /**
-     * What the provider charges per million tokens (USD), for a provider that bills tokens (Tinker): the round's
-     * estimated cost is its counted tokens at these prices. Take them from the provider's price list for the model.
-     */
-    tokenPrices: z
-      .object({ prefill: z.number().min(0).max(1000), sample: z.number().min(0).max(1000), train: z.number().min(0).max(1000) })
-      .strict()
-      .optional(),
-  })
-  .strict();
-
-export const TrainingSpecSchema = z
-  .object({
-    epochs: positiveInt.max(1000),
-    batchSize: positiveInt.max(4096),
-    learningRate: z.number().positive().max(10),
-    lrSchedule: LrScheduleSchema.default({ kind: 'constant', warmupSteps: 0, minRatio: 0 }),
-    loraRank: positiveInt.max(128),
-    loraAlpha: z.number().positive().optional(),
-    maxSeqLen: positiveInt.max(1_000_000),
-    adam: AdamSchema.default({ beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0, gradClipNorm: 1 }),
-    /** Seeds the per-epoch shuffle (and the LoRA init where the provider takes one). */
-    seed: z.number().int().min(0).default(0),
-    /** A training segment (one heartbeating activity) ends after this many steps… */
-    segmentSteps: positiveInt.max(100_000).default(DEFAULT_SEGMENT_STEPS),
-    /** …or this many seconds, whichever comes first. */
-    segmentSeconds: positiveInt.max(3600).default(DEFAULT_SEGMENT_SECONDS),
-    /** Steps submitted ahead of the one being awaited (forward_backward + optim_step each). */
-    pipelineDepth: positiveInt.max(8).default(2),
-    /**
-     * Rolling training checkpoints (weights + optimizer + step) saved while training, after this many steps or
-     * minutes, whichever comes first: a lost trainer or a failed step rolls back to the latest, so at most this much
-     * work is redone. The round keeps the last `keep` of them.
-     */
-    checkpointEvery: z
-      .object({
-        steps: positiveInt.max(1_000_000).optional(),
-        minutes: z
-          .number()
-          .positive()
-          .max(24 * 60)
-          .optional(),
-        keep: positiveInt.max(100).default(3),
-      })
-      .strict()
-      .default({ minutes: 5, keep: 3 }),
-  })
-  .strict();
-
-export const SamplingSpecSchema = z
-  .object({
-    maxTokens: positiveInt.max(32_768),
-    temperature: z.number().min(0).max(10).default(0),
-    topP: z.number().gt(0).max(1).optional(),
-    topK: z.number().int().min(0).optional(),
-    stop: z.array(z.string().min(1)).max(16).optional(),
-  })
-  .strict();
-
-export const EvaluationSpecSchema = z
-  .object({
-    /** `numeric`: the final number of the completion equals the answer's (GSM8K-style, `####` aware). */
-    scorer: z.enum(['exact', 'contains', 'regex', 'numeric']),
-    /** For `regex`: the pattern a completion must match; `{answer}` is replaced by the escaped expected answer. */
-    pattern: z.string().optional(),
-    caseSensitive: z.boolean().default(false),
-    /** Trim and collapse whitespace before comparing. */
-    normalizeWhitespace: z.boolean().default(true),
-    /**
-     * Evaluation during training: an eval-loss pass (forward only; DPO: the eval pairs' loss and preference accuracy)
-     * every this many optimizer steps, between segments. The round's start and end are measured anyway.
-     */
-    every: positiveInt.max(1_000_000).optional(),
-    /** SFT and GRPO: every k-th of those passes also samples the eval set and scores it (the metric's curve). */
-    sampleEvery: positiveInt.max(1000).optional(),
-    /**
-     * End the round when the evaluations stop improving: after `patience` evaluations without an improvement of more
-     * than `minDelta` (on eval loss, or the metric), training stops and the round finishes from its best evaluated
-     * weights, saved as a checkpoint when they were measured.
-     */
-    earlyStop: z
-      .object({
-        patience: positiveInt.max(1000).default(3),
-        minDelta: z.number().min(0).default(0),
-        on: z.enum(['loss', 'metric']).default('loss'),
-      })
-      .strict()
-      .optional(),
-  })
-  .strict()
-  .superRefine((e, ctx) => {
-    if (e.sampleEvery !== undefined && e.every === undefined)
-      ctx.addIssue({ code: 'custom', path: ['sampleEvery'], message: 'needs evaluation.every (the steps between evaluations)' });
-    if (e.earlyStop && e.every === undefined)
-      ctx.addIssue({ code: 'custom', path: ['earlyStop'], message: 'needs evaluation.every (the steps between evaluations)' });
-    if (e.scorer === 'regex') {
-      if (!e.pattern) {
-        ctx.addIssue({ code: 'custom', path: ['pattern'], message: 'is required when scorer is regex' });
-        return;
-      }
-      try {
-        new RegExp(e.pattern.replace('{answer}', 'x'));
-      } catch (err) {
-        ctx.addIssue({ code: 'custom', path: ['pattern'], message: `is not a valid regular expression: ${(err as Error).message}` });
-      }
-    }
-  });
-
-export const RewardSpecSchema = z.discriminatedUnion('kind', [
-  z
-    .object({
-      kind: z.enum(['exact', 'contains', 'regex']),
-      /** For `regex`: `{answer}` is replaced by the escaped expected answer. */
-      pattern: z.string().optional(),
-      caseSensitive: z.boolean().default(false),
-      normalizeWhitespace: z.boolean().default(true),
-    })
-    .strict(),
-  z.object({ kind: z.literal('numeric'), tolerance: z.number().min(0).default(1e-6) }).strict(),
-  /** A CommonJS module (path relative to the spec) exporting `reward(completion, answer, prompt) → number`. */
-  z.object({ kind: z.literal('module'), path: z.string().min(1), export: z.string().min(1).default('reward') }).strict(),
-]);
-
-export const PolicyLossSpecSchema = z
-  .object({
-    type: z.enum(['grpo', 'ppo', 'importance_sampling']).default('grpo'),
-    clipLow: z.number().min(0).max(1).optional(),
-    clipHigh: z.number().min(1).optional(),
-    /** KL penalty against the reference policy (grpo only); > 0 needs `round.grpo.reference`. */
-    beta: z.number().min(0).default(0),
-    aggregation: z.enum(['token_mean', 'sequence_mean', 'fixed_horizon']).optional(),
-    ratio: z.enum(['token', 'sequence']).optional(),
-  })
-  .strict();
-
-export const GrpoSpecSchema = z
-  .object({
-    /** Completions sampled per prompt (one group); prompts per step is `training.batchSize`. */
-    groupSize: z.number().int().min(2).max(64).default(4),
-    reward: RewardSpecSchema,
-    loss: PolicyLossSpecSchema.default({ type: 'grpo', beta: 0 }),
-    /** Divide each group's centred rewards by its standard deviation. */
-    normalizeAdvantages: z.boolean().default(false),
-    /**
-     * How many optimizer steps behind the trained policy the sampling may be: 0 samples every step after the
-     * previous step's weights sync; k > 0 lets the sampling of the next k steps overlap this step's training.
-     */
-    maxStepsOffPolicy: z.number().int().min(0).max(8).default(0),
-    /** The reference policy for the KL penalty: `start` = the round's starting weights (a frozen second session). */
-    reference: z.enum(['start']).optional(),
-  })
-  .strict();
-
-export const DpoSpecSchema = z
-  .object({
-    /** Strength of the preference (the β of DPO). */
-    beta: z.number().positive().max(100).default(0.1),
-  })
-  .strict();
-
-export const RoundKindSpecSchema = z
-  .object({
-    /** sft: supervised (cross-entropy on answers); grpo: sampled groups + rewards + policy-gradient loss; dpo: preference pairs. */
-    kind: z.enum(['sft', 'grpo', 'dpo']).default('sft'),
-    grpo: GrpoSpecSchema.optional(),
-    dpo: DpoSpecSchema.optional(),
-  })
-  .strict();
-
-export const RoundsSpecSchema = z
-  .object({
-    max: positiveInt.max(1000).default(1),
-    target: z
-      .object({ metric: z.enum(['accuracy']), atLeast: z.number().min(0).max(1) })
-      .strict()
-      .optional(),
-    nextData: z
-      .object({
-        policy: z.enum(['mistakes', 'all', 'static']).default('mistakes'),
-        /** Share of the next training set drawn from rows the last round got right. */
-        replayShare: z.number().min(0).max(1).default(0.3),
-      })
-      .strict()
-      .default({ policy: 'mistakes', replayShare: 0.3 }),
-    /** Round N+1 starts from round N's training checkpoint with optimizer state, or fresh from the base model. */
-    continueFrom: z.enum(['checkpoint', 'base']).default('checkpoint'),
-    /**
-     * The campaign's starting point instead of the bare base model: a training checkpoint (e.g. an SFT round's
-     * `training_checkpoint_id` to warm-start GRPO or DPO). Weights only unless `loadOptimizer`.
-     */
-    startFrom: z
-      .object({ checkpointId: z.string().min(1), loadOptimizer: z.boolean().default(false) })
-      .strict()
-      .optional(),
-  })
-  .strict();
-
-export const BudgetSpecSchema = z
-  .object({
-    maxGpuMinutes: z.number().positive().optional(),
-    maxWallMinutes: z.number().positive().optional(),
-  })
-  .strict();
-
-export const AdvancedSpecSchema = z
-  .object({
-    /** A worker that dies is noticed after this long (the training heartbeat timeout). */
-    heartbeatTimeoutSeconds: z.number().int().min(1).max(600).default(30),
-    /** Give up waiting for a resource to become ready after this long. */
-    provisionTimeoutMinutes: z
-      .number()
-      .positive()
-      .max(24 * 60)
-      .default(60),
-    /** Recoveries from provider-side failures (a failed step, a lost session or trainer) before the round fails. */
-    maxRecoveries: z.number().int().min(0).max(100).default(5),
-  })
-  .strict();
-
-/**
- * Experiment tracking. MLflow: the campaign is a run, each round a nested run, logged from the durable records.
- * The server is `uri` or the worker's MLFLOW_TRACKING_URI; credentials only ever come from the worker's environment
- * (MLFLOW_TRACKING_TOKEN, or MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD), never from a spec.
- */
-export const TrackingSpecSchema = z
-  .object({
-    mlflow: z
-      .object({
-        uri: z
-          .string()
-          .url()
-          .refine((u) => /^https?:\/\//.test(u), 'must be an http(s) URL of the tracking server')
-          .refine(
-            (u) => !/^https?:\/\/[^/]*@/.test(u),
-            'must not carry credentials: set MLFLOW_TRACKING_TOKEN or MLFLOW_TRACKING_USERNAME/PASSWORD on the worker',
-          )
-          .optional(),
-        /** The MLflow experiment (made if missing); default: the campaign's name. */
-        experiment: z.string().min(1).max(500).optional(),
-      })
-      .strict()
-      .optional(),
-    /**
-     * Weights & Biases, through the provider's own integration: Together's training sessions carry
-     * `metadata.wandb {project, entity, group, run_name}` (labels that tie the session to a W&B run). No API key is
-     * sent or needed; Baseten Loops' API takes no W&B settings (its SDK logs to W&B from the client).
-     */
-    wandb: z
-      .object({
-        project: z.string().min(1).max(128),
-        entity: z.string().min(1).max(128).optional(),
-        /** Default: the campaign id, so a campaign's rounds group together. */
-        group: z.string().min(1).max(128).optional(),
-        /** Default: the round's workflow id. */
-        runName: z.string().min(1).max(128).optional(),
-      })
-      .strict()
-      .optional(),
-  })
-  .strict();
-
-const CampaignSpecBase = z
-  .object({
-    name: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$/, 'letters, digits, dot, dash and underscore; at most 100 characters'),
-    provider: ProviderSpecSchema,
-    data: z
-      .object({
-        train: z.string().min(1),
-        eval: z.string().min(1),
-        /**
-         * false (default): `run` and `schedule create` copy the files into the artifact store, content-addressed, and
-         * every round (every scheduled run too) trains on that copy. true: each run reads the path or URI as it is then.
-         */
-        reread: z.boolean().default(false),
-      })
-      .strict(),
-    training: TrainingSpecSchema,
-    sampling: SamplingSpecSchema,
-    evaluation: EvaluationSpecSchema.default({ scorer: 'exact', caseSensitive: false, normalizeWhitespace: true }),
-    round: RoundKindSpecSchema.default({ kind: 'sft' }),
-    rounds: RoundsSpecSchema.default({ max: 1, nextData: { policy: 'mistakes', replayShare: 0.3 }, continueFrom: 'checkpoint' }),
-    budget: BudgetSpecSchema.default({}),
-    advanced: AdvancedSpecSchema.default({ heartbeatTimeoutSeconds: 30, provisionTimeoutMinutes: 60, maxRecoveries: 5 }),
-    tracking: TrackingSpecSchema.optional(),
-    /**
-     * Checkpoint retention, applied after each round: the final checkpoints of the best `keepBest` and the last
-     * `keepLast` rounds are kept, the rest deleted at the provider where it has a delete call; never one that an open
-     * or scheduled workflow starts from. Unset: nothing is deleted.
-     */
-    retention: z
-      .object({ keepBest: z.number().int().min(0).max(100).default(1), keepLast: z.number().int().min(1).max(100).default(2) })
-      .strict()
-      .optional(),
-  })
-  .strict();
-
-export const CampaignSpecSchema = CampaignSpecBase.superRefine(roundKindProblems);
-
-/** What the round kind needs from the rest of the spec: each problem names the field to change. */
-function roundKindProblems(spec: z.infer<typeof CampaignSpecBase>, ctx: z.RefinementCtx): void {
-  const problem = (path: (string | number)[], message: string) => ctx.addIssue({ code: 'custom', path, message });
-  const { kind, grpo, dpo } = spec.round;
-  if (kind !== 'grpo' && grpo) problem(['round', 'grpo'], `is only used when round.kind is grpo (it is ${kind})`);
-  if (kind !== 'dpo' && dpo) problem(['round', 'dpo'], `is only used when round.kind is dpo (it is ${kind})`);
-  if (kind === 'grpo') {
-    if (!grpo)
-      return problem(['round', 'grpo'], 'is required when round.kind is grpo: at least a reward, e.g. grpo: { reward: { kind: numeric } }');
-    if (grpo.reward.kind === 'regex' && !grpo.reward.pattern)
-      problem(['round', 'grpo', 'reward', 'pattern'], 'is required when the reward kind is regex');
-    if (spec.sampling.temperature === 0)
-      problem(
-        ['sampling', 'temperature'],
-        'must be above 0 for a grpo round: a group of greedy completions is all alike and teaches nothing',
-      );
-    if (grpo.loss.beta > 0 && grpo.loss.type !== 'grpo')
-      problem(['round', 'grpo', 'loss', 'beta'], `the KL penalty is part of the grpo loss, not ${grpo.loss.type}`);
-    if (grpo.loss.beta > 0 && !grpo.reference) {
-      problem(
-        ['round', 'grpo', 'loss', 'beta'],
-        'is above 0 but no reference logprobs are configured: set round.grpo.reference: start (or beta: 0)',
-      );
-    }
-    if (spec.provider.kind === 'baseten' && grpo.reference) {
-      problem(
-        ['round', 'grpo', 'reference'],
-        "is not available on Baseten Loops: a run is one session, and opening a reference session re-initializes the run and loads the reference state over the policy's weights and optimizer state; remove it (a KL penalty needs the together dialect)",
-      );
-    }
-    if ((spec.provider.kind === 'baseten' || spec.provider.kind === 'tinker') && grpo.loss.type === 'grpo') {
-      problem(
-        ['round', 'grpo', 'loss', 'type'],
-        `${spec.provider.kind === 'baseten' ? 'Baseten Loops' : 'Tinker'} has no grpo loss: use ppo or importance_sampling (advantages are group-centred either way)`,
-      );
-    }
-  }
-  if (spec.tracking?.wandb && spec.provider.kind === 'baseten')
-    problem(
-      ['tracking', 'wandb'],
-      'is not available on Baseten Loops: its API takes no W&B settings (the baseten-loops SDK starts the W&B run on the client); use tracking.mlflow, or the together dialect',
-    );
-  if (spec.provider.tokenPrices && billingOf(spec.provider.kind) !== 'tokens')
-    problem(
-      ['provider', 'tokenPrices'],
-      `is for a provider that bills tokens (tinker); ${spec.provider.kind} bills GPU time, whose price the provider quotes`,
-    );
-  if (spec.tracking?.wandb && spec.provider.kind === 'tinker')
-    problem(
-      ['tracking', 'wandb'],
-      'is not available on Tinker: its API takes no W&B settings; use tracking.mlflow, or the together dialect',
-    );
-  const { earlyStop, sampleEvery } = spec.evaluation;
-  if (kind === 'dpo' && sampleEvery !== undefined)
-    problem(
-      ['evaluation', 'sampleEvery'],
-      'is for sampled answers, which a dpo round has none of (its evaluations measure preference accuracy anyway)',
-    );
-  if (kind !== 'dpo' && earlyStop?.on === 'metric' && sampleEvery === undefined)
-    problem(['evaluation', 'earlyStop', 'on'], 'metric needs evaluation.sampleEvery: the metric is measured from sampled answers');
-  if (kind === 'dpo') {
-    if (spec.provider.kind === 'baseten')
-      problem(['round', 'kind'], 'dpo trains through a custom loss (custom_forward_backward), which Baseten Loops does not offer');
-    if (spec.rounds.max > 1 && spec.rounds.nextData.policy === 'mistakes') {
-      problem(
-        ['rounds', 'nextData', 'policy'],
-        'mistakes needs sampled answers to score, which a dpo round has none of: use all or static',
-      );
-    }
-  }
+/** One stage of a staged campaign, resolved: its blocks (its own or the campaign's) and how it hands over. */
+export interface StageSpec {
+  name: string;
+  data: DataSpec;
+  training: TrainingSpec;
+  sampling: SamplingSpec;
+  evaluation: EvaluationSpec;
+  round: RoundKindSpec;
+  rounds: RoundsSpec;
+  /** What the stage's last round must reach before the next stage starts; a miss ends the campaign (failed). */
+  gate?: GateSpec;
+  /** Stages after the first: also load the previous stage's optimizer state (default: its weights only). */
+  loadOptimizer: boolean;
 }
 
-export type CampaignSpec = z.infer<typeof CampaignSpecSchema>;
-export type TrainingSpec = z.infer<typeof TrainingSpecSchema>;
-export type SamplingSpec = z.infer<typeof SamplingSpecSchema>;
-export type EvaluationSpec = z.infer<typeof EvaluationSpecSchema>;
-export type ProviderSpec = z.infer<typeof ProviderSpecSchema>;
-export type RoundKindSpec = z.infer<typeof RoundKindSpecSchema>;
-export type GrpoSpec = z.infer<typeof GrpoSpecSchema>;
-export type DpoSpec = z.infer<typeof DpoSpecSchema>;
-/** Input form (defaults optional): what `rewardFunction` takes. */
-export type RewardSpec = z.input<typeof RewardSpecSchema>;
-export type LrSchedule = z.infer<typeof LrScheduleSchema>;
+/**
+ * A parsed spec. With `stages`, the top-level blocks are the first stage's (what validation of a one-stage spec
+ * reads); the campaign runs each stage in turn.
+ */
+export type CampaignSpec = z.infer<typeof CampaignSpecSchema> & { stages?: StageSpec[] };
+
+/** The blocks a stage may set; everything else is the campaign's. */
+const STAGE_BLOCKS = ['data', 'training', 'sampling', 'evaluation', 'round', 'rounds'] as const;
+const CAMPAIGN_FIELDS = ['name', 'provider', 'budget', 'advanced', 'tracking', 'retention'];
+
+const StageEntrySchema = z
+  .object({
+    name: z
+      .string()
+      .regex(/^[A-Za-z0-9][A-Za-z0-9_-]{0,39}$/, 'letters, digits, dash and underscore; at most 40 characters')
+      .optional(),
+    ...Object.fromEntries(STAGE_BLOCKS.map((b) => [b, z.unknown().optional()])),
+    gate: GateSpecSchema.optional(),
+    loadOptimizer: z.boolean().default(false),
+  })
+  .strict();
+const StagesSchema = z.array(StageEntrySchema).min(1).max(16);
+type StageEntry = z.infer<typeof StageEntrySchema> & Partial<Record<(typeof STAGE_BLOCKS)[number], unknown>>;
 
 /** A spec error names the file, the line, and the field: `campaign.yaml:12 training.epochs: …`. */
 export class SpecError extends ConfigError {
@@ -449,6 +92,8 @@ export class SpecError extends ConfigError {
   }
 }
 
+type FieldPath = readonly PropertyKey[];
+
 /** Parses spec text; `file` is used in errors and to resolve the data paths. */
 export function parseCampaignSpec(text: string, file: string): CampaignSpec {
   const lineCounter = new LineCounter();
@@ -457,30 +102,119 @@ export function parseCampaignSpec(text: string, file: string): CampaignSpec {
     const e = doc.errors[0]!;
     throw new SpecError(file, e.linePos?.[0]?.line, '', `not valid YAML or JSON: ${e.message.split('\n')[0]}`);
   }
-  const lineOf = (p: readonly PropertyKey[]): number | undefined => {
+  const lineOf = (p: FieldPath): number | undefined => {
     for (let depth = p.length; depth >= 0; depth--) {
       const node = doc.getIn(p.slice(0, depth) as (string | number)[], true);
       if (isNode(node) && node.range) return lineCounter.linePos(node.range[0]).line;
     }
     return undefined;
   };
-  const parsed = CampaignSpecSchema.safeParse(doc.toJS());
-  if (!parsed.success) {
-    // A misspelt key explains the "missing" field it was meant to be: report it first.
-    const issue = parsed.error.issues.find((i) => i.code === 'unrecognized_keys') ?? parsed.error.issues[0]!;
-    let fieldPath = issue.path;
-    let message = issue.message;
-    if (issue.code === 'unrecognized_keys') {
-      fieldPath = [...issue.path, issue.keys[0]!];
-      message = 'is not a known field';
-    } else if (issue.code === 'invalid_type' && /received undefined/.test(issue.message)) {
-      message = 'is required';
-    }
+  const fail = (fieldPath: FieldPath, message: string): never => {
     throw new SpecError(file, lineOf(fieldPath), fieldPath.join('.') || '(spec)', message);
-  }
-  const spec = parsed.data;
+  };
   const dir = path.dirname(path.resolve(file));
-  // Local paths are relative to the spec; an s3:// URI is taken as it is.
+  const raw: unknown = doc.toJS();
+  if (raw && typeof raw === 'object' && !Array.isArray(raw) && 'stages' in raw)
+    return parseStaged(raw as Record<string, unknown>, dir, fail);
+  const parsed = CampaignSpecSchema.safeParse(raw);
+  if (!parsed.success) return failOn(parsed.error.issues, fail);
+  return resolvePaths(parsed.data, dir);
+}
+
+/** The first issue zod found, reported as a SpecError; `where` maps its path to the field in the file. */
+function failOn(
+  issues: z.core.$ZodIssue[],
+  fail: (p: FieldPath, m: string) => never,
+  where: (p: FieldPath, missing: boolean) => { path: FieldPath; note?: string } = (p) => ({ path: p }),
+): never {
+  // A misspelt key explains the "missing" field it was meant to be: report it first.
+  const issue = issues.find((i) => i.code === 'unrecognized_keys') ?? issues[0]!;
+  let fieldPath: FieldPath = issue.path;
+  let message = issue.message;
+  if (issue.code === 'unrecognized_keys') {
+    fieldPath = [...issue.path, issue.keys[0]!];
+    message = 'is not a known field';
+  } else if (issue.code === 'invalid_type' && /received undefined/.test(issue.message)) {
+    message = 'is required';
+  }
+  const mapped = where(fieldPath, message === 'is required');
+  return fail(mapped.path, mapped.note ? `${message} ${mapped.note}` : message);
+}
+
+/**
+ * A staged spec: every stage is the campaign's spec with the stage's blocks in place of the campaign's, checked in
+ * full (so a bad field in stage 2 is refused before stage 1 provisions anything). Errors name the stage's field when
+ * the stage set the block, else the campaign's field and the stage that inherited it.
+ */
+function parseStaged(raw: Record<string, unknown>, dir: string, fail: (p: FieldPath, m: string) => never): CampaignSpec {
+  const { stages: rawStages, ...campaign } = raw;
+  if (Array.isArray(rawStages)) {
+    rawStages.forEach((entry, i) => {
+      const own = entry && typeof entry === 'object' ? Object.keys(entry as object) : [];
+      const inherited = own.find((k) => CAMPAIGN_FIELDS.includes(k) && k !== 'name');
+      if (inherited)
+        fail(
+          ['stages', i, inherited],
+          `is the campaign's, not a stage's: every stage uses the campaign's ${CAMPAIGN_FIELDS.slice(1).join(', ')}`,
+        );
+    });
+  }
+  const list = StagesSchema.safeParse(rawStages);
+  if (!list.success) return failOn(list.error.issues, fail, (p) => ({ path: ['stages', ...p] }));
+  const stages = (list.data as StageEntry[]).map((entry, i): { spec: CampaignSpec; stage: StageSpec } => {
+    const own = STAGE_BLOCKS.filter((b) => entry[b] !== undefined);
+    const merged = { ...campaign, ...Object.fromEntries(own.map((b) => [b, entry[b]])) };
+    const label = `stage ${i + 1}${entry.name ? ` (${entry.name})` : ''}`;
+    const parsed = CampaignSpecSchema.safeParse(merged);
+    if (!parsed.success)
+      return failOn(parsed.error.issues, fail, (p, missing) => {
+        const block = p[0] as string;
+        if (own.includes(block as (typeof own)[number])) return { path: ['stages', i, ...p] };
+        if (missing && p.length === 1)
+          return { path: ['stages', i, block], note: `: ${label} sets no ${block} and the campaign has none to inherit` };
+        return { path: p, note: `(in ${label}, which inherits the campaign's ${block})` };
+      });
+    const spec = resolvePaths(parsed.data, dir);
+    const kind = spec.round.kind;
+    if (i > 0 && spec.rounds.startFrom)
+      fail(
+        own.includes('rounds') ? ['stages', i, 'rounds', 'startFrom'] : ['rounds', 'startFrom'],
+        `${label} starts from the previous stage's final training checkpoint: only the first stage may set rounds.startFrom`,
+      );
+    if (entry.gate && !(GATE_METRICS[entry.gate.metric] as readonly string[]).includes(kind))
+      fail(
+        ['stages', i, 'gate', 'metric'],
+        `${entry.gate.metric} is not measured by a ${kind} round; for ${kind}: ${Object.entries(GATE_METRICS)
+          .filter(([, kinds]) => (kinds as readonly string[]).includes(kind))
+          .map(([m]) => m)
+          .join(', ')}`,
+      );
+    const { data, training, sampling, evaluation, round, rounds } = spec;
+    const stage: StageSpec = {
+      name: entry.name ?? kind,
+      data,
+      training,
+      sampling,
+      evaluation,
+      round,
+      rounds,
+      ...(entry.gate ? { gate: entry.gate } : {}),
+      loadOptimizer: entry.loadOptimizer,
+    };
+    return { spec, stage };
+  });
+  const names = stages.map((s) => s.stage.name);
+  const repeated = names.findIndex((n, i) => names.indexOf(n) !== i);
+  if (repeated >= 0)
+    fail(
+      ['stages', repeated, 'name'],
+      `'${names[repeated]}' names two stages: give each stage its own name (stage names label its rounds)`,
+    );
+  return { ...stages[0]!.spec, stages: stages.map((s) => s.stage) };
+}
+
+/** Local paths are relative to the spec; an s3:// URI is taken as it is. */
+function resolvePaths(spec: CampaignSpec, dir: string): CampaignSpec {
   const resolveData = (p: string) => (p.startsWith('s3://') ? p : path.resolve(dir, p));
   spec.data.train = resolveData(spec.data.train);
   spec.data.eval = resolveData(spec.data.eval);

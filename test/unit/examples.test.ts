@@ -13,8 +13,16 @@ const specs = fs.readdirSync(root).flatMap((dir) =>
     .map((f) => path.join(dir, f)),
 );
 
-test('there are example specs of every round kind', () => {
-  expect(new Set(specs.map((s) => loadCampaignSpec(path.join(root, s)).round.kind))).toEqual(new Set(['sft', 'grpo', 'dpo']));
+test('there are example specs of every round kind (a staged spec counts each of its stages)', () => {
+  const kinds = specs.flatMap((s) => {
+    const spec = loadCampaignSpec(path.join(root, s));
+    return spec.stages ? spec.stages.map((stage) => stage.round.kind) : [spec.round.kind];
+  });
+  expect(new Set(kinds)).toEqual(new Set(['sft', 'grpo', 'dpo']));
+  expect(specs.filter((s) => loadCampaignSpec(path.join(root, s)).stages)).toEqual([
+    'arithmetic/pipeline.yaml',
+    'support-tickets/pipeline.yaml',
+  ]);
 });
 
 test.each(specs)('examples/%s parses and its data passes the checks made before provisioning', (spec) => {

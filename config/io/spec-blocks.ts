@@ -1,0 +1,464 @@
+import { z } from 'zod';
+import { billingOf, PROVIDER_KINDS } from '../rules/dialects';
+
+/**
+ * The blocks a campaign spec is made of (spec.ts puts them together): each with its defaults. Every field is
+ * documented in the README's spec reference.
+ */
+
+const positiveInt = z.number().int().min(1);
+
+/**
+ * Segment bounds for hosted step times. A segment costs the same few history events however long it runs (steps
+ * add none: their progress rides on heartbeats), and pause, budget and a worker's shutdown interrupt a running one,
+ * so segments can be long: at 10 s per step a 30-minute segment holds 180 steps, at 30 s 60. See BENCHMARKS.md
+ * (history at hosted speed).
+ */
+export const DEFAULT_SEGMENT_STEPS = 1000;
+export const DEFAULT_SEGMENT_SECONDS = 1800;
+
+export const LrScheduleSchema = z
+  .object({
+    kind: z.enum(['constant', 'linear', 'cosine']).default('constant'),
+    /** Steps of linear warm-up from 0 to the learning rate. */
+    warmupSteps: z.number().int().min(0).default(0),
+    /** Where linear and cosine decay end, as a fraction of the learning rate. */
+    minRatio: z.number().min(0).max(1).default(0),
+  })
+  .strict();
+
+export const AdamSchema = z
+  .object({
+    beta1: z.number().min(0).lt(1).default(0.9),
+    beta2: z.number().min(0).lt(1).default(0.95),
+    eps: z.number().positive().default(1e-8),
+    weightDecay: z.number().min(0).default(0),
+    /** 0 disables clipping. */
+    gradClipNorm: z.number().min(0).default(1),
+  })
+  .strict();
+
+export const ProviderSpecSchema = z
+  .object({
+    kind: z.enum(PROVIDER_KINDS),
+    /** Omitted for `local`: the worker's own emulator. */
+    baseUrl: z.url({ protocol: /^https?$/ }).optional(),
+    model: z.string().min(1),
+    /** A folder or tokenizer.json to tokenise with, when the model's tokenizer is not bundled or cached. */
+    tokenizer: z.string().min(1).optional(),
+    /** Sampler replicas to provision (sampling needs at least 1). */
+    generatorReplicas: z.number().int().min(1).max(16).default(1),
+    /** Provider-side auto-stop after this much idleness: a safety net behind the reaper. */
+    inactiveTimeoutSeconds: z.number().int().min(300).max(86_400).default(1800),
+    /**
+     * What the provider charges per million tokens (USD), for a provider that bills tokens (Tinker): the round's
+     * estimated cost is its counted tokens at these prices. Take them from the provider's price list for the model.
+     */
+    tokenPrices: z
+      .object({ prefill: z.number().min(0).max(1000), sample: z.number().min(0).max(1000), train: z.number().min(0).max(1000) })
+      .strict()
+      .optional(),
+  })
+  .strict();
+
+export const TrainingSpecSchema = z
+  .object({
+    epochs: positiveInt.max(1000),
+    batchSize: positiveInt.max(4096),
+    learningRate: z.number().positive().max(10),
+    lrSchedule: LrScheduleSchema.default({ kind: 'constant', warmupSteps: 0, minRatio: 0 }),
+    loraRank: positiveInt.max(128),
+    loraAlpha: z.number().positive().optional(),
+    maxSeqLen: positiveInt.max(1_000_000),
+    adam: AdamSchema.default({ beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0, gradClipNorm: 1 }),
+    /** Seeds the per-epoch shuffle (and the LoRA init where the provider takes one). */
+    seed: z.number().int().min(0).default(0),
+    /** A training segment (one heartbeating activity) ends after this many steps… */
+    segmentSteps: positiveInt.max(100_000).default(DEFAULT_SEGMENT_STEPS),
+    /** …or this many seconds, whichever comes first. */
+    segmentSeconds: positiveInt.max(3600).default(DEFAULT_SEGMENT_SECONDS),
+    /** Steps submitted ahead of the one being awaited (forward_backward + optim_step each). */
+    pipelineDepth: positiveInt.max(8).default(2),
+    /**
+     * Rolling training checkpoints (weights + optimizer + step) saved while training, after this many steps or
+     * minutes, whichever comes first: a lost trainer or a failed step rolls back to the latest, so at most this much
+     * work is redone. The round keeps the last `keep` of them.
+     */
+    checkpointEvery: z
+      .object({
+        steps: positiveInt.max(1_000_000).optional(),
+        minutes: z
+          .number()
+          .positive()
+          .max(24 * 60)
+          .optional(),
+        keep: positiveInt.max(100).default(3),
+      })
+      .strict()
+      .default({ minutes: 5, keep: 3 }),
+  })
+  .strict();
+
+export const SamplingSpecSchema = z
+  .object({
+    maxTokens: positiveInt.max(32_768),
+    temperature: z.number().min(0).max(10).default(0),
+    topP: z.number().gt(0).max(1).optional(),
+    topK: z.number().int().min(0).optional(),
+    stop: z.array(z.string().min(1)).max(16).optional(),
+  })
+  .strict();
+
+export const EvaluationSpecSchema = z
+  .object({
+    /** `numeric`: the final number of the completion equals the answer's (GSM8K-style, `####` aware). */
+    scorer: z.enum(['exact', 'contains', 'regex', 'numeric']),
+    /** For `regex`: the pattern a completion must match; `{answer}` is replaced by the escaped expected answer. */
+    pattern: z.string().optional(),
+    caseSensitive: z.boolean().default(false),
+    /** Trim and collapse whitespace before comparing. */
+    normalizeWhitespace: z.boolean().default(true),
+    /**
+     * Evaluation during training: an eval-loss pass (forward only; DPO: the eval pairs' loss and preference accuracy)
+     * every this many optimizer steps, between segments. The round's start and end are measured anyway.
+     */
+    every: positiveInt.max(1_000_000).optional(),
+    /** SFT and GRPO: every k-th of those passes also samples the eval set and scores it (the metric's curve). */
+    sampleEvery: positiveInt.max(1000).optional(),
+    /**
+     * End the round when the evaluations stop improving: after `patience` evaluations without an improvement of more
+     * than `minDelta` (on eval loss, or the metric), training stops and the round finishes from its best evaluated
+     * weights, saved as a checkpoint when they were measured.
+     */
+    earlyStop: z
+      .object({
+        patience: positiveInt.max(1000).default(3),
+        minDelta: z.number().min(0).default(0),
+        on: z.enum(['loss', 'metric']).default('loss'),
+      })
+      .strict()
+      .optional(),
+  })
+  .strict()
+  .superRefine((e, ctx) => {
+    if (e.sampleEvery !== undefined && e.every === undefined)
+      ctx.addIssue({ code: 'custom', path: ['sampleEvery'], message: 'needs evaluation.every (the steps between evaluations)' });
+    if (e.earlyStop && e.every === undefined)
+      ctx.addIssue({ code: 'custom', path: ['earlyStop'], message: 'needs evaluation.every (the steps between evaluations)' });
+    if (e.scorer === 'regex') {
+      if (!e.pattern) {
+        ctx.addIssue({ code: 'custom', path: ['pattern'], message: 'is required when scorer is regex' });
+        return;
+      }
+      try {
+        new RegExp(e.pattern.replace('{answer}', 'x'));
+      } catch (err) {
+        ctx.addIssue({ code: 'custom', path: ['pattern'], message: `is not a valid regular expression: ${(err as Error).message}` });
+      }
+    }
+  });
+
+export const RewardSpecSchema = z.discriminatedUnion('kind', [
+  z
+    .object({
+      kind: z.enum(['exact', 'contains', 'regex']),
+      /** For `regex`: `{answer}` is replaced by the escaped expected answer. */
+      pattern: z.string().optional(),
+      caseSensitive: z.boolean().default(false),
+      normalizeWhitespace: z.boolean().default(true),
+    })
+    .strict(),
+  z.object({ kind: z.literal('numeric'), tolerance: z.number().min(0).default(1e-6) }).strict(),
+  /** A CommonJS module (path relative to the spec) exporting `reward(completion, answer, prompt) → number`. */
+  z.object({ kind: z.literal('module'), path: z.string().min(1), export: z.string().min(1).default('reward') }).strict(),
+]);
+
+export const PolicyLossSpecSchema = z
+  .object({
+    type: z.enum(['grpo', 'ppo', 'importance_sampling']).default('grpo'),
+    clipLow: z.number().min(0).max(1).optional(),
+    clipHigh: z.number().min(1).optional(),
+    /** KL penalty against the reference policy (grpo only); > 0 needs `round.grpo.reference`. */
+    beta: z.number().min(0).default(0),
+    aggregation: z.enum(['token_mean', 'sequence_mean', 'fixed_horizon']).optional(),
+    ratio: z.enum(['token', 'sequence']).optional(),
+  })
+  .strict();
+
+export const GrpoSpecSchema = z
+  .object({
+    /** Completions sampled per prompt (one group); prompts per step is `training.batchSize`. */
+    groupSize: z.number().int().min(2).max(64).default(4),
+    reward: RewardSpecSchema,
+    loss: PolicyLossSpecSchema.default({ type: 'grpo', beta: 0 }),
+    /** Divide each group's centred rewards by its standard deviation. */
+    normalizeAdvantages: z.boolean().default(false),
+    /**
+     * How many optimizer steps behind the trained policy the sampling may be: 0 samples every step after the
+     * previous step's weights sync; k > 0 lets the sampling of the next k steps overlap this step's training.
+     */
+    maxStepsOffPolicy: z.number().int().min(0).max(8).default(0),
+    /** The reference policy for the KL penalty: `start` = the round's starting weights (a frozen second session). */
+    reference: z.enum(['start']).optional(),
+  })
+  .strict();
+
+export const DpoSpecSchema = z
+  .object({
+    /** Strength of the preference (the β of DPO). */
+    beta: z.number().positive().max(100).default(0.1),
+  })
+  .strict();
+
+export const RoundKindSpecSchema = z
+  .object({
+    /** sft: supervised (cross-entropy on answers); grpo: sampled groups + rewards + policy-gradient loss; dpo: preference pairs. */
+    kind: z.enum(['sft', 'grpo', 'dpo']).default('sft'),
+    grpo: GrpoSpecSchema.optional(),
+    dpo: DpoSpecSchema.optional(),
+  })
+  .strict();
+
+export const RoundsSpecSchema = z
+  .object({
+    max: positiveInt.max(1000).default(1),
+    target: z
+      .object({ metric: z.enum(['accuracy']), atLeast: z.number().min(0).max(1) })
+      .strict()
+      .optional(),
+    nextData: z
+      .object({
+        policy: z.enum(['mistakes', 'all', 'static']).default('mistakes'),
+        /** Share of the next training set drawn from rows the last round got right. */
+        replayShare: z.number().min(0).max(1).default(0.3),
+      })
+      .strict()
+      .default({ policy: 'mistakes', replayShare: 0.3 }),
+    /** Round N+1 starts from round N's training checkpoint with optimizer state, or fresh from the base model. */
+    continueFrom: z.enum(['checkpoint', 'base']).default('checkpoint'),
+    /**
+     * The campaign's starting point instead of the bare base model: a training checkpoint (e.g. an SFT round's
+     * `training_checkpoint_id` to warm-start GRPO or DPO). Weights only unless `loadOptimizer`.
+     */
+    startFrom: z
+      .object({ checkpointId: z.string().min(1), loadOptimizer: z.boolean().default(false) })
+      .strict()
+      .optional(),
+  })
+  .strict();
+
+export const BudgetSpecSchema = z
+  .object({
+    maxGpuMinutes: z.number().positive().optional(),
+    maxWallMinutes: z.number().positive().optional(),
+  })
+  .strict();
+
+export const AdvancedSpecSchema = z
+  .object({
+    /** A worker that dies is noticed after this long (the training heartbeat timeout). */
+    heartbeatTimeoutSeconds: z.number().int().min(1).max(600).default(30),
+    /** Give up waiting for a resource to become ready after this long. */
+    provisionTimeoutMinutes: z
+      .number()
+      .positive()
+      .max(24 * 60)
+      .default(60),
+    /** Recoveries from provider-side failures (a failed step, a lost session or trainer) before the round fails. */
+    maxRecoveries: z.number().int().min(0).max(100).default(5),
+  })
+  .strict();
+
+/**
+ * Experiment tracking. MLflow: the campaign is a run, each round a nested run, logged from the durable records.
+ * The server is `uri` or the worker's MLFLOW_TRACKING_URI; credentials only ever come from the worker's environment
+ * (MLFLOW_TRACKING_TOKEN, or MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD), never from a spec.
+ */
+export const TrackingSpecSchema = z
+  .object({
+    mlflow: z
+      .object({
+        uri: z
+          .string()
+          .url()
+          .refine((u) => /^https?:\/\//.test(u), 'must be an http(s) URL of the tracking server')
+          .refine(
+            (u) => !/^https?:\/\/[^/]*@/.test(u),
+            'must not carry credentials: set MLFLOW_TRACKING_TOKEN or MLFLOW_TRACKING_USERNAME/PASSWORD on the worker',
+          )
+          .optional(),
+        /** The MLflow experiment (made if missing); default: the campaign's name. */
+        experiment: z.string().min(1).max(500).optional(),
+      })
+      .strict()
+      .optional(),
+    /**
+     * Weights & Biases, through the provider's own integration: Together's training sessions carry
+     * `metadata.wandb {project, entity, group, run_name}` (labels that tie the session to a W&B run). No API key is
+     * sent or needed; Baseten Loops' API takes no W&B settings (its SDK logs to W&B from the client).
+     */
+    wandb: z
+      .object({
+        project: z.string().min(1).max(128),
+        entity: z.string().min(1).max(128).optional(),
+        /** Default: the campaign id, so a campaign's rounds group together. */
+        group: z.string().min(1).max(128).optional(),
+        /** Default: the round's workflow id. */
+        runName: z.string().min(1).max(128).optional(),
+      })
+      .strict()
+      .optional(),
+  })
+  .strict();
+
+export const DataSpecSchema = z
+  .object({
+    train: z.string().min(1),
+    eval: z.string().min(1),
+    /**
+     * false (default): `run` and `schedule create` copy the files into the artifact store, content-addressed, and
+     * every round (every scheduled run too) trains on that copy. true: each run reads the path or URI as it is then.
+     */
+    reread: z.boolean().default(false),
+  })
+  .strict();
+
+/** The metric a stage's gate reads from the stage's last round, by round kind. */
+export const GATE_METRICS = {
+  /** SFT and GRPO: the share of held-out rows whose sampled answer scored right. */
+  accuracy: ['sft', 'grpo'],
+  /** GRPO: the mean reward of the last trained step's samples. */
+  meanReward: ['grpo'],
+  /** DPO: the share of held-out pairs whose chosen answer the trained policy prefers more than the reference does. */
+  preferenceAccuracy: ['dpo'],
+  /** Any kind: the held-out loss after training (DPO: the preference loss). */
+  evalLoss: ['sft', 'grpo', 'dpo'],
+} as const;
+export type GateMetric = keyof typeof GATE_METRICS;
+
+/** What a stage must reach before the next one starts: a bound on one metric of its last round. */
+export const GateSpecSchema = z
+  .object({
+    metric: z.enum(Object.keys(GATE_METRICS) as [GateMetric, ...GateMetric[]]),
+    atLeast: z.number().optional(),
+    atMost: z.number().optional(),
+  })
+  .strict()
+  .superRefine((g, ctx) => {
+    if ((g.atLeast === undefined) === (g.atMost === undefined))
+      ctx.addIssue({ code: 'custom', path: [], message: 'needs exactly one bound: atLeast (accuracy, reward) or atMost (evalLoss)' });
+  });
+
+/** A campaign's spec (without `stages`: spec.ts adds them), and what each round kind needs from the rest. */
+const CampaignSpecBase = z
+  .object({
+    name: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$/, 'letters, digits, dot, dash and underscore; at most 100 characters'),
+    provider: ProviderSpecSchema,
+    data: DataSpecSchema,
+    training: TrainingSpecSchema,
+    sampling: SamplingSpecSchema,
+    evaluation: EvaluationSpecSchema.default({ scorer: 'exact', caseSensitive: false, normalizeWhitespace: true }),
+    round: RoundKindSpecSchema.default({ kind: 'sft' }),
+    rounds: RoundsSpecSchema.default({ max: 1, nextData: { policy: 'mistakes', replayShare: 0.3 }, continueFrom: 'checkpoint' }),
+    budget: BudgetSpecSchema.default({}),
+    advanced: AdvancedSpecSchema.default({ heartbeatTimeoutSeconds: 30, provisionTimeoutMinutes: 60, maxRecoveries: 5 }),
+    tracking: TrackingSpecSchema.optional(),
+    /**
+     * Checkpoint retention, applied after each round: the final checkpoints of the best `keepBest` and the last
+     * `keepLast` rounds are kept, the rest deleted at the provider where it has a delete call; never one that an open
+     * or scheduled workflow starts from. Unset: nothing is deleted.
+     */
+    retention: z
+      .object({ keepBest: z.number().int().min(0).max(100).default(1), keepLast: z.number().int().min(1).max(100).default(2) })
+      .strict()
+      .optional(),
+  })
+  .strict();
+
+export const CampaignSpecSchema = CampaignSpecBase.superRefine(roundKindProblems);
+
+/** What the round kind needs from the rest of the spec: each problem names the field to change. */
+function roundKindProblems(spec: z.infer<typeof CampaignSpecBase>, ctx: z.RefinementCtx): void {
+  const problem = (path: (string | number)[], message: string) => ctx.addIssue({ code: 'custom', path, message });
+  const { kind, grpo, dpo } = spec.round;
+  if (kind !== 'grpo' && grpo) problem(['round', 'grpo'], `is only used when round.kind is grpo (it is ${kind})`);
+  if (kind !== 'dpo' && dpo) problem(['round', 'dpo'], `is only used when round.kind is dpo (it is ${kind})`);
+  if (kind === 'grpo') {
+    if (!grpo)
+      return problem(['round', 'grpo'], 'is required when round.kind is grpo: at least a reward, e.g. grpo: { reward: { kind: numeric } }');
+    if (grpo.reward.kind === 'regex' && !grpo.reward.pattern)
+      problem(['round', 'grpo', 'reward', 'pattern'], 'is required when the reward kind is regex');
+    if (spec.sampling.temperature === 0)
+      problem(
+        ['sampling', 'temperature'],
+        'must be above 0 for a grpo round: a group of greedy completions is all alike and teaches nothing',
+      );
+    if (grpo.loss.beta > 0 && grpo.loss.type !== 'grpo')
+      problem(['round', 'grpo', 'loss', 'beta'], `the KL penalty is part of the grpo loss, not ${grpo.loss.type}`);
+    if (grpo.loss.beta > 0 && !grpo.reference) {
+      problem(
+        ['round', 'grpo', 'loss', 'beta'],
+        'is above 0 but no reference logprobs are configured: set round.grpo.reference: start (or beta: 0)',
+      );
+    }
+    if (spec.provider.kind === 'baseten' && grpo.reference) {
+      problem(
+        ['round', 'grpo', 'reference'],
+        "is not available on Baseten Loops: a run is one session, and opening a reference session re-initializes the run and loads the reference state over the policy's weights and optimizer state; remove it (a KL penalty needs the together dialect)",
+      );
+    }
+    if ((spec.provider.kind === 'baseten' || spec.provider.kind === 'tinker') && grpo.loss.type === 'grpo') {
+      problem(
+        ['round', 'grpo', 'loss', 'type'],
+        `${spec.provider.kind === 'baseten' ? 'Baseten Loops' : 'Tinker'} has no grpo loss: use ppo or importance_sampling (advantages are group-centred either way)`,
+      );
+    }
+  }
+  if (spec.tracking?.wandb && spec.provider.kind === 'baseten')
+    problem(
+      ['tracking', 'wandb'],
+      'is not available on Baseten Loops: its API takes no W&B settings (the baseten-loops SDK starts the W&B run on the client); use tracking.mlflow, or the together dialect',
+    );
+  if (spec.provider.tokenPrices && billingOf(spec.provider.kind) !== 'tokens')
+    problem(
+      ['provider', 'tokenPrices'],
+      `is for a provider that bills tokens (tinker); ${spec.provider.kind} bills GPU time, whose price the provider quotes`,
+    );
+  if (spec.tracking?.wandb && spec.provider.kind === 'tinker')
+    problem(
+      ['tracking', 'wandb'],
+      'is not available on Tinker: its API takes no W&B settings; use tracking.mlflow, or the together dialect',
+    );
+  const { earlyStop, sampleEvery } = spec.evaluation;
+  if (kind === 'dpo' && sampleEvery !== undefined)
+    problem(
+      ['evaluation', 'sampleEvery'],
+      'is for sampled answers, which a dpo round has none of (its evaluations measure preference accuracy anyway)',
+    );
+  if (kind !== 'dpo' && earlyStop?.on === 'metric' && sampleEvery === undefined)
+    problem(['evaluation', 'earlyStop', 'on'], 'metric needs evaluation.sampleEvery: the metric is measured from sampled answers');
+  if (kind === 'dpo') {
+    if (spec.provider.kind === 'baseten')
+      problem(['round', 'kind'], 'dpo trains through a custom loss (custom_forward_backward), which Baseten Loops does not offer');
+    if (spec.rounds.max > 1 && spec.rounds.nextData.policy === 'mistakes') {
+      problem(
+        ['rounds', 'nextData', 'policy'],
+        'mistakes needs sampled answers to score, which a dpo round has none of: use all or static',
+      );
+    }
+  }
+}
+
+export type TrainingSpec = z.infer<typeof TrainingSpecSchema>;
+export type SamplingSpec = z.infer<typeof SamplingSpecSchema>;
+export type EvaluationSpec = z.infer<typeof EvaluationSpecSchema>;
+export type ProviderSpec = z.infer<typeof ProviderSpecSchema>;
+export type RoundKindSpec = z.infer<typeof RoundKindSpecSchema>;
+export type RoundsSpec = z.infer<typeof RoundsSpecSchema>;
+export type GrpoSpec = z.infer<typeof GrpoSpecSchema>;
+export type DpoSpec = z.infer<typeof DpoSpecSchema>;
+export type DataSpec = z.infer<typeof DataSpecSchema>;
+export type GateSpec = z.infer<typeof GateSpecSchema>;
+/** Input form (defaults optional): what `rewardFunction` takes. */
+export type RewardSpec = z.input<typeof RewardSpecSchema>;
+export type LrSchedule = z.infer<typeof LrScheduleSchema>;

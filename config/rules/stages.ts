@@ -1,0 +1,62 @@
+import type { CampaignSpec, GateMetric, GateSpec, StageSpec } from '../io/spec';
+
+/**
+ * A campaign's stages (SFT, then GRPO, then DPO…): what each runs with, and the gate between one and the next. A
+ * spec without `stages` is one stage made of its own blocks. Pure: the campaign workflow decides with these.
+ */
+
+/** The spec a stage's rounds run with: the campaign's, with the stage's blocks in place of its own. */
+export function stageSpecOf(spec: CampaignSpec, index: number): CampaignSpec {
+  const stage = spec.stages?.[index];
+  if (!stage) return spec;
+  const { data, training, sampling, evaluation, round, rounds } = stage;
+  return { ...spec, data, training, sampling, evaluation, round, rounds };
+}
+
+/** What a gate reads of a stage's last round (a campaign's round summary). */
+export interface GatedRound {
+  kind?: 'sft' | 'grpo' | 'dpo';
+  accuracy?: number;
+  meanReward?: number;
+  trainedLoss?: number;
+}
+
+/** The value of a gate's metric in a round: DPO's accuracy is its preference accuracy. */
+export function metricOf(metric: GateMetric, round: GatedRound): number | undefined {
+  switch (metric) {
+    case 'accuracy':
+    case 'preferenceAccuracy':
+      return round.accuracy;
+    case 'meanReward':
+      return round.meanReward;
+    case 'evalLoss':
+      return round.trainedLoss;
+  }
+}
+
+export interface GateVerdict {
+  metric: GateMetric;
+  /** The round's value of the metric (absent when the round did not measure it: the gate fails). */
+  value?: number;
+  bound: string;
+  passed: boolean;
+}
+
+/** Whether a stage's last round passed its gate. */
+export function gateVerdict(gate: GateSpec, round: GatedRound): GateVerdict {
+  const value = metricOf(gate.metric, round);
+  const bound = gate.atLeast !== undefined ? `≥ ${gate.atLeast}` : `≤ ${gate.atMost}`;
+  const passed =
+    value !== undefined && (gate.atLeast !== undefined ? value >= gate.atLeast : gate.atMost !== undefined ? value <= gate.atMost : true);
+  return { metric: gate.metric, ...(value !== undefined ? { value } : {}), bound, passed };
+}
+
+/** A gate's verdict in words: `accuracy 0.120, needed ≥ 0.3`. */
+export function describeVerdict(v: GateVerdict): string {
+  return `${v.metric} ${v.value === undefined ? 'not measured' : v.value.toFixed(3)}, needed ${v.bound}`;
+}
+
+/** The metric that matters for a round kind, as `status` and the reports show a stage: accuracy, reward, preference. */
+export function headlineMetric(kind: StageSpec['round']['kind']): GateMetric {
+  return kind === 'grpo' ? 'meanReward' : kind === 'dpo' ? 'preferenceAccuracy' : 'accuracy';
+}

@@ -1,0 +1,188 @@
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import type { WorkflowBundleWithSourceMap } from '@temporalio/worker';
+import { ProviderRegistry } from '../../workers/providers';
+import { createRoundhouseWorker } from '../../workers/worker';
+import {
+  campaignProgressQuery,
+  pauseCampaignUpdate,
+  resumeCampaignUpdate,
+  setCampaignLimitsUpdate,
+  type CampaignInput,
+  type CampaignResult,
+} from '../../workflows/campaign-contract';
+import { ledger, startTestEmulator, type RunningEmulator } from '../helpers/emulator';
+import { readArtifact, testReportDir } from '../helpers/artifacts';
+import { loadCampaignSpec, parseCampaignSpec, type CampaignSpec } from '../../config/io/spec';
+import { writeArithmeticData } from '../../examples/arithmetic/generate';
+import { bundleWorkflows, connectTestTemporal, uniqueTaskQueue, type TestTemporal } from '../helpers/temporal';
+import { campaignWorkflow } from '../../workflows';
+
+// Staged campaigns (`stages:`): SFT, then GRPO or DPO, each stage starting from the last one's final training
+// checkpoint, on a real dev server against the emulator; the example pipelines themselves are run.
+
+let temporal: TestTemporal;
+let bundle: WorkflowBundleWithSourceMap;
+let emulator: RunningEmulator;
+let providers: ProviderRegistry;
+
+beforeAll(async () => {
+  temporal = await connectTestTemporal();
+  bundle = await bundleWorkflows();
+  emulator = await startTestEmulator({ provisioningDelayMs: 50 });
+  providers = new ProviderRegistry({ stateDir: fs.mkdtempSync(path.join(os.tmpdir(), 'rh-stages-')) });
+});
+
+afterAll(async () => {
+  await providers?.close();
+  await emulator?.close();
+  await temporal?.close();
+});
+
+async function runCampaign(name: string, spec: CampaignSpec, during?: (handle: any) => Promise<void>): Promise<CampaignResult> {
+  const taskQueue = uniqueTaskQueue(name);
+  const campaignId = `${name}-${taskQueue}`;
+  const input: CampaignInput = { campaignId, spec, reportRoot: testReportDir(fs.mkdtempSync(path.join(os.tmpdir(), 'rh-stages-c-'))) };
+  const worker = await createRoundhouseWorker({
+    connection: temporal.nativeConnection,
+    namespace: temporal.settings.namespace,
+    taskQueue,
+    workflowBundle: bundle,
+    providers,
+  });
+  return worker.runUntil(async () => {
+    const handle = await temporal.client.workflow.start(campaignWorkflow, { taskQueue, workflowId: campaignId, args: [input] });
+    await during?.(handle);
+    return handle.result();
+  });
+}
+
+const example = (file: string) => {
+  const spec = loadCampaignSpec(path.resolve(__dirname, '../../examples', file));
+  spec.provider.baseUrl = emulator.url;
+  return spec;
+};
+
+/** The emulator's session a round trained in (its owner tag names the round's workflow). */
+async function sessionOf(workflowId: string) {
+  const sessions = (await ledger(emulator)).sessions.filter((s) => s.displayName === `roundhouse:${workflowId}`);
+  expect(sessions).toHaveLength(1);
+  return sessions[0]!;
+}
+
+test('the arithmetic pipeline: SFT passes its gate, the GRPO stage starts from its final checkpoint and raises the mean reward', async () => {
+  const result = await runCampaign('stages-arith', example('arithmetic/pipeline.yaml'));
+  expect(result.status).toBe('completed');
+  expect(result.stopReason).toBe('all 2 stages done: stage 2 (rl) rounds.max (1) reached');
+  const [sft, grpo] = result.rounds;
+  expect(sft).toMatchObject({ stage: 1, kind: 'sft', status: 'completed' });
+  expect(grpo).toMatchObject({ stage: 2, kind: 'grpo', status: 'completed', stepsApplied: 30, totalSteps: 30 });
+  expect(result.stages).toMatchObject([
+    {
+      stage: 1,
+      name: 'warmup',
+      kind: 'sft',
+      firstRound: 1,
+      rounds: 1,
+      passedOn: sft!.trainingCheckpointId,
+      endedBy: 'rounds.max (1) reached',
+    },
+    { stage: 2, name: 'rl', kind: 'grpo', firstRound: 2, rounds: 1, startedFrom: sft!.trainingCheckpointId, loadOptimizer: false },
+  ]);
+  expect(result.stages![0]!.gate).toMatchObject({ metric: 'evalLoss', bound: '≤ 2', passed: true, value: sft!.trainedLoss });
+  expect(result.stages![1]!.headline).toEqual({ metric: 'meanReward', value: grpo!.meanReward });
+
+  // The GRPO round's trainer loaded the SFT stage's final checkpoint (the emulator's ledger), weights only: its
+  // optimizer step counter starts at 0, not at SFT's 80.
+  const session = await sessionOf(grpo!.workflowId);
+  expect(session.resumedFromCheckpoint).toBe(sft!.trainingCheckpointId);
+  expect(session).toMatchObject({ step: 30, optimizerSteps: 30 });
+  const report = await readArtifact(grpo!.reportPath);
+  expect(report.started_from_checkpoint).toBe(sft!.trainingCheckpointId);
+
+  // Rewards above 0 from the start (the warm start works), and higher at the end than at the start.
+  const rewards: number[] = report.steps.map((s: { meanReward: number }) => s.meanReward);
+  const mean = (xs: number[]) => xs.reduce((a, x) => a + x, 0) / xs.length;
+  const [first, last] = [mean(rewards.slice(0, 10)), mean(rewards.slice(-10))];
+  process.stderr.write(
+    `[stages] arithmetic: SFT accuracy ${sft!.accuracy}; GRPO reward first 10 steps ${first.toFixed(3)} → last 10 ${last.toFixed(3)}, accuracy ${grpo!.accuracy}\n`,
+  );
+  expect(first).toBeGreaterThan(0);
+  expect(last).toBeGreaterThan(first);
+  expect((await ledger(emulator)).active).toEqual([]);
+
+  const summary = await readArtifact(result.summaryPath);
+  expect(summary.stages.map((s: { name: string }) => s.name)).toEqual(['warmup', 'rl']);
+});
+
+test('the support-ticket pipeline: SFT, then DPO from its checkpoint, raising held-out preference accuracy', async () => {
+  const result = await runCampaign('stages-tickets', example('support-tickets/pipeline.yaml'));
+  expect(result.status).toBe('completed');
+  const [sft, dpo] = result.rounds;
+  expect(sft).toMatchObject({ stage: 1, kind: 'sft', status: 'completed' });
+  expect(dpo).toMatchObject({ stage: 2, kind: 'dpo', status: 'completed' });
+  expect((await sessionOf(dpo!.workflowId)).resumedFromCheckpoint).toBe(sft!.trainingCheckpointId);
+  const report = await readArtifact(dpo!.reportPath);
+  process.stderr.write(
+    `[stages] tickets: SFT accuracy ${sft!.accuracy}; DPO preference accuracy ${report.baseline_preference_accuracy} → ${dpo!.accuracy}\n`,
+  );
+  expect(dpo!.accuracy!).toBeGreaterThan(report.baseline_preference_accuracy);
+  expect(result.stages![1]!.headline).toEqual({ metric: 'preferenceAccuracy', value: dpo!.accuracy });
+  expect((await ledger(emulator)).active).toEqual([]);
+});
+
+/** A two-stage arithmetic spec over fresh data (1 SFT epoch: accuracy stays low). */
+function arithmeticStages(stages: string): CampaignSpec {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rh-stages-d-'));
+  writeArithmeticData(dir);
+  const yaml = `
+name: staged
+provider: { kind: local, baseUrl: "${emulator.url}", model: roundhouse/tiny-chat }
+data: { train: train.jsonl, eval: eval.jsonl }
+training: { epochs: 1, batchSize: 8, learningRate: 0.01, loraRank: 8, maxSeqLen: 64, segmentSteps: 5 }
+sampling: { maxTokens: 3, temperature: 0 }
+evaluation: { scorer: numeric }
+advanced: { heartbeatTimeoutSeconds: 5 }
+stages:
+${stages}`;
+  const file = path.join(dir, 'campaign.yaml');
+  fs.writeFileSync(file, yaml);
+  return parseCampaignSpec(yaml, file);
+}
+
+const GRPO_STAGE = `  - round: { kind: grpo, grpo: { reward: { kind: numeric }, loss: { type: importance_sampling } } }
+    sampling: { maxTokens: 3, temperature: 1 }`;
+
+test('a gate the first stage misses ends the campaign failed with its reason: no GRPO round, its checkpoint kept, nothing active', async () => {
+  const spec = arithmeticStages(`  - name: warmup\n    gate: { metric: accuracy, atLeast: 0.99 }\n${GRPO_STAGE}`);
+  const result = await runCampaign('stages-gate', spec);
+  expect(result.status).toBe('failed');
+  expect(result.rounds).toHaveLength(1);
+  expect(result.stopReason).toMatch(/^stage 1 \(warmup\) did not pass its gate: accuracy 0\.\d{3}, needed ≥ 0\.99$/);
+  expect(result.stages).toHaveLength(1);
+  expect(result.stages![0]).toMatchObject({ gate: { passed: false }, passedOn: result.rounds[0]!.trainingCheckpointId });
+  const l = await ledger(emulator);
+  expect(l.checkpoints.map((c) => c.id)).toContain(result.rounds[0]!.trainingCheckpointId);
+  expect(l.active).toEqual([]);
+});
+
+test('pause, resume and limits reach across stages: a round limit lowered in stage 1 ends the campaign before stage 2', async () => {
+  const spec = arithmeticStages(`  - name: a\n    rounds: { max: 2, nextData: { policy: all } }\n${GRPO_STAGE}`);
+  expect(spec.stages!.map((s) => s.rounds.max)).toEqual([2, 1]);
+  const result = await runCampaign('stages-limits', spec, async (handle) => {
+    for (let i = 0; i < 400; i++) {
+      const p = await handle.query(campaignProgressQuery);
+      if (p.currentRound?.phase === 'training') break;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    expect((await handle.query(campaignProgressQuery)).limits.maxRounds).toBe(3); // the stages' rounds together
+    expect((await handle.executeUpdate(pauseCampaignUpdate)).status).toBe('paused');
+    expect((await handle.executeUpdate(resumeCampaignUpdate)).status).toBe('running');
+    await handle.executeUpdate(setCampaignLimitsUpdate, { args: [{ maxRounds: 1 }] });
+  });
+  expect(result.status).toBe('completed');
+  expect(result.stopReason).toBe('rounds.max (1) reached');
+  expect(result.rounds.map((r) => [r.stage, r.status, r.stepsApplied])).toEqual([[1, 'completed', 10]]);
+  expect((await ledger(emulator)).active).toEqual([]);
+});
