@@ -4,6 +4,13 @@ import type * as Worker from '../workers/worker';
 import type { CampaignInput, CampaignResult } from '../workflows/campaign-contract';
 import { modules } from './modules';
 
+const HEADLINE_NAMES = {
+  accuracy: 'held-out accuracy',
+  meanReward: 'mean reward',
+  preferenceAccuracy: 'preference accuracy',
+  evalLoss: 'eval loss',
+};
+
 /**
  * `npm start`: the embedded default — a persistent dev server, the emulator and a worker in this process — runs
  * the example campaign to its end with live progress, then says where the report is.
@@ -30,9 +37,10 @@ export function demoCommand(): Command {
           .replace(/[-:.TZ]/g, '')
           .slice(0, 14)}`;
         const input: CampaignInput = { campaignId, spec, reportRoot: reportRoot(settings) };
-        process.stdout.write(
-          `Running campaign ${campaignId}: ${spec.rounds.max} rounds at most on the embedded emulator (${spec.provider.model})\n`,
-        );
+        const plan = spec.stages
+          ? `${spec.stages.length} stages (${spec.stages.map((s) => `${s.name}: ${s.round.kind}`).join(' → ')}), ${spec.stages.reduce((a, s) => a + s.rounds.max, 0)} rounds at most`
+          : `${spec.rounds.max} rounds at most`;
+        process.stdout.write(`Running campaign ${campaignId}: ${plan} on the embedded emulator (${spec.provider.model})\n`);
         const result = (await worker.runUntil(async () => {
           const handle = await client.workflow.start(modules.workflows().campaignWorkflow, {
             taskQueue: settings.taskQueue,
@@ -41,10 +49,20 @@ export function demoCommand(): Command {
           });
           return modules.progress().watchCampaign(handle, process.stdout, 1000);
         })) as CampaignResult;
-        const accuracy = result.rounds.map((r) => (r.accuracy === undefined ? '–' : `${(r.accuracy * 100).toFixed(0)}%`)).join(' → ');
+        const pct = (v: number | undefined) => (v === undefined ? '–' : `${(v * 100).toFixed(0)}%`);
+        const accuracy = result.rounds.map((r) => pct(r.accuracy)).join(' → ');
+        // A staged campaign's stages measure different things: each stage's metric, named.
+        const outcome = result.stages
+          ? `By stage: ${result.stages
+              .map(
+                (s) =>
+                  `${s.name} (${s.kind}) ${HEADLINE_NAMES[s.headline.metric]} ${s.headline.metric === 'meanReward' ? (s.headline.value?.toFixed(3) ?? '–') : pct(s.headline.value)}`,
+              )
+              .join(' → ')}`
+          : `Held-out accuracy by round: ${accuracy}`;
         const dir = path.dirname(result.summaryPath);
         process.stdout.write(
-          `\nDone: ${result.status}${result.stopReason ? ` (${result.stopReason})` : ''}. Held-out accuracy by round: ${accuracy}\n` +
+          `\nDone: ${result.status}${result.stopReason ? ` (${result.stopReason})` : ''}. ${outcome}\n` +
             `Report: ${path.join(dir, 'report.html')}\nSummary for a PR: ${path.join(dir, 'summary.md')}\n` +
             (server.uiUrl
               ? `Temporal UI (while a server runs, e.g. \`roundhouse up\`): ${server.uiUrl}/namespaces/${settings.namespace}/workflows/${campaignId}\n`
