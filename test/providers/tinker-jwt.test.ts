@@ -48,7 +48,9 @@ test('in JWT mode the provider trains with a JWT it exchanged for its key, and r
   expect(await tinker.awaitOperation(await tinker.submitOptimStep(session.id, 'jwt/opt/2', { learningRate: 0.01 }))).toEqual({ step: 2 });
   expect(token()).toMatch(/^eyJ/);
   expect(token()).not.toBe(first); // refreshed on demand, within a minute of its expiry
-  expect(issued).toHaveLength(2);
+  // At least that refresh (a slow machine may cross the refresh point again between two requests), each a new JWT.
+  expect(issued.length).toBeGreaterThanOrEqual(2);
+  expect(new Set(issued).size).toBe(issued.length);
 
   // The same owner as the key: what the JWT created is the key's.
   expect((await ledger(emulator)).sessions.find((s) => s.id === session.id)).toMatchObject({ optimizerSteps: 2 });

@@ -11,8 +11,9 @@ const datum: Datum = { modelInput: [10, 11, 12, 40], targetTokens: [11, 12, 40, 
 let emulator: RunningEmulator;
 
 beforeAll(async () => {
-  // Generous against the emulator's own pauses (a model's creation holds its event loop for a moment).
-  emulator = await startTestEmulator({ tinkerSessionTtlMs: 1_500 });
+  // Generous against the emulator's own pauses (a model's creation holds its event loop for a moment) and a loaded
+  // machine: at 1.5 s a heartbeated session expired once in a full CI run beside other jobs.
+  emulator = await startTestEmulator({ tinkerSessionTtlMs: 3_000 });
 });
 
 afterAll(async () => {
@@ -27,14 +28,14 @@ test('a session the provider heartbeats outlives the service’s expiry many tim
   const beating = provider(key, 100);
   const resource = await beating.provision({ model: MODEL, ownerTag: 'beating' });
   const session = await beating.openSession({ resourceId: resource.id, loraRank: 8 });
-  await new Promise((r) => setTimeout(r, 4_000)); // over 2.5 expiry periods
+  await new Promise((r) => setTimeout(r, 7_500)); // 2.5 expiry periods
   expect(await beating.getResource(resource.id)).toMatchObject({ state: 'ready', providerStatus: 'active' });
   await beating.awaitOperation(await beating.submitForwardBackward(session.id, 'alive/fb', [datum]));
   expect((await ledger(emulator)).active).toContain(session.id);
 
   // A worker that dies stops heartbeating (close() stops the timers): the service expires the session.
   await beating.close();
-  await new Promise((r) => setTimeout(r, 2_000));
+  await new Promise((r) => setTimeout(r, 4_500));
   const observer = provider(key, 60_000);
   expect(await observer.getResource(resource.id)).toMatchObject({ state: 'failed', providerStatus: 'failed' });
   expect((await ledger(emulator)).active).not.toContain(session.id);
@@ -75,7 +76,7 @@ test('checkpoints can be deleted (what retention uses): gone from the run’s li
 
 test('a checkpoint named before names kept to [A-Za-z0-9_-] (a campaign’s `.` in it) is still parsed and deleted', async () => {
   const apiKey = testTinkerKey();
-  const tinker = provider(apiKey, 100); // heartbeated: this emulator expires a silent session in 1.5 s
+  const tinker = provider(apiKey, 100); // heartbeated: this emulator expires a silent session in 3 s
   const resource = await tinker.provision({ model: MODEL, ownerTag: 'legacy-names' });
   const session = await tinker.openSession({ resourceId: resource.id, loraRank: 8 });
   // Saved as an earlier Roundhouse named it (the model's next seq is 1: nothing was sent to it yet).
