@@ -1,5 +1,4 @@
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { historyToJSON } from '@temporalio/common/lib/proto-utils';
 import type { WorkflowHandle } from '@temporalio/client';
@@ -7,13 +6,11 @@ import { createRoundhouseWorker } from '../../workers/worker';
 import { campaignProgressQuery, pauseCampaignUpdate, resumeCampaignUpdate, type CampaignInput } from '../../workflows/campaign-contract';
 import { roundProgressQuery } from '../../workflows/round-contract';
 import { campaignWorkflow, reaperWorkflow, roundWorkflow } from '../../workflows';
-import { ticketCampaignSpec } from '../helpers/campaign';
+import { arithmeticStagesSpec, ticketCampaignSpec } from '../helpers/campaign';
 import { arithmeticRoundInput, roundTestEnvironment, ticketRoundInput } from '../helpers/round';
 import { uniqueTaskQueue } from '../helpers/temporal';
 import { setFaults } from '../helpers/emulator';
 import { provisionGateWorkflowId } from '../../config/rules/provision-gate';
-import { loadCampaignSpec } from '../../config/io/spec';
-import { writeArithmeticData } from '../../examples/arithmetic/generate';
 
 /**
  * Records the histories that test/workflows/history-fixtures.test.ts replays: `npm run record-histories` (not part of
@@ -236,28 +233,17 @@ round: { kind: dpo, dpo: { beta: 0.5 } }`,
 
   test('a staged campaign: SFT then GRPO (small)', async () => {
     const taskQueue = uniqueTaskQueue('rec-staged');
-    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rh-rec-staged-'));
-    writeArithmeticData(dir, { limit: 4 });
-    const file = path.join(dir, 'campaign.yaml');
-    fs.writeFileSync(
-      file,
-      `name: staged
-provider: { kind: local, baseUrl: "${env.emulator.url}", model: roundhouse/tiny-chat }
-data: { train: train.jsonl, eval: eval.jsonl }
-training: { epochs: 1, batchSize: 8, learningRate: 0.01, loraRank: 8, maxSeqLen: 64, segmentSteps: 2 }
-sampling: { maxTokens: 3, temperature: 0 }
-evaluation: { scorer: numeric }
-advanced: { heartbeatTimeoutSeconds: 5 }
-stages:
-  - name: warmup
+    const { spec, dir } = arithmeticStagesSpec({
+      baseUrl: env.emulator.url,
+      limit: 4,
+      stages: `  - name: warmup
     gate: { metric: evalLoss, atMost: 1000 }
   - name: rl
     training: { epochs: 1, batchSize: 4, learningRate: 0.002, loraRank: 8, maxSeqLen: 64, segmentSteps: 2 }
     sampling: { maxTokens: 3, temperature: 1 }
     round: { kind: grpo, grpo: { groupSize: 4, reward: { kind: numeric }, loss: { type: importance_sampling } } }
 `,
-    );
-    const spec = loadCampaignSpec(file);
+    });
     const campaignId = `rec-staged-${taskQueue}`;
     await withWorker(taskQueue, async () => {
       const handle = await env.temporal.client.workflow.start(campaignWorkflow, {
