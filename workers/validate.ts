@@ -14,11 +14,6 @@ import { rewardFunction } from '../activities/rewards';
 import { findModel } from '../emulator/models';
 import { stageSpecOf } from '../config/rules/stages';
 
-/**
- * The checks `roundhouse run` makes before starting anything (the round repeats them on the worker): the data's
- * rows and overlap always; the model and token limits where they can be known here (the emulator's models, a
- * tokenizer on disk). Throws DataValidationError naming file, line and field.
- */
 /** The spec with its data (every stage's) as local files (S3 objects downloaded), for validation before anything starts. */
 export async function withLocalData(spec: CampaignSpec): Promise<CampaignSpec> {
   const local = async <T extends { train: string; eval: string }>(data: T): Promise<T> => ({
@@ -31,8 +26,10 @@ export async function withLocalData(spec: CampaignSpec): Promise<CampaignSpec> {
 }
 
 /**
- * Every stage checked as the one spec its rounds run with (a campaign without stages is one): data rows, overlap,
- * token limits, the reward module. A problem in a later stage names the stage, and nothing has started.
+ * The checks `roundhouse run` makes before starting anything (the round repeats them on the worker): every stage
+ * checked as the one spec its rounds run with (a campaign without stages is one): the data's rows and overlap always;
+ * the reward module; the model and token limits where they can be known here (the emulator's models, a tokenizer on
+ * disk). Throws DataValidationError naming file, line and field, and the stage when there are stages.
  */
 export function validateCampaignLocally(spec: CampaignSpec): {
   trainRows: number;

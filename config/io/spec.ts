@@ -161,6 +161,7 @@ function parseStaged(raw: Record<string, unknown>, dir: string, fail: (p: FieldP
   }
   const list = StagesSchema.safeParse(rawStages);
   if (!list.success) return failOn(list.error.issues, fail, (p) => ({ path: ['stages', ...p] }));
+  const handOver = "starts from the previous stage's final training checkpoint: only the first stage may set rounds.startFrom";
   const stages = (list.data as StageEntry[]).map((entry, i): { spec: CampaignSpec; stage: StageSpec } => {
     const own = STAGE_BLOCKS.filter((b) => entry[b] !== undefined);
     const merged = { ...campaign, ...Object.fromEntries(own.map((b) => [b, entry[b]])) };
@@ -171,7 +172,7 @@ function parseStaged(raw: Record<string, unknown>, dir: string, fail: (p: FieldP
         const block = p[0] as string;
         if (own.includes(block as (typeof own)[number])) return { path: ['stages', i, ...p] };
         if (missing && p.length === 1)
-          return { path: ['stages', i, block], note: `: ${label} sets no ${block} and the campaign has none to inherit` };
+          return { path: ['stages', i, block], note: `(${label} sets no ${block} and the campaign has none to inherit)` };
         return { path: p, note: `(in ${label}, which inherits the campaign's ${block})` };
       });
     const spec = resolvePaths(parsed.data, dir);
@@ -179,12 +180,14 @@ function parseStaged(raw: Record<string, unknown>, dir: string, fail: (p: FieldP
     if (i > 0 && spec.rounds.startFrom)
       fail(
         own.includes('rounds') ? ['stages', i, 'rounds', 'startFrom'] : ['rounds', 'startFrom'],
-        `${label} starts from the previous stage's final training checkpoint: only the first stage may set rounds.startFrom`,
+        own.includes('rounds')
+          ? `${label} ${handOver}`
+          : `${label} inherits it with the campaign's rounds, but ${handOver} (set it in stage 1's own rounds)`,
       );
     if (entry.gate && !(GATE_METRICS[entry.gate.metric] as readonly string[]).includes(kind))
       fail(
         ['stages', i, 'gate', 'metric'],
-        `${entry.gate.metric} is not measured by a ${kind} round; for ${kind}: ${Object.entries(GATE_METRICS)
+        `${entry.gate.metric} is not measured by ${kind === 'sft' ? 'an' : 'a'} ${kind} round; for ${kind}: ${Object.entries(GATE_METRICS)
           .filter(([, kinds]) => (kinds as readonly string[]).includes(kind))
           .map(([m]) => m)
           .join(', ')}`,
@@ -205,11 +208,13 @@ function parseStaged(raw: Record<string, unknown>, dir: string, fail: (p: FieldP
   });
   const names = stages.map((s) => s.stage.name);
   const repeated = names.findIndex((n, i) => names.indexOf(n) !== i);
-  if (repeated >= 0)
+  if (repeated >= 0) {
+    const unnamed = (list.data as StageEntry[]).some((e, i) => names[i] === names[repeated] && e.name === undefined);
     fail(
       ['stages', repeated, 'name'],
-      `'${names[repeated]}' names two stages: give each stage its own name (stage names label its rounds)`,
+      `'${names[repeated]}' names two stages${unnamed ? ' (a stage without a name is named after its round kind)' : ''}: give each stage its own name (stage names label its rounds)`,
     );
+  }
   return { ...stages[0]!.spec, stages: stages.map((s) => s.stage) };
 }
 

@@ -2,6 +2,7 @@ import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { WorkflowNotFoundError } from '@temporalio/client';
 import { ledger, testApiKey, togetherProvider, type RunningEmulator } from '../helpers/emulator';
 import { runCli, startCliStack, type CliRun, type CliStack } from '../helpers/cli-stack';
 import { ticketCampaignSpec } from '../helpers/campaign';
@@ -106,6 +107,46 @@ describe('bad input: documented exit codes and messages', () => {
       `${fs.readFileSync(specFile, 'utf8').replace('train: train.jsonl', 'train: pairs-bad.jsonl').replace('eval: eval.jsonl', 'eval: pairs-bad.jsonl')}\nround: { kind: dpo }\n`,
     );
     expectUsageError(await roundhouse('run', bad), /pairs-bad\.jsonl:2 rejected: is required/);
+  });
+
+  describe('a staged spec whose stage 2 is bad is refused before anything starts', () => {
+    /** A two-stage spec beside the ticket data; stage 2 (`second`) sets the given blocks. */
+    const twoStages = (name: string, stage2: string) => {
+      const file = path.join(path.dirname(specFile), `${name}.yaml`);
+      const text = `${fs.readFileSync(specFile, 'utf8')}stages:\n  - name: first\n  - name: second\n${stage2}`;
+      fs.writeFileSync(file, text);
+      return { file, text };
+    };
+    /** `run` exits 2 with `message`, no campaign workflow started, and the emulator provisioned nothing. */
+    const expectRefusedBeforeStart = async (file: string, message: RegExp) => {
+      const resourcesBefore = (await ledger(emulator)).resources.length;
+      const id = `cli-stages-refused-${Date.now()}`;
+      expectUsageError(await roundhouse('run', file, '--id', id), message);
+      await expect(temporal.client.workflow.getHandle(id).describe()).rejects.toBeInstanceOf(WorkflowNotFoundError);
+      expect((await ledger(emulator)).resources.length).toBe(resourcesBefore);
+    };
+
+    test("a bad field in stage 2: the stage's field and its line", async () => {
+      const { file, text } = twoStages(
+        'stages-bad-field',
+        '    training: { epochs: 0, batchSize: 10, learningRate: 0.005, loraRank: 8, maxSeqLen: 256 }\n',
+      );
+      const line = text.split('\n').findIndex((l) => l.includes('epochs: 0')) + 1;
+      await expectRefusedBeforeStart(file, new RegExp(`stages-bad-field\\.yaml:${line} stages\\.1\\.training\\.epochs: `));
+    });
+
+    test("a malformed line in stage 2's eval file: the stage, the file and the line", async () => {
+      const dir = path.dirname(specFile);
+      fs.copyFileSync(path.join(dir, 'eval.jsonl'), path.join(dir, 'eval-malformed.jsonl')); // 5 rows
+      fs.appendFileSync(path.join(dir, 'eval-malformed.jsonl'), '{"prompt": "x", "answer": \n');
+      const { file } = twoStages('stages-malformed-eval', '    data: { train: train.jsonl, eval: eval-malformed.jsonl }\n');
+      await expectRefusedBeforeStart(file, /roundhouse: stage 2 \(second\): \S*eval-malformed\.jsonl:6: not valid JSON/);
+    });
+
+    test("stage 2's eval file missing: the stage and the file", async () => {
+      const { file } = twoStages('stages-missing-eval', '    data: { train: train.jsonl, eval: eval-missing.jsonl }\n');
+      await expectRefusedBeforeStart(file, /roundhouse: stage 2 \(second\): \S*eval-missing\.jsonl: no such file/);
+    });
   });
 
   test.each([['status'], ['watch'], ['pause'], ['resume'], ['stop'], ['report'], ['checkpoints']])(

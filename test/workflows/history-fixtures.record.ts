@@ -6,7 +6,7 @@ import { createRoundhouseWorker } from '../../workers/worker';
 import { campaignProgressQuery, pauseCampaignUpdate, resumeCampaignUpdate, type CampaignInput } from '../../workflows/campaign-contract';
 import { roundProgressQuery } from '../../workflows/round-contract';
 import { campaignWorkflow, reaperWorkflow, roundWorkflow } from '../../workflows';
-import { ticketCampaignSpec } from '../helpers/campaign';
+import { arithmeticStagesSpec, ticketCampaignSpec } from '../helpers/campaign';
 import { arithmeticRoundInput, roundTestEnvironment, ticketRoundInput } from '../helpers/round';
 import { uniqueTaskQueue } from '../helpers/temporal';
 import { setFaults } from '../helpers/emulator';
@@ -25,6 +25,16 @@ describe('recording', () => {
     fs.mkdirSync(fixturesDir, { recursive: true });
     const history = await handle.fetchHistory();
     fs.writeFileSync(path.join(fixturesDir, `${prefix}${name}.json`), JSON.stringify(JSON.parse(historyToJSON(history)), null, 1));
+  };
+  /** Every run of a campaign (it continues-as-new after each round), oldest first, and its child rounds. */
+  const saveCampaign = async (name: string, campaignId: string, rounds: number[]) => {
+    const runs: { runId: string; startTime: Date }[] = [];
+    for await (const w of env.temporal.client.workflow.list({ query: `WorkflowId = '${campaignId}'` })) runs.push(w);
+    runs.sort((a, b) => a.startTime.getTime() - b.startTime.getTime());
+    for (const [i, run] of runs.entries())
+      await save(`${name}-run-${i + 1}`, env.temporal.client.workflow.getHandle(campaignId, run.runId));
+    for (const round of rounds)
+      await save(`${name}-child-round-${round}`, env.temporal.client.workflow.getHandle(`${campaignId}-round-${round}`));
   };
   const withWorker = async <T>(taskQueue: string, body: () => Promise<T>): Promise<T> => {
     const worker = await createRoundhouseWorker({
@@ -217,13 +227,41 @@ round: { kind: dpo, dpo: { beta: 0.5 } }`,
       await until(async () => (await handle.query(campaignProgressQuery)).currentRound?.phase === 'paused');
       await handle.executeUpdate(resumeCampaignUpdate);
       expect((await handle.result()).status).toBe('completed');
-      const runs: { runId: string; startTime: Date }[] = [];
-      for await (const w of env.temporal.client.workflow.list({ query: `WorkflowId = '${campaignId}'` })) runs.push(w);
-      runs.sort((a, b) => a.startTime.getTime() - b.startTime.getTime());
-      for (const [i, run] of runs.entries())
-        await save(`campaign-run-${i + 1}`, env.temporal.client.workflow.getHandle(campaignId, run.runId));
-      for (const round of [1, 2])
-        await save(`campaign-child-round-${round}`, env.temporal.client.workflow.getHandle(`${campaignId}-round-${round}`));
+      await saveCampaign('campaign', campaignId, [1, 2]);
+    });
+  });
+
+  test('a staged campaign: SFT then GRPO (small)', async () => {
+    const taskQueue = uniqueTaskQueue('rec-staged');
+    const { spec, dir } = arithmeticStagesSpec({
+      baseUrl: env.emulator.url,
+      limit: 4,
+      stages: `  - name: warmup
+    gate: { metric: evalLoss, atMost: 1000 }
+  - name: rl
+    training: { epochs: 1, batchSize: 4, learningRate: 0.002, loraRank: 8, maxSeqLen: 64, segmentSteps: 2 }
+    sampling: { maxTokens: 3, temperature: 1 }
+    round: { kind: grpo, grpo: { groupSize: 4, reward: { kind: numeric }, loss: { type: importance_sampling } } }
+`,
+    });
+    const campaignId = `rec-staged-${taskQueue}`;
+    await withWorker(taskQueue, async () => {
+      const handle = await env.temporal.client.workflow.start(campaignWorkflow, {
+        taskQueue,
+        workflowId: campaignId,
+        args: [{ campaignId, spec, reportRoot: path.join(dir, 'c') } satisfies CampaignInput],
+      });
+      const result = await handle.result();
+      expect(result.status).toBe('completed');
+      expect(result.stages?.map((s) => [s.name, s.gate?.passed])).toEqual([
+        ['warmup', true],
+        ['rl', undefined],
+      ]);
+      await saveCampaign(
+        'staged-campaign',
+        campaignId,
+        result.rounds.map((r) => r.round),
+      );
     });
   });
 

@@ -14,8 +14,8 @@ import {
 } from '../../workflows/campaign-contract';
 import { ledger, startTestEmulator, type RunningEmulator } from '../helpers/emulator';
 import { readArtifact, testReportDir } from '../helpers/artifacts';
-import { loadCampaignSpec, parseCampaignSpec, type CampaignSpec } from '../../config/io/spec';
-import { writeArithmeticData } from '../../examples/arithmetic/generate';
+import { loadCampaignSpec, type CampaignSpec } from '../../config/io/spec';
+import { arithmeticStagesSpec } from '../helpers/campaign';
 import { bundleWorkflows, connectTestTemporal, uniqueTaskQueue, type TestTemporal } from '../helpers/temporal';
 import { campaignWorkflow } from '../../workflows';
 
@@ -133,23 +133,7 @@ test('the support-ticket pipeline: SFT, then DPO from its checkpoint, raising he
 });
 
 /** A two-stage arithmetic spec over fresh data (1 SFT epoch: accuracy stays low). */
-function arithmeticStages(stages: string): CampaignSpec {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rh-stages-d-'));
-  writeArithmeticData(dir);
-  const yaml = `
-name: staged
-provider: { kind: local, baseUrl: "${emulator.url}", model: roundhouse/tiny-chat }
-data: { train: train.jsonl, eval: eval.jsonl }
-training: { epochs: 1, batchSize: 8, learningRate: 0.01, loraRank: 8, maxSeqLen: 64, segmentSteps: 5 }
-sampling: { maxTokens: 3, temperature: 0 }
-evaluation: { scorer: numeric }
-advanced: { heartbeatTimeoutSeconds: 5 }
-stages:
-${stages}`;
-  const file = path.join(dir, 'campaign.yaml');
-  fs.writeFileSync(file, yaml);
-  return parseCampaignSpec(yaml, file);
-}
+const arithmeticStages = (stages: string): CampaignSpec => arithmeticStagesSpec({ baseUrl: emulator.url, stages }).spec;
 
 const GRPO_STAGE = `  - round: { kind: grpo, grpo: { reward: { kind: numeric }, loss: { type: importance_sampling } } }
     sampling: { maxTokens: 3, temperature: 1 }`;
