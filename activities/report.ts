@@ -3,6 +3,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { joinLocation, readJson, storeFor } from '../config/io/artifacts';
 import { maskSecretsIn } from '../config/io/secrets';
+import { stageFacts, type ShownStage } from '../config/rules/stages';
 
 /**
  * The campaign report people look at: `report.html` (self-contained: Chart.js and the data inlined, no network)
@@ -52,6 +53,8 @@ export interface CampaignReportData {
   status: string;
   stopReason?: string;
   rounds: RoundReportFile[];
+  /** Staged campaigns: the stages started, from campaign.json. */
+  stages?: ShownStage[];
   flips: { from: number; to: number; fixed: Flip[]; regressed: Flip[] }[];
   gpuMinutes: number;
   costUsd?: number;
@@ -79,6 +82,7 @@ export async function loadCampaignReportData(
     gpuMinutes: number;
     costUsd?: number;
     rounds: { round: number; reportPath: string }[];
+    stages?: ShownStage[];
   }>(summaryFile);
   if (!summary) throw new Error(`${summaryFile}: no campaign summary (has a round finished yet?)`);
   const rounds = (await Promise.all(summary.rounds.map((r) => readJson<RoundReportFile>(r.reportPath)))).filter(
@@ -103,6 +107,7 @@ export async function loadCampaignReportData(
     status: summary.status,
     stopReason: summary.stopReason,
     rounds,
+    ...(summary.stages ? { stages: summary.stages } : {}),
     flips,
     gpuMinutes: summary.gpuMinutes,
     costUsd: summary.costUsd,
@@ -190,7 +195,7 @@ td,th{border:1px solid #d0d7de;padding:.3rem .6rem;text-align:left;vertical-alig
 </style></head><body>
 <h1>Campaign ${escapeHtml(data.campaignId)}</h1>
 <p class="meta">Status <b>${escapeHtml(data.status)}</b>${data.stopReason ? ` — ${escapeHtml(data.stopReason)}` : ''}; ${data.rounds.length} rounds; ${fmt(data.gpuMinutes, 2)} GPU-minutes${data.costUsd !== undefined && data.costUsd !== null ? `; estimated cost $${data.costUsd.toFixed(2)}` : ''}. <a href="${escapeHtml(uiLink(data, data.campaignId))}">Campaign in the Temporal UI</a></p>
-<div class="charts">
+${stagesHtml(data.stages)}<div class="charts">
 <div><h2>Metric per round</h2><div class="chart"><canvas id="accuracy"></canvas></div></div>
 <div><h2>Eval loss per round (baseline vs trained)</h2><div class="chart"><canvas id="evalLoss"></canvas></div></div>
 </div>
@@ -274,10 +279,56 @@ function bestLine(rounds: RoundReportFile[]): string[] {
     : [];
 }
 
+/** A cell of the stages table: text, or a checkpoint id (with what of it was loaded), shown as code. */
+type StageCell = string | { checkpoint: string; carried?: string };
+
+const STAGE_HEADERS = ['stage', 'kind', 'rounds', 'metric', 'gate', 'ended', 'started from', 'passed on'];
+
+/** A staged campaign's stages as table rows, the same facts `status` shows. */
+function stageRows(stages: ShownStage[]): StageCell[][] {
+  return stages.map((s) => {
+    const f = stageFacts(s);
+    return [
+      f.label,
+      s.kind,
+      f.rounds,
+      f.headline,
+      f.gate ?? '–',
+      s.endedBy ?? '–',
+      f.startedFrom ? { checkpoint: f.startedFrom, ...(f.carried ? { carried: f.carried } : {}) } : 'the base model',
+      f.passedOn ? { checkpoint: f.passedOn } : '–',
+    ];
+  });
+}
+
+function stagesMarkdown(stages: ShownStage[] | undefined): string[] {
+  if (!stages?.length) return [];
+  const cell = (c: StageCell) => (typeof c === 'string' ? c : `\`${c.checkpoint}\`${c.carried ? ` (${c.carried})` : ''}`);
+  return [
+    '#### Stages',
+    '',
+    `| ${STAGE_HEADERS.join(' | ')} |`,
+    `|${'---|'.repeat(STAGE_HEADERS.length)}`,
+    ...stageRows(stages).map((row) => `| ${row.map(cell).join(' | ')} |`),
+    '',
+    '#### Rounds',
+    '',
+  ];
+}
+
+function stagesHtml(stages: ShownStage[] | undefined): string {
+  if (!stages?.length) return '';
+  const cell = (c: StageCell) =>
+    typeof c === 'string' ? escapeHtml(c) : `<code>${escapeHtml(c.checkpoint)}</code>${c.carried ? ` (${escapeHtml(c.carried)})` : ''}`;
+  const rows = stageRows(stages).map((row) => `<tr>${row.map((c) => `<td>${cell(c)}</td>`).join('')}</tr>`);
+  return `<h2>Stages</h2>\n<table><tr>${STAGE_HEADERS.map((h) => `<th>${h}</th>`).join('')}</tr>\n${rows.join('\n')}</table>\n`;
+}
+
 export function renderCampaignMarkdown(data: CampaignReportData): string {
   const lines = [
     `### Roundhouse campaign \`${data.campaignId}\`: ${data.status}${data.stopReason ? ` (${data.stopReason})` : ''}`,
     '',
+    ...stagesMarkdown(data.stages),
     '| round | status | accuracy | eval loss (baseline → trained) | steps | GPU-min | est. cost |',
     '|---|---|---|---|---|---|---|',
     ...data.rounds.map(

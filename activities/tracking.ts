@@ -8,14 +8,17 @@ import type { RoundSpec } from '../workflows/round-contract';
 import { readJson, writeJsonAtomic } from './files';
 import type { Rollback } from '../config/rules/lineage';
 import { readStepRecords, type StepRecord } from './step-records';
+import { metricOf, stageFacts, type GatedRound, type ShownStage } from '../config/rules/stages';
 
 /**
  * Experiment tracking in MLflow, logged from the durable records only: a campaign is a run, each round a nested run
- * (found again by tag, never made twice); a round's per-step metrics are logged when a segment has flushed its step
- * records, from those records, with the records' own step numbers and timestamps. A cursor in the round's steps
- * directory (`tracked.json`) says how far the run holds them: an attempt that dies after logging but before moving
- * the cursor logs the same (key, step, timestamp, value) again, which MLflow stores once; one that dies before
- * logging leaves the cursor behind, and the next segment (or the round's report) logs the gap from the store.
+ * (found again by tag, never made twice); a staged campaign's rounds nest under a run per stage, nested under the
+ * campaign's, to which the campaign's summaries add the stage's verdict (gate, headline metric, checkpoints). A
+ * round's per-step metrics are logged when a segment has flushed its step records, from those records, with the
+ * records' own step numbers and timestamps. A cursor in the round's steps directory (`tracked.json`) says how far
+ * the run holds them: an attempt that dies after logging but before moving the cursor logs the same (key, step,
+ * timestamp, value) again, which MLflow stores once; one that dies before logging leaves the cursor behind, and the
+ * next segment (or the round's report) logs the gap from the store.
  * Tracking never fails a round: an unreachable server is a warning, and the next segment catches up.
  */
 
@@ -111,10 +114,38 @@ export interface RoundTracking {
   spec: RoundSpec;
 }
 
+/** A staged campaign's stage: a run nested under the campaign's, made by its first round or the campaign's summary. */
+async function stageRun(
+  client: MlflowClient,
+  experimentId: string,
+  campaignId: string,
+  stage: { stage: number; name: string; kind: string },
+  spec: object,
+): Promise<string> {
+  const parent = await campaignRun(client, experimentId, campaignId, spec);
+  return ensureRun(client, experimentId, `stage/${campaignId}/${stage.stage}`, () => ({
+    name: `stage-${stage.stage}-${stage.name}`,
+    tags: {
+      'mlflow.parentRunId': parent,
+      'roundhouse.campaign_id': campaignId,
+      'roundhouse.workflow_id': campaignId,
+      'roundhouse.stage': String(stage.stage),
+      'roundhouse.stage_name': stage.name,
+      'roundhouse.kind': stage.kind,
+    },
+    params: { stage: String(stage.stage), stage_name: stage.name, kind: stage.kind },
+  }));
+}
+
 async function roundRun(target: { uri: string; experiment: string }, r: RoundTracking): Promise<{ client: MlflowClient; runId: string }> {
   const client = clientFor(target.uri);
   const experimentId = await experimentOf(client, target.experiment);
-  const parent = await campaignRun(client, experimentId, r.campaignId, r.spec);
+  const kind = r.spec.round?.kind ?? 'sft';
+  // A staged campaign's first round makes the campaign's run: its stage is no param of the campaign.
+  const { stage, ...spec } = r.spec;
+  const parent = stage
+    ? await stageRun(client, experimentId, r.campaignId, { ...stage, kind }, spec)
+    : await campaignRun(client, experimentId, r.campaignId, spec);
   const workflowId = `${r.campaignId}-round-${r.round}`;
   const runId = await ensureRun(client, experimentId, `round/${r.campaignId}/${r.round}`, () => ({
     name: `round-${r.round}`,
@@ -124,7 +155,8 @@ async function roundRun(target: { uri: string; experiment: string }, r: RoundTra
       'roundhouse.round': String(r.round),
       'roundhouse.workflow_id': workflowId,
       'roundhouse.temporal_ui': uiLink(workflowId),
-      'roundhouse.kind': r.spec.round?.kind ?? 'sft',
+      'roundhouse.kind': kind,
+      ...(stage ? { 'roundhouse.stage': String(stage.stage) } : {}),
     },
     params: specParams(r.spec),
   }));
@@ -262,7 +294,8 @@ export async function trackCampaign(
   campaignId: string,
   summary: {
     status?: string;
-    rounds?: { round: number; accuracy?: number; gpuMinutes?: number; costUsd?: number; trainedLoss?: number }[];
+    rounds?: (GatedRound & { round: number; stage?: number; gpuMinutes?: number; costUsd?: number })[];
+    stages?: ShownStage[];
   },
   artifacts: { name: string; body: Buffer | string; contentType: string }[],
 ): Promise<void> {
@@ -285,16 +318,58 @@ export async function trackCampaign(
     }
     await client.logBatch(runId, { metrics, tags: { 'roundhouse.status': String(summary.status) } });
     for (const a of artifacts) await client.uploadArtifact(runId, a.name, a.body, a.contentType);
-    const final: Record<string, 'FINISHED' | 'FAILED' | 'KILLED'> = {
-      completed: 'FINISHED',
-      failed: 'FAILED',
-      stopped: 'KILLED',
-      cancelled: 'KILLED',
-    };
-    if (summary.status && final[summary.status]) await client.setStatus(runId, final[summary.status]!, Date.now());
+    const final = summary.status ? FINAL_STATUS[summary.status] : undefined;
+    for (const stage of summary.stages ?? []) await trackStage(client, experimentId, campaignId, stage, summary.rounds ?? [], final);
+    if (final) await client.setStatus(runId, final, Date.now());
   } catch (err) {
     warn(`MLflow: could not log campaign ${campaignId}: ${(err as Error).message}`);
   }
+}
+
+const FINAL_STATUS: Record<string, 'FINISHED' | 'FAILED' | 'KILLED'> = {
+  completed: 'FINISHED',
+  failed: 'FAILED',
+  stopped: 'KILLED',
+  cancelled: 'KILLED',
+};
+
+/**
+ * A stage's run, from the campaign's summary: its verdict and checkpoints as tags, the metric that matters for its kind
+ * per round (`stage/accuracy`, `stage/mean_reward`, `stage/preference_accuracy`; stable timestamps, so a summary
+ * written again logs nothing new), and its status once it ends (the gate missed: FAILED) or the campaign does.
+ */
+async function trackStage(
+  client: MlflowClient,
+  experimentId: string,
+  campaignId: string,
+  stage: ShownStage,
+  rounds: (GatedRound & { round: number; stage?: number })[],
+  campaignFinal: 'FINISHED' | 'FAILED' | 'KILLED' | undefined,
+): Promise<void> {
+  const runId = await stageRun(client, experimentId, campaignId, stage, {});
+  const facts = stageFacts(stage);
+  const { metric } = stage.headline;
+  const key = `stage/${metric.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`)}`;
+  const metrics: MlflowMetric[] = [];
+  for (const round of rounds.filter((r) => r.stage === stage.stage)) {
+    const value = metricOf(metric, round);
+    if (value !== undefined && Number.isFinite(value)) metrics.push({ key, value, timestamp: round.round, step: round.round });
+  }
+  const tags: Record<string, string> = {
+    'roundhouse.first_round': String(stage.firstRound),
+    'roundhouse.rounds': String(stage.rounds),
+    'roundhouse.headline': facts.headline,
+    'roundhouse.started_from': facts.startedFrom ?? 'base model',
+    ...(facts.carried ? { 'roundhouse.loaded': facts.carried } : {}),
+    ...(facts.gate ? { 'roundhouse.gate': facts.gate, 'roundhouse.gate_passed': String(stage.gate!.passed) } : {}),
+    ...(stage.endedBy ? { 'roundhouse.ended_by': stage.endedBy } : {}),
+    ...(facts.passedOn ? { 'roundhouse.passed_on': facts.passedOn } : {}),
+  };
+  await client.logBatch(runId, { metrics, tags });
+  // Its status once, in the summary written after its last round (and again at the campaign's end).
+  const endsHere = stage.endedBy !== undefined && stage.firstRound + stage.rounds - 1 === rounds.at(-1)?.round;
+  const status = stage.gate?.passed === false ? 'FAILED' : stage.endedBy ? 'FINISHED' : campaignFinal;
+  if (status && (endsHere || campaignFinal)) await client.setStatus(runId, status, Date.now());
 }
 
 function warn(message: string): void {

@@ -1,4 +1,5 @@
 import { describeWait } from '../config/rules/capacity';
+import { stageFacts } from '../config/rules/stages';
 import { WorkflowFailedError, type WorkflowExecutionDescription, type WorkflowHandle } from '@temporalio/client';
 import { decodeArrayFromPayloads } from '@temporalio/common/lib/internal-non-workflow';
 import { redactText } from '../config/io/logging';
@@ -35,16 +36,38 @@ function tokensLine(p: CampaignProgress): string[] {
   return [`  tokens ${sum('train')} train, ${sum('prefill')} prefill, ${sum('sample')} sample`];
 }
 
+/**
+ * A staged campaign's stages, two lines each: kind, rounds, the metric that matters for the kind, the gate's verdict
+ * and why the stage ended; then the checkpoint it started from and the one it passed on.
+ */
+function stageLines(p: CampaignProgress): string[] {
+  return (p.stages ?? []).flatMap((s) => {
+    const f = stageFacts(s);
+    const ended = [f.gate && `gate ${f.gate}`, s.endedBy].filter(Boolean).join('; ');
+    return [
+      `  stage ${f.label} (${s.kind}): ${f.rounds}, ${f.headline}${ended ? `; ${ended}` : ''}`,
+      `          from ${f.startedFrom ?? 'the base model'}${f.carried ? ` (${f.carried})` : ''}${f.passedOn ? `, passed on ${f.passedOn}` : ''}`,
+    ];
+  });
+}
+
+/** A staged campaign's round lines name the round's stage and kind (`2 grpo`); others have no such column. */
+function stageColumn(p: CampaignProgress, r: { stage?: number; kind?: string } | undefined): string {
+  if (!p.stages) return '';
+  return `${(r?.stage !== undefined ? `${r.stage} ${r.kind ?? ''}` : '').padEnd(7)}  `;
+}
+
 /** A campaign's progress as a small text table. */
 export function renderProgress(p: CampaignProgress): string {
   const lines = [
     `campaign ${p.campaignId}: ${p.status}${p.stopReason ? ` (${p.stopReason})` : ''}`,
     `  GPU-minutes ${num(p.gpuMinutes, 2)}${p.costUsd !== undefined ? `, est. cost $${p.costUsd.toFixed(2)}` : ''}, wall ${num(p.wallMinutes, 1)} min, limits: ${p.limits.maxRounds} rounds${p.limits.targetAccuracy !== undefined ? `, target accuracy ${p.limits.targetAccuracy}` : ''}${p.limits.maxGpuMinutes !== undefined ? `, ${p.limits.maxGpuMinutes} GPU-min` : ''}`,
     ...tokensLine(p),
-    '  round  status     accuracy  eval loss (base → trained)  steps      GPU-min',
+    ...stageLines(p),
+    `  round  ${p.stages ? 'stage    ' : ''}status     accuracy  eval loss (base → trained)  steps      GPU-min`,
     ...p.rounds.map(
       (r) =>
-        `  ${String(r.round).padStart(5)}  ${r.status.padEnd(9)}  ${pct(r.accuracy)}   ${num(r.baselineLoss).padStart(8)} → ${num(r.trainedLoss).padEnd(8)}        ${`${r.stepsApplied}/${r.totalSteps}`.padEnd(9)}  ${num(r.gpuMinutes, 2)}${r.recoveries ? `  (${r.recoveries} ${r.recoveries === 1 ? 'recovery' : 'recoveries'})` : ''}`,
+        `  ${String(r.round).padStart(5)}  ${stageColumn(p, r)}${r.status.padEnd(9)}  ${pct(r.accuracy)}   ${num(r.baselineLoss).padStart(8)} → ${num(r.trainedLoss).padEnd(8)}        ${`${r.stepsApplied}/${r.totalSteps}`.padEnd(9)}  ${num(r.gpuMinutes, 2)}${r.recoveries ? `  (${r.recoveries} ${r.recoveries === 1 ? 'recovery' : 'recoveries'})` : ''}`,
     ),
     // Why a round failed, from its error: what `round-<n>.json` says as error_message.
     ...p.rounds
@@ -56,7 +79,7 @@ export function renderProgress(p: CampaignProgress): string {
     // GRPO rounds add the latest step's mean reward, DPO rounds its preference margin.
     const policy = `${c.latestReward !== undefined ? `  reward ${num(c.latestReward)}` : ''}${c.latestMargin !== undefined ? `  margin ${num(c.latestMargin)}` : ''}`;
     lines.push(
-      `  ${String(c.round).padStart(5)}  ${c.phase.padEnd(9)}  ${bar(c.step, c.totalSteps)} ${c.step}/${c.totalSteps}  loss ${num(c.latestLoss)}${policy}  GPU-min ${num(c.gpuMinutes, 2)}`,
+      `  ${String(c.round).padStart(5)}  ${stageColumn(p, p.stages?.at(-1))}${c.phase.padEnd(9)}  ${bar(c.step, c.totalSteps)} ${c.step}/${c.totalSteps}  loss ${num(c.latestLoss)}${policy}  GPU-min ${num(c.gpuMinutes, 2)}`,
     );
     if (c.evaluations?.length) lines.push(`         ${evaluationLine(c.evaluations)}`);
     if (c.waiting) lines.push(`         ${describeWait(c.waiting, Date.now())}`);

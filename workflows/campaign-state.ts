@@ -344,10 +344,11 @@ export class CampaignState {
   private roundInput(round: number): RoundInput {
     const { carried: state } = this;
     const spec = this.stageSpec();
+    const stage = state.stages?.at(-1);
     return {
       campaignId: this.campaignId,
       round,
-      spec: roundSpecOf(spec),
+      spec: roundSpecOf(spec, stage && { stage: stage.stage, name: stage.name }),
       data: { train: state.nextTrain.path, eval: spec.data.eval, trainSha256: state.nextTrain.sha256 },
       startFrom: this.startOf(round),
       reportDir: this.dir,

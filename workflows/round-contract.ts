@@ -11,12 +11,30 @@ import type { TokenUsage } from '../config/rules/usage';
 
 /** What a round needs from the campaign spec (no secrets: API keys stay in the worker's environment). */
 export type RoundSpec = Pick<CampaignSpec, 'name' | 'provider' | 'training' | 'sampling' | 'evaluation' | 'advanced'> &
-  Partial<Pick<CampaignSpec, 'round' | 'tracking'>>;
+  Partial<Pick<CampaignSpec, 'round' | 'tracking'>> & {
+    /** Staged campaigns: the stage the round runs in (1-based), and its name; the tracker nests the round under it. */
+    stage?: RoundStage;
+  };
 
-/** What every round of a campaign runs with: its part of the campaign's spec. */
-export function roundSpecOf(spec: CampaignSpec): RoundSpec {
+export interface RoundStage {
+  stage: number;
+  name: string;
+}
+
+/** What every round of a campaign runs with: its part of the campaign's spec (a staged campaign's: its stage's). */
+export function roundSpecOf(spec: CampaignSpec, stage?: RoundStage): RoundSpec {
   const { name, provider, training, sampling, evaluation, advanced, round, tracking } = spec;
-  return { name, provider, training, sampling, evaluation, advanced, round, ...(tracking ? { tracking } : {}) };
+  return {
+    name,
+    provider,
+    training,
+    sampling,
+    evaluation,
+    advanced,
+    round,
+    ...(tracking ? { tracking } : {}),
+    ...(stage ? { stage } : {}),
+  };
 }
 
 export interface RoundInput {

@@ -60,3 +60,57 @@ export function describeVerdict(v: GateVerdict): string {
 export function headlineMetric(kind: StageSpec['round']['kind']): GateMetric {
   return kind === 'grpo' ? 'meanReward' : kind === 'dpo' ? 'preferenceAccuracy' : 'accuracy';
 }
+
+/** What `status`, `watch`, `summary.md` and `report.html` show of a stage (a campaign's StageProgress). */
+export interface ShownStage {
+  stage: number;
+  name: string;
+  kind: 'sft' | 'grpo' | 'dpo';
+  firstRound: number;
+  rounds: number;
+  headline: { metric: GateMetric; value?: number };
+  gate?: GateVerdict;
+  endedBy?: string;
+  startedFrom?: string;
+  loadOptimizer?: boolean;
+  passedOn?: string;
+}
+
+const METRIC_NAMES: Record<GateMetric, string> = {
+  accuracy: 'accuracy',
+  meanReward: 'mean reward',
+  preferenceAccuracy: 'preference accuracy',
+  evalLoss: 'eval loss',
+};
+
+/** A stage's facts in words, the same in every view: `round 1`, `accuracy 62.0%`, `passed (…)`, checkpoints. */
+export function stageFacts(s: ShownStage): {
+  label: string;
+  rounds: string;
+  headline: string;
+  gate?: string;
+  /** A checkpoint id, or absent: the base model. */
+  startedFrom?: string;
+  /** What of the previous stage's checkpoint a later stage loaded: `weights`, or `weights and optimizer state`. */
+  carried?: string;
+  passedOn?: string;
+} {
+  const { metric, value } = s.headline;
+  const shown =
+    value === undefined
+      ? '–'
+      : metric === 'accuracy' || metric === 'preferenceAccuracy'
+        ? `${(value * 100).toFixed(1)}%`
+        : value.toFixed(3);
+  const last = s.firstRound + s.rounds - 1;
+  return {
+    label: `${s.stage} ${s.name}`,
+    rounds: s.rounds === 0 ? 'no round finished yet' : s.rounds === 1 ? `round ${s.firstRound}` : `rounds ${s.firstRound}–${last}`,
+    headline: `${METRIC_NAMES[metric]} ${shown}`,
+    ...(s.gate ? { gate: `${s.gate.passed ? 'passed' : 'missed'} (${describeVerdict(s.gate)})` } : {}),
+    ...(s.startedFrom ? { startedFrom: s.startedFrom } : {}),
+    // Stages after the first start from the previous stage's weights, and its optimizer state where they say so.
+    ...(s.stage > 1 && s.startedFrom ? { carried: s.loadOptimizer ? 'weights and optimizer state' : 'weights' } : {}),
+    ...(s.passedOn ? { passedOn: s.passedOn } : {}),
+  };
+}

@@ -46,3 +46,89 @@ test('a round evaluating during training shows its eval-loss curve and the lates
   expect(text).toMatch(/eval loss █▅▁▃ {2}2\.000@10 {2}1\.500@20 \(40%\) {2}1\.000@30 {2}1\.250@40 \(55%\)/);
   expect(renderProgress(progress({}))).not.toMatch(/eval loss [▁-█]/);
 });
+
+/** A two-stage campaign (SFT, then GRPO) in its second stage's first round; `stages` as the campaign records them. */
+const staged = (): CampaignProgress => ({
+  ...progress({ round: 2 }),
+  rounds: [
+    {
+      round: 1,
+      workflowId: 'c1-round-1',
+      status: 'completed',
+      stage: 1,
+      kind: 'sft',
+      accuracy: 0.62,
+      baselineLoss: 9.5,
+      trainedLoss: 1.2,
+      stepsApplied: 20,
+      totalSteps: 20,
+      gpuMinutes: 0.4,
+      reportPath: '/tmp/c1/round-1.json',
+      trainingCheckpointId: 'ckpt-sft-final',
+      train: { path: 'train.jsonl' },
+    },
+  ],
+  stages: [
+    {
+      stage: 1,
+      name: 'warmup',
+      kind: 'sft',
+      firstRound: 1,
+      endedBy: 'rounds.max (1) reached',
+      gate: { metric: 'evalLoss', value: 1.2, bound: '≤ 2', passed: true },
+      passedOn: 'ckpt-sft-final',
+      rounds: 1,
+      headline: { metric: 'accuracy', value: 0.62 },
+    },
+    {
+      stage: 2,
+      name: 'rl',
+      kind: 'grpo',
+      firstRound: 2,
+      startedFrom: 'ckpt-sft-final',
+      loadOptimizer: false,
+      rounds: 1,
+      headline: { metric: 'meanReward', value: 0.4125 },
+    },
+  ],
+  limits: { maxRounds: 2 },
+});
+
+test('a staged campaign shows each stage: kind, rounds, its headline metric, the gate verdict, where it started and what it passed on', () => {
+  const lines = renderProgress(staged()).split('\n');
+  expect(lines).toContain(
+    '  stage 1 warmup (sft): round 1, accuracy 62.0%; gate passed (evalLoss 1.200, needed ≤ 2); rounds.max (1) reached',
+  );
+  expect(lines).toContain('          from the base model, passed on ckpt-sft-final');
+  expect(lines).toContain('  stage 2 rl (grpo): round 2, mean reward 0.412');
+  expect(lines).toContain('          from ckpt-sft-final (weights)');
+  // Each round line names its stage and kind, the running one too.
+  expect(lines.find((l) => /^ {6}1 {2}/.test(l))).toMatch(/^ {6}1 {2}1 sft {4}completed {3}62\.0%/);
+  expect(lines.find((l) => /^ {6}2 {2}/.test(l))).toMatch(/^ {6}2 {2}2 grpo {3}training {3}\[/);
+  expect(lines).toContain('  round  stage    status     accuracy  eval loss (base → trained)  steps      GPU-min');
+});
+
+test('a DPO stage shows preference accuracy; a missed gate says so; stage 2 loading the optimizer state says that', () => {
+  const p = staged();
+  p.stages![1] = {
+    ...p.stages![1]!,
+    kind: 'dpo',
+    loadOptimizer: true,
+    gate: { metric: 'preferenceAccuracy', value: 0.55, bound: '≥ 0.8', passed: false },
+    endedBy: 'rounds.max (1) reached',
+    passedOn: 'ckpt-dpo-final',
+    headline: { metric: 'preferenceAccuracy', value: 0.55 },
+  };
+  const text = renderProgress(p);
+  expect(text).toContain(
+    '  stage 2 rl (dpo): round 2, preference accuracy 55.0%; gate missed (preferenceAccuracy 0.550, needed ≥ 0.8); rounds.max (1) reached',
+  );
+  expect(text).toContain('          from ckpt-sft-final (weights and optimizer state), passed on ckpt-dpo-final');
+});
+
+test('a campaign without stages has no stage lines or column', () => {
+  const text = renderProgress(progress({}));
+  expect(text).not.toMatch(/stage/);
+  expect(text).toContain('  round  status     accuracy  eval loss (base → trained)  steps      GPU-min');
+  expect(text).toMatch(/^ {6}1 {2}training {3}\[/m);
+});

@@ -18,6 +18,8 @@ import { loadCampaignSpec, type CampaignSpec } from '../../config/io/spec';
 import { arithmeticStagesSpec } from '../helpers/campaign';
 import { bundleWorkflows, connectTestTemporal, uniqueTaskQueue, type TestTemporal } from '../helpers/temporal';
 import { campaignWorkflow } from '../../workflows';
+import { renderProgress } from '../../cli/progress';
+import { storeFor } from '../../config/io/artifacts';
 
 // Staged campaigns (`stages:`): SFT, then GRPO or DPO, each stage starting from the last one's final training
 // checkpoint, on a real dev server against the emulator; the example pipelines themselves are run.
@@ -146,6 +148,14 @@ test('a gate the first stage misses ends the campaign failed with its reason: no
   expect(result.stopReason).toMatch(/^stage 1 \(warmup\) did not pass its gate: accuracy 0\.\d{3}, needed ≥ 0\.99$/);
   expect(result.stages).toHaveLength(1);
   expect(result.stages![0]).toMatchObject({ gate: { passed: false }, passedOn: result.rounds[0]!.trainingCheckpointId });
+  // `status` and summary.md name the stage, the gate it missed and the checkpoint it passed on.
+  const missed = /stage 1 warmup \(sft\): round 1, accuracy \d+\.\d%; gate missed \(accuracy 0\.\d{3}, needed ≥ 0\.99\)/;
+  expect(renderProgress(result)).toMatch(missed);
+  expect(renderProgress(result)).toContain(`from the base model, passed on ${result.rounds[0]!.trainingCheckpointId}`);
+  const summaryMd = result.summaryPath.replace(/campaign\.json$/, 'summary.md');
+  const md = (await storeFor(summaryMd).read(summaryMd))!.toString('utf8');
+  expect(md).toMatch(/\| 1 warmup \| sft \| round 1 \| accuracy [\d.]+% \| missed \(accuracy 0\.\d{3}, needed ≥ 0\.99\) \|/);
+  expect(md).toContain(`| the base model | \`${result.rounds[0]!.trainingCheckpointId}\` |`);
   const l = await ledger(emulator);
   expect(l.checkpoints.map((c) => c.id)).toContain(result.rounds[0]!.trainingCheckpointId);
   expect(l.active).toEqual([]);

@@ -1,4 +1,5 @@
 import { MlflowClient } from '../../providers/mlflow/client';
+import { trackCampaign } from '../../activities/tracking';
 import { campaignWorkflow } from '../../workflows';
 import type { CampaignInput, CampaignResult } from '../../workflows/campaign-contract';
 import { campaignProgressQuery } from '../../workflows/campaign-contract';
@@ -134,6 +135,81 @@ tracking: { mlflow: { uri: "${mlflow.uri}", experiment: "${experiment}" } }`,
       expect(await artifactsOf(run.info.run_id)).toEqual([`round-${i + 1}.json`]);
     }
     process.stderr.write(`[mlflow] killed the worker at trainer step ${killedAt}; ${runs.length} runs, each round's 8 steps logged once\n`);
+    expect((await ledger(emulator)).active).toEqual([]);
+  } finally {
+    await worker.stop();
+  }
+}, 300_000);
+
+test('a staged campaign: a run per stage nested under the campaign run, each round nested under its stage, the stage verdict on its run; a summary logged again makes nothing new', async () => {
+  const taskQueue = uniqueTaskQueue('mlflow-stages');
+  const experiment = `roundhouse-${taskQueue}`;
+  const tracking = { mlflow: { uri: mlflow.uri, experiment } };
+  // Two small SFT stages (20 rows / 10 × 2 epochs = 4 steps each), the first gated on its eval loss.
+  const { spec, dir } = ticketCampaignSpec({
+    baseUrl: emulator.url,
+    trainRows: 20,
+    evalRows: 5,
+    yaml: `tracking: { mlflow: { uri: "${mlflow.uri}", experiment: "${experiment}" } }
+stages:
+  - name: first
+    rounds: { max: 1 }
+    gate: { metric: evalLoss, atMost: 1000 }
+  - name: second
+    rounds: { max: 1 }`,
+  });
+  const campaignId = `mlflow-stages-${taskQueue}`;
+  const worker = startWorkerProcess(crashTestWorkerEnv(taskQueue, bundleFile));
+  try {
+    await worker.ready;
+    const result: CampaignResult = await temporal.client.workflow.execute(campaignWorkflow, {
+      taskQueue,
+      workflowId: campaignId,
+      args: [{ campaignId, spec, reportRoot: testReportDir(dir) } satisfies CampaignInput],
+    });
+    expect(result.status).toBe('completed');
+    const [r1, r2] = result.rounds;
+    expect([r1, r2].map((r) => [r!.stage, r!.status])).toEqual([
+      [1, 'completed'],
+      [2, 'completed'],
+    ]);
+
+    const runs = await runsOf(experiment);
+    expect(runs).toHaveLength(5); // the campaign, two stages, two rounds: none made twice across three summaries
+    const byName = (name: string) => runs.find((r) => r.info.run_name === name)!;
+    const campaign = byName(campaignId);
+    const [stage1, stage2] = [byName('stage-1-first'), byName('stage-2-second')];
+    expect(tag(campaign, 'mlflow.parentRunId')).toBeUndefined();
+    expect(campaign.info.status).toBe('FINISHED');
+    expect([stage1, stage2].map((s) => tag(s, 'mlflow.parentRunId'))).toEqual([campaign.info.run_id, campaign.info.run_id]);
+    expect(tag(byName('round-1'), 'mlflow.parentRunId')).toBe(stage1.info.run_id);
+    expect(tag(byName('round-2'), 'mlflow.parentRunId')).toBe(stage2.info.run_id);
+    expect(param(byName('round-2'), 'stage.name')).toBe('second');
+    expect(param(campaign, 'stage.name')).toBeUndefined();
+
+    // Each stage's run: its name and kind, its verdict, the checkpoint it started from and the one it passed on.
+    expect([stage1, stage2].map((s) => [tag(s, 'roundhouse.stage_name'), tag(s, 'roundhouse.kind'), s.info.status])).toEqual([
+      ['first', 'sft', 'FINISHED'],
+      ['second', 'sft', 'FINISHED'],
+    ]);
+    expect(tag(stage1, 'roundhouse.gate')).toBe(`passed (evalLoss ${r1!.trainedLoss!.toFixed(3)}, needed ≤ 1000)`);
+    expect(tag(stage1, 'roundhouse.gate_passed')).toBe('true');
+    expect(tag(stage2, 'roundhouse.gate')).toBeUndefined();
+    expect(tag(stage1, 'roundhouse.started_from')).toBe('base model');
+    expect(tag(stage1, 'roundhouse.passed_on')).toBe(r1!.trainingCheckpointId);
+    expect(tag(stage2, 'roundhouse.started_from')).toBe(r1!.trainingCheckpointId);
+    expect(tag(stage2, 'roundhouse.loaded')).toBe('weights');
+    expect(tag(stage2, 'roundhouse.passed_on')).toBe(r2!.trainingCheckpointId);
+    const client = new MlflowClient(mlflow.uri);
+    const headline = async (run: SearchedRun) =>
+      (await client.metricHistory(run.info.run_id, 'stage/accuracy')).map((m) => [m.step, m.value]);
+    expect(await headline(stage1)).toEqual([[1, r1!.accuracy]]);
+    expect(await headline(stage2)).toEqual([[2, r2!.accuracy]]);
+
+    // The final summary logged again (an activity retried): the same runs, the same points.
+    await trackCampaign({ name: spec.name, tracking }, campaignId, result, []);
+    expect(await runsOf(experiment)).toHaveLength(5);
+    expect(await headline(stage2)).toEqual([[2, r2!.accuracy]]);
     expect((await ledger(emulator)).active).toEqual([]);
   } finally {
     await worker.stop();
