@@ -78,19 +78,13 @@ export class CampaignState {
     });
     this.carried = input.state ?? {
       startedAtMs: Date.now(),
-      // A staged campaign's rounds are its stages' (each stage's own target ends that stage, not the campaign).
-      limits: spec.stages
-        ? {
-            maxRounds: spec.stages.reduce((a, s) => a + s.rounds.max, 0),
-            maxGpuMinutes: spec.budget.maxGpuMinutes,
-            maxWallMinutes: spec.budget.maxWallMinutes,
-          }
-        : {
-            maxRounds: spec.rounds.max,
-            maxGpuMinutes: spec.budget.maxGpuMinutes,
-            maxWallMinutes: spec.budget.maxWallMinutes,
-            targetAccuracy: spec.rounds.target?.atLeast,
-          },
+      limits: {
+        // A staged campaign's rounds are its stages' together; each stage's own target ends that stage, not the campaign.
+        maxRounds: spec.stages ? spec.stages.reduce((a, s) => a + s.rounds.max, 0) : spec.rounds.max,
+        maxGpuMinutes: spec.budget.maxGpuMinutes,
+        maxWallMinutes: spec.budget.maxWallMinutes,
+        targetAccuracy: spec.stages ? undefined : spec.rounds.target?.atLeast,
+      },
       rounds: [],
       nextTrain: { path: spec.data.train },
       paused: false,
