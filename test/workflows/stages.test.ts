@@ -9,6 +9,7 @@ import {
   pauseCampaignUpdate,
   resumeCampaignUpdate,
   setCampaignLimitsUpdate,
+  stopCampaignUpdate,
   type CampaignInput,
   type CampaignResult,
 } from '../../workflows/campaign-contract';
@@ -178,5 +179,22 @@ test('pause, resume and limits reach across stages: a round limit lowered in sta
   expect(result.status).toBe('completed');
   expect(result.stopReason).toBe('rounds.max (1) reached');
   expect(result.rounds.map((r) => [r.stage, r.status, r.stepsApplied])).toEqual([[1, 'completed', 10]]);
+  expect((await ledger(emulator)).active).toEqual([]);
+});
+
+test('stop after the round, asked in stage 1, ends the campaign stopped before stage 2 starts', async () => {
+  const spec = arithmeticStages(`  - name: a\n${GRPO_STAGE}`);
+  const result = await runCampaign('stages-stop', spec, async (handle) => {
+    for (let i = 0; i < 400; i++) {
+      const p = await handle.query(campaignProgressQuery);
+      if (p.currentRound?.phase === 'training') break;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    await handle.executeUpdate(stopCampaignUpdate, { args: [{ mode: 'after-round' }] });
+  });
+  expect(result.status).toBe('stopped');
+  expect(result.stopReason).toBe('stopped by request after the round');
+  expect(result.rounds.map((r) => [r.stage, r.status])).toEqual([[1, 'completed']]);
+  expect(result.stages).toHaveLength(1);
   expect((await ledger(emulator)).active).toEqual([]);
 });
