@@ -3,6 +3,7 @@ import { permutation } from '../config/rules/schedule';
 import { DataValidationError } from '../config/rules/errors';
 import { Context } from '@temporalio/activity';
 import { atBoundary, keepingAlive } from './failures';
+import { nextDataOnPython } from './python';
 import { trackCampaign, trackingTarget } from './tracking';
 import type { CampaignSpec } from '../config/io/spec';
 import { writeCampaignReports } from './report';
@@ -26,6 +27,25 @@ export const NEXT_DATA_POLICIES: Record<
 > = {
   static: async () => 'unchanged',
   all: async (_input, pool) => ({ lines: pool.filter((l) => l.trim() !== '') }),
+  python: async (input) => {
+    if (!input.python) throw new Error('the python policy needs rounds.nextData.name and taskQueue');
+    // The policy's rows, written once by the Python side (a retry reuses them); round N's checks validate each row.
+    const output = joinLocation(input.outDir, `round-${input.round}.python.jsonl`);
+    await nextDataOnPython(input.python, `python:${input.campaignId}/r${input.round}/next-data`, {
+      pool: input.pool,
+      results: input.poolEvaluationsPath ?? null,
+      output,
+      round: input.round,
+    });
+    const body = await storeFor(output).read(output);
+    if (body === undefined) throw new Error(`${output}: the data policy's rows are missing`);
+    return {
+      lines: body
+        .toString('utf8')
+        .split('\n')
+        .filter((l) => l.trim() !== ''),
+    };
+  },
   mistakes: async (input, pool) => {
     const lines = pool.filter((l) => l.trim() !== '');
     if (!input.poolEvaluationsPath) throw new Error('the mistakes policy needs the last round to score the pool');

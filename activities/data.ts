@@ -26,6 +26,8 @@ export interface DataRow {
   /** The expected answer. */
   answer: string;
   messages?: { role: string; content: string }[];
+  /** The row as it is in the file (every field, e.g. a verifier's metadata): what a Python reward or scorer gets. */
+  fields?: Record<string, unknown>;
 }
 
 export interface Dataset {
@@ -97,7 +99,7 @@ export function readDataset(file: string, problems: string[]): Dataset {
       if (last.content.trim() === '')
         problems.push(`${file}:${line} messages.${messages.length - 1}.content: the answer must not be empty`);
       if (prompt.trim() === '') problems.push(`${file}:${line} messages: the prompt messages must not be empty`);
-      rows.push({ line, prompt, answer: last.content, messages });
+      rows.push({ line, prompt, answer: last.content, messages, fields: json as Record<string, unknown> });
       return;
     }
     const pa = PromptAnswerRow.safeParse(json);
@@ -107,7 +109,7 @@ export function readDataset(file: string, problems: string[]): Dataset {
     }
     if (pa.data.prompt.trim() === '') problems.push(`${file}:${line} prompt: must not be empty`);
     if (pa.data.answer.trim() === '') problems.push(`${file}:${line} answer: must not be empty`);
-    rows.push({ line, prompt: pa.data.prompt, answer: pa.data.answer });
+    rows.push({ line, prompt: pa.data.prompt, answer: pa.data.answer, fields: json as Record<string, unknown> });
   });
   if (rows.length === 0 && !problems.some((p) => p.startsWith(file))) problems.push(`${file}: has no rows`);
   return { path: file, sha256, rows };

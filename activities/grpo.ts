@@ -10,6 +10,9 @@ import { atBoundary } from './failures';
 import { readJson, writeJsonAtomic } from './files';
 import { createPreparer, type PreparedData } from './prepare';
 import { groupAdvantages, rewardFunction } from './rewards';
+import { scoreOnPython } from './python';
+import { pythonReward } from '../config/rules/python-calls';
+import type { ScoreItem } from '../workflows/python-contract';
 import { completionText } from './scoring';
 import type { GrpoSegmentInput, GrpoSegmentResult } from '../workflows/round-contract';
 import { trainSegmentOf, type SegmentContext, type StepKind } from './segment';
@@ -33,13 +36,20 @@ export interface GrpoStepRecord {
   policyVersion?: number;
   /** …and how many optimizer steps that was behind the policy this step trained (at most `maxStepsOffPolicy`). */
   stepsOffPolicy?: number;
+  /** Samples the reward called unscorable (`roundhouse.unscorable`): out of their group, not scored 0. */
+  unscorable?: number;
 }
 
 /** One step's samples as stored: enough to rebuild its datums exactly. */
 interface StepSamples {
   step: number;
   policyVersion?: number;
-  groups: { line: number; promptTokens: number[]; completions: { tokens: number[]; logprobs: number[]; text: string; reward: number }[] }[];
+  groups: {
+    line: number;
+    promptTokens: number[];
+    /** `reward` null: the reward said the sample is unscorable; it leaves its group. */
+    completions: { tokens: number[]; logprobs: number[]; text: string; reward: number | null }[];
+  }[];
 }
 
 const stepFile = (dir: string, step: number) => joinLocation(dir, `s${String(step).padStart(7, '0')}.json`);
@@ -53,8 +63,10 @@ export function policyLossOf(grpo: GrpoSpec): PolicyLoss {
 
 /** Datums of a step: each kept completion, trained on its own tokens with the sampler's logprobs and its advantage. */
 export function grpoDatums(samples: StepSamples, normalize: boolean): { datums: Datum[]; groupsKept: number } {
+  // Unscorable samples leave their group: the advantages are over the scored ones only.
+  const scored = samples.groups.map((g) => g.completions.filter((c) => c.reward !== null));
   const advantages = groupAdvantages(
-    samples.groups.map((g) => g.completions.map((c) => c.reward)),
+    scored.map((completions) => completions.map((c) => c.reward!)),
     { normalize },
   );
   const datums: Datum[] = [];
@@ -72,7 +84,7 @@ export function grpoDatums(samples: StepSamples, normalize: boolean): { datums: 
   };
   samples.groups.forEach((g, i) => {
     const a = advantages[i];
-    if (a) g.completions.forEach((c, j) => build(g.promptTokens, c, a[j]!));
+    if (a) scored[i]!.forEach((c, j) => build(g.promptTokens, c, a[j]!));
   });
   const groupsKept = advantages.filter((a) => a !== undefined).length;
   // Every group tied: the step still takes its optimizer step (a zero gradient), so the step count stays exact.
@@ -117,7 +129,7 @@ function grpoStep(
   p: PreparedData,
   { provider, key, signal }: SegmentContext,
 ): StepKind<GrpoStepRecord> {
-  const reward = rewardFunction(grpo.reward);
+  const reward = grpo.reward.kind === 'python' ? undefined : rewardFunction(grpo.reward);
   const sampling = new Map<number, Promise<StepSamples>>();
   // The steps an earlier attempt drew samples for, listed once per attempt: a step not listed is drawn without a
   // read first (one store request per step on S3, not two).
@@ -176,7 +188,8 @@ function grpoStep(
     async record(step, fb) {
       const { samples, datums, groupsKept } = await datumsOf(step);
       sampling.delete(step);
-      const rewards = samples.groups.flatMap((g) => g.completions.map((c) => c.reward));
+      const all = samples.groups.flatMap((g) => g.completions.map((c) => c.reward));
+      const rewards = all.filter((r): r is number => r !== null);
       return {
         step: step + 1,
         loss: fb.loss,
@@ -186,6 +199,7 @@ function grpoStep(
         groups: samples.groups.length,
         policyVersion: samples.policyVersion,
         stepsOffPolicy: samples.policyVersion === undefined ? undefined : step + input.stepOffset - samples.policyVersion,
+        ...(rewards.length < all.length ? { unscorable: all.length - rewards.length } : {}),
       };
     },
     async end() {
@@ -202,7 +216,7 @@ async function drawSamples(
   data: { train: TokenizedRow[]; tokenizer: TextTokenizer },
   step: number,
   key: (...parts: (string | number)[]) => string,
-  reward: ReturnType<typeof rewardFunction>,
+  reward: ReturnType<typeof rewardFunction> | undefined,
   signal: AbortSignal,
   drawnBefore: () => Promise<Set<string>>,
 ): Promise<StepSamples> {
@@ -224,18 +238,56 @@ async function drawSamples(
   const results = await provider.awaitOperation(handle, { signal });
   const samples: StepSamples = { step, policyVersion: results[0]?.policyVersion, groups: [] };
   for (const [i, row] of prompts.entries()) {
-    const completions = [];
-    for (const seq of results[i]?.sequences ?? []) {
-      const text = completionText(data.tokenizer, seq.tokens, s.stop);
-      completions.push({
-        tokens: seq.tokens,
-        logprobs: seq.logprobs ?? seq.tokens.map(() => 0),
-        text,
-        reward: await reward(text, row.answer, row.prompt),
-      });
-    }
+    const completions = (results[i]?.sequences ?? []).map((seq) => ({
+      tokens: seq.tokens,
+      logprobs: seq.logprobs ?? seq.tokens.map(() => 0),
+      text: completionText(data.tokenizer, seq.tokens, s.stop),
+      reward: null as number | null,
+    }));
+    if (reward) for (const c of completions) c.reward = await reward(c.text, row.answer, row.prompt);
     samples.groups.push({ line: row.line, promptTokens: row.promptTokens, completions });
   }
+  if (!reward) await rewardOnPython(input, samples, prompts, key(`s${step}`, 'rewards'), signal);
   await writeJsonAtomic(file, samples);
   return samples;
+}
+
+/**
+ * A step's rewards from the user's function on a Python worker: the samples go by store reference, each reward is
+ * recorded under `<rewardsDir>/s<step>/p<prompt>-c<sample>.json` (so a retried or re-run step reads it back instead
+ * of calling the judge again), and a function that keeps failing fails the step (RewardFailed): never a 0.
+ */
+async function rewardOnPython(
+  input: GrpoSegmentInput,
+  samples: StepSamples,
+  prompts: TokenizedRow[],
+  callKey: string,
+  signal: AbortSignal,
+): Promise<void> {
+  const call = pythonReward(input.spec);
+  if (!call || !input.rewardsDir)
+    throw new RoundhouseFailure('InvalidInput', 'round.grpo.reward: a python reward needs the round to name its rewards directory');
+  const stepName = `s${String(samples.step).padStart(7, '0')}`;
+  const items: ScoreItem[] = samples.groups.flatMap((g, i) =>
+    g.completions.map((c, j) => ({
+      key: `${stepName}/p${i}-c${j}`,
+      completion: c.text,
+      answer: prompts[i]!.answer,
+      prompt: prompts[i]!.prompt,
+      row: prompts[i]!.fields ?? { prompt: prompts[i]!.prompt, answer: prompts[i]!.answer },
+      context: { step: samples.step + 1, prompt: i, sample: j, line: g.line },
+    })),
+  );
+  const lineage = input.lineage ? `L${input.lineage}-` : '';
+  const scored = await scoreOnPython({
+    role: 'reward',
+    call,
+    workflowId: `python:${callKey}`,
+    itemsLocation: joinLocation(input.rewardsDir, 'batches', `${lineage}${stepName}.json`),
+    recordsDir: input.rewardsDir,
+    items,
+    signal,
+  });
+  let n = 0;
+  for (const g of samples.groups) for (const c of g.completions) c.reward = scored.values[n++] ?? null;
 }

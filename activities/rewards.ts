@@ -40,6 +40,8 @@ export function rewardFunction(spec: RewardSpec, baseDir = process.cwd()): Rewar
       if (typeof fn !== 'function') throw new Error(`${spec.path}: exports no function '${spec.export ?? 'reward'}' (or default)`);
       return fn as RewardFunction;
     }
+    case 'python':
+      throw new Error(`a python reward ('${spec.name}') runs on its Python worker`);
   }
 }
 

@@ -5,7 +5,11 @@ import { maskSecretsIn } from '../config/io/secrets';
 import type { ForwardResult, OperationHandle } from '../providers/types';
 import type { Rollback } from '../config/rules/lineage';
 import type { PhaseInput, RoundData, RoundInput, RoundPlan, RoundSpec } from '../workflows/round-contract';
-import { toDatum } from './data';
+import { toDatum, type TokenizedRow } from './data';
+import { joinLocation } from '../config/io/artifacts';
+import { scoreOnPython } from './python';
+import { pythonScorer } from '../config/rules/python-calls';
+import type { ScoreResult } from '../workflows/python-contract';
 import type { ActivityDeps } from './deps';
 import { roundCheckpoints } from './checkpoints';
 import { trackingTarget, trackRoundEnd, type RoundTracking } from './tracking';
@@ -134,7 +138,7 @@ export function createRoundActivities(deps: ActivityDeps) {
       lineage?: number;
       /** Score this JSONL file's rows instead of the eval set (e.g. the campaign's training pool). */
       dataset?: string;
-    }): Promise<{ correct: number; total: number; accuracy: number; usage: TokenUsage }> {
+    }): Promise<{ correct: number; total: number; accuracy: number; unscorable?: number; usage: TokenUsage }> {
       const meter = meteredProvider(await deps.providerFor(input.spec.provider));
       const provider = meter.provider;
       return atBoundary(async () => {
@@ -142,13 +146,14 @@ export function createRoundActivities(deps: ActivityDeps) {
         const rowsToScore = input.dataset ? await tokenizedFile(input.dataset, p.tokenizer) : p.eval;
         const s = input.spec.sampling;
         const batch = 16;
-        const evaluations: { line: number; prompt: string; expected: string; completion: string; match: boolean }[] = [];
+        const evaluations: Evaluation[] = [];
+        const rows: TokenizedRow[] = [];
         for (let i = 0; i * batch < rowsToScore.length; i++) {
-          const rows = rowsToScore.slice(i * batch, (i + 1) * batch);
+          const batchRows = rowsToScore.slice(i * batch, (i + 1) * batch);
           const handle = await provider.submitSample(
             input.sessionId,
             roundKey(input.campaignId, input.round, ...lineageParts(input.lineage), input.label, `b${i}`),
-            rows.map((r) => r.promptTokens),
+            batchRows.map((r) => r.promptTokens),
             {
               maxTokens: s.maxTokens,
               temperature: s.temperature,
@@ -159,25 +164,37 @@ export function createRoundActivities(deps: ActivityDeps) {
             },
           );
           const results = await provider.awaitOperation(handle, { signal: Context.current().cancellationSignal });
-          rows.forEach((row, j) => {
+          batchRows.forEach((row, j) => {
             const tokens = results[j]?.sequences[0]?.tokens ?? [];
             const completion = completionText(p.tokenizer, tokens, s.stop);
+            const scorer = input.spec.evaluation.scorer;
             evaluations.push({
               line: row.line,
               prompt: row.prompt,
               expected: row.answer,
               completion,
-              match: scoreCompletion(input.spec.evaluation, completion, row.answer),
+              match: typeof scorer === 'object' ? false : scoreCompletion(input.spec.evaluation, completion, row.answer),
             });
+            rows.push(row);
           });
           Context.current().heartbeat(i);
         }
+        const python = await scoreOnPythonScorer(input, evaluations, rows);
         await writeJsonAtomic(input.outputPath, evaluations);
+        const scored = evaluations.filter((e) => typeof e.score === 'number');
         const correct = evaluations.filter((e) => e.match).length;
         return {
           correct,
           total: evaluations.length,
-          accuracy: evaluations.length ? correct / evaluations.length : 0,
+          // A python scorer's figure is its mean score over the samples it could score (bool scores: the share right).
+          accuracy: python
+            ? scored.length
+              ? scored.reduce((a, e) => a + (e.score ?? 0), 0) / scored.length
+              : 0
+            : evaluations.length
+              ? correct / evaluations.length
+              : 0,
+          ...(python?.unscorable ? { unscorable: python.unscorable } : {}),
           usage: meter.usage(),
         };
       });
@@ -230,3 +247,50 @@ async function writeRoundReport(input: RoundReportInput): Promise<string> {
 }
 
 export type RoundActivities = ReturnType<typeof createRoundActivities>;
+
+/** One sampled answer as the evaluations file keeps it; `score` only with a python scorer (null: unscorable). */
+interface Evaluation {
+  line: number;
+  prompt: string;
+  expected: string;
+  completion: string;
+  match: boolean;
+  score?: number | null;
+}
+
+/**
+ * With a python scorer (`evaluation.scorer: { kind: python }`): every answer scored on its Python worker, each score
+ * recorded under the round's `scores/` (a retried pass reads them back). A sample counts as right at a score of 0.5
+ * or more (bool scores: True), which is what the `mistakes` policy reads.
+ */
+async function scoreOnPythonScorer(
+  input: { campaignId: string; round: number; lineage?: number; label: string; outputPath: string; spec: RoundSpec },
+  evaluations: Evaluation[],
+  rows: TokenizedRow[],
+): Promise<ScoreResult | undefined> {
+  const call = pythonScorer(input.spec);
+  if (!call) return undefined;
+  const dir = joinLocation(input.outputPath.slice(0, input.outputPath.lastIndexOf('/')), 'scores');
+  const pass = `${input.label}${input.lineage ? `.L${input.lineage}` : ''}`;
+  const scored = await scoreOnPython({
+    role: 'scorer',
+    call,
+    workflowId: `python:${roundKey(input.campaignId, input.round, ...lineageParts(input.lineage), input.label, 'scores')}`,
+    itemsLocation: joinLocation(dir, 'batches', `${pass}.json`),
+    recordsDir: dir,
+    items: evaluations.map((e, i) => ({
+      key: `${pass}/l${e.line}`,
+      completion: e.completion,
+      answer: e.expected,
+      prompt: e.prompt,
+      row: rows[i]!.fields ?? { prompt: e.prompt, answer: e.expected },
+      context: { pass: input.label, line: e.line },
+    })),
+    signal: Context.current().cancellationSignal,
+  });
+  evaluations.forEach((e, i) => {
+    e.score = scored.values[i] ?? null;
+    e.match = e.score !== null && e.score >= 0.5;
+  });
+  return scored;
+}

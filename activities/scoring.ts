@@ -13,6 +13,7 @@ function escapeRegExp(text: string): string {
 
 /** Whether a completion counts as right: exact match, containment, or a regex (with `{answer}` filled in). */
 export function scoreCompletion(spec: EvaluationSpec, completion: string, expected: string): boolean {
+  if (typeof spec.scorer === 'object') throw new Error(`a python scorer ('${spec.scorer.name}') runs on its Python worker`);
   const got = normalize(completion, spec);
   const want = normalize(expected, spec);
   switch (spec.scorer) {

@@ -1,3 +1,4 @@
+import type { PythonCall } from '../config/rules/python-calls';
 import { defineQuery, defineUpdate } from '@temporalio/workflow';
 import type { CampaignSpec, GateMetric } from '../config/io/spec';
 import type { GateVerdict } from '../config/rules/stages';
@@ -115,7 +116,7 @@ export interface CampaignResult extends CampaignProgress {
 // Payloads between the campaign workflow and its activities.
 
 /** How the next round's training data is chosen (`rounds.nextData.policy`). */
-export type NextDataPolicy = 'mistakes' | 'all' | 'static';
+export type NextDataPolicy = 'mistakes' | 'all' | 'static' | 'python';
 
 export interface NextDataInput {
   campaignId: string;
@@ -126,8 +127,10 @@ export interface NextDataInput {
   seed: number;
   /** The campaign's training pool (`data.train`). */
   pool: string;
-  /** The last round's scored pool rows (`mistakes` policy). */
+  /** The last round's scored pool rows (`mistakes` and `python` policies). */
   poolEvaluationsPath?: string;
+  /** `python`: the registered data policy and its Python worker's task queue. */
+  python?: PythonCall;
   outDir: string;
 }
 

@@ -1,3 +1,4 @@
+import { nextDataCall, type PythonCheck } from '../config/rules/python-calls';
 import {
   CancellationScope,
   ParentClosePolicy,
@@ -278,6 +279,7 @@ export class CampaignState {
       pool: spec.data.train,
       poolEvaluationsPath: last.poolEvaluationsPath,
       outDir: this.dir,
+      ...(spec.rounds.nextData.policy === 'python' ? { python: nextDataCall(spec.rounds.nextData) } : {}),
     });
   }
 
@@ -347,7 +349,8 @@ export class CampaignState {
       startFrom: this.startOf(round),
       reportDir: this.dir,
       budget: this.roundBudget(),
-      pool: spec.rounds.nextData.policy === 'mistakes' ? spec.data.train : undefined,
+      pool: spec.rounds.nextData.policy === 'mistakes' || spec.rounds.nextData.policy === 'python' ? spec.data.train : undefined,
+      ...pythonChecksFor(spec.rounds),
     };
   }
 
@@ -423,4 +426,10 @@ function roundSummary(started: RoundSummary, result: RoundResult): RoundSummary 
     stopReason: result.stopReason,
     recoveries: result.recoveries?.length,
   };
+}
+
+/** A python data policy is checked by the round before it provisions (the campaign calls it after the round). */
+function pythonChecksFor(rounds: CampaignSpec['rounds']): { pythonChecks?: PythonCheck[] } {
+  const call = nextDataCall(rounds.nextData);
+  return call && rounds.max > 1 ? { pythonChecks: [{ field: 'rounds.nextData', role: 'data_policy', call }] } : {};
 }

@@ -4,3 +4,4 @@ export { roundWorkflow } from './round';
 export { campaignWorkflow } from './campaign';
 export { reaperWorkflow } from './reaper';
 export { provisionGateWorkflow } from './provision-gate';
+export { pythonCallWorkflow } from './python';

@@ -1,3 +1,4 @@
+import type { PythonCheck } from '../config/rules/python-calls';
 import { defineQuery, defineSignal } from '@temporalio/workflow';
 import type { CampaignSpec } from '../config/io/spec';
 import { ROUND_WAITING_SIGNAL, type ProvisioningWait } from '../config/rules/capacity';
@@ -53,6 +54,8 @@ export interface RoundInput {
   budget?: RoundBudget;
   /** Also sample and score these rows after training (the campaign picks the next round's data from the mistakes). */
   pool?: string;
+  /** Python functions the campaign will call after this round (its data policy): checked with the round's own. */
+  pythonChecks?: PythonCheck[];
 }
 
 export interface RoundBudget {
@@ -294,6 +297,8 @@ export interface GrpoSegmentInput extends SegmentInput {
   samplesDir: string;
   /** A frozen session holding the reference policy, for the KL penalty (`round.grpo.reference`). */
   referenceSessionId?: string;
+  /** A Python reward's batches and its per-sample records (`s0000012/p3-c1.json`), kept across lineages. */
+  rewardsDir?: string;
 }
 
 export interface GrpoSegmentResult extends SegmentResult {

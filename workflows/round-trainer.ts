@@ -1,3 +1,5 @@
+import { checkPythonFunctions } from './python';
+import { pythonChecksOf } from '../config/rules/python-calls';
 import { condition, patched, workflowInfo } from '@temporalio/workflow';
 import { lineageParts, roundKey } from '../config/rules/keys';
 import { failureDetail, failureMessageOf, failureTypeOf, recoverable } from './failures';
@@ -125,6 +127,9 @@ export class RoundTrainer {
     const { input } = this;
     const plan = await this.activities.checks.prepareRound({ spec: input.spec, data: input.data });
     this.data = { ...input.data, trainSha256: plan.trainSha256, evalSha256: plan.evalSha256 };
+    // The user's Python functions: registered and fit for their role on a live worker, or the round ends here.
+    const python = [...pythonChecksOf(input.spec), ...(input.pythonChecks ?? [])];
+    if (python.length) await checkPythonFunctions(python);
     return plan;
   }
 

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { billingOf, PROVIDER_KINDS } from '../rules/dialects';
+import { PYTHON_CALL_DEFAULTS } from '../rules/python-defaults';
 
 /**
  * The blocks a campaign spec is made of (spec.ts puts them together): each with its defaults. Every field is
@@ -109,10 +110,43 @@ export const SamplingSpecSchema = z
   })
   .strict();
 
+/** A call to the user's function on a Python worker (python/: `python -m roundhouse worker my_env.py`). */
+export const PythonRetrySchema = z
+  .object({
+    /** Attempts of a batch in all (what earlier attempts recorded is kept): past them the step fails, never scores 0. */
+    maxAttempts: positiveInt.max(100).default(PYTHON_CALL_DEFAULTS.retry.maxAttempts),
+    initialIntervalSeconds: z.number().positive().max(3600).default(PYTHON_CALL_DEFAULTS.retry.initialIntervalSeconds),
+    maxIntervalSeconds: z.number().positive().max(86_400).default(PYTHON_CALL_DEFAULTS.retry.maxIntervalSeconds),
+    backoff: z.number().min(1).max(10).default(PYTHON_CALL_DEFAULTS.retry.backoff),
+  })
+  .strict();
+
+const pythonCallFields = {
+  /** The function's registered name (`@roundhouse.reward`, `@roundhouse.scorer`, `@roundhouse.data_policy`). */
+  name: z.string().trim().min(1).max(200),
+  /** The task queue the Python worker polls (`--task-queue`). */
+  taskQueue: z.string().trim().min(1).max(200),
+  retry: PythonRetrySchema.default(PYTHON_CALL_DEFAULTS.retry),
+  /** One attempt's bound for a batch (a slow judge over many samples needs more). */
+  timeoutSeconds: positiveInt.max(86_400).default(PYTHON_CALL_DEFAULTS.timeoutSeconds),
+  /** A Python worker that dies mid-batch is noticed after this long; the retry computes only what was not recorded. */
+  heartbeatTimeoutSeconds: positiveInt.max(600).default(PYTHON_CALL_DEFAULTS.heartbeatTimeoutSeconds),
+  /** How long a call waits for a Python worker to take it (the check before provisioning, and every batch). */
+  workerWaitSeconds: positiveInt.max(86_400).default(PYTHON_CALL_DEFAULTS.workerWaitSeconds),
+  /** Samples scored at once on the worker (async functions concurrently; sync ones in threads). */
+  concurrency: positiveInt.max(256).default(PYTHON_CALL_DEFAULTS.concurrency),
+};
+
+export const PythonCallSpecSchema = z.object(pythonCallFields).strict();
+
 export const EvaluationSpecSchema = z
   .object({
     /** `numeric`: the final number of the completion equals the answer's (GSM8K-style, `####` aware). */
-    scorer: z.enum(['exact', 'contains', 'regex', 'numeric']),
+    scorer: z.union([
+      z.enum(['exact', 'contains', 'regex', 'numeric']),
+      /** A scorer registered on a Python worker: `(completion, answer, prompt, row) → bool | float`. */
+      z.object({ kind: z.literal('python'), ...pythonCallFields }).strict(),
+    ]),
     /** For `regex`: the pattern a completion must match; `{answer}` is replaced by the escaped expected answer. */
     pattern: z.string().optional(),
     caseSensitive: z.boolean().default(false),
@@ -171,6 +205,8 @@ export const RewardSpecSchema = z.discriminatedUnion('kind', [
   z.object({ kind: z.literal('numeric'), tolerance: z.number().min(0).default(1e-6) }).strict(),
   /** A CommonJS module (path relative to the spec) exporting `reward(completion, answer, prompt) → number`. */
   z.object({ kind: z.literal('module'), path: z.string().min(1), export: z.string().min(1).default('reward') }).strict(),
+  /** A reward registered on a Python worker: `(completion, answer, prompt, row) → float`, durable and exactly once. */
+  z.object({ kind: z.literal('python'), ...pythonCallFields }).strict(),
 ]);
 
 export const PolicyLossSpecSchema = z
@@ -228,11 +264,28 @@ export const RoundsSpecSchema = z
       .optional(),
     nextData: z
       .object({
-        policy: z.enum(['mistakes', 'all', 'static']).default('mistakes'),
+        policy: z.enum(['mistakes', 'all', 'static', 'python']).default('mistakes'),
         /** Share of the next training set drawn from rows the last round got right. */
         replayShare: z.number().min(0).max(1).default(0.3),
+        // `policy: python`: a data policy registered on a Python worker, `(pool rows, last round's results) → rows`.
+        name: pythonCallFields.name.optional(),
+        taskQueue: pythonCallFields.taskQueue.optional(),
+        retry: PythonRetrySchema.optional(),
+        timeoutSeconds: pythonCallFields.timeoutSeconds.optional(),
+        heartbeatTimeoutSeconds: pythonCallFields.heartbeatTimeoutSeconds.optional(),
+        workerWaitSeconds: pythonCallFields.workerWaitSeconds.optional(),
       })
       .strict()
+      .superRefine((n, ctx) => {
+        const python = ['name', 'taskQueue', 'retry', 'timeoutSeconds', 'heartbeatTimeoutSeconds', 'workerWaitSeconds'] as const;
+        if (n.policy === 'python') {
+          for (const field of ['name', 'taskQueue'] as const)
+            if (!n[field]) ctx.addIssue({ code: 'custom', path: [field], message: 'is required when policy is python' });
+        } else {
+          for (const field of python)
+            if (n[field] !== undefined) ctx.addIssue({ code: 'custom', path: [field], message: 'is only for policy: python' });
+        }
+      })
       .default({ policy: 'mistakes', replayShare: 0.3 }),
     /** Round N+1 starts from round N's training checkpoint with optimizer state, or fresh from the base model. */
     continueFrom: z.enum(['checkpoint', 'base']).default('checkpoint'),

@@ -21,6 +21,11 @@ export const FAILURE_TYPES = {
   StepCounterMismatch: "the trainer's step counter is not where the round's cursor says; never trained over",
   ReferenceLogprobsMissing: 'a DPO round lost its reference logprobs after training began; cannot compute its loss',
   EmptySamples: 'the generators returned only empty completions for a GRPO step',
+  RewardFailed:
+    "the user's reward function (on a Python worker) raised past the spec's retry policy, or returned what is not a reward; never scored 0",
+  ScorerFailed: "the user's scorer (on a Python worker) raised past the spec's retry policy, or returned what is not a score",
+  DataPolicyFailed: "the user's next-data policy (on a Python worker) raised past the spec's retry policy, or returned no rows",
+  PythonWorkerUnavailable: 'no Python worker polled the task queue the spec names within its workerWaitSeconds',
   Cancelled: 'the round or campaign was cancelled (stop now, or its parent closed)',
   Unknown: 'a failure outside this set (a bug): the message says what',
 } as const;

@@ -1,0 +1,85 @@
+import type { CampaignSpec } from '../io/spec';
+import { PYTHON_CALL_DEFAULTS } from './python-defaults';
+
+export { PYTHON_CALL_DEFAULTS } from './python-defaults';
+
+/**
+ * Calls of the user's functions on a Python worker (python/): which functions a spec names, with what retries and
+ * bounds, and how a call's failure is named. Pure and workflow-safe: the workflows check and call them, the
+ * activities call them, the spec's schema takes its defaults from here.
+ */
+
+export type PythonRole = 'reward' | 'scorer' | 'data_policy';
+
+/** A call of one registered function: where it is served and how it is retried (the spec's fields, defaults filled). */
+export interface PythonCall {
+  name: string;
+  taskQueue: string;
+  retry: { maxAttempts: number; initialIntervalSeconds: number; maxIntervalSeconds: number; backoff: number };
+  timeoutSeconds: number;
+  heartbeatTimeoutSeconds: number;
+  workerWaitSeconds: number;
+  concurrency: number;
+}
+
+/** A function the round (or campaign) will call, and the spec field that names it (for errors). */
+export interface PythonCheck {
+  field: string;
+  role: PythonRole;
+  call: PythonCall;
+}
+
+/** The Python worker's activities, by name (python/src/roundhouse/activities.py). */
+export const PYTHON_ACTIVITIES = {
+  describe: 'roundhouse.describe',
+  rewards: 'roundhouse.rewards',
+  scores: 'roundhouse.scores',
+  nextData: 'roundhouse.next_data',
+} as const;
+
+/** A spec block naming a python function (some fields optional): the call, with the defaults filled in. */
+export function pythonCallOf(spec: Partial<PythonCall> & { name: string; taskQueue: string }): PythonCall {
+  const d = PYTHON_CALL_DEFAULTS;
+  return {
+    name: spec.name,
+    taskQueue: spec.taskQueue,
+    retry: { ...d.retry, ...spec.retry },
+    timeoutSeconds: spec.timeoutSeconds ?? d.timeoutSeconds,
+    heartbeatTimeoutSeconds: spec.heartbeatTimeoutSeconds ?? d.heartbeatTimeoutSeconds,
+    workerWaitSeconds: spec.workerWaitSeconds ?? d.workerWaitSeconds,
+    concurrency: spec.concurrency ?? d.concurrency,
+  };
+}
+
+/** The call a `policy: python` next-data spec makes. */
+export function nextDataCall(nextData: CampaignSpec['rounds']['nextData']): PythonCall | undefined {
+  if (nextData.policy !== 'python' || !nextData.name || !nextData.taskQueue) return undefined;
+  return pythonCallOf({ ...nextData, name: nextData.name, taskQueue: nextData.taskQueue });
+}
+
+/** The round's reward, when it is a python one. */
+export function pythonReward(spec: { round?: CampaignSpec['round'] }): PythonCall | undefined {
+  const reward = spec.round?.kind === 'grpo' ? spec.round.grpo?.reward : undefined;
+  return reward?.kind === 'python' ? pythonCallOf(reward) : undefined;
+}
+
+/** The evaluation's scorer, when it is a python one. */
+export function pythonScorer(spec: Pick<CampaignSpec, 'evaluation'>): PythonCall | undefined {
+  const scorer = spec.evaluation.scorer;
+  return typeof scorer === 'object' ? pythonCallOf(scorer) : undefined;
+}
+
+/** The Python functions a round calls: its reward and its scorer, when they are python ones. */
+export function pythonChecksOf(spec: { round?: CampaignSpec['round']; evaluation: CampaignSpec['evaluation'] }): PythonCheck[] {
+  const reward = pythonReward(spec);
+  const scorer = pythonScorer(spec);
+  return [
+    ...(reward ? [{ field: 'round.grpo.reward', role: 'reward' as const, call: reward }] : []),
+    ...(scorer ? [{ field: 'evaluation.scorer', role: 'scorer' as const, call: scorer }] : []),
+  ];
+}
+
+/** The failure type a role's call ends with past its retries. */
+export function pythonFailureType(role: PythonRole): 'RewardFailed' | 'ScorerFailed' | 'DataPolicyFailed' {
+  return role === 'reward' ? 'RewardFailed' : role === 'scorer' ? 'ScorerFailed' : 'DataPolicyFailed';
+}

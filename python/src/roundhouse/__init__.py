@@ -1,0 +1,19 @@
+"""Roundhouse's Python side: the user's rewards, scorers and data policies as durable activities on a Python worker.
+
+Register plain functions (sync or async) and start a worker on the task queue the campaign spec names::
+
+    import roundhouse
+
+    @roundhouse.reward
+    def exact(completion: str, answer: str, prompt: str, row: dict) -> float:
+        return float(completion.strip() == answer.strip())
+
+    $ python -m roundhouse worker my_env.py --task-queue rewards
+"""
+
+from __future__ import annotations
+
+from roundhouse.registry import Unscorable, current_sample, data_policy, registry, reward, scorer, unscorable
+
+__version__ = "0.1.0"
+__all__ = ["Unscorable", "__version__", "current_sample", "data_policy", "registry", "reward", "scorer", "unscorable"]

@@ -1,0 +1,49 @@
+"""`python -m roundhouse worker my_env.py [more.py …] [--task-queue Q]`: serves the registered functions."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+
+from roundhouse.codec import ConfigError
+from roundhouse.settings import DEFAULT_TASK_QUEUE, settings_from_env
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m roundhouse", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    worker = commands.add_parser("worker", help="serve the rewards, scorers and data policies these files register")
+    worker.add_argument("sources", nargs="+", help="Python files or importable modules that register functions")
+    worker.add_argument(
+        "--task-queue",
+        help=f"the task queue the spec names (default: $ROUNDHOUSE_PYTHON_TASK_QUEUE, else {DEFAULT_TASK_QUEUE})",
+    )
+    worker.add_argument("--max-concurrent-activities", type=int, default=100)
+    commands.add_parser("sandbox", help="say which sandbox isolation this host gives model-written code")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    if args.command == "sandbox":
+        from roundhouse import sandbox
+
+        print(f"sandbox isolation: {sandbox.isolation()}")
+        return 0
+    try:
+        settings = settings_from_env(task_queue=args.task_queue)
+    except ConfigError as err:
+        print(f"roundhouse: {err}", file=sys.stderr)
+        return 2
+    from roundhouse.worker import serve  # the worker's imports are only needed to serve
+
+    try:
+        asyncio.run(serve(settings, args.sources, args.max_concurrent_activities))
+    except (FileNotFoundError, ImportError) as err:
+        print(f"roundhouse: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,338 @@
+"""The activities the TypeScript workflows call on a Python worker's task queue, by name.
+
+- `roundhouse.describe`: before any spend, whether the named functions exist and can take their role's arguments.
+- `roundhouse.rewards` / `roundhouse.scores`: a batch of completions (by store location, never in the history)
+  scored by a registered reward or scorer. Each result is recorded in the store under the sample's key (campaign,
+  round, step, prompt, sample) with a digest of its inputs, so a retried attempt, a re-run step or a replayed
+  activity reads it back instead of calling the function again. A function that raises fails the activity (retried
+  under the spec's policy), never a 0; `roundhouse.unscorable(reason)` takes a sample out explicitly.
+- `roundhouse.next_data`: a data policy picks the next round's rows from the pool and the last round's results.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import math
+import os
+import platform
+import socket
+import traceback
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from roundhouse import __version__
+from roundhouse.registry import ROLES, Registered, Registry, Role, Unscorable, _current, registry
+from roundhouse.store import join, read_json, read_text, write_json, write_text
+
+FAILURE_TYPES: dict[Role, str] = {"reward": "RewardFailed", "scorer": "ScorerFailed", "data_policy": "DataPolicyFailed"}
+SECRET_NAME = ("KEY", "SECRET", "TOKEN", "PASSWORD", "CREDENTIAL")
+HEARTBEAT_SECONDS = 2.0
+
+
+@dataclass
+class FunctionRef:
+    role: str
+    name: str
+
+
+@dataclass
+class DescribeRequest:
+    functions: list[FunctionRef]
+
+
+@dataclass
+class DescribedFunction:
+    role: str
+    name: str
+    ok: bool
+    problem: str | None = None
+    signature: str | None = None
+    is_async: bool = False
+
+
+@dataclass
+class DescribeResult:
+    functions: list[DescribedFunction]
+    registered: dict[str, list[str]]
+    worker: str
+    python: str
+    roundhouse: str
+    sandbox: str
+
+
+@dataclass
+class ScoreRequest:
+    """`items`: the location of `{"items": [{key, completion, answer, prompt, row, context}]}`; `records`: where each
+    result is kept (`<records>/<key>.json`)."""
+
+    function: str
+    items: str
+    records: str
+    concurrency: int = 8
+
+
+@dataclass
+class ScoreResult:
+    """`values[i]` for `items[i]`: the score, or None when the function said the sample is unscorable."""
+
+    values: list[float | None]
+    computed: int
+    reused: int
+    unscorable: int
+    unscorable_reasons: list[str] = field(default_factory=list)
+
+
+@dataclass
+class NextDataRequest:
+    function: str
+    pool: str
+    results: str | None
+    output: str
+    round: int
+
+
+@dataclass
+class NextDataResult:
+    rows: int
+    reused: bool
+
+
+def masked(text: str) -> str:
+    """The text with the values of secret-named environment variables replaced (errors go into Temporal's history)."""
+    for name, value in os.environ.items():
+        if len(value) >= 8 and any(part in name.upper() for part in SECRET_NAME):
+            text = text.replace(value, "***")
+    return text
+
+
+def _sandbox_isolation() -> str:
+    try:  # TEMPORARY
+        from roundhouse import sandbox  # probes the host once, on the first describe
+    except ImportError:
+        return "pending"
+    return sandbox.isolation()
+
+
+def _digest(name: str, item: dict[str, Any]) -> str:
+    inputs = [name, item.get("completion"), item.get("answer"), item.get("prompt"), item.get("row")]
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
+async def _call(function: Registered, *args: Any) -> Any:
+    if function.is_async:
+        return await cast(Awaitable[Any], function.function(*args))
+    return await asyncio.to_thread(function.function, *args)
+
+
+class _BadReturn(Exception):
+    """The function returned something that is not a score: the same call would again, so it is not retried."""
+
+
+def _score_of(role: Role, name: str, value: Any) -> float | Unscorable:
+    if isinstance(value, Unscorable):
+        return value
+    if isinstance(value, bool):
+        return 1.0 if value else 0.0
+    if isinstance(value, int | float) and math.isfinite(value):
+        return float(value)
+    shown = "None" if value is None else f"{type(value).__name__} {value!r}"[:200]
+    raise _BadReturn(
+        f"{role} {name!r} returned {shown}; return a finite number"
+        f"{' or bool' if role == 'scorer' else ''}, or roundhouse.unscorable(reason) for a sample it cannot score"
+    )
+
+
+def _where(item: dict[str, Any]) -> str:
+    context = item.get("context") or {}
+    parts = [f"{k} {v}" for k, v in context.items() if v is not None]
+    return ", ".join(parts) or f"key {item.get('key')}"
+
+
+class Activities:
+    """The activities over one registry (the process's, unless a test passes its own)."""
+
+    def __init__(self, functions: Registry = registry) -> None:
+        self.functions = functions
+
+    def all(self) -> list[Any]:
+        return [self.describe, self.rewards, self.scores, self.next_data]
+
+    @activity.defn(name="roundhouse.describe")
+    async def describe(self, request: DescribeRequest) -> DescribeResult:
+        described = []
+        for ref in request.functions:
+            found = self.functions.get(cast(Role, ref.role), ref.name) if ref.role in ROLES else None
+            if found is None:
+                known = self.functions.names(cast(Role, ref.role)) if ref.role in ROLES else []
+                problem = f"no {ref.role} named {ref.name!r} is registered (registered: {', '.join(known) or 'none'})"
+                described.append(DescribedFunction(ref.role, ref.name, ok=False, problem=problem))
+                continue
+            problem = found.problem()
+            described.append(
+                DescribedFunction(
+                    ref.role,
+                    ref.name,
+                    ok=problem is None,
+                    problem=problem,
+                    signature=found.signature(),
+                    is_async=found.is_async,
+                )
+            )
+        return DescribeResult(
+            functions=described,
+            registered={role: self.functions.names(role) for role in ROLES},
+            worker=f"{socket.gethostname()}:{os.getpid()}",
+            python=platform.python_version(),
+            roundhouse=__version__,
+            sandbox=await asyncio.to_thread(_sandbox_isolation),
+        )
+
+    @activity.defn(name="roundhouse.rewards")
+    async def rewards(self, request: ScoreRequest) -> ScoreResult:
+        return await self._score("reward", request)
+
+    @activity.defn(name="roundhouse.scores")
+    async def scores(self, request: ScoreRequest) -> ScoreResult:
+        return await self._score("scorer", request)
+
+    def _function(self, role: Role, name: str) -> Registered:
+        found = self.functions.get(role, name)
+        if found is None:
+            raise ApplicationError(
+                f"no {role} named {name!r} is registered on this worker "
+                f"(registered: {', '.join(self.functions.names(role)) or 'none'})",
+                type="InvalidInput",
+                non_retryable=True,
+            )
+        return found
+
+    async def _score(self, role: Role, request: ScoreRequest) -> ScoreResult:
+        function = self._function(role, request.function)
+        loaded = await asyncio.to_thread(read_json, request.items)
+        if loaded is None:
+            raise ApplicationError(
+                f"{request.items}: the batch to score is missing", type="InvalidInput", non_retryable=True
+            )
+        items: list[dict[str, Any]] = loaded["items"]
+        values: list[float | Unscorable | None] = [None] * len(items)
+        counts = {"computed": 0, "reused": 0}
+        failures: list[tuple[dict[str, Any], BaseException]] = []
+        limit = asyncio.Semaphore(max(1, request.concurrency))
+
+        async def one(index: int, item: dict[str, Any]) -> None:
+            location = join(request.records, f"{item['key']}.json")
+            digest = _digest(function.name, item)
+            record = await asyncio.to_thread(read_json, location)
+            if record is not None and record.get("digest") == digest:
+                values[index] = (
+                    Unscorable(record.get("unscorable") or "") if record.get("value") is None else record["value"]
+                )
+                counts["reused"] += 1
+                return
+            async with limit:
+                _current.set({"key": item["key"], **(item.get("context") or {})})  # this task's own context
+                try:
+                    score = _score_of(
+                        role,
+                        function.name,
+                        await _call(
+                            function, item["completion"], item["answer"], item["prompt"], item.get("row") or {}
+                        ),
+                    )
+                except Exception as err:
+                    failures.append((item, err))
+                    return
+            unscorable_reason = score.reason if isinstance(score, Unscorable) else None
+            await asyncio.to_thread(
+                write_json,
+                location,
+                {
+                    "digest": digest,
+                    "function": function.name,
+                    "value": None if isinstance(score, Unscorable) else score,
+                    "unscorable": unscorable_reason,
+                    "context": item.get("context"),
+                },
+            )
+            values[index] = score
+            counts["computed"] += 1
+
+        async def beat() -> None:
+            while True:
+                activity.heartbeat({"computed": counts["computed"], "reused": counts["reused"], "of": len(items)})
+                await asyncio.sleep(HEARTBEAT_SECONDS)
+
+        beating = asyncio.create_task(beat())
+        try:
+            await asyncio.gather(*(one(i, item) for i, item in enumerate(items)))
+        finally:
+            beating.cancel()
+        if failures:
+            item, err = failures[0]
+            error = masked("".join(traceback.format_exception_only(type(err), err)).strip())
+            details = {
+                "function": function.name,
+                "row": item.get("row"),
+                "context": item.get("context"),
+                "error": error,
+                "failed": len(failures),
+                "of": len(items),
+            }
+            raise ApplicationError(
+                f"{role} {function.name!r} failed on {_where(item)}: {error}"
+                f"{f' (and {len(failures) - 1} more of {len(items)})' if len(failures) > 1 else ''}",
+                details,
+                type=FAILURE_TYPES[role],
+                non_retryable=isinstance(err, _BadReturn),
+            )
+        reasons = [v.reason for v in values if isinstance(v, Unscorable)]
+        return ScoreResult(
+            values=[None if isinstance(v, Unscorable) else v for v in values],
+            computed=counts["computed"],
+            reused=counts["reused"],
+            unscorable=len(reasons),
+            unscorable_reasons=reasons[:20],
+        )
+
+    @activity.defn(name="roundhouse.next_data")
+    async def next_data(self, request: NextDataRequest) -> NextDataResult:
+        function = self._function("data_policy", request.function)
+        existing = await asyncio.to_thread(read_text, request.output)
+        if existing is not None:  # chosen by an earlier attempt: the same rows, whatever the policy would pick now
+            return NextDataResult(rows=sum(1 for line in existing.splitlines() if line.strip()), reused=True)
+        text = await asyncio.to_thread(read_text, request.pool)
+        if text is None:
+            raise ApplicationError(f"{request.pool}: the pool is missing", type="InvalidInput", non_retryable=True)
+        lines = [(n, line) for n, line in enumerate(text.split("\n"), start=1) if line.strip()]
+        pool = [json.loads(line) for _, line in lines]
+        scored = (await asyncio.to_thread(read_json, request.results)) if request.results else None
+        by_line = {r["line"]: r for r in scored or []}
+        results = [by_line.get(n) for n, _ in lines]
+        try:
+            chosen = await _call(function, pool, results)
+        except Exception as err:
+            error = masked("".join(traceback.format_exception_only(type(err), err)).strip())
+            raise ApplicationError(
+                f"data policy {function.name!r} failed choosing round {request.round}'s rows: {error}",
+                {"function": function.name, "error": error},
+                type=FAILURE_TYPES["data_policy"],
+            ) from None
+        if not isinstance(chosen, list) or not all(isinstance(row, dict) for row in chosen):
+            raise ApplicationError(
+                f"data policy {function.name!r} returned {type(chosen).__name__}; return a list of rows (dicts)",
+                type=FAILURE_TYPES["data_policy"],
+                non_retryable=True,
+            )
+        body = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in chosen)
+        await asyncio.to_thread(write_text, request.output, body)
+        return NextDataResult(rows=len(chosen), reused=False)
+
+
+def record_location(records: str, key: str) -> str:
+    return join(records, f"{key}.json")

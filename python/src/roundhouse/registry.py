@@ -1,0 +1,132 @@
+"""The user's functions, registered by decorator, and what the workflows ask about them before any spend."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar, overload
+
+Role = Literal["reward", "scorer", "data_policy"]
+ROLES: tuple[Role, ...] = ("reward", "scorer", "data_policy")
+
+# The positional arguments each role is called with, in order.
+PARAMETERS: dict[Role, tuple[str, ...]] = {
+    "reward": ("completion", "answer", "prompt", "row"),
+    "scorer": ("completion", "answer", "prompt", "row"),
+    "data_policy": ("pool", "results"),
+}
+RETURNS: dict[Role, str] = {
+    "reward": "float (or roundhouse.unscorable(reason))",
+    "scorer": "bool | float (or roundhouse.unscorable(reason))",
+    "data_policy": "list of rows (dicts with prompt and answer, or messages)",
+}
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True)
+class Unscorable:
+    """What a reward or scorer returns for a sample it cannot score: the sample leaves its group, and is counted."""
+
+    reason: str = ""
+
+
+def unscorable(reason: str = "") -> Unscorable:
+    """Returned by a reward or scorer: this sample cannot be scored (never the same as a reward of 0)."""
+    return Unscorable(reason)
+
+
+@dataclass(frozen=True)
+class Registered:
+    role: Role
+    name: str
+    function: Callable[..., Any]
+
+    @property
+    def is_async(self) -> bool:
+        return inspect.iscoroutinefunction(self.function)
+
+    def signature(self) -> str:
+        try:
+            return f"{self.name}{inspect.signature(self.function, eval_str=True)}"
+        except Exception:  # annotations that do not evaluate here: shown as written
+            try:
+                return f"{self.name}{inspect.signature(self.function)}"
+            except (TypeError, ValueError):
+                return self.name
+
+    def problem(self) -> str | None:
+        """Why the workflow could not call this function with its role's arguments, or None when it can."""
+        try:
+            signature = inspect.signature(self.function)
+        except (TypeError, ValueError):
+            return None  # a builtin or C function: found out at the first call
+        try:
+            signature.bind(*PARAMETERS[self.role])
+        except TypeError as err:
+            wanted = ", ".join(PARAMETERS[self.role])
+            return f"{self.signature()} cannot take ({wanted}): {err}"
+        return None
+
+
+class Registry:
+    """Functions by role and name. One per worker process; the decorators fill the default one."""
+
+    def __init__(self) -> None:
+        self._functions: dict[tuple[Role, str], Registered] = {}
+
+    def add(self, role: Role, function: Callable[..., Any], name: str | None = None) -> Registered:
+        if role not in ROLES:
+            raise ValueError(f"unknown role {role!r} (expected one of {', '.join(ROLES)})")
+        if not callable(function):
+            raise TypeError(f"a {role} must be callable, got {type(function).__name__}")
+        key = (role, name or function.__name__)
+        existing = self._functions.get(key)
+        if existing is not None and existing.function is not function:
+            raise ValueError(f"a {role} named {key[1]!r} is registered twice")
+        registered = Registered(role, key[1], function)
+        self._functions[key] = registered
+        return registered
+
+    def get(self, role: Role, name: str) -> Registered | None:
+        return self._functions.get((role, name))
+
+    def names(self, role: Role) -> list[str]:
+        return sorted(name for (r, name) in self._functions if r == role)
+
+    def clear(self) -> None:
+        self._functions.clear()
+
+
+registry = Registry()
+
+_current: ContextVar[dict[str, Any] | None] = ContextVar("roundhouse_current_sample", default=None)
+
+
+def current_sample() -> dict[str, Any] | None:
+    """Inside a reward or scorer: which sample it scores (`key`, and `step`, `prompt`, `sample`, `line` when known)."""
+    return _current.get()
+
+
+def _decorator(role: Role) -> Any:
+    @overload
+    def register(function: F, /) -> F: ...
+    @overload
+    def register(*, name: str | None = None) -> Callable[[F], F]: ...
+    def register(function: F | None = None, /, *, name: str | None = None) -> Any:
+        def add(f: F) -> F:
+            registry.add(role, f, name)
+            return f
+
+        return add(function) if function is not None else add
+
+    register.__name__ = role
+    register.__doc__ = f"Registers a {role}: called with ({', '.join(PARAMETERS[role])}), returns {RETURNS[role]}."
+    return register
+
+
+reward = _decorator("reward")
+scorer = _decorator("scorer")
+data_policy = _decorator("data_policy")

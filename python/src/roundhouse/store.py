@@ -1,0 +1,124 @@
+"""The artifact store, as the TypeScript workers see it: a local directory, or `s3://bucket/key` through boto3.
+
+The workflows hand the Python side locations, never the data itself (completions stay out of Temporal's history).
+Writes are atomic: a reader sees the old object or the new one, never part of one (a rename on disk; one PUT on S3).
+S3 settings are boto3's own environment (credentials, AWS_REGION, AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL), plus
+ROUNDHOUSE_S3_FORCE_PATH_STYLE=true for servers that need path-style addressing, as for the TypeScript workers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from functools import cache
+from pathlib import Path
+from typing import Any, Protocol
+
+
+class Store(Protocol):
+    def read(self, location: str) -> bytes | None: ...
+    def write(self, location: str, body: bytes) -> None: ...
+
+
+class LocalStore:
+    def read(self, location: str) -> bytes | None:
+        try:
+            return Path(location).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def write(self, location: str, body: bytes) -> None:
+        target = Path(location)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as out:
+                out.write(body)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(temporary, target)
+        except BaseException:
+            Path(temporary).unlink(missing_ok=True)
+            raise
+
+
+class S3Store:
+    def __init__(self) -> None:
+        try:
+            import boto3  # optional dependency (pip install 'roundhouse[s3]')
+            from botocore.config import Config
+        except ImportError as err:  # pragma: no cover - depends on the installation
+            raise RuntimeError("an s3:// artifact location needs boto3: pip install 'roundhouse[s3]'") from err
+        path_style = os.environ.get("ROUNDHOUSE_S3_FORCE_PATH_STYLE", "").strip().lower()
+        if path_style not in ("", "true", "false"):
+            raise ValueError(f"ROUNDHOUSE_S3_FORCE_PATH_STYLE: must be true or false, got {path_style!r}")
+        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+        config = Config(s3={"addressing_style": "path"}) if path_style == "true" else None
+        self._client = boto3.client("s3", endpoint_url=endpoint, region_name=region, config=config)
+        self._missing = self._client.exceptions.NoSuchKey
+
+    @staticmethod
+    def _split(location: str) -> tuple[str, str]:
+        bucket, _, key = location.removeprefix("s3://").partition("/")
+        if not bucket or not key:
+            raise ValueError(f"{location!r} is not an s3://bucket/key location")
+        return bucket, key
+
+    def read(self, location: str) -> bytes | None:
+        bucket, key = self._split(location)
+        try:
+            body: bytes = self._client.get_object(Bucket=bucket, Key=key)["Body"].read()
+        except self._missing:
+            return None
+        return body
+
+    def write(self, location: str, body: bytes) -> None:
+        bucket, key = self._split(location)
+        self._client.put_object(Bucket=bucket, Key=key, Body=body)
+
+
+@cache
+def _s3() -> S3Store:
+    return S3Store()
+
+
+_local = LocalStore()
+
+
+def store_for(location: str) -> Store:
+    if location.startswith("s3://"):
+        return _s3()
+    if "://" in location and not location.startswith("file://"):
+        raise ValueError(f"{location!r}: only a path, file:// or s3:// location is supported")
+    return _local
+
+
+def _plain(location: str) -> str:
+    return location.removeprefix("file://")
+
+
+def join(base: str, *parts: str) -> str:
+    """`base/part/part` for paths and URIs alike (as the TypeScript side joins them)."""
+    if base.startswith("s3://"):
+        return "/".join([base.rstrip("/"), *parts])
+    return str(Path(_plain(base), *parts))
+
+
+def read_json(location: str) -> Any | None:
+    body = store_for(location).read(_plain(location))
+    return None if body is None else json.loads(body)
+
+
+def write_json(location: str, value: Any) -> None:
+    store_for(location).write(_plain(location), json.dumps(value, ensure_ascii=False).encode("utf-8"))
+
+
+def read_text(location: str) -> str | None:
+    body = store_for(location).read(_plain(location))
+    return None if body is None else body.decode("utf-8")
+
+
+def write_text(location: str, text: str) -> None:
+    store_for(location).write(_plain(location), text.encode("utf-8"))

@@ -1,0 +1,70 @@
+"""A Python worker: loads the user's files (which register functions by decorator) and serves the activities."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import importlib.util
+import logging
+import signal
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+from temporalio.worker import Worker
+
+from roundhouse.activities import Activities
+from roundhouse.registry import ROLES, registry
+from roundhouse.settings import Settings, connect
+
+log = logging.getLogger("roundhouse.worker")
+
+
+def load(source: str) -> None:
+    """A file (`my_env.py`) or an importable module (`my_package.rewards`); its decorators register its functions."""
+    path = Path(source)
+    if path.suffix == ".py" or path.exists():
+        if not path.is_file():
+            raise FileNotFoundError(f"{source}: no such file")
+        # Its own directory is importable, so the file can import its neighbours.
+        sys.path.insert(0, str(path.resolve().parent))
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"{source}: cannot be loaded as a Python module")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[path.stem] = module
+        spec.loader.exec_module(module)
+    else:
+        importlib.import_module(source)
+
+
+def registered_summary() -> str:
+    return "; ".join(f"{role}s: {', '.join(registry.names(role)) or '-'}" for role in ROLES)
+
+
+async def serve(settings: Settings, sources: list[str], max_concurrent_activities: int = 100) -> None:
+    for source in sources:
+        load(source)
+    if not any(registry.names(role) for role in ROLES):
+        raise SystemExit(f"{', '.join(sources)}: registers no reward, scorer or data policy (use @roundhouse.reward …)")
+    client = await connect(settings)
+    worker = Worker(
+        client,
+        task_queue=settings.task_queue,
+        activities=Activities().all(),
+        max_concurrent_activities=max_concurrent_activities,
+        graceful_shutdown_timeout=timedelta(seconds=10),
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    async with worker:
+        # One line tests and operators can wait for: the worker polls from here on.
+        print(
+            f"roundhouse python worker ready: task queue {settings.task_queue} on {settings.address} "
+            f"({settings.namespace}); {registered_summary()}",
+            flush=True,
+        )
+        await stop.wait()
+        log.info("shutting down")

@@ -1,0 +1,57 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import path from 'node:path';
+
+// eslint-disable-next-line @typescript-eslint/no-require-imports -- plain-JS installer shared with .ci/run
+const { ensurePythonEnv } = require('../../scripts/python-env.js') as { ensurePythonEnv(): string };
+
+/** The functions the Python-worker tests register (test/python/functions.py). */
+export const TEST_FUNCTIONS = path.join(__dirname, '..', 'python', 'functions.py');
+
+/** A real `python -m roundhouse worker` process on a task queue. */
+export interface PythonWorker {
+  process: ChildProcess;
+  pid: number;
+  /** Everything it printed so far. */
+  output(): string;
+  /** SIGKILL, and wait for the exit. */
+  kill(): Promise<void>;
+  /** SIGTERM (a graceful shutdown), and wait for the exit. */
+  stop(): Promise<void>;
+}
+
+/** Starts a Python worker serving `sources` on `taskQueue` against `address`; resolves once it polls. */
+export async function startPythonWorker(options: {
+  address: string;
+  taskQueue: string;
+  sources?: string[];
+  env?: Record<string, string>;
+}): Promise<PythonWorker> {
+  const python = ensurePythonEnv();
+  const child = spawn(python, ['-m', 'roundhouse', 'worker', ...(options.sources ?? [TEST_FUNCTIONS]), '--task-queue', options.taskQueue], {
+    env: { ...process.env, TEMPORAL_ADDRESS: options.address, ...options.env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let output = '';
+  child.stdout!.on('data', (d) => (output += d));
+  child.stderr!.on('data', (d) => (output += d));
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  await new Promise<void>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`the Python worker did not start in 60 s:\n${output}`)), 60_000);
+    const check = () => {
+      if (output.includes('roundhouse python worker ready')) {
+        clearTimeout(timer);
+        resolve();
+      }
+    };
+    child.stdout!.on('data', check);
+    child.once('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`the Python worker exited (${code}) before it was ready:\n${output}`));
+    });
+  });
+  const signal = async (name: NodeJS.Signals) => {
+    if (child.exitCode === null && child.signalCode === null) child.kill(name);
+    await exited;
+  };
+  return { process: child, pid: child.pid!, output: () => output, kill: () => signal('SIGKILL'), stop: () => signal('SIGTERM') };
+}

@@ -1,0 +1,69 @@
+import type { PythonCall, PythonRole } from '../config/rules/python-calls';
+
+/**
+ * The wire between the TypeScript workflows and a Python worker (python/src/roundhouse/activities.py): activity
+ * names and payloads (snake_case keys: the Python side's dataclasses). Completions never travel here: requests name
+ * store locations, and results are numbers.
+ */
+
+export interface DescribeRequest {
+  functions: { role: PythonRole; name: string }[];
+}
+
+export interface DescribeResult {
+  functions: { role: PythonRole; name: string; ok: boolean; problem?: string | null; signature?: string | null }[];
+  registered: Record<PythonRole, string[]>;
+  worker: string;
+  python: string;
+  roundhouse: string;
+  sandbox: string;
+}
+
+/** `items`: the location of `{"items": ScoreItem[]}`; each result is recorded at `<records>/<key>.json`. */
+export interface ScoreRequest {
+  function: string;
+  items: string;
+  records: string;
+  concurrency: number;
+}
+
+export interface ScoreItem {
+  /** The sample's identity under `records` (e.g. `s0000003/p2-c1`): its result is recorded there once. */
+  key: string;
+  completion: string;
+  answer: string;
+  prompt: string;
+  row: Record<string, unknown>;
+  /** Where the sample is, for the failure's message: step, prompt, sample, line. */
+  context: Record<string, number | string>;
+}
+
+export interface ScoreResult {
+  /** Per item: the score, or null when the function returned `roundhouse.unscorable(reason)`. */
+  values: (number | null)[];
+  computed: number;
+  reused: number;
+  unscorable: number;
+  unscorable_reasons?: string[];
+}
+
+export interface NextDataRequest {
+  function: string;
+  pool: string;
+  results: string | null;
+  output: string;
+  round: number;
+}
+
+export interface NextDataResult {
+  rows: number;
+  reused: boolean;
+}
+
+/** The input of `pythonCallWorkflow`: one activity on the Python worker's task queue. */
+export interface PythonCallInput {
+  call: PythonCall;
+  role: PythonRole;
+  activity: 'roundhouse.rewards' | 'roundhouse.scores' | 'roundhouse.next_data';
+  request: ScoreRequest | NextDataRequest;
+}
