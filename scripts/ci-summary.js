@@ -4,7 +4,8 @@
 // slowest test files, the skipped tests test/skip-allowlist.json does not allow, and last the closing line
 // `N passed, N failed, N skipped`; exits non-zero when CI failed.
 // A skip the allow-list does not name counts as failed, not skipped: each test is in exactly one of the three.
-// Usage: node scripts/ci-summary.js <test-counts.json> <npm test's exit status>
+// pytest's counts (scripts/python-tests.js) are added in the same way, when that file is given and exists.
+// Usage: node scripts/ci-summary.js <test-counts.json> <npm test's exit status> [<pytest-counts.json>]
 const fs = require('node:fs');
 
 /** The closing line's numbers and what else to print, from the counts file's contents (undefined: jest never reported). */
@@ -24,9 +25,23 @@ function readCounts(file) {
   }
 }
 
-const [file, statusArg] = process.argv.slice(2);
+/** Jest's counts with pytest's added (pytest's skips are held to the same allow-list: none is allowed today). */
+function merged(jest, pytest) {
+  if (!jest || !pytest) return jest;
+  const allowed = readCounts(require('node:path').join(__dirname, '..', 'test', 'skip-allowlist.json'))?.allowed ?? {};
+  const skips = (pytest.skips ?? []).map((s) => ({ ...s, allowedBecause: allowed[`${s.file}::${s.name}`] ?? null }));
+  return {
+    ...jest,
+    passed: jest.passed + pytest.passed,
+    failed: jest.failed + pytest.failed,
+    skipped: jest.skipped + pytest.skipped,
+    skips: [...(jest.skips ?? []), ...skips],
+  };
+}
+
+const [file, statusArg, pytestFile] = process.argv.slice(2);
 const status = Number(statusArg);
-const s = summarize(readCounts(file), status);
+const s = summarize(merged(readCounts(file), pytestFile ? readCounts(pytestFile) : undefined), status);
 if (s.slowest.length) {
   console.log('== slowest test files');
   for (const t of s.slowest)

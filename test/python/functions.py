@@ -30,10 +30,11 @@ def _calls_so_far(kind: str) -> int:
 
 @roundhouse.reward
 def digits_reward(completion: str, answer: str, prompt: str, row: dict[str, Any]) -> float:
-    """The answer's digits found in the completion, as a share (varies within a group, so GRPO learns from it)."""
+    """The share of the completion's characters that are digits or spaces, plus 1 for the right answer: it varies
+    within a group from the first step (an untrained model's text has some spaces), so GRPO learns from it."""
     time.sleep(float(os.environ.get("ROUNDHOUSE_TEST_REWARD_DELAY", "0")))
-    wanted = [c for c in answer if c.isdigit()] or list(answer)
-    score = sum(1 for c in wanted if c in completion) / max(1, len(wanted))
+    chars = completion or " x"
+    score = sum(1 for c in chars if c.isdigit() or c == " ") / len(chars) + (completion.strip() == answer.strip())
     _log("reward")
     return score
 

@@ -1,4 +1,10 @@
-import { createHash } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
+import { Client } from '@temporalio/client';
+import { joinLocation, storeFor } from '../../config/io/artifacts';
+import { parseEncryptionKeys } from '../../config/io/worker-env';
+import { dataConverterFor } from '../../workers/encryption';
+import { createRoundhouseWorker } from '../../workers/worker';
+import { startS3Server } from '../helpers/s3-server';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -315,4 +321,42 @@ test("a Python scorer drives evaluation and the campaign's target; a Python data
   expect(target.rounds).toHaveLength(1);
   expect(target.stopReason).toMatch(/target/);
   expect((await ledger(env.emulator)).active).toEqual([]);
+});
+
+test('with encrypted payloads and an S3 artifact store, the Python worker decodes the calls and reads and records in the same bucket', async () => {
+  const keys = `k1=${randomBytes(32).toString('base64')}`;
+  const dataConverter = dataConverterFor({ encryption: parseEncryptionKeys(keys, 'ROUNDHOUSE_ENCRYPTION_KEYS') })!;
+  const s3 = await startS3Server();
+  try {
+    Object.assign(process.env, s3.env); // the TypeScript worker's S3 client reads the usual AWS environment
+    const bucket = await s3.bucket(`roundhouse-py-${Date.now()}`);
+    const taskQueue = uniqueTaskQueue('py-sealed');
+    const input = grpoInput('together', `py-${taskQueue}`, 'digits_reward');
+    input.reportDir = joinLocation(bucket, 'campaigns', input.campaignId);
+    const log = callsLog();
+    await pythonWorker(`${input.campaignId}-py`, { ...s3.env, ROUNDHOUSE_ENCRYPTION_KEYS: keys, ROUNDHOUSE_TEST_CALLS: log });
+    const client = new Client({ connection: env.temporal.client.connection, namespace: env.temporal.settings.namespace, dataConverter });
+    const worker = await createRoundhouseWorker({
+      connection: env.temporal.nativeConnection,
+      namespace: env.temporal.settings.namespace,
+      taskQueue,
+      workflowBundle: env.bundle,
+      providers: env.providers,
+      dataConverter,
+    });
+    const result = await worker.runUntil(
+      client.workflow.execute(roundWorkflow, { taskQueue, workflowId: `round-${input.campaignId}`, args: [input] }),
+    );
+    expect(result).toMatchObject({ status: 'completed', stepsApplied: result.totalSteps });
+    // The call's input reached Temporal sealed, and the Python worker opened it (it scored every sample).
+    const history = await env.temporal.client.workflow.getHandle(`python:${input.campaignId}/r1/s0/rewards`).fetchHistory();
+    const scheduled = history.events!.find((e) => e.activityTaskScheduledEventAttributes)!.activityTaskScheduledEventAttributes!;
+    expect(Buffer.from(scheduled.input!.payloads![0]!.metadata!.encoding!).toString()).toBe('binary/encrypted');
+    const records = await storeFor(bucket).list(result.reportPath.replace(/\.json$/, '.rewards'));
+    const perSample = records.filter((r) => /\/s\d+\/p\d+-c\d+\.json$/.test(r));
+    expect(perSample.length).toBe(calls(log, 'reward').length);
+    expect(perSample.length).toBeGreaterThan((result.totalSteps! - 1) * 16);
+  } finally {
+    await s3.close();
+  }
 });

@@ -28,7 +28,7 @@ from temporalio.exceptions import ApplicationError
 
 from roundhouse import __version__
 from roundhouse.registry import ROLES, Registered, Registry, Role, Unscorable, _current, registry
-from roundhouse.store import join, read_json, read_text, write_json, write_text
+from roundhouse.store import join, list_under, read_json, read_text, write_json, write_text
 
 FAILURE_TYPES: dict[Role, str] = {"reward": "RewardFailed", "scorer": "ScorerFailed", "data_policy": "DataPolicyFailed"}
 SECRET_NAME = ("KEY", "SECRET", "TOKEN", "PASSWORD", "CREDENTIAL")
@@ -112,10 +112,8 @@ def masked(text: str) -> str:
 
 
 def _sandbox_isolation() -> str:
-    try:  # TEMPORARY
-        from roundhouse import sandbox  # probes the host once, on the first describe
-    except ImportError:
-        return "pending"
+    from roundhouse import sandbox  # probes the host once, on the first describe
+
     return sandbox.isolation()
 
 
@@ -167,19 +165,20 @@ class Activities:
     async def describe(self, request: DescribeRequest) -> DescribeResult:
         described = []
         for ref in request.functions:
-            found = self.functions.get(cast(Role, ref.role), ref.name) if ref.role in ROLES else None
+            role = ref.role
+            found = self.functions.get(role, ref.name) if role in ROLES else None
             if found is None:
-                known = self.functions.names(cast(Role, ref.role)) if ref.role in ROLES else []
-                problem = f"no {ref.role} named {ref.name!r} is registered (registered: {', '.join(known) or 'none'})"
-                described.append(DescribedFunction(ref.role, ref.name, ok=False, problem=problem))
+                known = self.functions.names(role) if role in ROLES else []
+                missing = f"no {role} named {ref.name!r} is registered (registered: {', '.join(known) or 'none'})"
+                described.append(DescribedFunction(role, ref.name, ok=False, problem=missing))
                 continue
-            problem = found.problem()
+            unfit = found.problem()
             described.append(
                 DescribedFunction(
-                    ref.role,
+                    role,
                     ref.name,
-                    ok=problem is None,
-                    problem=problem,
+                    ok=unfit is None,
+                    problem=unfit,
                     signature=found.signature(),
                     is_async=found.is_async,
                 )
@@ -224,11 +223,16 @@ class Activities:
         counts = {"computed": 0, "reused": 0}
         failures: list[tuple[dict[str, Any], BaseException]] = []
         limit = asyncio.Semaphore(max(1, request.concurrency))
+        # What earlier attempts recorded, listed once per directory (one request on S3, not one per sample).
+        folders = sorted({item["key"].rpartition("/")[0] for item in items})
+        listed = await asyncio.gather(*(asyncio.to_thread(list_under, join(request.records, f)) for f in folders if f))
+        recorded = {location for locations in listed for location in locations}
 
         async def one(index: int, item: dict[str, Any]) -> None:
             location = join(request.records, f"{item['key']}.json")
             digest = _digest(function.name, item)
-            record = await asyncio.to_thread(read_json, location)
+            known = location in recorded or "/" not in item["key"]
+            record = await asyncio.to_thread(read_json, location) if known else None
             if record is not None and record.get("digest") == digest:
                 values[index] = (
                     Unscorable(record.get("unscorable") or "") if record.get("value") is None else record["value"]

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 class Store(Protocol):
     def read(self, location: str) -> bytes | None: ...
     def write(self, location: str, body: bytes) -> None: ...
+    def list(self, prefix: str) -> list[str]: ...
 
 
 class LocalStore:
@@ -27,6 +28,10 @@ class LocalStore:
             return Path(location).read_bytes()
         except FileNotFoundError:
             return None
+
+    def list(self, prefix: str) -> list[str]:
+        root = Path(prefix)
+        return sorted(str(p) for p in root.rglob("*") if p.is_file()) if root.is_dir() else []
 
     def write(self, location: str, body: bytes) -> None:
         target = Path(location)
@@ -78,6 +83,13 @@ class S3Store:
         bucket, key = self._split(location)
         self._client.put_object(Bucket=bucket, Key=key, Body=body)
 
+    def list(self, prefix: str) -> list[str]:
+        bucket, key = self._split(prefix)
+        found: list[str] = []
+        for page in self._client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key.rstrip("/") + "/"):
+            found.extend(f"s3://{bucket}/{o['Key']}" for o in page.get("Contents", []))
+        return sorted(found)
+
 
 @cache
 def _s3() -> S3Store:
@@ -113,6 +125,11 @@ def read_json(location: str) -> Any | None:
 
 def write_json(location: str, value: Any) -> None:
     store_for(location).write(_plain(location), json.dumps(value, ensure_ascii=False).encode("utf-8"))
+
+
+def list_under(prefix: str) -> list[str]:
+    """The locations of the objects under `prefix` (a "directory"), deeply, sorted."""
+    return store_for(prefix).list(_plain(prefix))
 
 
 def read_text(location: str) -> str | None:

@@ -1,0 +1,60 @@
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import roundhouse
+from roundhouse.registry import Registry, registry
+
+
+def test_decorators_register_plain_and_async_functions_by_name() -> None:
+    @roundhouse.reward
+    def exact_match(completion: str, answer: str, prompt: str, row: dict[str, Any]) -> float:
+        return float(completion == answer)
+
+    @roundhouse.scorer(name="judge")
+    async def llm_judge(completion: str, answer: str, prompt: str, row: dict[str, Any]) -> bool:
+        return True
+
+    @roundhouse.data_policy
+    def keep_all(pool: list[dict[str, Any]], results: list[dict[str, Any] | None]) -> list[dict[str, Any]]:
+        return pool
+
+    try:
+        assert registry.get("reward", "exact_match") is not None
+        judge = registry.get("scorer", "judge")
+        assert judge is not None and judge.is_async
+        assert registry.get("scorer", "llm_judge") is None
+        assert registry.names("data_policy") == ["keep_all"]
+        # The decorators return the function itself: it stays callable as written.
+        assert exact_match("4", "4", "2+2?", {}) == 1.0
+    finally:
+        registry.clear()
+
+
+def test_a_signature_that_cannot_take_the_roles_arguments_is_a_problem(functions: Registry) -> None:
+    def two(completion: str, answer: str) -> float:
+        return 0.0
+
+    def flexible(completion: str, *rest: Any, **extra: Any) -> float:
+        return 0.0
+
+    def keyword_only(*, completion: str, answer: str, prompt: str, row: dict[str, Any]) -> float:
+        return 0.0
+
+    assert "cannot take (completion, answer, prompt, row)" in (functions.add("reward", two).problem() or "")
+    assert functions.add("reward", flexible).problem() is None
+    assert functions.add("reward", keyword_only).problem() is not None
+    policy = functions.add("data_policy", two, name="policy")
+    assert policy.problem() is None  # (pool, results)
+    assert functions.add("reward", two).signature() == "two(completion: str, answer: str) -> float"
+
+
+def test_the_same_name_twice_for_different_functions_is_refused(functions: Registry) -> None:
+    functions.add("reward", len, name="n")
+    functions.add("reward", len, name="n")  # the same function again (a module imported twice) is fine
+    with pytest.raises(ValueError, match="registered twice"):
+        functions.add("reward", abs, name="n")
+    with pytest.raises(ValueError, match="unknown role"):
+        functions.add("judge", len)  # type: ignore[arg-type]
