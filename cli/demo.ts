@@ -19,17 +19,37 @@ export function demoCommand(): Command {
   return new Command('demo')
     .description('Run the example campaign on the embedded default (dev server + emulator, no account): what `npm start` does')
     .option('--spec <file>', 'campaign spec to run (default: examples/support-tickets/campaign.yaml)')
-    .addHelpText('after', '\nExample:\n  npm start        # same as: roundhouse demo')
-    .action(async (opts: { spec?: string }) => {
+    .option(
+      '--python <files...>',
+      'Python files whose rewards, scorers and data policies the spec calls: served by Python workers this command starts',
+    )
+    .addHelpText(
+      'after',
+      '\nExamples:\n  npm start        # same as: roundhouse demo\n' +
+        '  roundhouse demo --spec examples/reasoning-gym/campaign.yaml --python examples/reasoning-gym/rewards.py',
+    )
+    .action(async (opts: { spec?: string; python?: string[] }) => {
       const { packageRoot, startTemporal } = modules.temporalServer();
       const { cliContext, reportRoot, warnAbout } = modules.context();
       const { settings, logger } = cliContext({ quietSdk: true });
       const spec = modules.spec().loadCampaignSpec(opts.spec ?? path.join(packageRoot(), 'examples', 'support-tickets', 'campaign.yaml'));
       warnAbout(modules.validate().validateCampaignLocally(spec).warnings);
+      const { pythonTaskQueues, startPythonWorkers } = modules.pythonWorkers();
+      const taskQueues = pythonTaskQueues(spec);
+      if (taskQueues.length && !opts.python?.length)
+        logger.warn(
+          { taskQueues },
+          'the spec calls Python functions: pass --python <file.py>, or start `python -m roundhouse worker <file.py> --task-queue <queue>`',
+        );
       const server = await startTemporal(settings, { persistent: true });
       logger.info({ address: server.address, ui: server.uiUrl, source: server.source }, 'Temporal server ready');
       let stack: Worker.AssembledWorker | undefined;
+      let python: Awaited<ReturnType<typeof startPythonWorkers>> | undefined;
       try {
+        if (opts.python?.length && taskQueues.length) {
+          python = await startPythonWorkers({ files: opts.python, taskQueues, address: server.address });
+          logger.info({ taskQueues, pids: python.pids }, 'Python workers ready');
+        }
         stack = await modules.worker().assembleWorker(settings, server.address);
         const { worker, client } = stack;
         const campaignId = `${spec.name}-${new Date()
@@ -71,6 +91,7 @@ export function demoCommand(): Command {
         modules.progress().failUnlessSucceeded(result);
       } finally {
         await stack?.close();
+        await python?.stop();
         await server.stop();
       }
     });

@@ -6,6 +6,7 @@ import type * as CodecAuth from '../workers/codec-auth';
 import type * as CodecServer from '../workers/codec-server';
 import type * as EmulatorProcess from '../workers/emulator-process';
 import type * as Encryption from '../workers/encryption';
+import type * as PythonWorkers from '../workers/python-workers';
 import type * as Reap from '../workers/reap';
 import type * as Report from '../workers/report';
 import type * as Schedules from '../workers/schedules';
@@ -33,6 +34,7 @@ export const modules = {
   codecServer: lazy(() => require('../workers/codec-server') as typeof CodecServer),
   emulatorProcess: lazy(() => require('../workers/emulator-process') as typeof EmulatorProcess),
   encryption: lazy(() => require('../workers/encryption') as typeof Encryption),
+  pythonWorkers: lazy(() => require('../workers/python-workers') as typeof PythonWorkers),
   reap: lazy(() => require('../workers/reap') as typeof Reap),
   report: lazy(() => require('../workers/report') as typeof Report),
   schedules: lazy(() => require('../workers/schedules') as typeof Schedules),
