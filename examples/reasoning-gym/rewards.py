@@ -1,6 +1,6 @@
 """The user's side of the reasoning-gym example: rewards and a scorer, registered for a Roundhouse Python worker.
 
-    .roundhouse/venvs/python/bin/python -m roundhouse worker examples/reasoning-gym/rewards.py --task-queue reasoning-gym
+    python -m roundhouse worker examples/reasoning-gym/rewards.py --task-queue reasoning-gym
 
 - `rg_verifier`: reasoning-gym's own verifier for the row's dataset (1.0 for the right answer, partial credit for an
   answer inside other text, 0 otherwise), reading the generator's metadata the row carries.
