@@ -121,20 +121,31 @@ export const PythonRetrySchema = z
   })
   .strict();
 
-const pythonCallFields = {
+/** A python call's fields as written (the bounds, no defaults): `rounds.nextData` takes them as they are. */
+const pythonCallBounds = {
   /** The function's registered name (`@roundhouse.reward`, `@roundhouse.scorer`, `@roundhouse.data_policy`). */
   name: z.string().trim().min(1).max(200),
   /** The task queue the Python worker polls (`--task-queue`). */
   taskQueue: z.string().trim().min(1).max(200),
-  retry: PythonRetrySchema.default(PYTHON_CALL_DEFAULTS.retry),
+  retry: PythonRetrySchema,
   /** One attempt's bound for a batch (a slow judge over many samples needs more). */
-  timeoutSeconds: positiveInt.max(86_400).default(PYTHON_CALL_DEFAULTS.timeoutSeconds),
+  timeoutSeconds: positiveInt.max(86_400),
   /** A Python worker that dies mid-batch is noticed after this long; the retry computes only what was not recorded. */
-  heartbeatTimeoutSeconds: positiveInt.max(600).default(PYTHON_CALL_DEFAULTS.heartbeatTimeoutSeconds),
+  heartbeatTimeoutSeconds: positiveInt.max(600),
   /** How long a call waits for a Python worker to take it (the check before provisioning, and every batch). */
-  workerWaitSeconds: positiveInt.max(86_400).default(PYTHON_CALL_DEFAULTS.workerWaitSeconds),
+  workerWaitSeconds: positiveInt.max(86_400),
   /** Samples scored at once on the worker (async functions concurrently; sync ones in threads). */
-  concurrency: positiveInt.max(256).default(PYTHON_CALL_DEFAULTS.concurrency),
+  concurrency: positiveInt.max(256),
+};
+
+const pythonCallFields = {
+  name: pythonCallBounds.name,
+  taskQueue: pythonCallBounds.taskQueue,
+  retry: pythonCallBounds.retry.default(PYTHON_CALL_DEFAULTS.retry),
+  timeoutSeconds: pythonCallBounds.timeoutSeconds.default(PYTHON_CALL_DEFAULTS.timeoutSeconds),
+  heartbeatTimeoutSeconds: pythonCallBounds.heartbeatTimeoutSeconds.default(PYTHON_CALL_DEFAULTS.heartbeatTimeoutSeconds),
+  workerWaitSeconds: pythonCallBounds.workerWaitSeconds.default(PYTHON_CALL_DEFAULTS.workerWaitSeconds),
+  concurrency: pythonCallBounds.concurrency.default(PYTHON_CALL_DEFAULTS.concurrency),
 };
 
 export const PythonCallSpecSchema = z.object(pythonCallFields).strict();
@@ -268,12 +279,12 @@ export const RoundsSpecSchema = z
         /** Share of the next training set drawn from rows the last round got right. */
         replayShare: z.number().min(0).max(1).default(0.3),
         // `policy: python`: a data policy registered on a Python worker, `(pool rows, last round's results) → rows`.
-        name: pythonCallFields.name.optional(),
-        taskQueue: pythonCallFields.taskQueue.optional(),
-        retry: PythonRetrySchema.optional(),
-        timeoutSeconds: pythonCallFields.timeoutSeconds.optional(),
-        heartbeatTimeoutSeconds: pythonCallFields.heartbeatTimeoutSeconds.optional(),
-        workerWaitSeconds: pythonCallFields.workerWaitSeconds.optional(),
+        name: pythonCallBounds.name.optional(),
+        taskQueue: pythonCallBounds.taskQueue.optional(),
+        retry: pythonCallBounds.retry.optional(),
+        timeoutSeconds: pythonCallBounds.timeoutSeconds.optional(),
+        heartbeatTimeoutSeconds: pythonCallBounds.heartbeatTimeoutSeconds.optional(),
+        workerWaitSeconds: pythonCallBounds.workerWaitSeconds.optional(),
       })
       .strict()
       .superRefine((n, ctx) => {

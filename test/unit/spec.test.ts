@@ -4,6 +4,7 @@ import path from 'node:path';
 import { loadCampaignSpec, parseCampaignSpec, SpecError } from '../../config/io/spec';
 import { learningRateAt, batchRows, planSteps } from '../../config/rules/schedule';
 import { earlyStopState } from '../../config/rules/early-stop';
+import { nextDataCall, pythonChecksOf } from '../../config/rules/python-calls';
 
 const valid = `name: tickets
 provider:
@@ -337,6 +338,57 @@ describe('staged campaign spec', () => {
     const err = specError(text);
     expect({ field: err.field, line: err.line }).toEqual({ field, line: lineOf(text, lineWith) });
     expect(err.message).toMatch(problem);
+  });
+});
+
+describe('python functions in the spec', () => {
+  const base = valid.replace('evaluation:\n  scorer: exact\n', '');
+  const grpo = (reward: string) =>
+    `${base}sampling: { maxTokens: 4, temperature: 1 }\nround: { kind: grpo, grpo: { reward: ${reward} } }\nevaluation: { scorer: exact }\n`.replace(
+      'sampling:\n  maxTokens: 4\n',
+      '',
+    );
+
+  test('a python reward, scorer and data policy parse with the call defaults filled in, and the checks list them', () => {
+    const spec = parseCampaignSpec(
+      grpo('{ kind: python, name: judge, taskQueue: rewards, retry: { maxAttempts: 3 } }')
+        .replace('evaluation: { scorer: exact }', 'evaluation: { scorer: { kind: python, name: correct, taskQueue: rewards } }')
+        .concat('rounds: { max: 2, nextData: { policy: python, name: hardest, taskQueue: policies, workerWaitSeconds: 5 } }\n'),
+      'campaign.yaml',
+    );
+    expect(spec.round.grpo!.reward).toEqual({
+      kind: 'python',
+      name: 'judge',
+      taskQueue: 'rewards',
+      retry: { maxAttempts: 3, initialIntervalSeconds: 1, maxIntervalSeconds: 60, backoff: 2 },
+      timeoutSeconds: 600,
+      heartbeatTimeoutSeconds: 30,
+      workerWaitSeconds: 120,
+      concurrency: 8,
+    });
+    expect(pythonChecksOf(spec).map((c) => [c.field, c.role, c.call.name, c.call.taskQueue])).toEqual([
+      ['round.grpo.reward', 'reward', 'judge', 'rewards'],
+      ['evaluation.scorer', 'scorer', 'correct', 'rewards'],
+    ]);
+    expect(nextDataCall(spec.rounds.nextData)).toMatchObject({
+      name: 'hardest',
+      taskQueue: 'policies',
+      workerWaitSeconds: 5,
+      timeoutSeconds: 600,
+    });
+    // A built-in policy keeps exactly its fields (no python defaults leak into it).
+    expect(parseCampaignSpec(valid, 'campaign.yaml').rounds.nextData).toEqual({ policy: 'mistakes', replayShare: 0.3 });
+  });
+
+  test('a python block missing its name or task queue, or python fields on a built-in policy, is named by field and line', () => {
+    const noQueue = grpo('{ kind: python, name: judge }');
+    expect(specError(noQueue).message).toMatch(/campaign\.yaml:\d+ round\.grpo\.reward\.taskQueue: /);
+    const policy = `${valid}rounds: { max: 2, nextData: { policy: python, taskQueue: q } }\n`;
+    expect(specError(policy).message).toMatch(/rounds\.nextData\.name: is required when policy is python/);
+    const stray = `${valid}rounds: { max: 2, nextData: { policy: all, name: hardest } }\n`;
+    expect(specError(stray).message).toMatch(/rounds\.nextData\.name: is only for policy: python/);
+    const scorer = valid.replace('scorer: exact', 'scorer: { kind: python, name: s, taskQueue: q, concurrency: 0 }');
+    expect(specError(scorer).message).toMatch(/evaluation\.scorer/);
   });
 });
 
