@@ -8,6 +8,7 @@ import { runCli, startCliStack, type CliRun, type CliStack } from '../helpers/cl
 import { ticketCampaignSpec } from '../helpers/campaign';
 import { distCli } from '../helpers/dist';
 import { uniqueTaskQueue, type TestTemporal } from '../helpers/temporal';
+import { ensurePythonEnv, TEST_FUNCTIONS } from '../helpers/python-worker';
 
 // The compiled CLI, as an installed package runs it (exit-codes.test.ts covers bin/roundhouse.js's tsx path).
 const bin = distCli;
@@ -331,4 +332,44 @@ test('the demo (npm start) runs a campaign end to end on a smaller config, shows
   expect(output).toMatch(/^\[[\d:]+\] INFO: Temporal server ready address=\S+/m);
   expect(output.split('\n').filter((line) => line.trimStart().startsWith('{'))).toEqual([]);
   expect(output).not.toMatch(/webpack|workflow-bundle|Workflow bundle created|modules by path/);
+});
+
+test('demo --python starts a Python worker per task queue the spec names and stops it after; the spec runs on it', async () => {
+  const pythonQueue = uniqueTaskQueue('demo-py');
+  const { dir } = ticketCampaignSpec({
+    baseUrl: emulator.url,
+    trainRows: 24,
+    evalRows: 6,
+    evaluation: `{ scorer: { kind: python, name: has_answer_digit, taskQueue: ${pythonQueue} } }`,
+    yaml: 'rounds: { max: 1 }',
+  });
+  const demoState = fs.mkdtempSync(path.join(os.tmpdir(), 'rh-demo-py-'));
+  const run = await new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) => {
+    const child = spawn(process.execPath, [bin, 'demo', '--spec', path.join(dir, 'campaign.yaml'), '--python', TEST_FUNCTIONS], {
+      env: {
+        ...process.env,
+        ...env,
+        ROUNDHOUSE_TASK_QUEUE: uniqueTaskQueue('demo'),
+        ROUNDHOUSE_STATE_DIR: demoState,
+        ROUNDHOUSE_PYTHON_WORKER: ensurePythonEnv(),
+        ROUNDHOUSE_LOG_LEVEL: 'info',
+      },
+      timeout: 180_000,
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d) => (stdout += d));
+    child.stderr.on('data', (d) => (stderr += d));
+    child.on('close', (code) => resolve({ code, stdout, stderr }));
+  });
+  const output = `${run.stdout}${run.stderr}`;
+  expect(run.code).toBe(0);
+  const pids = /Python workers ready .*pids=\[?(\d+)/.exec(output);
+  expect(pids).not.toBeNull();
+  expect(() => process.kill(Number(pids![1]), 0)).toThrow(); // stopped with the command
+  const report = /Report: (.*)report\.html/.exec(run.stdout)![1]!;
+  const campaignDir = report.replace(/\/$/, '');
+  const evaluations = JSON.parse(fs.readFileSync(path.join(campaignDir, 'round-1.evaluations.json'), 'utf8')) as { score?: number }[];
+  expect(evaluations.length).toBe(6);
+  expect(evaluations.every((e) => e.score === 0 || e.score === 1)).toBe(true); // scored in Python
 });

@@ -2,7 +2,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import path from 'node:path';
 
 // eslint-disable-next-line @typescript-eslint/no-require-imports -- plain-JS installer shared with .ci/run
-const { ensurePythonEnv } = require('../../scripts/python-env.js') as { ensurePythonEnv(): string };
+export const { ensurePythonEnv } = require('../../scripts/python-env.js') as { ensurePythonEnv(): string };
 
 /** The functions the Python-worker tests register (test/python/functions.py). */
 export const TEST_FUNCTIONS = path.join(__dirname, '..', 'python', 'functions.py');

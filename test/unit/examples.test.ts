@@ -21,6 +21,8 @@ test('there are example specs of every round kind (a staged spec counts each of 
   expect(new Set(kinds)).toEqual(new Set(['sft', 'grpo', 'dpo']));
   expect(specs.filter((s) => loadCampaignSpec(path.join(root, s)).stages)).toEqual([
     'arithmetic/pipeline.yaml',
+    'reasoning-gym/campaign.yaml',
+    'reasoning-gym/math-verify.yaml',
     'support-tickets/pipeline.yaml',
   ]);
 });
