@@ -10,6 +10,7 @@ import { arithmeticStagesSpec, ticketCampaignSpec } from '../helpers/campaign';
 import { arithmeticRoundInput, roundTestEnvironment, ticketRoundInput } from '../helpers/round';
 import { uniqueTaskQueue } from '../helpers/temporal';
 import { setFaults } from '../helpers/emulator';
+import { startPythonWorker } from '../helpers/python-worker';
 import { provisionGateWorkflowId } from '../../config/rules/provision-gate';
 
 /**
@@ -263,6 +264,43 @@ round: { kind: dpo, dpo: { beta: 0.5 } }`,
         result.rounds.map((r) => r.round),
       );
     });
+  });
+
+  test('a campaign of two GRPO rounds with a Python reward, scorer and data policy (with its child rounds and a Python call)', async () => {
+    const taskQueue = uniqueTaskQueue('rec-python');
+    const pythonQueue = `${taskQueue}-py`;
+    const python = await startPythonWorker({ address: env.temporal.settings.address!, taskQueue: pythonQueue });
+    try {
+      const { spec, dir } = arithmeticStagesSpec({
+        baseUrl: env.emulator.url,
+        limit: 4,
+        stages: `  - name: rl
+    training: { epochs: 1, batchSize: 4, learningRate: 0.002, loraRank: 8, maxSeqLen: 64, segmentSteps: 2 }
+    sampling: { maxTokens: 3, temperature: 1 }
+    evaluation: { scorer: { kind: python, name: has_answer_digit, taskQueue: ${pythonQueue} } }
+    rounds: { max: 2, nextData: { policy: python, name: every_other_row, taskQueue: ${pythonQueue} } }
+    round: { kind: grpo, grpo: { groupSize: 4, reward: { kind: python, name: digits_reward, taskQueue: ${pythonQueue} }, loss: { type: importance_sampling } } }
+`,
+      });
+      const campaignId = `rec-python-${taskQueue}`;
+      await withWorker(taskQueue, async () => {
+        const handle = await env.temporal.client.workflow.start(campaignWorkflow, {
+          taskQueue,
+          workflowId: campaignId,
+          args: [{ campaignId, spec, reportRoot: path.join(dir, 'c') } satisfies CampaignInput],
+        });
+        const result = await handle.result();
+        expect(result.rounds.map((r) => r.status)).toEqual(['completed', 'completed']);
+        await saveCampaign(
+          'python-campaign',
+          campaignId,
+          result.rounds.map((r) => r.round),
+        );
+        await save('python-call', env.temporal.client.workflow.getHandle(`python:${campaignId}/r1/s0/rewards`));
+      });
+    } finally {
+      await python.stop();
+    }
   });
 
   test('a reaper pass', async () => {
