@@ -51,6 +51,9 @@ const checks = [
   run('ruff format', bin('ruff'), ['format', '--check', ...config, ...dirs]),
   run('mypy', bin('mypy'), [], path.join(root, 'python')),
 ];
+// Which sandbox the code-running rewards get on this machine, said in every run's log.
+const sandbox = spawnSync(python, ['-m', 'roundhouse', 'sandbox'], { encoding: 'utf8' });
+process.stdout.write(`== ${(sandbox.stdout || sandbox.stderr || 'sandbox: unknown').trim()}\n`);
 fs.rmSync(junit, { force: true });
 const tested = run('pytest', python, ['-m', 'pytest', '-q', `--junitxml=${junit}`], path.join(root, 'python'));
 const counts = fs.existsSync(junit) ? countsOf(junit) : { passed: 0, failed: 1, skipped: 0, skips: [] };
