@@ -7,6 +7,7 @@ import { scaleBenchmark } from './scale';
 import { cleanupBenchmark } from './cleanup';
 import { artifactsBenchmark } from './artifacts';
 import { cliBenchmark } from './cli';
+import { pythonHopBenchmark } from './python-hop';
 
 /**
  * `npm run bench` runs every benchmark; `npm run bench -- <name> [<name>…]` runs some; `--quick` uses tiny sizes
@@ -21,6 +22,7 @@ const BENCHMARKS: Record<string, (ctx: BenchContext, report: Report) => Promise<
   cleanup: cleanupBenchmark,
   artifacts: artifactsBenchmark,
   cli: cliBenchmark,
+  python: pythonHopBenchmark,
 };
 
 /**

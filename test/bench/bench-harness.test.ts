@@ -45,10 +45,25 @@ test('`bench -- history --quick` runs a real round and campaign and prints well-
   expect(figure('history.round.hosted_speed.events_per_segment')).toBeGreaterThan(0);
 }, 130_000);
 
+test('`bench -- python --quick` runs a GRPO round with the built-in reward and the same round with a Python reward, and prints the ratio', async () => {
+  const { code, stdout, stderr } = await runBench(['python', '--quick'], 120_000);
+  if (code !== 0) throw new Error(`bench exited ${code}:\n${stdout}\n${stderr.slice(-3000)}`);
+  const figures = stdout.split('\n').filter((l) => /^[a-z0-9_]+\.[a-z0-9_.]+: /.test(l));
+  for (const line of figures) expect(line).toMatch(FIGURE);
+  const figure = (name: string) => Number(FIGURE.exec(figures.find((l) => l.startsWith(`python.reward.latency200ms.${name}:`))!)![2]);
+  expect(figures.some((l) => l.includes('.error:'))).toBe(false);
+  // One call workflow per step, counted and timed from the server's histories; the ratio is of two real step times.
+  expect(figure('python_calls_per_step')).toBe(1);
+  expect(figure('python_call_events_per_step')).toBeGreaterThan(0);
+  expect(figure('python_call_ms')).toBeGreaterThan(0);
+  expect(figure('builtin_ms_per_step')).toBeGreaterThan(0);
+  expect(figure('python_over_builtin')).toBeCloseTo(figure('python_ms_per_step') / figure('builtin_ms_per_step'), 2);
+}, 130_000);
+
 test('an unknown benchmark name is refused with the list of known ones', async () => {
   const { code, stderr } = await runBench(['nosuch'], 30_000);
   expect(code).toBe(2);
-  expect(stderr).toContain('known: overhead, history, recovery, scale, cleanup, artifacts, cli');
+  expect(stderr).toContain('known: overhead, history, recovery, scale, cleanup, artifacts, cli, python');
 }, 40_000);
 
 test('a full run exits 1 when a figure misses its target or a benchmark fails; the quick self-test only when one fails', () => {

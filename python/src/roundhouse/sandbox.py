@@ -350,7 +350,6 @@ def _supervise(
         ) as process:
             os.close(status_write)
             status_write = -1
-            exited = False
             try:
                 stdout, stderr, timed_out, truncated = _capture(
                     process, started + limits.timeout, limits.max_output_bytes
