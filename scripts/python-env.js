@@ -37,13 +37,16 @@ function baseInterpreter() {
   return candidate;
 }
 
-/** The venv's python, made (or remade) first when need be; one installer at a time across processes. */
-function ensurePythonEnv() {
-  if (ready()) return python;
+/**
+ * Runs `install` once across processes for the venv at `dir`, unless `ready()`: one installer at a time (CI installs
+ * venvs in the background while the tests start), the others wait for it; a lock older than 15 minutes is stale.
+ */
+function installOnce(dir, ready, install) {
+  if (ready()) return;
   const lock = `${dir}.installing`;
   fs.mkdirSync(path.dirname(dir), { recursive: true });
   for (const deadline = Date.now() + 15 * 60_000; ;) {
-    if (ready()) return python;
+    if (ready()) return;
     try {
       fs.mkdirSync(lock);
       break;
@@ -55,7 +58,15 @@ function ensurePythonEnv() {
     }
   }
   try {
-    if (ready()) return python;
+    if (!ready()) install();
+  } finally {
+    fs.rmSync(lock, { recursive: true, force: true });
+  }
+}
+
+/** The venv's python, made (or remade) first when need be. */
+function ensurePythonEnv() {
+  installOnce(dir, ready, () => {
     fs.rmSync(dir, { recursive: true, force: true });
     execFileSync(baseInterpreter(), ['-m', 'venv', dir], { stdio: 'inherit' });
     execFileSync(
@@ -64,13 +75,11 @@ function ensurePythonEnv() {
       { stdio: 'inherit', timeout: 900_000 },
     );
     fs.writeFileSync(marker, wanted());
-    return python;
-  } finally {
-    fs.rmSync(lock, { recursive: true, force: true });
-  }
+  });
+  return python;
 }
 
-module.exports = { ensurePythonEnv, pythonEnvDir: dir };
+module.exports = { ensurePythonEnv, installOnce, pythonEnvDir: dir };
 
 if (require.main === module) {
   try {

@@ -5,6 +5,11 @@ import path from 'node:path';
 
 const root = path.resolve(__dirname, '../..');
 
+// eslint-disable-next-line @typescript-eslint/no-require-imports -- plain-JS installer shared with .ci/run
+const { installOnce } = require('../../scripts/python-env.js') as {
+  installOnce(dir: string, ready: () => boolean, install: () => void): void;
+};
+
 /** The official SDKs the tests run as real clients, pinned (each venv made on first use by the test that runs it). */
 export const SDK_VENVS = {
   together: { requirements: ['together==3.1.1'], options: {} },
@@ -74,22 +79,7 @@ export function ensureVenv(name: string, requirements: string[], options: VenvOp
   const wanted = [...requirements, ...(options.minPython ? [`# python >= ${options.minPython.join('.')}`] : [])].join('\n');
   const ready = () => fs.existsSync(python) && fs.existsSync(marker) && fs.readFileSync(marker, 'utf8') === wanted;
   // One installer at a time (CI installs the SDKs in the background while the tests start): the others wait for it.
-  const lock = `${dir}.installing`;
-  fs.mkdirSync(path.dirname(dir), { recursive: true });
-  for (const deadline = Date.now() + 15 * 60_000; ;) {
-    if (ready()) return python;
-    try {
-      fs.mkdirSync(lock);
-      break;
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
-      const stale = Date.now() - (fs.statSync(lock, { throwIfNoEntry: false })?.mtimeMs ?? Date.now()) > 15 * 60_000;
-      if (stale || Date.now() > deadline) fs.rmSync(lock, { recursive: true, force: true });
-      else Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 500);
-    }
-  }
-  try {
-    if (ready()) return python;
+  installOnce(dir, ready, () => {
     const base = findPython(options.minPython);
     fs.rmSync(dir, { recursive: true, force: true });
     execFileSync(base.python, ['-m', 'venv', dir], { stdio: 'inherit' });
@@ -98,10 +88,8 @@ export function ensureVenv(name: string, requirements: string[], options: VenvOp
       timeout: 600_000,
     });
     fs.writeFileSync(marker, wanted);
-    return python;
-  } finally {
-    fs.rmSync(lock, { recursive: true, force: true });
-  }
+  });
+  return python;
 }
 
 /** Runs a Python script to its end (killed after `timeoutMs`), with extra environment variables. */
