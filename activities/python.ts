@@ -1,7 +1,6 @@
 import { Context } from '@temporalio/activity';
 import { ActivityFailure, ApplicationFailure, TimeoutFailure, WorkflowIdReusePolicy } from '@temporalio/common';
 import { WorkflowExecutionAlreadyStartedError, WorkflowFailedError } from '@temporalio/client';
-import { joinLocation } from '../config/io/artifacts';
 import { isFailureType, RoundhouseFailure } from '../config/rules/failures';
 import { writeJsonAtomic } from './files';
 import { PYTHON_ACTIVITIES, pythonFailureType, type PythonCall, type PythonRole } from '../config/rules/python-calls';
@@ -120,9 +119,4 @@ export async function nextDataOnPython(
     activity: PYTHON_ACTIVITIES.nextData,
     request: { function: call.name, ...request },
   });
-}
-
-/** `<dir>/<key>.json`: where the Python side records one sample's result. */
-export function recordLocation(recordsDir: string, key: string): string {
-  return joinLocation(recordsDir, `${key}.json`);
 }

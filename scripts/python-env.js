@@ -79,7 +79,7 @@ function ensurePythonEnv() {
   return python;
 }
 
-module.exports = { ensurePythonEnv, installOnce, pythonEnvDir: dir };
+module.exports = { ensurePythonEnv, installOnce };
 
 if (require.main === module) {
   try {

@@ -37,7 +37,7 @@ export async function pythonCallWorkflow(input: PythonCallInput): Promise<unknow
 }
 
 /** Whether a failure is a call that no worker took within its schedule-to-start timeout. */
-export function noWorkerTookIt(err: unknown): boolean {
+function noWorkerTookIt(err: unknown): boolean {
   return err instanceof ActivityFailure && err.cause instanceof TimeoutFailure && err.cause.timeoutType === 'SCHEDULE_TO_START';
 }
 

@@ -148,8 +148,6 @@ const pythonCallFields = {
   concurrency: pythonCallBounds.concurrency.default(PYTHON_CALL_DEFAULTS.concurrency),
 };
 
-export const PythonCallSpecSchema = z.object(pythonCallFields).strict();
-
 export const EvaluationSpecSchema = z
   .object({
     /** `numeric`: the final number of the completion equals the answer's (GSM8K-style, `####` aware). */

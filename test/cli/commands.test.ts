@@ -296,22 +296,18 @@ describe('happy paths against a running stack', () => {
   });
 });
 
-test('the demo (npm start) runs a campaign end to end on a smaller config, shows accuracy by round and writes the report, in plain lines when stdout is a pipe', async () => {
-  const { dir } = ticketCampaignSpec({
-    baseUrl: emulator.url,
-    trainRows: 40,
-    evalRows: 10,
-    yaml: 'rounds: { max: 2, nextData: { policy: all } }',
-  });
-  const demoState = fs.mkdtempSync(path.join(os.tmpdir(), 'rh-demo-'));
+/** `roundhouse demo` with these arguments, its state in a fresh folder (returned), to its end (killed after 3 minutes). */
+async function runDemo(args: string[], extraEnv: Record<string, string> = {}) {
+  const state = fs.mkdtempSync(path.join(os.tmpdir(), 'rh-demo-'));
   const run = await new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) => {
-    const child = spawn(process.execPath, [bin, 'demo', '--spec', path.join(dir, 'campaign.yaml')], {
+    const child = spawn(process.execPath, [bin, 'demo', ...args], {
       env: {
         ...process.env,
         ...env,
         ROUNDHOUSE_TASK_QUEUE: uniqueTaskQueue('demo'),
-        ROUNDHOUSE_STATE_DIR: demoState,
+        ROUNDHOUSE_STATE_DIR: state,
         ROUNDHOUSE_LOG_LEVEL: 'info',
+        ...extraEnv,
       },
       timeout: 180_000,
     });
@@ -321,6 +317,18 @@ test('the demo (npm start) runs a campaign end to end on a smaller config, shows
     child.stderr.on('data', (d) => (stderr += d));
     child.on('close', (code) => resolve({ code, stdout, stderr }));
   });
+  return { ...run, state };
+}
+
+test('the demo (npm start) runs a campaign end to end on a smaller config, shows accuracy by round and writes the report, in plain lines when stdout is a pipe', async () => {
+  const { dir } = ticketCampaignSpec({
+    baseUrl: emulator.url,
+    trainRows: 40,
+    evalRows: 10,
+    yaml: 'rounds: { max: 2, nextData: { policy: all } }',
+  });
+  const run = await runDemo(['--spec', path.join(dir, 'campaign.yaml')]);
+  const demoState = run.state;
   expect(run.code).toBe(0);
   const accuracies = /Held-out accuracy by round: (\d+)% → (\d+)%/.exec(run.stdout);
   expect(accuracies).not.toBeNull();
@@ -343,24 +351,8 @@ test('demo --python starts a Python worker per task queue the spec names and sto
     evaluation: `{ scorer: { kind: python, name: has_answer_digit, taskQueue: ${pythonQueue} } }`,
     yaml: 'rounds: { max: 1 }',
   });
-  const demoState = fs.mkdtempSync(path.join(os.tmpdir(), 'rh-demo-py-'));
-  const run = await new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) => {
-    const child = spawn(process.execPath, [bin, 'demo', '--spec', path.join(dir, 'campaign.yaml'), '--python', TEST_FUNCTIONS], {
-      env: {
-        ...process.env,
-        ...env,
-        ROUNDHOUSE_TASK_QUEUE: uniqueTaskQueue('demo'),
-        ROUNDHOUSE_STATE_DIR: demoState,
-        ROUNDHOUSE_PYTHON_WORKER: ensurePythonEnv(),
-        ROUNDHOUSE_LOG_LEVEL: 'info',
-      },
-      timeout: 180_000,
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d) => (stdout += d));
-    child.stderr.on('data', (d) => (stderr += d));
-    child.on('close', (code) => resolve({ code, stdout, stderr }));
+  const run = await runDemo(['--spec', path.join(dir, 'campaign.yaml'), '--python', TEST_FUNCTIONS], {
+    ROUNDHOUSE_PYTHON_WORKER: ensurePythonEnv(),
   });
   const output = `${run.stdout}${run.stderr}`;
   expect(run.code).toBe(0);

@@ -7,6 +7,7 @@ import type { EmulatorOptions } from '../../emulator/server';
 import { ProviderRegistry } from '../../workers/providers';
 import { createRoundhouseWorker } from '../../workers/worker';
 import type { WorkflowHandle } from '@temporalio/client';
+import type { DataConverter } from '@temporalio/common';
 import { roundProgressQuery, roundSpecOf, type RoundInput, type RoundProgress, type RoundResult } from '../../workflows/round-contract';
 import { startTestEmulator, type RunningEmulator } from './emulator';
 import { bundleWorkflows, connectTestTemporal, type TestTemporal } from './temporal';
@@ -98,14 +99,15 @@ export function roundTestEnvironment(emulatorOptions: EmulatorOptions = {}, prov
     await env.emulator?.close();
     await env.temporal?.close();
   });
-  /** Runs `body` while a fresh in-process worker serves the task queue. */
-  const withWorker = async <T>(taskQueue: string, body: () => Promise<T>): Promise<T> => {
+  /** Runs `body` while a fresh in-process worker serves the task queue (with the deployment's data converter, if any). */
+  const withWorker = async <T>(taskQueue: string, body: () => Promise<T>, options: { dataConverter?: DataConverter } = {}): Promise<T> => {
     const worker = await createRoundhouseWorker({
       connection: env.temporal.nativeConnection,
       namespace: env.temporal.settings.namespace,
       taskQueue,
       workflowBundle: env.bundle,
       providers: env.providers,
+      ...options,
     });
     return worker.runUntil(body());
   };

@@ -3,7 +3,6 @@ import { Client } from '@temporalio/client';
 import { joinLocation, storeFor } from '../../config/io/artifacts';
 import { parseEncryptionKeys } from '../../config/io/worker-env';
 import { dataConverterFor } from '../../workers/encryption';
-import { createRoundhouseWorker } from '../../workers/worker';
 import { startS3Server } from '../helpers/s3-server';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -336,16 +335,10 @@ test('with encrypted payloads and an S3 artifact store, the Python worker decode
     const log = callsLog();
     await pythonWorker(`${input.campaignId}-py`, { ...s3.env, ROUNDHOUSE_ENCRYPTION_KEYS: keys, ROUNDHOUSE_TEST_CALLS: log });
     const client = new Client({ connection: env.temporal.client.connection, namespace: env.temporal.settings.namespace, dataConverter });
-    const worker = await createRoundhouseWorker({
-      connection: env.temporal.nativeConnection,
-      namespace: env.temporal.settings.namespace,
+    const result = await withWorker(
       taskQueue,
-      workflowBundle: env.bundle,
-      providers: env.providers,
-      dataConverter,
-    });
-    const result = await worker.runUntil(
-      client.workflow.execute(roundWorkflow, { taskQueue, workflowId: `round-${input.campaignId}`, args: [input] }),
+      () => client.workflow.execute(roundWorkflow, { taskQueue, workflowId: `round-${input.campaignId}`, args: [input] }),
+      { dataConverter },
     );
     expect(result).toMatchObject({ status: 'completed', stepsApplied: result.totalSteps });
     // The call's input reached Temporal sealed, and the Python worker opened it (it scored every sample).

@@ -336,7 +336,3 @@ class Activities:
         body = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in chosen)
         await asyncio.to_thread(write_text, request.output, body)
         return NextDataResult(rows=len(chosen), reused=False)
-
-
-def record_location(records: str, key: str) -> str:
-    return join(records, f"{key}.json")
