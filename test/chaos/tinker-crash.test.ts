@@ -53,10 +53,13 @@ function tinkerRoundInput(emulator: RunningEmulator, campaignId: string, trainRo
 
 test('Tinker: SIGKILL of the worker in baseline, inside training, checkpointing and sampling: one rollback per kill, exactly the planned steps in the kept weights, redone steps bounded, nothing left loaded', async () => {
   const emulator = await startTestEmulator({ operationLatencyMs: 60 });
-  // The late phases are slow enough (their requests wait) to be caught and killed in. Rolling checkpoints in training
-  // also call save_weights, so the round's final checkpoint is slow only if more than the first save waits.
+  // The baseline and the late phases are slow enough (their requests wait) to be caught and killed in, on a loaded
+  // machine too: the baseline's first loss pass (a forward-only forward_backward) waits, as the late phases' requests
+  // do. Rolling checkpoints in training also call save_weights, so the round's final checkpoint is slow only if more
+  // than the first save waits.
   await setFaults(emulator, {
     rules: [
+      { route: 'forward_backward', max: 1 },
       { route: 'save_weights', max: 8 },
       { route: 'save_weights_for_sampler', max: 3 },
       { route: 'asample', max: 3 },
