@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// The Python side's venv: .roundhouse/venvs/python with `pip install -e ./python[dev,s3,examples]` (the package,
+// The Python side's venv: .roundhouse/venvs/python with `pip install -e ./python[dev,s3,examples,environments]` (the package,
 // its tests' tools, boto3 and the examples' verifiers), made once and remade when python/pyproject.toml changes.
 // `npm run python:install` runs it; `npm test` and .ci/run do too. Prints the venv's python. Plain JavaScript, so
 // it runs before any TypeScript tooling. ROUNDHOUSE_PYTHON picks the interpreter (3.10 or newer; default python3).
@@ -71,7 +71,7 @@ function ensurePythonEnv() {
     execFileSync(baseInterpreter(), ['-m', 'venv', dir], { stdio: 'inherit' });
     execFileSync(
       python,
-      ['-m', 'pip', 'install', '--disable-pip-version-check', '-q', '-e', `${path.join(root, 'python')}[dev,s3,examples]`],
+      ['-m', 'pip', 'install', '--disable-pip-version-check', '-q', '-e', `${path.join(root, 'python')}[dev,s3,examples,environments]`],
       { stdio: 'inherit', timeout: 900_000 },
     );
     fs.writeFileSync(marker, wanted());

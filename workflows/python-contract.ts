@@ -60,10 +60,45 @@ export interface NextDataResult {
   reused: boolean;
 }
 
+/**
+ * A step's episodes: `items` is the location of `{"items": EpisodeItem[]}`; each episode finds its gateway URL and
+ * token in `gateway` (rewritten when the TypeScript worker's attempt changes), and its result is recorded at
+ * `<records>/<key>.json`.
+ */
+export interface EpisodesRequest {
+  /** `verifiers:<module>` or a function registered with `@roundhouse.environment`. */
+  environment: string;
+  args: Record<string, unknown>;
+  items: string;
+  records: string;
+  gateway: string;
+  model: string;
+  concurrency: number;
+}
+
+export interface EpisodeItem {
+  key: string;
+  /** The chat the episode starts from. */
+  prompt: { role: string; content: string }[];
+  answer: string;
+  row: Record<string, unknown>;
+  context: Record<string, number | string>;
+}
+
+export interface EpisodesResult {
+  /** Per item: the episode's reward, or null when the environment said it is unscorable. */
+  rewards: (number | null)[];
+  /** Per item: the ids of its turns (the gateway's records), in the order the episode made them. */
+  turns: string[][];
+  computed: number;
+  reused: number;
+  unscorable: number;
+}
+
 /** The input of `pythonCallWorkflow`: one activity on the Python worker's task queue. */
 export interface PythonCallInput {
   call: PythonCall;
   role: PythonRole;
-  activity: 'roundhouse.rewards' | 'roundhouse.scores' | 'roundhouse.next_data';
-  request: ScoreRequest | NextDataRequest;
+  activity: 'roundhouse.rewards' | 'roundhouse.scores' | 'roundhouse.next_data' | 'roundhouse.episodes';
+  request: ScoreRequest | NextDataRequest | EpisodesRequest;
 }

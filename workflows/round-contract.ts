@@ -299,6 +299,11 @@ export interface GrpoSegmentInput extends SegmentInput {
   referenceSessionId?: string;
   /** A Python reward's batches and its per-sample records (`s0000012/p3-c1.json`), kept across lineages. */
   rewardsDir?: string;
+  /**
+   * A multi-turn environment's records: per step, each episode's turns as the sampler gateway recorded them
+   * (`s0000012/p3-c1/t2-<digest>.json`: prompt tokens, completion tokens, logprobs) and its result (`p3-c1.json`).
+   */
+  episodesDir?: string;
 }
 
 export interface GrpoSegmentResult extends SegmentResult {

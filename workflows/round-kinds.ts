@@ -73,7 +73,8 @@ export const ROUND_KINDS: Record<NonNullable<RoundResult['kind']>, RoundKind> = 
         ...segment,
         samplesDir: trainer.state.file(trainer.lineage ? `samples.L${trainer.lineage}` : 'samples'),
         referenceSessionId: trainer.referenceSessionId,
-        ...(trainer.input.spec.round?.grpo?.reward.kind === 'python' ? { rewardsDir: trainer.state.file('rewards') } : {}),
+        ...(trainer.input.spec.round?.grpo?.reward?.kind === 'python' ? { rewardsDir: trainer.state.file('rewards') } : {}),
+        ...(trainer.input.spec.round?.grpo?.environment ? { episodesDir: trainer.state.file('episodes') } : {}),
       }),
   },
   dpo: {

@@ -230,11 +230,31 @@ export const PolicyLossSpecSchema = z
   })
   .strict();
 
+/**
+ * A multi-turn environment whose episodes run on a Python worker against the round's sampler gateway (an
+ * OpenAI-compatible endpoint): `verifiers` loads `load_environment(**args)` from the installed module `name`
+ * (PrimeIntellect's verifiers, its classic API); `python` calls a function registered with `@roundhouse.environment`,
+ * `(client, prompt, answer, row) → reward`. The environment's rubric (or the function) gives each episode's reward.
+ */
+export const EnvironmentSpecSchema = z
+  .object({
+    kind: z.enum(['verifiers', 'python']),
+    ...pythonCallFields,
+    /** `verifiers`: the keyword arguments of the module's `load_environment`. */
+    args: z.record(z.string(), z.unknown()).default({}),
+    /** An episode that asks for more model turns than this is refused its next completion (the gateway answers 400). */
+    maxTurns: positiveInt.max(1000).default(32),
+  })
+  .strict();
+
 export const GrpoSpecSchema = z
   .object({
     /** Completions sampled per prompt (one group); prompts per step is `training.batchSize`. */
     groupSize: z.number().int().min(2).max(64).default(4),
-    reward: RewardSpecSchema,
+    /** Single-turn: each completion's reward. A round with an `environment` takes its rewards from it instead. */
+    reward: RewardSpecSchema.optional(),
+    /** Multi-turn: each group is `groupSize` episodes of this environment, on a Python worker. */
+    environment: EnvironmentSpecSchema.optional(),
     loss: PolicyLossSpecSchema.default({ type: 'grpo', beta: 0 }),
     /** Divide each group's centred rewards by its standard deviation. */
     normalizeAdvantages: z.boolean().default(false),
@@ -448,7 +468,14 @@ function roundKindProblems(spec: z.infer<typeof CampaignSpecBase>, ctx: z.Refine
   if (kind === 'grpo') {
     if (!grpo)
       return problem(['round', 'grpo'], 'is required when round.kind is grpo: at least a reward, e.g. grpo: { reward: { kind: numeric } }');
-    if (grpo.reward.kind === 'regex' && !grpo.reward.pattern)
+    if (!grpo.reward && !grpo.environment)
+      problem(['round', 'grpo', 'reward'], 'is required (or round.grpo.environment, whose episodes give the rewards)');
+    if (grpo.reward && grpo.environment)
+      problem(
+        ['round', 'grpo', 'reward'],
+        "is not used with round.grpo.environment: the environment's rubric gives the rewards; remove one",
+      );
+    if (grpo.reward?.kind === 'regex' && !grpo.reward.pattern)
       problem(['round', 'grpo', 'reward', 'pattern'], 'is required when the reward kind is regex');
     if (spec.sampling.temperature === 0)
       problem(
@@ -518,6 +545,7 @@ export type ProviderSpec = z.infer<typeof ProviderSpecSchema>;
 export type RoundKindSpec = z.infer<typeof RoundKindSpecSchema>;
 export type RoundsSpec = z.infer<typeof RoundsSpecSchema>;
 export type GrpoSpec = z.infer<typeof GrpoSpecSchema>;
+export type EnvironmentSpec = z.infer<typeof EnvironmentSpecSchema>;
 export type DpoSpec = z.infer<typeof DpoSpecSchema>;
 export type DataSpec = z.infer<typeof DataSpecSchema>;
 export type GateSpec = z.infer<typeof GateSpecSchema>;

@@ -23,6 +23,7 @@ export type {
   EvaluationSpec,
   GateMetric,
   GateSpec,
+  EnvironmentSpec,
   GrpoSpec,
   LrSchedule,
   ProviderSpec,
@@ -224,7 +225,7 @@ function resolvePaths(spec: CampaignSpec, dir: string): CampaignSpec {
   spec.data.train = resolveData(spec.data.train);
   spec.data.eval = resolveData(spec.data.eval);
   if (spec.provider.tokenizer) spec.provider.tokenizer = path.resolve(dir, spec.provider.tokenizer);
-  if (spec.round.grpo?.reward.kind === 'module') spec.round.grpo.reward.path = path.resolve(dir, spec.round.grpo.reward.path);
+  if (spec.round.grpo?.reward?.kind === 'module') spec.round.grpo.reward.path = path.resolve(dir, spec.round.grpo.reward.path);
   return spec;
 }
 

@@ -13,6 +13,8 @@ import { Tokenizer } from '@huggingface/tokenizers';
 export interface ChatMessage {
   role: string;
   content: string;
+  /** An OpenAI-style message's other fields (tool_calls, name, tool_call_id), passed to the template as they are. */
+  [field: string]: unknown;
 }
 
 function readJson(file: string): Record<string, unknown> {
@@ -94,12 +96,13 @@ export class TextTokenizer {
   }
 
   /** Renders tokenizer_config.json's chat template the way transformers' apply_chat_template does. */
-  renderChat(messages: ChatMessage[], addGenerationPrompt: boolean): string {
+  renderChat(messages: ChatMessage[], addGenerationPrompt: boolean, extra: { tools?: unknown[] } = {}): string {
     const template = this.config.chat_template;
     if (typeof template !== 'string') throw new Error(`${this.source}: tokenizer_config.json has no chat_template`);
     this.chatTemplate ??= new Template(template);
     return this.chatTemplate.render({
       messages,
+      ...(extra.tools?.length ? { tools: extra.tools } : {}),
       add_generation_prompt: addGenerationPrompt,
       bos_token: tokenText(this.config.bos_token) ?? '',
       eos_token: tokenText(this.config.eos_token) ?? '',

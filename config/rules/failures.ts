@@ -25,6 +25,8 @@ export const FAILURE_TYPES = {
     "the user's reward function (on a Python worker) raised past the spec's retry policy, or returned what is not a reward; never scored 0",
   ScorerFailed: "the user's scorer (on a Python worker) raised past the spec's retry policy, or returned what is not a score",
   DataPolicyFailed: "the user's next-data policy (on a Python worker) raised past the spec's retry policy, or returned no rows",
+  EnvironmentFailed:
+    "the user's environment (on a Python worker) raised past the spec's retry policy, hit an infrastructure error, or returned what is not a reward; never scored 0",
   PythonWorkerUnavailable: 'no Python worker polled the task queue the spec names within its workerWaitSeconds',
   Cancelled: 'the round or campaign was cancelled (stop now, or its parent closed)',
   Unknown: 'a failure outside this set (a bug): the message says what',

@@ -9,7 +9,7 @@ export { PYTHON_CALL_DEFAULTS } from './python-defaults';
  * activities call them, the spec's schema takes its defaults from here.
  */
 
-export type PythonRole = 'reward' | 'scorer' | 'data_policy';
+export type PythonRole = 'reward' | 'scorer' | 'data_policy' | 'environment';
 
 /** A call of one registered function: where it is served and how it is retried (the spec's fields, defaults filled). */
 export interface PythonCall {
@@ -35,6 +35,7 @@ export const PYTHON_ACTIVITIES = {
   rewards: 'roundhouse.rewards',
   scores: 'roundhouse.scores',
   nextData: 'roundhouse.next_data',
+  episodes: 'roundhouse.episodes',
 } as const;
 
 /** A spec block naming a python function (some fields optional): the call, with the defaults filled in. */
@@ -63,6 +64,21 @@ export function pythonReward(spec: { round?: CampaignSpec['round'] }): PythonCal
   return reward?.kind === 'python' ? pythonCallOf(reward) : undefined;
 }
 
+/**
+ * The round's multi-turn environment, as a call: a `python` one by its registered name, a `verifiers` one as
+ * `verifiers:<module>` (the Python worker loads the module's `load_environment`).
+ */
+export function pythonEnvironment(spec: { round?: CampaignSpec['round'] }): PythonCall | undefined {
+  const environment = spec.round?.kind === 'grpo' ? spec.round.grpo?.environment : undefined;
+  if (!environment) return undefined;
+  return pythonCallOf({ ...environment, name: environmentName(environment) });
+}
+
+/** How the Python worker knows an environment: `verifiers:<module>`, or the registered function's name. */
+export function environmentName(environment: { kind: 'verifiers' | 'python'; name: string }): string {
+  return environment.kind === 'verifiers' ? `verifiers:${environment.name}` : environment.name;
+}
+
 /** The evaluation's scorer, when it is a python one. */
 export function pythonScorer(spec: Pick<CampaignSpec, 'evaluation'>): PythonCall | undefined {
   const scorer = spec.evaluation.scorer;
@@ -73,13 +89,16 @@ export function pythonScorer(spec: Pick<CampaignSpec, 'evaluation'>): PythonCall
 export function pythonChecksOf(spec: { round?: CampaignSpec['round']; evaluation: CampaignSpec['evaluation'] }): PythonCheck[] {
   const reward = pythonReward(spec);
   const scorer = pythonScorer(spec);
+  const environment = pythonEnvironment(spec);
   return [
     ...(reward ? [{ field: 'round.grpo.reward', role: 'reward' as const, call: reward }] : []),
+    ...(environment ? [{ field: 'round.grpo.environment', role: 'environment' as const, call: environment }] : []),
     ...(scorer ? [{ field: 'evaluation.scorer', role: 'scorer' as const, call: scorer }] : []),
   ];
 }
 
 /** The failure type a role's call ends with past its retries. */
-export function pythonFailureType(role: PythonRole): 'RewardFailed' | 'ScorerFailed' | 'DataPolicyFailed' {
+export function pythonFailureType(role: PythonRole): 'RewardFailed' | 'ScorerFailed' | 'DataPolicyFailed' | 'EnvironmentFailed' {
+  if (role === 'environment') return 'EnvironmentFailed';
   return role === 'reward' ? 'RewardFailed' : role === 'scorer' ? 'ScorerFailed' : 'DataPolicyFailed';
 }
