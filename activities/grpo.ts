@@ -16,6 +16,7 @@ import type { ScoreItem } from '../workflows/python-contract';
 import { completionText } from './scoring';
 import type { GrpoSegmentInput, GrpoSegmentResult } from '../workflows/round-contract';
 import { trainSegmentOf, type SegmentContext, type StepKind } from './segment';
+import { drawEpisodes, episodeDatums, type EpisodeSamples } from './episodes';
 
 /**
  * GRPO: per step, a group of completions per prompt from the generators, a reward for each, group-centred
@@ -38,6 +39,14 @@ export interface GrpoStepRecord {
   stepsOffPolicy?: number;
   /** Samples the reward called unscorable (`roundhouse.unscorable`): out of their group, not scored 0. */
   unscorable?: number;
+  /** Multi-turn: model turns per episode (mean), turns the gateway sampled and turns it answered from its records. */
+  turnsPerEpisode?: number;
+  turnsSampled?: number;
+  turnsReplayed?: number;
+  /** Multi-turn: episodes whose chat template rewrote an earlier turn (trained turn by turn instead). */
+  prefixBreaks?: number;
+  /** The sampled tokens' mean negative logprob under the sampler (an estimate of the policy's entropy). */
+  entropy?: number;
 }
 
 /** One step's samples as stored: enough to rebuild its datums exactly. */
@@ -48,8 +57,10 @@ interface StepSamples {
     line: number;
     promptTokens: number[];
     /** `reward` null: the reward said the sample is unscorable; it leaves its group. */
-    completions: { tokens: number[]; logprobs: number[]; text: string; reward: number | null }[];
+    completions: { tokens: number[]; logprobs: number[]; text: string; reward: number | null; episode?: EpisodeSamples }[];
   }[];
+  /** Multi-turn: the gateway's counts for the step. */
+  turns?: { sampled: number; replayed: number };
 }
 
 const stepFile = (dir: string, step: number) => joinLocation(dir, `s${String(step).padStart(7, '0')}.json`);
@@ -71,6 +82,7 @@ export function grpoDatums(samples: StepSamples, normalize: boolean): { datums: 
   );
   const datums: Datum[] = [];
   const build = (promptTokens: number[], c: StepSamples['groups'][number]['completions'][number], advantage: number) => {
+    if (c.episode) return void datums.push(...episodeDatums(c.episode, advantage));
     if (c.tokens.length === 0) return;
     const full = [...promptTokens, ...c.tokens];
     const trained = (i: number) => i + 1 >= promptTokens.length;
@@ -129,7 +141,7 @@ function grpoStep(
   p: PreparedData,
   { provider, key, signal }: SegmentContext,
 ): StepKind<GrpoStepRecord> {
-  const reward = grpo.reward.kind === 'python' ? undefined : rewardFunction(grpo.reward);
+  const reward = !grpo.reward || grpo.reward.kind === 'python' ? undefined : rewardFunction(grpo.reward);
   const sampling = new Map<number, Promise<StepSamples>>();
   // The steps an earlier attempt drew samples for, listed once per attempt: a step not listed is drawn without a
   // read first (one store request per step on S3, not two).
@@ -200,6 +212,8 @@ function grpoStep(
         policyVersion: samples.policyVersion,
         stepsOffPolicy: samples.policyVersion === undefined ? undefined : step + input.stepOffset - samples.policyVersion,
         ...(rewards.length < all.length ? { unscorable: all.length - rewards.length } : {}),
+        ...episodeFigures(samples),
+        entropy: entropyOf(samples),
       };
     },
     async end() {
@@ -228,6 +242,17 @@ async function drawSamples(
   const grpo = input.spec.round!.grpo!;
   const { rows } = batchRows(step, data.train.length, t.batchSize, t.seed);
   const prompts = rows.map((r) => data.train[r]!);
+  if (grpo.environment) {
+    const drawn = await drawEpisodes({ input, provider, step, prompts, tokenizer: data.tokenizer, key, signal });
+    const samples: StepSamples = {
+      step,
+      policyVersion: drawn.policyVersion,
+      groups: prompts.map((row, i) => ({ line: row.line, promptTokens: row.promptTokens, completions: drawn.groups[i]!.completions })),
+      turns: drawn.counts,
+    };
+    await writeJsonAtomic(file, samples);
+    return samples;
+  }
   const handle = await provider.submitSample(
     input.sessionId,
     key(`s${step}`, 'sample'),
@@ -290,4 +315,29 @@ async function rewardOnPython(
   });
   let n = 0;
   for (const g of samples.groups) for (const c of g.completions) c.reward = scored.values[n++] ?? null;
+}
+
+/** A multi-turn step's figures: turns per episode, what the gateway sampled and replayed, template breaks. */
+function episodeFigures(samples: StepSamples): Partial<GrpoStepRecord> {
+  const episodes = samples.groups.flatMap((g) => g.completions.map((c) => c.episode)).filter((e): e is EpisodeSamples => Boolean(e));
+  if (episodes.length === 0) return {};
+  return {
+    turnsPerEpisode: episodes.reduce((a, e) => a + e.turns.length, 0) / episodes.length,
+    turnsSampled: samples.turns?.sampled,
+    turnsReplayed: samples.turns?.replayed,
+    prefixBreaks: episodes.filter((e) => e.prefixBreaks > 0).length,
+  };
+}
+
+/** The mean negative sampler logprob of the step's sampled tokens: an estimate of the sampling policy's entropy. */
+function entropyOf(samples: StepSamples): number | undefined {
+  let sum = 0;
+  let n = 0;
+  for (const g of samples.groups)
+    for (const c of g.completions)
+      for (const l of c.logprobs) {
+        sum -= l;
+        n++;
+      }
+  return n ? sum / n : undefined;
 }

@@ -13,7 +13,26 @@ Register plain functions (sync or async) and start a worker on the task queue th
 
 from __future__ import annotations
 
-from roundhouse.registry import Unscorable, current_sample, data_policy, registry, reward, scorer, unscorable
+from roundhouse.registry import (
+    Unscorable,
+    current_sample,
+    data_policy,
+    environment,
+    registry,
+    reward,
+    scorer,
+    unscorable,
+)
 
 __version__ = "0.1.0"
-__all__ = ["Unscorable", "__version__", "current_sample", "data_policy", "registry", "reward", "scorer", "unscorable"]
+__all__ = [
+    "Unscorable",
+    "__version__",
+    "current_sample",
+    "data_policy",
+    "environment",
+    "registry",
+    "reward",
+    "scorer",
+    "unscorable",
+]

@@ -15,7 +15,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m roundhouse", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     worker = commands.add_parser("worker", help="serve the rewards, scorers and data policies these files register")
-    worker.add_argument("sources", nargs="+", help="Python files or importable modules that register functions")
+    worker.add_argument(
+        "sources", nargs="*", help="Python files or modules that register functions (or verifiers environments)"
+    )
     worker.add_argument(
         "--task-queue",
         help=f"the task queue the spec names (default: $ROUNDHOUSE_PYTHON_TASK_QUEUE, else {DEFAULT_TASK_QUEUE})",

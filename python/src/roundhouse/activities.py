@@ -23,14 +23,29 @@ from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+import httpx
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from roundhouse import __version__
+from roundhouse.episodes import (
+    VERIFIERS_PREFIX,
+    EpisodeRequest,
+    EpisodeResult,
+    GatewayTransport,
+    episode_function,
+    score_of,
+    verifiers_problem,
+)
 from roundhouse.registry import ROLES, Registered, Registry, Role, Unscorable, _current, registry
 from roundhouse.store import join, list_under, read_json, read_text, write_json, write_text
 
-FAILURE_TYPES: dict[Role, str] = {"reward": "RewardFailed", "scorer": "ScorerFailed", "data_policy": "DataPolicyFailed"}
+FAILURE_TYPES: dict[Role, str] = {
+    "reward": "RewardFailed",
+    "scorer": "ScorerFailed",
+    "data_policy": "DataPolicyFailed",
+    "environment": "EnvironmentFailed",
+}
 SECRET_NAME = ("KEY", "SECRET", "TOKEN", "PASSWORD", "CREDENTIAL")
 HEARTBEAT_SECONDS = 2.0
 
@@ -159,13 +174,20 @@ class Activities:
         self.functions = functions
 
     def all(self) -> list[Any]:
-        return [self.describe, self.rewards, self.scores, self.next_data]
+        return [self.describe, self.rewards, self.scores, self.next_data, self.episodes]
 
     @activity.defn(name="roundhouse.describe")
     async def describe(self, request: DescribeRequest) -> DescribeResult:
         described = []
         for ref in request.functions:
             role = ref.role
+            if role == "environment" and ref.name.startswith(VERIFIERS_PREFIX):
+                module = ref.name.removeprefix(VERIFIERS_PREFIX)
+                problem = await asyncio.to_thread(verifiers_problem, module)
+                described.append(
+                    DescribedFunction(role, ref.name, ok=problem is None, problem=problem, signature=ref.name)
+                )
+                continue
             found = self.functions.get(role, ref.name) if role in ROLES else None
             if found is None:
                 known = self.functions.names(role) if role in ROLES else []
@@ -336,3 +358,105 @@ class Activities:
         body = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in chosen)
         await asyncio.to_thread(write_text, request.output, body)
         return NextDataResult(rows=len(chosen), reused=False)
+
+    @activity.defn(name="roundhouse.episodes")
+    async def episodes(self, request: EpisodeRequest) -> EpisodeResult:
+        """A step's episodes: each runs the environment over its own client to the round's gateway; its reward and the
+        ids of its turns are recorded under its key, so a retried attempt re-runs only the unfinished episodes (and
+        those replay their recorded turns from the gateway)."""
+        try:
+            run = episode_function(self.functions, request.environment, request.args, request.model)
+        except LookupError as err:
+            raise ApplicationError(str(err), type="InvalidInput", non_retryable=True) from None
+        except Exception as err:
+            error = masked("".join(traceback.format_exception_only(type(err), err)).strip())
+            raise ApplicationError(
+                f"environment {request.environment!r} did not load: {error}", type="EnvironmentFailed"
+            ) from None
+        loaded = await asyncio.to_thread(read_json, request.items)
+        if loaded is None:
+            missing = f"{request.items}: the episodes are missing"
+            raise ApplicationError(missing, type="InvalidInput", non_retryable=True)
+        items: list[dict[str, Any]] = loaded["items"]
+        rewards: list[float | Unscorable | None] = [None] * len(items)
+        turns: list[list[str]] = [[] for _ in items]
+        counts = {"computed": 0, "reused": 0}
+        failures: list[tuple[dict[str, Any], BaseException]] = []
+        limit = asyncio.Semaphore(max(1, request.concurrency))
+        recorded = set(await asyncio.to_thread(list_under, request.records))
+        from openai import AsyncOpenAI
+
+        async def one(index: int, item: dict[str, Any]) -> None:
+            location = join(request.records, f"{item['key']}.json")
+            digest = hashlib.sha256(
+                json.dumps(
+                    [request.environment, request.args, item.get("prompt"), item.get("answer"), item.get("row")],
+                    sort_keys=True,
+                    ensure_ascii=False,
+                    default=str,
+                ).encode()
+            ).hexdigest()
+            record = await asyncio.to_thread(read_json, location) if location in recorded else None
+            if record is not None and record.get("digest") == digest:
+                value = record.get("reward")
+                rewards[index] = Unscorable(record.get("unscorable") or "") if value is None else value
+                turns[index] = list(record.get("turns") or [])
+                counts["reused"] += 1
+                return
+            async with limit:
+                _current.set({"key": item["key"], **(item.get("context") or {})})
+                transport = GatewayTransport(request.gateway, item["key"])
+                http = httpx.AsyncClient(transport=transport, timeout=httpx.Timeout(600.0))
+                client = AsyncOpenAI(
+                    base_url="http://roundhouse-gateway/v1", api_key="episode", http_client=http, max_retries=0
+                )
+                try:
+                    reward = score_of(await run(client, item))
+                except Exception as err:
+                    failures.append((item, err))
+                    return
+                finally:
+                    await http.aclose()
+            await asyncio.to_thread(
+                write_json,
+                location,
+                {
+                    "digest": digest,
+                    "environment": request.environment,
+                    "reward": None if isinstance(reward, Unscorable) else reward,
+                    "unscorable": reward.reason if isinstance(reward, Unscorable) else None,
+                    "turns": transport.turns,
+                    "context": item.get("context"),
+                },
+            )
+            rewards[index] = reward
+            turns[index] = transport.turns
+            counts["computed"] += 1
+
+        async def beat() -> None:
+            while True:
+                activity.heartbeat({"computed": counts["computed"], "reused": counts["reused"], "of": len(items)})
+                await asyncio.sleep(HEARTBEAT_SECONDS)
+
+        beating = asyncio.create_task(beat())
+        try:
+            await asyncio.gather(*(one(i, item) for i, item in enumerate(items)))
+        finally:
+            beating.cancel()
+        if failures:
+            item, failure = failures[0]
+            error = masked("".join(traceback.format_exception_only(type(failure), failure)).strip())
+            raise ApplicationError(
+                f"environment {request.environment!r} failed on {_where(item)}: {error}"
+                f"{f' (and {len(failures) - 1} more of {len(items)})' if len(failures) > 1 else ''}",
+                {"environment": request.environment, "context": item.get("context"), "error": error},
+                type="EnvironmentFailed",
+                non_retryable=isinstance(failure, ValueError) and "an episode's reward" in str(failure),
+            )
+        return EpisodeResult(
+            rewards=[None if isinstance(v, Unscorable) else v for v in rewards],
+            turns=turns,
+            computed=counts["computed"],
+            reused=counts["reused"],
+            unscorable=sum(1 for v in rewards if isinstance(v, Unscorable)),
+        )

@@ -8,19 +8,21 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar, overload
 
-Role = Literal["reward", "scorer", "data_policy"]
-ROLES: tuple[Role, ...] = ("reward", "scorer", "data_policy")
+Role = Literal["reward", "scorer", "data_policy", "environment"]
+ROLES: tuple[Role, ...] = ("reward", "scorer", "data_policy", "environment")
 
 # The positional arguments each role is called with, in order.
 PARAMETERS: dict[Role, tuple[str, ...]] = {
     "reward": ("completion", "answer", "prompt", "row"),
     "scorer": ("completion", "answer", "prompt", "row"),
     "data_policy": ("pool", "results"),
+    "environment": ("client", "prompt", "answer", "row"),
 }
 RETURNS: dict[Role, str] = {
     "reward": "float (or roundhouse.unscorable(reason))",
     "scorer": "bool | float (or roundhouse.unscorable(reason))",
     "data_policy": "list of rows (dicts with prompt and answer, or messages)",
+    "environment": "the episode's reward: float (or roundhouse.unscorable(reason))",
 }
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -59,6 +61,8 @@ class Registered:
 
     def problem(self) -> str | None:
         """Why the workflow could not call this function with its role's arguments, or None when it can."""
+        if self.role == "environment" and not self.is_async:
+            return f"{self.signature()} must be async def: it drives the episode over an openai.AsyncOpenAI client"
         try:
             signature = inspect.signature(self.function)
         except (TypeError, ValueError):
@@ -130,3 +134,4 @@ def _decorator(role: Role) -> Any:
 reward = _decorator("reward")
 scorer = _decorator("scorer")
 data_policy = _decorator("data_policy")
+environment = _decorator("environment")

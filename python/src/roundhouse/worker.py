@@ -38,6 +38,12 @@ def load(source: str) -> None:
         importlib.import_module(source)
 
 
+def _is_environment(source: str) -> bool:
+    """A verifiers environment's module (it has `load_environment`): served by name, with nothing to register."""
+    module = sys.modules.get(Path(source).stem) or sys.modules.get(source)
+    return callable(getattr(module, "load_environment", None))
+
+
 def registered_summary() -> str:
     return "; ".join(f"{role}s: {', '.join(registry.names(role)) or '-'}" for role in ROLES)
 
@@ -45,8 +51,10 @@ def registered_summary() -> str:
 async def serve(settings: Settings, sources: list[str], max_concurrent_activities: int = 100) -> None:
     for source in sources:
         load(source)
-    if not any(registry.names(role) for role in ROLES):
-        raise SystemExit(f"{', '.join(sources)}: registers no reward, scorer or data policy (use @roundhouse.reward …)")
+    if sources and not any(registry.names(role) for role in ROLES) and not any(_is_environment(s) for s in sources):
+        raise SystemExit(
+            f"{', '.join(sources)}: registers no reward, scorer, data policy or environment (use @roundhouse.reward …)"
+        )
     client = await connect(settings)
     worker = Worker(
         client,

@@ -1,0 +1,232 @@
+"""Multi-turn episodes: the user's environment drives each episode over an OpenAI client whose every request goes to
+the round's sampler gateway (served by the TypeScript worker that runs the round).
+
+The gateway records each completion under the episode before answering, and answers a request it has recorded (same
+turn, same prompt tokens) from its record, so an episode re-run after this worker dies replays its finished turns
+without sampling them again. The client finds the gateway through a small file in the store that the round rewrites
+whenever its TypeScript worker changes: a connection refused, or a token the gateway no longer knows, makes it read
+the file again and retry, so an episode outlives either worker dying.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import importlib.util
+import json
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from roundhouse.registry import Registry, Unscorable
+from roundhouse.store import read_json
+
+VERIFIERS_PREFIX = "verifiers:"
+# A round whose TypeScript worker died comes back on another within this long, or the episode fails (and is retried).
+GATEWAY_WAIT_SECONDS = 300.0
+RETRYABLE_REFUSALS = {"invalid_token", "unknown_episode"}
+
+
+class GatewayUnavailable(Exception):
+    """The round's gateway did not come back within GATEWAY_WAIT_SECONDS: an infrastructure error, never a reward."""
+
+
+@dataclass
+class EpisodeRequest:
+    """`items`: the location of `{"items": [{key, prompt, answer, row, context}]}`; `gateway`: where each episode's URL
+    and token are; `records`: where each episode's result is kept (`<records>/<key>.json`)."""
+
+    environment: str
+    items: str
+    records: str
+    gateway: str
+    model: str
+    args: dict[str, Any] = field(default_factory=dict)
+    concurrency: int = 8
+
+
+@dataclass
+class EpisodeResult:
+    rewards: list[float | None]
+    turns: list[list[str]]
+    computed: int
+    reused: int
+    unscorable: int
+
+
+class GatewayTransport(httpx.AsyncBaseTransport):
+    """Sends the episode's requests to its gateway URL with its token, read from the gateway file; on a refused
+    connection or a token the gateway does not know (its worker changed) reads the file again and retries. Collects
+    the ids of the turns the gateway answered, in order: what the round trains on."""
+
+    def __init__(self, gateway_file: str, key: str, wait_seconds: float = GATEWAY_WAIT_SECONDS) -> None:
+        self.gateway_file = gateway_file
+        self.key = key
+        self.wait_seconds = wait_seconds
+        self.turns: list[str] = []
+        self._inner = httpx.AsyncHTTPTransport()
+        self._access: tuple[str, str] | None = None
+
+    async def _load(self) -> tuple[str, str] | None:
+        loaded = await asyncio.to_thread(read_json, self.gateway_file)
+        entry = (loaded or {}).get("episodes", {}).get(self.key)
+        return (entry["url"].rstrip("/"), entry["token"]) if entry else None
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        body = await request.aread()
+        suffix = request.url.raw_path.decode().split("/v1", 1)[-1]
+        deadline = time.monotonic() + self.wait_seconds
+        stale: tuple[str, str] | None = None
+        while True:
+            if self._access is None or self._access == stale:
+                access = await self._load()
+                if access is None or access == stale:
+                    if time.monotonic() > deadline:
+                        raise GatewayUnavailable(
+                            f"episode {self.key}: the round's sampler gateway did not come back "
+                            f"in {self.wait_seconds} s"
+                        )
+                    await asyncio.sleep(0.5)
+                    continue
+                self._access = access
+            url, token = self._access
+            headers = {k: v for k, v in request.headers.items() if k.lower() not in ("authorization", "host")}
+            headers["authorization"] = f"Bearer {token}"
+            forwarded = httpx.Request(request.method, url + suffix, headers=headers, content=body)
+            try:
+                response = await self._inner.handle_async_request(forwarded)
+                content = await response.aread()
+            except (httpx.ConnectError, httpx.ReadError, httpx.RemoteProtocolError, httpx.WriteError):
+                stale = self._access  # the worker that served it is gone: wait for the file to name another
+                continue
+            if response.status_code in (401, 404) and _error_code(content) in RETRYABLE_REFUSALS:
+                stale = self._access
+                continue
+            if response.status_code == 200:
+                answer_id = json.loads(content).get("id")
+                if isinstance(answer_id, str):
+                    self.turns.append(answer_id)
+            return httpx.Response(
+                response.status_code,
+                headers=[(k, v) for k, v in response.headers.items() if k.lower() != "content-encoding"],
+                content=content,
+            )
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+def _error_code(content: bytes) -> str | None:
+    try:
+        error = json.loads(content).get("error") or {}
+    except (ValueError, AttributeError):
+        return None
+    code = error.get("code") if isinstance(error, dict) else None
+    return code if isinstance(code, str) else None
+
+
+Episode = Callable[[Any, dict[str, Any]], Awaitable[Any]]
+"""Runs one episode over an `openai.AsyncOpenAI` client and returns its reward (or an Unscorable)."""
+
+
+class EpisodeError(Exception):
+    """The environment reported an error inside the episode (a failed tool, a model call it could not make): an
+    infrastructure error, retried, never a reward."""
+
+
+_loaded: dict[str, Any] = {}
+
+
+def verifiers_problem(module: str) -> str | None:
+    """Why `verifiers:<module>` cannot run here, or None."""
+    if importlib.util.find_spec("verifiers") is None:
+        return "the verifiers package is not installed on this worker (pip install 'roundhouse[environments]')"
+    name = module.replace("-", "_").split("/")[-1]
+    try:
+        found = importlib.util.find_spec(name)
+    except (ImportError, ValueError) as err:
+        return f"module {name!r} does not import: {err}"
+    if found is None:
+        return f"no module named {name!r} is importable on this worker (install the environment's package)"
+    try:
+        loaded = importlib.import_module(name)
+    except Exception as err:
+        return f"module {name!r} does not import: {type(err).__name__}: {err}"
+    if not callable(getattr(loaded, "load_environment", None)):
+        return f"module {name!r} has no load_environment()"
+    return None
+
+
+def episode_function(registry: Registry, environment: str, args: dict[str, Any], model: str) -> Episode:
+    """The episode runner for `verifiers:<module>` (a verifiers environment), or a registered environment."""
+    if environment.startswith(VERIFIERS_PREFIX):
+        return _verifiers_episode(environment.removeprefix(VERIFIERS_PREFIX), args, model)
+    found = registry.get("environment", environment)
+    if found is None:
+        raise LookupError(
+            f"no environment named {environment!r} is registered on this worker "
+            f"(registered: {', '.join(registry.names('environment')) or 'none'})"
+        )
+    function = found.function
+
+    async def run(client: Any, item: dict[str, Any]) -> Any:
+        return await function(client, item["prompt"], item["answer"], item.get("row") or {})
+
+    return run
+
+
+def _verifiers_episode(module: str, args: dict[str, Any], model: str) -> Episode:
+    import verifiers as vf  # type: ignore[import-not-found,unused-ignore]
+    from verifiers.clients import OpenAIChatCompletionsClient  # type: ignore[import-not-found,unused-ignore]
+
+    cache_key = json.dumps([module, args], sort_keys=True, default=str)
+    env = _loaded.get(cache_key)
+    if env is None:
+        env = vf.load_environment(module, **args)
+        _loaded[cache_key] = env
+
+    async def run(client: Any, item: dict[str, Any]) -> Any:
+        context = item.get("context") or {}
+        rollout_input = {
+            "prompt": item["prompt"],
+            "answer": item["answer"],
+            "example_id": int(context.get("line", 0)),
+            "info": {"env_id": module},
+        }
+        output = await env.run_rollout(rollout_input, OpenAIChatCompletionsClient(client), model, {})
+        error = output.get("error")
+        if error and not _model_outcome(vf, error):
+            raise EpisodeError(f"the verifiers rollout ended with an error: {error}")
+        return output.get("reward")
+
+    return run
+
+
+# The errors that end an episode by the model's own doing (an empty or unparseable reply): the episode's outcome,
+# scored by the rubric like any other. Every other error (a provider or sandbox failure) is infrastructure: retried.
+_MODEL_OUTCOMES = ("InvalidModelResponseError", "ToolParseError")
+
+
+def _model_outcome(vf: Any, error: Any) -> bool:
+    """Whether a verifiers rollout's error is the model's own outcome rather than infrastructure."""
+    name = error.get("error") if isinstance(error, dict) else type(error).__name__
+    found = getattr(vf, str(name), None)
+    outcomes = tuple(c for c in (getattr(vf, n, None) for n in _MODEL_OUTCOMES) if isinstance(c, type))
+    return isinstance(found, type) and issubclass(found, outcomes)
+
+
+def score_of(value: Any) -> float | Unscorable:
+    """An episode's reward as returned: a finite number (bools count 1/0), or Unscorable."""
+    import math
+
+    if isinstance(value, Unscorable):
+        return value
+    if isinstance(value, bool):
+        return 1.0 if value else 0.0
+    if isinstance(value, int | float) and math.isfinite(value):
+        return float(value)
+    shown = "None" if value is None else f"{type(value).__name__} {value!r}"[:200]
+    raise ValueError(f"returned {shown}; an episode's reward is a finite number, or roundhouse.unscorable(reason)")

@@ -1,0 +1,46 @@
+"""A multi-turn game written with `verifiers`' own classes (its classic API: MultiTurnEnv, Rubric, load_environment).
+
+The model is asked for a number, then asked twice more ("Another number?"): three model turns per episode. Each
+reply's share of digits and spaces is its score, and the episode's reward is the mean over its replies. An untrained
+model's replies vary, so GRPO learns from the first step, and the reward rises as it learns to answer in digits.
+Each episode logs its replies to ROUNDHOUSE_TEST_CALLS (when set) for the tests to count.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import verifiers as vf
+from datasets import Dataset
+
+
+def _text(message: Any) -> str:
+    content = message["content"] if isinstance(message, dict) else getattr(message, "content", "")
+    return content if isinstance(content, str) else ""
+
+
+def _role(message: Any) -> str:
+    return str(message["role"] if isinstance(message, dict) else getattr(message, "role", ""))
+
+
+class NumberGame(vf.MultiTurnEnv):
+    async def env_response(self, messages: Any, state: Any, **kwargs: Any) -> list[dict[str, str]]:
+        return [{"role": "user", "content": "Another number?"}]
+
+
+def digit_share(completion: Any, answer: str, **kwargs: Any) -> float:
+    replies = [_text(m) for m in completion if _role(m) == "assistant"]
+    if not replies:
+        return 0.0
+    calls = os.environ.get("ROUNDHOUSE_TEST_CALLS")
+    if calls:
+        with open(calls, "a") as out:
+            out.write(json.dumps({"kind": "episode", "replies": replies, "pid": os.getpid()}) + "\n")
+    return sum(sum(c.isdigit() or c == " " for c in r or " x") / len(r or " x") for r in replies) / len(replies)
+
+
+def load_environment(turns: int = 3, **kwargs: Any) -> vf.Environment:
+    dataset = Dataset.from_list([{"question": "Say a number.", "answer": "0"}])
+    return NumberGame(dataset=dataset, rubric=vf.Rubric(funcs=[digit_share]), max_turns=turns, **kwargs)
