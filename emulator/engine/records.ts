@@ -97,6 +97,12 @@ export interface SessionRecord {
   duplicatesAbsorbed: number;
   /** Tokens processed, as a per-token biller (Tinker) counts them: forward-only passes and prompts (prefill), generated (sample), forward-backward (train). */
   tokens?: { prefill: number; sample: number; train: number };
+  /**
+   * Sample operations drawn (duplicates absorbed by their key not counted), the sequences they returned, and how many
+   * repeated a draw this session had already made: the same prompts and parameters (seed included) from the same
+   * weights, i.e. a completion paid for twice.
+   */
+  sampling?: { operations: number; sequences: number; repeated: number };
   /** Policy version the generator replicas serve (the trainer step at the last weights sync). */
   weightsVersion: number;
   checkpointIds: string[];

@@ -46,6 +46,8 @@ export interface SessionRuntime {
   pumping: boolean;
   /** A learner holding a checkpoint's weights, kept for repeated sampling from it. */
   pinned?: { checkpointId: string; learner: TrainerModel };
+  /** Digests of the sample requests this runtime has drawn (prompts, parameters, weights): what `repeated` counts. */
+  sampled?: Set<string>;
 }
 
 /**

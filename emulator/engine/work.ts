@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { LearnerInputError, type TrainerModel, crossEntropyLoss, linearLogprobLoss, policyGradientLoss } from '../learner';
 import type { Checkpoints } from './checkpoints';
 import type { LoraSettings, OperationInput, OperationOutput, SessionRecord } from './records';
@@ -72,6 +73,15 @@ export class OperationWork {
       promptLogprobs: input.promptLogprobs ? generator.promptLogprobs(prompt) : undefined,
       policyVersion: pinned ? pinned.step : s.weightsVersion,
     }));
+    const sampling = (s.sampling ??= { operations: 0, sequences: 0, repeated: 0 });
+    const digest = createHash('sha256')
+      .update(JSON.stringify([input.prompts, params, input.numSamples, input.fromCheckpoint ?? null, results[0]?.policyVersion]))
+      .digest('hex');
+    rt.sampled ??= new Set();
+    if (rt.sampled.has(digest)) sampling.repeated++;
+    rt.sampled.add(digest);
+    sampling.operations++;
+    sampling.sequences += results.reduce((a, r) => a + r.sequences.length, 0);
     return { kind: 'sample', results };
   }
 
