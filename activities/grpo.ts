@@ -47,6 +47,11 @@ export interface GrpoStepRecord {
   prefixBreaks?: number;
   /** The sampled tokens' mean negative logprob under the sampler (an estimate of the policy's entropy). */
   entropy?: number;
+  /**
+   * The trained tokens' mean sampler logprob minus the trainer's (before this step's update): an estimate of
+   * KL(sampler ‖ trainer), which grows when sampling runs off-policy or the two disagree. When the trainer reports logprobs.
+   */
+  logprobGap?: number;
 }
 
 /** One step's samples as stored: enough to rebuild its datums exactly. */
@@ -214,6 +219,7 @@ function grpoStep(
         ...(rewards.length < all.length ? { unscorable: all.length - rewards.length } : {}),
         ...episodeFigures(samples),
         entropy: entropyOf(samples),
+        logprobGap: logprobGapOf(datums, fb.logprobs),
       };
     },
     async end() {
@@ -327,6 +333,22 @@ function episodeFigures(samples: StepSamples): Partial<GrpoStepRecord> {
     turnsReplayed: samples.turns?.replayed,
     prefixBreaks: episodes.filter((e) => e.prefixBreaks > 0).length,
   };
+}
+
+/** The trained tokens' mean (sampler logprob − trainer logprob), from the forward-backward's logprobs. */
+function logprobGapOf(datums: Datum[], trainer: number[][] | undefined): number | undefined {
+  if (!trainer || trainer.length !== datums.length) return undefined;
+  let sum = 0;
+  let n = 0;
+  datums.forEach((d, i) =>
+    d.weights.forEach((w, k) => {
+      const t = trainer[i]![k];
+      if (w === 0 || t === undefined) return;
+      sum += d.logprobs![k]! - t;
+      n++;
+    }),
+  );
+  return n ? sum / n : undefined;
 }
 
 /** The mean negative sampler logprob of the step's sampled tokens: an estimate of the sampling policy's entropy. */

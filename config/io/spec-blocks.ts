@@ -227,6 +227,12 @@ export const PolicyLossSpecSchema = z
     beta: z.number().min(0).default(0),
     aggregation: z.enum(['token_mean', 'sequence_mean', 'fixed_horizon']).optional(),
     ratio: z.enum(['token', 'sequence']).optional(),
+    /**
+     * `importance_sampling` is unclipped: with `maxStepsOffPolicy` > 0 the round refuses it unless this is set (users
+     * of unclipped importance sampling three steps off-policy saw the sampler–trainer KL grow ~30× and entropy
+     * collapse). `ppo` clips the ratio (clipLow/clipHigh) and is what off-policy rounds should use.
+     */
+    allowUnclippedOffPolicy: z.boolean().optional(),
   })
   .strict();
 
@@ -494,6 +500,12 @@ function roundKindProblems(spec: z.infer<typeof CampaignSpecBase>, ctx: z.Refine
       problem(
         ['round', 'grpo', 'reference'],
         "is not available on Baseten Loops: a run is one session, and opening a reference session re-initializes the run and loads the reference state over the policy's weights and optimizer state; remove it (a KL penalty needs the together dialect)",
+      );
+    }
+    if (grpo.maxStepsOffPolicy > 0 && grpo.loss.type === 'importance_sampling' && !grpo.loss.allowUnclippedOffPolicy) {
+      problem(
+        ['round', 'grpo', 'loss', 'type'],
+        `importance_sampling is unclipped, and round.grpo.maxStepsOffPolicy is ${grpo.maxStepsOffPolicy}: off-policy, an unclipped ratio lets the sampler and trainer drift apart (KL growing ~30× and entropy collapsing have been reported at 3 steps); use ppo (a clipped ratio), maxStepsOffPolicy: 0, or set loss.allowUnclippedOffPolicy: true`,
       );
     }
     if ((spec.provider.kind === 'baseten' || spec.provider.kind === 'tinker') && grpo.loss.type === 'grpo') {

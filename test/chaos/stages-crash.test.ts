@@ -59,7 +59,7 @@ stages:
   - name: rl
     training: { epochs: 2, batchSize: 8, learningRate: 0.002, loraRank: 8, maxSeqLen: 64, segmentSteps: 4 }
     sampling: { maxTokens: 3, temperature: 1 }
-    round: { kind: grpo, grpo: { groupSize: 4, reward: { kind: numeric }, loss: { type: importance_sampling }, maxStepsOffPolicy: 1 } }
+    round: { kind: grpo, grpo: { groupSize: 4, reward: { kind: numeric }, loss: { type: ppo }, maxStepsOffPolicy: 1 } }
 `;
   const file = path.join(dir, 'campaign.yaml');
   fs.writeFileSync(file, yaml);

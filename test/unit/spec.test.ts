@@ -113,6 +113,13 @@ describe('campaign spec', () => {
 
   test.each([
     ['grpo without rewards configured', `${valid}round:\n  kind: grpo\n`, 19, 'round.grpo', /required when round.kind is grpo/],
+    [
+      'an environment of unknown kind',
+      grpo.replace('    reward:\n      kind: numeric\n', '    environment:\n      kind: openenv\n      name: chess\n'),
+      24,
+      'round.grpo.environment.kind',
+      /verifiers|python/,
+    ],
     ['a grpo reward of unknown kind', grpo.replace('kind: numeric', 'kind: vibes'), 24, 'round.grpo.reward.kind', /exact|numeric/],
     ['grpo sampling greedily', grpo.replace('temperature: 1', 'temperature: 0'), 16, 'sampling.temperature', /above 0/],
     [
@@ -135,6 +142,20 @@ describe('campaign spec', () => {
       25,
       'round.grpo.reference',
       /not available on Baseten Loops: a run is one session/,
+    ],
+    [
+      'unclipped importance sampling off-policy',
+      `${grpo}    maxStepsOffPolicy: 2\n    loss:\n      type: importance_sampling\n`,
+      27,
+      'round.grpo.loss.type',
+      /importance_sampling is unclipped, and round.grpo.maxStepsOffPolicy is 2: .*use ppo/,
+    ],
+    [
+      'both a reward and an environment',
+      `${grpo}    environment:\n      kind: verifiers\n      name: vf_wordle\n      taskQueue: py\n`,
+      24,
+      'round.grpo.reward',
+      /not used with round.grpo.environment/,
     ],
     ['dpo on Baseten', `${valid.replace('kind: local', 'kind: baseten')}round:\n  kind: dpo\n`, 19, 'round.kind', /custom loss/],
     ['dpo settings on an sft round', `${valid}round:\n  dpo:\n    beta: 0.1\n`, 20, 'round.dpo', /only used when round.kind is dpo/],
