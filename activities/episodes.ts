@@ -34,6 +34,10 @@ export interface EpisodeSamples {
 export interface DrawnEpisodes {
   policyVersion?: number;
   groups: { completions: { tokens: number[]; logprobs: number[]; text: string; reward: number | null; episode: EpisodeSamples }[] }[];
+  /**
+   * `sampled`: the distinct turns the step's episodes are made of (each drawn once, by whichever attempt); `replayed`:
+   * requests this attempt's gateway answered from a record (an episode retried after its Python worker died).
+   */
   counts: { sampled: number; replayed: number };
 }
 
@@ -212,7 +216,7 @@ export async function drawEpisodes(options: {
         };
       }),
     );
-    return { policyVersion, groups, counts };
+    return { policyVersion, groups, counts: { sampled: new Set(result.turns.flat()).size, replayed: counts.replayed } };
   } finally {
     for (const a of Object.values(access)) gateway.end(a.id);
   }

@@ -8,6 +8,7 @@ Each episode logs its replies to ROUNDHOUSE_TEST_CALLS (when set) for the tests 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from typing import Any
@@ -27,6 +28,10 @@ def _role(message: Any) -> str:
 
 class NumberGame(vf.MultiTurnEnv):
     async def env_response(self, messages: Any, state: Any, **kwargs: Any) -> list[dict[str, str]]:
+        # ROUNDHOUSE_TEST_ENV_DELAY (seconds) slows each environment turn, for the crash tests to land mid-episode.
+        delay = float(os.environ.get("ROUNDHOUSE_TEST_ENV_DELAY") or 0)
+        if delay:
+            await asyncio.sleep(delay)
         return [{"role": "user", "content": "Another number?"}]
 
 

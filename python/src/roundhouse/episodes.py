@@ -27,7 +27,9 @@ from roundhouse.store import read_json
 VERIFIERS_PREFIX = "verifiers:"
 # A round whose TypeScript worker died comes back on another within this long, or the episode fails (and is retried).
 GATEWAY_WAIT_SECONDS = 300.0
-RETRYABLE_REFUSALS = {"invalid_token", "unknown_episode"}
+# A token the gateway does not know, an episode it does not know (its worker changed) or one an abandoned attempt
+# ended: the round's next attempt writes the gateway file anew.
+RETRYABLE_REFUSALS = {"invalid_token", "unknown_episode", "episode_ended"}
 
 
 class GatewayUnavailable(Exception):
