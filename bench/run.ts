@@ -8,6 +8,7 @@ import { cleanupBenchmark } from './cleanup';
 import { artifactsBenchmark } from './artifacts';
 import { cliBenchmark } from './cli';
 import { pythonHopBenchmark } from './python-hop';
+import { gatewayBenchmark } from './gateway';
 
 /**
  * `npm run bench` runs every benchmark; `npm run bench -- <name> [<name>…]` runs some; `--quick` uses tiny sizes
@@ -23,6 +24,7 @@ const BENCHMARKS: Record<string, (ctx: BenchContext, report: Report) => Promise<
   artifacts: artifactsBenchmark,
   cli: cliBenchmark,
   python: pythonHopBenchmark,
+  gateway: gatewayBenchmark,
 };
 
 /**

@@ -41,7 +41,9 @@ function sampler(recordsDir: string): EpisodeSampler {
     model: 'roundhouse/tiny-chat',
     counts: { sampled: 0, replayed: 0 },
     async sample(promptTokens, params, n, key) {
-      const handle = await provider.submitSample(sessionId, `${path.basename(recordsDir)}/${key}`, [promptTokens], params, { numSamples: n });
+      const handle = await provider.submitSample(sessionId, `${path.basename(recordsDir)}/${key}`, [promptTokens], params, {
+        numSamples: n,
+      });
       const [result] = await provider.awaitOperation(handle);
       return result!;
     },
