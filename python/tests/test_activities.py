@@ -170,3 +170,14 @@ def test_a_data_policy_gets_pool_rows_with_their_results_and_its_rows_are_writte
 def test_secrets_in_the_environment_are_masked_in_failures(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("JUDGE_API_KEY", "sk-very-secret-value")
     assert masked("401 for key sk-very-secret-value") == "401 for key ***"
+
+
+def test_a_verifiers_error_the_model_caused_is_the_episodes_outcome_and_any_other_is_infrastructure() -> None:
+    vf = pytest.importorskip("verifiers")
+    from roundhouse.episodes import _model_outcome
+
+    assert _model_outcome(vf, {"error": "EmptyModelResponseError"})
+    assert _model_outcome(vf, {"error": "InvalidModelResponseError"})
+    assert not _model_outcome(vf, {"error": "InfraError"})
+    assert not _model_outcome(vf, {"error": "ModelError"})  # a provider failure verifiers wrapped
+    assert not _model_outcome(vf, {"error": "SomethingNew"})

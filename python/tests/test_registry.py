@@ -58,3 +58,14 @@ def test_the_same_name_twice_for_different_functions_is_refused(functions: Regis
         functions.add("reward", abs, name="n")
     with pytest.raises(ValueError, match="unknown role"):
         functions.add("judge", len)  # type: ignore[arg-type]
+
+
+def test_an_environment_is_an_async_rollout_over_a_client(functions: Registry) -> None:
+    async def rollout(client: Any, prompt: Any, answer: str, row: dict[str, Any]) -> float:
+        return 0.0
+
+    def blocking(client: Any, prompt: Any, answer: str, row: dict[str, Any]) -> float:
+        return 0.0
+
+    assert functions.add("environment", rollout).problem() is None
+    assert "must be async def" in (functions.add("environment", blocking).problem() or "")

@@ -6,9 +6,29 @@ import argparse
 import asyncio
 import logging
 import sys
+from collections.abc import Coroutine
+from typing import Any
 
 from roundhouse.codec import ConfigError
 from roundhouse.settings import DEFAULT_TASK_QUEUE, settings_from_env
+
+LEFTOVER_TASKS_SECONDS = 5.0
+
+
+def _run(main_coroutine: Coroutine[Any, Any, None]) -> None:
+    """Runs the worker to its end. Tasks a user's library leaves behind (an environment's background loops, some of
+    which ignore cancellation) are cancelled and given LEFTOVER_TASKS_SECONDS, then abandoned: unlike `asyncio.run`,
+    which would wait for them for ever and keep a stopped worker's process alive."""
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(main_coroutine)
+    finally:
+        leftover = [task for task in asyncio.all_tasks(loop) if not task.done()]
+        for task in leftover:
+            task.cancel()
+        if leftover:
+            loop.run_until_complete(asyncio.wait(leftover, timeout=LEFTOVER_TASKS_SECONDS))
+        loop.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     from roundhouse.worker import serve  # the worker's imports are only needed to serve
 
     try:
-        asyncio.run(serve(settings, args.sources, args.max_concurrent_activities))
+        _run(serve(settings, args.sources, args.max_concurrent_activities))
     except (FileNotFoundError, ImportError) as err:
         print(f"roundhouse: {err}", file=sys.stderr)
         return 2
