@@ -18,6 +18,8 @@ import { callPython } from './python';
 
 /** One model turn as trained on: the prompt it was sampled from, its tokens and the sampler's logprobs. */
 export interface EpisodeTurn {
+  /** The gateway's record of it (`<episode>/t<turn>-<digest>` under the step's folder). */
+  id: string;
   promptTokens: number[];
   tokens: number[];
   logprobs: number[];
@@ -53,6 +55,7 @@ function extendsTokens(longer: number[], prefix: number[]): boolean {
 /** An episode's turns, checked: each turn's prompt should extend the previous turn's prompt and completion. */
 export function episodeOf(records: TurnRecord[]): EpisodeSamples {
   const turns = records.map((r) => ({
+    id: r.id,
     promptTokens: r.promptTokens,
     tokens: r.choices[0]?.tokens ?? [],
     logprobs: r.choices[0]?.logprobs ?? [],

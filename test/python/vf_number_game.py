@@ -3,7 +3,8 @@
 The model is asked for a number, then asked twice more ("Another number?"): three model turns per episode. Each
 reply's share of digits and spaces is its score, and the episode's reward is the mean over its replies. An untrained
 model's replies vary, so GRPO learns from the first step, and the reward rises as it learns to answer in digits.
-Each episode logs its replies to ROUNDHOUSE_TEST_CALLS (when set) for the tests to count.
+Each episode logs its replies to ROUNDHOUSE_TEST_CALLS (when set) for the tests to count. `number_chat` is the same
+game as a plain `@roundhouse.environment` rollout over the OpenAI client.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from typing import Any
 
 import verifiers as vf
 from datasets import Dataset
+
+import roundhouse
 
 
 def _text(message: Any) -> str:
@@ -49,3 +52,16 @@ def digit_share(completion: Any, answer: str, **kwargs: Any) -> float:
 def load_environment(turns: int = 3, **kwargs: Any) -> vf.Environment:
     dataset = Dataset.from_list([{"question": "Say a number.", "answer": "0"}])
     return NumberGame(dataset=dataset, rubric=vf.Rubric(funcs=[digit_share]), max_turns=turns, **kwargs)
+
+
+@roundhouse.environment
+async def number_chat(client: Any, prompt: Any, answer: str, row: dict[str, Any]) -> float:
+    """The same game as a plain rollout over the OpenAI client (`kind: python`): two model turns."""
+    messages = list(prompt)
+    replies: list[str] = []
+    for _ in range(2):
+        reply = await client.chat.completions.create(model="policy", messages=messages, logprobs=True)
+        text = reply.choices[0].message.content or ""
+        replies.append(text)
+        messages += [{"role": "assistant", "content": text}, {"role": "user", "content": "Another number?"}]
+    return sum(sum(c.isdigit() or c == " " for c in r or " x") / len(r or " x") for r in replies) / len(replies)

@@ -1,5 +1,12 @@
-import { ledger } from '../helpers/emulator';
-import { episodeSteps, expectTrainedAsRecorded, NUMBER_GAME, numberGameInput, repeatedDraws } from '../helpers/episodes';
+import { ledger, setFaults } from '../helpers/emulator';
+import {
+  episodeSteps,
+  expectTrainedAsRecorded,
+  type EpisodeStepRecord,
+  NUMBER_GAME,
+  numberGameInput,
+  repeatedDraws,
+} from '../helpers/episodes';
 import { startPythonWorker, type PythonWorker } from '../helpers/python-worker';
 import { roundTestEnvironment } from '../helpers/round';
 import { uniqueTaskQueue } from '../helpers/temporal';
@@ -28,10 +35,19 @@ test.each(['together', 'tinker'] as const)(
 
     const steps = episodeSteps(result);
     expect(steps).toHaveLength(result.totalSteps!);
+    // Every step reports its staleness (on-policy here), the sampled tokens' entropy and the sampler-trainer logprob gap.
+    for (const s of steps as (EpisodeStepRecord & { stepsOffPolicy: number; entropy: number; logprobGap: number })[]) {
+      expect(s.stepsOffPolicy).toBe(0);
+      expect(s.entropy).toBeGreaterThan(0);
+      // The gap needs the trainer's logprobs: Tinker's forward-backward returns them, the emulated Together one not here.
+      if (kind === 'tinker') expect(Number.isFinite(s.logprobGap)).toBe(true);
+    }
     steps.forEach((s, i) => {
-      expect(s.turnsPerEpisode).toBe(3);
+      // 3 model turns, unless the model's reply was empty (verifiers ends that episode there, and its rubric scores it).
+      expect(s.turnsPerEpisode).toBeGreaterThan(2);
+      expect(s.turnsPerEpisode).toBeLessThanOrEqual(3);
       // prompts × 4 episodes × 3 turns, each sampled once (51 prompts: the last step has 3)
-      expect(s.turnsSampled).toBe((i < 12 ? 4 : 3) * 4 * 3);
+      expect(s.turnsSampled).toBe(Math.round(s.turnsPerEpisode * (i < 12 ? 4 : 3) * 4));
       expect(s.turnsReplayed).toBe(0);
     });
     // The episodes trained on are the gateway's records, turn for turn, and the emulator drew each once.
@@ -45,3 +61,46 @@ test.each(['together', 'tinker'] as const)(
     expect((await ledger(env.emulator)).active).toEqual([]);
   },
 );
+
+test('a registered Python rollout (`kind: python`) over the OpenAI client trains the same way: its turns recorded and trained as sampled', async () => {
+  const taskQueue = uniqueTaskQueue('env-python');
+  const input = numberGameInput({
+    baseUrl: env.emulator.url,
+    kind: 'together',
+    campaignId: `env-${taskQueue}`,
+    limit: 3,
+    environment: 'kind: python, name: number_chat',
+  });
+  workers.push(
+    await startPythonWorker({ address: env.temporal.settings.address!, taskQueue: `${input.campaignId}-py`, sources: [NUMBER_GAME] }),
+  );
+  const result = await runRound(input, taskQueue);
+  expect(result).toMatchObject({ status: 'completed', kind: 'grpo', stepsApplied: result.totalSteps });
+  const steps = episodeSteps(result);
+  for (const s of steps) expect(s).toMatchObject({ turnsPerEpisode: 2, turnsReplayed: 0 });
+  const { trained, records } = expectTrainedAsRecorded(result, 2);
+  expect(trained).toBe(records);
+  expect(steps.every((s) => s.meanReward >= 0 && s.meanReward <= 1)).toBe(true);
+});
+
+test('off-policy episodes (maxStepsOffPolicy: 1, ppo): the next step plays while this one trains, and says so', async () => {
+  const taskQueue = uniqueTaskQueue('env-offpolicy');
+  const input = numberGameInput({
+    baseUrl: env.emulator.url,
+    kind: 'together',
+    campaignId: `env-${taskQueue}`,
+    grpo: 'loss: { type: ppo }, maxStepsOffPolicy: 1',
+  });
+  workers.push(
+    await startPythonWorker({ address: env.temporal.settings.address!, taskQueue: `${input.campaignId}-py`, sources: [NUMBER_GAME] }),
+  );
+  // An optimizer step that takes a trainer's time (1.5 s before its result is served): the next step's episodes run meanwhile.
+  await setFaults(env.emulator, { rules: [{ kind: 'delay', method: 'GET', path: 'operations/optim-step/', delayMs: 1500, max: 200 }] });
+  const result = await runRound(input, taskQueue).finally(() => setFaults(env.emulator, {}));
+  expect(result).toMatchObject({ status: 'completed', kind: 'grpo', stepsApplied: result.totalSteps });
+  const steps = episodeSteps(result) as (EpisodeStepRecord & { stepsOffPolicy: number; policyVersion: number })[];
+  // The first step samples the starting weights; every later one the weights a step before the ones it trains.
+  expect(steps.map((s) => s.stepsOffPolicy)).toEqual([0, ...Array(steps.length - 1).fill(1)]);
+  const { trained, records } = expectTrainedAsRecorded(result);
+  expect(trained).toBe(records);
+});
