@@ -34,7 +34,6 @@ from roundhouse.episodes import (
     EpisodeResult,
     GatewayTransport,
     episode_function,
-    score_of,
     verifiers_problem,
 )
 from roundhouse.registry import ROLES, Registered, Registry, Role, Unscorable, _current, registry
@@ -159,6 +158,21 @@ def _score_of(role: Role, name: str, value: Any) -> float | Unscorable:
         f"{role} {name!r} returned {shown}; return a finite number"
         f"{' or bool' if role == 'scorer' else ''}, or roundhouse.unscorable(reason) for a sample it cannot score"
     )
+
+
+async def _heartbeating(counts: dict[str, int], jobs: list[Awaitable[None]]) -> None:
+    """Runs a batch's jobs, heartbeating how many were computed and reused every HEARTBEAT_SECONDS."""
+
+    async def beat() -> None:
+        while True:
+            activity.heartbeat({"computed": counts["computed"], "reused": counts["reused"], "of": len(jobs)})
+            await asyncio.sleep(HEARTBEAT_SECONDS)
+
+    beating = asyncio.create_task(beat())
+    try:
+        await asyncio.gather(*jobs)
+    finally:
+        beating.cancel()
 
 
 def _where(item: dict[str, Any]) -> str:
@@ -289,16 +303,7 @@ class Activities:
             values[index] = score
             counts["computed"] += 1
 
-        async def beat() -> None:
-            while True:
-                activity.heartbeat({"computed": counts["computed"], "reused": counts["reused"], "of": len(items)})
-                await asyncio.sleep(HEARTBEAT_SECONDS)
-
-        beating = asyncio.create_task(beat())
-        try:
-            await asyncio.gather(*(one(i, item) for i, item in enumerate(items)))
-        finally:
-            beating.cancel()
+        await _heartbeating(counts, [one(i, item) for i, item in enumerate(items)])
         if failures:
             item, err = failures[0]
             error = masked("".join(traceback.format_exception_only(type(err), err)).strip())
@@ -411,7 +416,7 @@ class Activities:
                     base_url="http://roundhouse-gateway/v1", api_key="episode", http_client=http, max_retries=0
                 )
                 try:
-                    reward = score_of(await run(client, item))
+                    reward = _score_of("environment", request.environment, await run(client, item))
                 except Exception as err:
                     failures.append((item, err))
                     return
@@ -433,16 +438,7 @@ class Activities:
             turns[index] = transport.turns
             counts["computed"] += 1
 
-        async def beat() -> None:
-            while True:
-                activity.heartbeat({"computed": counts["computed"], "reused": counts["reused"], "of": len(items)})
-                await asyncio.sleep(HEARTBEAT_SECONDS)
-
-        beating = asyncio.create_task(beat())
-        try:
-            await asyncio.gather(*(one(i, item) for i, item in enumerate(items)))
-        finally:
-            beating.cancel()
+        await _heartbeating(counts, [one(i, item) for i, item in enumerate(items)])
         if failures:
             item, failure = failures[0]
             error = masked("".join(traceback.format_exception_only(type(failure), failure)).strip())
@@ -451,7 +447,7 @@ class Activities:
                 f"{f' (and {len(failures) - 1} more of {len(items)})' if len(failures) > 1 else ''}",
                 {"environment": request.environment, "context": item.get("context"), "error": error},
                 type="EnvironmentFailed",
-                non_retryable=isinstance(failure, ValueError) and "an episode's reward" in str(failure),
+                non_retryable=isinstance(failure, _BadReturn),
             )
         return EpisodeResult(
             rewards=[None if isinstance(v, Unscorable) else v for v in rewards],

@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 
-from roundhouse.registry import Registry, Unscorable
+from roundhouse.registry import Registry
 from roundhouse.store import read_json
 
 VERIFIERS_PREFIX = "verifiers:"
@@ -218,17 +218,3 @@ def _model_outcome(vf: Any, error: Any) -> bool:
     found = getattr(vf, str(name), None)
     outcomes = tuple(c for c in (getattr(vf, n, None) for n in _MODEL_OUTCOMES) if isinstance(c, type))
     return isinstance(found, type) and issubclass(found, outcomes)
-
-
-def score_of(value: Any) -> float | Unscorable:
-    """An episode's reward as returned: a finite number (bools count 1/0), or Unscorable."""
-    import math
-
-    if isinstance(value, Unscorable):
-        return value
-    if isinstance(value, bool):
-        return 1.0 if value else 0.0
-    if isinstance(value, int | float) and math.isfinite(value):
-        return float(value)
-    shown = "None" if value is None else f"{type(value).__name__} {value!r}"[:200]
-    raise ValueError(f"returned {shown}; an episode's reward is a finite number, or roundhouse.unscorable(reason)")
