@@ -129,8 +129,10 @@ export async function drawEpisodes(options: {
   tokenizer: TextTokenizer;
   key: (...parts: (string | number)[]) => string;
   signal: AbortSignal;
+  /** Every completion waits for this first (the weights it must sample being synced): episodes may start before. */
+  weightsReady?: Promise<unknown>;
 }): Promise<DrawnEpisodes> {
-  const { input, provider, step, prompts, tokenizer, key, signal } = options;
+  const { input, provider, step, prompts, tokenizer, key, signal, weightsReady } = options;
   const grpo = input.spec.round!.grpo!;
   const environment = grpo.environment!;
   const call = pythonEnvironment(input.spec)!;
@@ -147,6 +149,7 @@ export async function drawEpisodes(options: {
     model: input.spec.provider.model,
     counts,
     async sample(promptTokens, params, n, requestKey) {
+      await weightsReady;
       const handle = await provider.submitSample(input.sessionId, key(`s${step}`, `episode:${requestKey}`), [promptTokens], params, {
         numSamples: n,
       });
@@ -191,7 +194,7 @@ export async function drawEpisodes(options: {
           records: recordsDir,
           gateway: gatewayFile,
           model: input.spec.provider.model,
-          concurrency: call.concurrency,
+          concurrency: environment.concurrency ?? items.length,
         },
       },
       signal,

@@ -155,10 +155,10 @@ function grpoStep(
     (earlier ??= storeFor(input.samplesDir)
       .list(input.samplesDir)
       .then((files) => new Set(files.map((f) => f.slice(f.lastIndexOf('/') + 1)))));
-  const samplesFor = (step: number): Promise<StepSamples> => {
+  const samplesFor = (step: number, weightsReady?: Promise<unknown>): Promise<StepSamples> => {
     let pending = sampling.get(step);
     if (!pending) {
-      pending = drawSamples(provider, input, p, step, key, reward, signal, drawnBefore);
+      pending = drawSamples(provider, input, p, step, key, reward, signal, drawnBefore, weightsReady);
       pending.catch(() => undefined); // awaited where it is used
       sampling.set(step, pending);
     }
@@ -167,6 +167,15 @@ function grpoStep(
   const sync = async (step: number) =>
     (await provider.awaitOperation(await provider.submitWeightsSync(input.sessionId, key(`w${step}`, 'weights-sync')), { signal }))
       .weightsVersion;
+  /**
+   * Episodes take a while to start (a Python call, the environment, its first request), so they start while the
+   * weights of step `version` sync, each completion waiting for the sync: every step that may sample these weights
+   * (`version` itself, and up to `maxStepsOffPolicy` after it) begins its episodes now.
+   */
+  const drawEpisodesAhead = (version: number, synced: Promise<unknown>) => {
+    if (!grpo.environment) return;
+    for (let s = version; s <= version + grpo.maxStepsOffPolicy && s < input.totalSteps; s++) void samplesFor(s, synced);
+  };
   const datumsOf = async (step: number) => {
     const samples = await samplesFor(step);
     return { samples, ...grpoDatums(samples, grpo.normalizeAdvantages) };
@@ -177,7 +186,9 @@ function grpoStep(
     async begin(applied) {
       // The generators serve the weights of the last applied step (a sync lost with a crashed attempt is redone; a
       // done one is the same keyed operation).
-      await sync(applied);
+      const synced = sync(applied);
+      drawEpisodesAhead(applied, synced);
+      await synced;
     },
     async submitForwardBackward(step) {
       const { datums } = await datumsOf(step);
@@ -199,8 +210,10 @@ function grpoStep(
       // Bounded off-policy: the next steps' groups are drawn now, from the weights this step is improving on.
       for (let ahead = 1; ahead <= grpo.maxStepsOffPolicy && step + ahead < input.totalSteps; ahead++) void samplesFor(step + ahead);
     },
-    async confirmed(step) {
-      await sync(step + 1);
+    async confirmed(step, continues) {
+      const synced = sync(step + 1);
+      if (continues) drawEpisodesAhead(step + 1, synced);
+      await synced;
     },
     async record(step, fb) {
       const { samples, datums, groupsKept } = await datumsOf(step);
@@ -239,6 +252,8 @@ async function drawSamples(
   reward: ReturnType<typeof rewardFunction> | undefined,
   signal: AbortSignal,
   drawnBefore: () => Promise<Set<string>>,
+  /** Episodes: what their completions wait for (the weights they must sample being synced). */
+  weightsReady?: Promise<unknown>,
 ): Promise<StepSamples> {
   const file = stepFile(input.samplesDir, step);
   const drawn = (await drawnBefore()).has(file.slice(file.lastIndexOf('/') + 1)) ? await readJson<StepSamples>(file) : undefined;
@@ -249,7 +264,7 @@ async function drawSamples(
   const { rows } = batchRows(step, data.train.length, t.batchSize, t.seed);
   const prompts = rows.map((r) => data.train[r]!);
   if (grpo.environment) {
-    const drawn = await drawEpisodes({ input, provider, step, prompts, tokenizer: data.tokenizer, key, signal });
+    const drawn = await drawEpisodes({ input, provider, step, prompts, tokenizer: data.tokenizer, key, signal, weightsReady });
     const samples: StepSamples = {
       step,
       policyVersion: drawn.policyVersion,

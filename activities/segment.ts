@@ -36,8 +36,11 @@ export interface StepKind<R extends StepRecord, F = ForwardResult> {
   submitForwardBackward(step: number): Promise<OperationHandle<F>>;
   /** Right after a step's optimizer step is submitted (GRPO: draw the next steps' groups meanwhile). */
   submitted?(step: number): void;
-  /** After a step is confirmed applied (GRPO: sync the generators to the new weights). */
-  confirmed?(step: number): Promise<void>;
+  /**
+   * After a step is confirmed applied (GRPO: sync the generators to the new weights). `continues`: whether this
+   * segment is about to submit the next step (not at its end, stopping, or due a checkpoint).
+   */
+  confirmed?(step: number, continues: boolean): Promise<void>;
   /** A confirmed step's record, from its forward-backward's result and the step's durable inputs. */
   record(step: number, forwardBackward: F): Promise<R> | R;
   /** Before the segment returns (GRPO: let draws started ahead finish). */
@@ -136,7 +139,7 @@ export async function trainSegmentOf<R extends StepRecord, F = ForwardResult>(
         checkOptimStep(await provider.awaitOperation(head.opt, { signal: stopper.signal }), head.step, input.stepOffset);
         inFlight.shift();
         confirmed = head.step + 1;
-        await kind.confirmed?.(head.step);
+        await kind.confirmed?.(head.step, next < maxStep && Date.now() < deadline && !stopper.stopping() && !checkpoints.due(confirmed));
         const record = records.add(await kind.record(head.step, fb));
         if (records.due()) await trackSteps(input, await records.flush()); // long segments: records and tracker stay current
         report();

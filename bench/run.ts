@@ -9,6 +9,7 @@ import { artifactsBenchmark } from './artifacts';
 import { cliBenchmark } from './cli';
 import { pythonHopBenchmark } from './python-hop';
 import { gatewayBenchmark } from './gateway';
+import { environmentsBenchmark } from './environments';
 
 /**
  * `npm run bench` runs every benchmark; `npm run bench -- <name> [<name>…]` runs some; `--quick` uses tiny sizes
@@ -25,6 +26,7 @@ const BENCHMARKS: Record<string, (ctx: BenchContext, report: Report) => Promise<
   cli: cliBenchmark,
   python: pythonHopBenchmark,
   gateway: gatewayBenchmark,
+  environments: environmentsBenchmark,
 };
 
 /**

@@ -246,6 +246,11 @@ export const EnvironmentSpecSchema = z
   .object({
     kind: z.enum(['verifiers', 'python']),
     ...pythonCallFields,
+    /**
+     * Episodes played at once on the worker. Default: all of a step's (`batchSize × groupSize`): an episode mostly
+     * waits on the sampler, and one turn of every episode fits in one sampling round of the trainer.
+     */
+    concurrency: pythonCallBounds.concurrency.optional(),
     /** `verifiers`: the keyword arguments of the module's `load_environment`. */
     args: z.record(z.string(), z.unknown()).default({}),
     /** An episode that asks for more model turns than this is refused its next completion (the gateway answers 400). */
