@@ -63,7 +63,11 @@ export async function environmentsBenchmark(ctx: BenchContext, report: Report): 
     const perStep = (r: EnvironmentRun) => r.trainingMs / r.steps;
     const prefix = `environments.${label}`;
     report({ name: `${prefix}.sample_ms_per_step`, value: limitLoop.sampleMs, target: `info; ${TURNS} turns, one cycle each` });
-    report({ name: `${prefix}.train_ms_per_step`, value: limitLoop.trainMs, target: 'info; forward-backward + optimizer step, weights sync' });
+    report({
+      name: `${prefix}.train_ms_per_step`,
+      value: limitLoop.trainMs,
+      target: 'info; forward-backward + optimizer step, weights sync',
+    });
     report({ name: `${prefix}.on_policy_ms_per_step`, value: perStep(on), target: 'info' });
     report({ name: `${prefix}.off_policy_ms_per_step`, value: perStep(off), target: 'info' });
     const onRatio = perStep(on) / limitLoop.stepMs;
@@ -87,7 +91,11 @@ export async function environmentsBenchmark(ctx: BenchContext, report: Report): 
         value: (run.trainingEvents + run.callEvents) / run.episodes,
         target: `info; the round's training events and its Python calls', over ${run.episodes} episodes`,
       });
-      report({ name: `${name}.round_events_per_step`, value: run.trainingEvents / run.steps, target: `info; ${GROUPS * GROUP_SIZE} episodes a step` });
+      report({
+        name: `${name}.round_events_per_step`,
+        value: run.trainingEvents / run.steps,
+        target: `info; ${GROUPS * GROUP_SIZE} episodes a step`,
+      });
       report({ name: `${name}.python_call_events_per_step`, value: run.callEvents / run.steps, target: `info; ${run.calls} calls` });
     }
   } finally {
@@ -175,7 +183,11 @@ async function pythonCalls(ctx: BenchContext, prefix: string): Promise<History[]
  * synced, every episode's turns drawn one after another (each turn's prompt the previous prompt and completion),
  * then forward-backward and optimizer step back to back. Means per step.
  */
-async function physicalLimit(baseUrl: string, steps: number, label: string): Promise<{ sampleMs: number; trainMs: number; stepMs: number }> {
+async function physicalLimit(
+  baseUrl: string,
+  steps: number,
+  label: string,
+): Promise<{ sampleMs: number; trainMs: number; stepMs: number }> {
   const provider: TrainingProvider = directProvider({ kind: 'local', baseUrl });
   const tokenizer = tokenizerFor(MODEL, undefined);
   const resource = await provider.provision({ model: MODEL, ownerTag: `bench-environments-${label}`, inactiveTimeoutSeconds: 600 });
@@ -196,7 +208,11 @@ async function physicalLimit(baseUrl: string, steps: number, label: string): Pro
           const datum: Datum = { modelInput: [], targetTokens: [], weights: [] };
           for (let turn = 0; turn < TURNS; turn++) {
             const [result] = await provider.awaitOperation(
-              await provider.submitSample(session.id, key(step, `e${e}t${turn}`), [prompt], { maxTokens: 3, temperature: 1, seed: step * 1000 + e * 10 + turn }),
+              await provider.submitSample(session.id, key(step, `e${e}t${turn}`), [prompt], {
+                maxTokens: 3,
+                temperature: 1,
+                seed: step * 1000 + e * 10 + turn,
+              }),
             );
             const tokens = result!.sequences[0]?.tokens ?? [];
             prompt = [...prompt, ...tokens, ...tokenizer.encode('Another number?')];
