@@ -16,6 +16,8 @@ export interface CheckpointEntry {
   final: boolean;
   metric?: number | null;
   eval_loss?: number | null;
+  /** `data.test`: the final weights' test figure (shown beside the metric; never compared). */
+  test_metric?: number | null;
 }
 
 interface ReportFields {
@@ -28,6 +30,7 @@ interface ReportFields {
   rolling_checkpoints?: { checkpoint_id: string; step: number; lineage?: number }[];
   evaluation_curve?: { step: number; loss: number; metric: number | null; lineage?: number }[];
   early_stop?: { best_step: number } | null;
+  test?: { accuracy: number } | null;
 }
 
 /** A round report's checkpoints, rolling ones first, in step order. */
@@ -35,7 +38,11 @@ export function roundCheckpoints(report: ReportFields): CheckpointEntry[] {
   const round = report.round ?? 1;
   // A round stopped early finished from its best evaluated weights: its final checkpoints are that step's.
   const step = report.early_stop?.best_step ?? report.steps_applied ?? 0;
-  const evaluated = { metric: report.accuracy ?? null, eval_loss: report.trained_loss ?? null };
+  const evaluated = {
+    metric: report.accuracy ?? null,
+    eval_loss: report.trained_loss ?? null,
+    ...(report.test ? { test_metric: report.test.accuracy } : {}),
+  };
   const out: CheckpointEntry[] = [];
   for (const c of report.rolling_checkpoints ?? []) {
     if (c.checkpoint_id === report.training_checkpoint_id) continue; // listed as the final one below

@@ -158,15 +158,29 @@ export function toDatum(row: Pick<TokenizedRow, 'promptTokens' | 'completionToke
 }
 
 /** Eval rows must be held out: a prompt that is also in the training data is a problem, named by both lines. */
-export function heldOutProblems(train: Dataset, evalSet: Dataset): string[] {
+export function heldOutProblems(
+  train: Dataset,
+  evalSet: Dataset,
+  names: { held: 'eval' | 'test'; from: 'training' | 'eval' } = { held: 'eval', from: 'training' },
+): string[] {
   const trainPrompts = new Map(train.rows.map((r) => [r.prompt.trim(), r.line]));
   const problems: string[] = [];
   for (const r of evalSet.rows) {
     const other = trainPrompts.get(r.prompt.trim());
     if (other !== undefined)
-      problems.push(`${evalSet.path}:${r.line} prompt: also in the training data (${train.path}:${other}); eval rows must be held out`);
+      problems.push(
+        `${evalSet.path}:${r.line} prompt: also in the ${names.from} data (${train.path}:${other}); ${names.held} rows must be held out`,
+      );
   }
   return problems;
+}
+
+/** The test set's rows, held out from train and eval (`data.test`): problems as `file:line field: …`. */
+export function testSetProblems(train: Dataset, evalSet: Dataset, test: Dataset): string[] {
+  return [
+    ...heldOutProblems(train, test, { held: 'test', from: 'training' }),
+    ...heldOutProblems(evalSet, test, { held: 'test', from: 'eval' }),
+  ];
 }
 
 /** The sentences of a prompt that can tell rows apart: lowercased, split at punctuation, of 5 words or more. */
@@ -191,6 +205,7 @@ function contentSentences(prompt: string): string[] {
 export function nearDuplicateWarning(
   train: { path: string; rows: { line: number; prompt: string }[] },
   evalSet: { path: string; rows: { line: number; prompt: string }[] },
+  held: 'eval' | 'test' = 'eval',
 ): string | undefined {
   const seen = new Map<string, { rows: number; line: number }>();
   for (const r of train.rows)
@@ -213,7 +228,7 @@ export function nearDuplicateWarning(
   if (shared.length === 0) return undefined;
   const e = shared[0]!;
   return (
-    `${evalSet.path}: ${shared.length} of ${evalSet.rows.length} eval rows repeat a sentence of a training row with only the wording ` +
+    `${evalSet.path}: ${shared.length} of ${evalSet.rows.length} ${held} rows repeat a sentence of a training row with only the wording ` +
     `around it changed, so their score measures memorisation more than generalisation (e.g. line ${e.line}: "${e.sentence}", as in ${train.path}:${e.trainLine})`
   );
 }
@@ -225,19 +240,27 @@ export interface ValidationLimits {
 }
 
 /**
- * Loads and checks train and eval data: every row well-formed, prompt and answer non-empty, no prompt in both
- * sets, every row within the token limit. Throws DataValidationError listing every problem.
+ * Loads and checks train and eval data (and the test set, when given): every row well-formed, prompt and answer
+ * non-empty, no eval prompt in train, no test prompt in train or eval, every row within the token limit. Throws
+ * DataValidationError listing every problem.
  */
 export function loadRoundData(
   trainFile: string,
   evalFile: string,
   tokenizer: TextTokenizer,
   limits: ValidationLimits,
-): { train: Dataset & { rows: TokenizedRow[] }; eval: Dataset & { rows: TokenizedRow[] } } {
+  testFile?: string,
+): {
+  train: Dataset & { rows: TokenizedRow[] };
+  eval: Dataset & { rows: TokenizedRow[] };
+  test?: Dataset & { rows: TokenizedRow[] };
+} {
   const problems: string[] = [];
   const train = readDataset(trainFile, problems);
   const evalSet = readDataset(evalFile, problems);
+  const testSet = testFile === undefined ? undefined : readDataset(testFile, problems);
   problems.push(...heldOutProblems(train, evalSet));
+  if (testSet) problems.push(...testSetProblems(train, evalSet, testSet));
   const limit = Math.min(limits.maxSeqLen, limits.modelMaxSeqLen ?? Infinity);
   const tokenize = (d: Dataset) =>
     d.rows.map((row) => {
@@ -252,8 +275,13 @@ export function loadRoundData(
     });
   const trainRows = tokenize(train);
   const evalRows = tokenize(evalSet);
+  const testRows = testSet && tokenize(testSet);
   if (problems.length > 0) throw new DataValidationError(problems);
-  return { train: { ...train, rows: trainRows }, eval: { ...evalSet, rows: evalRows } };
+  return {
+    train: { ...train, rows: trainRows },
+    eval: { ...evalSet, rows: evalRows },
+    ...(testSet ? { test: { ...testSet, rows: testRows! } } : {}),
+  };
 }
 
 // ── preference pairs (DPO) ─────────────────────────────────────────────────────────────────────────

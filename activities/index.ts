@@ -4,6 +4,7 @@ import type { ActivityDeps } from './deps';
 import { createDpoActivities } from './dpo';
 import { createEvaluationActivities } from './evaluation';
 import { createGrpoActivities } from './grpo';
+import { createPromotionActivities } from './promotion';
 import { createReaperActivities } from './reaper';
 import { createRoundActivities } from './round';
 import { createSftActivities } from './sft';
@@ -25,6 +26,7 @@ export function createActivities(deps: ActivityDeps) {
     ...dpo,
     ...createEvaluationActivities({ ...round, evaluateDpo: dpo.evaluateDpo }),
     ...createCampaignActivities(deps),
+    ...createPromotionActivities(),
     ...createReaperActivities(deps),
   };
 }

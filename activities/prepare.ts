@@ -18,8 +18,11 @@ export interface PreparedData {
   model: ModelInfo;
   train: TokenizedRow[];
   eval: TokenizedRow[];
+  /** `data.test`: scored only for the final assessment, never for a choice. */
+  test?: TokenizedRow[];
   trainSha256: string;
   evalSha256: string;
+  testSha256?: string;
 }
 
 export interface PreparedPairs {
@@ -52,8 +55,8 @@ export function createPreparer(deps: ActivityDeps) {
   /** Loads, validates and tokenises prompt/answer rows, cached per file hash. */
   const prepared = async (spec: RoundSpec, data: RoundInput['data']): Promise<PreparedData> =>
     cachedLoad(preparedCache, spec, data, (tokenizer, limits, files) => {
-      const loaded = loadRoundData(files.train, files.eval, tokenizer, limits);
-      return { train: loaded.train.rows, eval: loaded.eval.rows };
+      const loaded = loadRoundData(files.train, files.eval, tokenizer, limits, files.test);
+      return { train: loaded.train.rows, eval: loaded.eval.rows, ...(loaded.test ? { test: loaded.test.rows } : {}) };
     });
 
   /** DPO's preference pairs, checked and cached the same way. */
@@ -67,15 +70,32 @@ export function createPreparer(deps: ActivityDeps) {
     cache: Map<string, T & Omit<PreparedData, 'train' | 'eval'>>,
     spec: RoundSpec,
     given: RoundInput['data'],
-    load: (tokenizer: TextTokenizer, limits: { maxSeqLen: number; modelMaxSeqLen: number }, files: { train: string; eval: string }) => T,
+    load: (
+      tokenizer: TextTokenizer,
+      limits: { maxSeqLen: number; modelMaxSeqLen: number },
+      files: { train: string; eval: string; test?: string },
+    ) => T,
   ): Promise<T & Omit<PreparedData, 'train' | 'eval'>> {
     const provider = await deps.providerFor(spec.provider);
     const model = await modelInfo(provider, spec.provider);
     // Data in the artifact store (s3://) is read from a local copy; its hash is checked like a local file's.
-    const data = { ...given, train: await localCopy(given.train), eval: await localCopy(given.eval) };
+    const data = {
+      ...given,
+      train: await localCopy(given.train),
+      eval: await localCopy(given.eval),
+      ...(given.test ? { test: await localCopy(given.test) } : {}),
+    };
     const { trainSha256, evalSha256 } = checkHashes(data);
+    const testSha256 = data.test === undefined ? undefined : sha256File(data.test);
     // By content, not path: rounds of a sweep whose files hold the same bytes share one tokenising.
-    const key = [trainSha256, evalSha256, spec.provider.model, spec.provider.tokenizer ?? '', spec.training.maxSeqLen].join('|');
+    const key = [
+      trainSha256,
+      evalSha256,
+      testSha256 ?? '',
+      spec.provider.model,
+      spec.provider.tokenizer ?? '',
+      spec.training.maxSeqLen,
+    ].join('|');
     const cached = cache.get(key);
     if (cached) {
       cache.delete(key); // most recently used last
@@ -85,7 +105,7 @@ export function createPreparer(deps: ActivityDeps) {
     const tokenizer = tokenizerFor(spec.provider.model, model.tokenizer, spec.provider.tokenizer);
     const loaded = load(tokenizer, { maxSeqLen: spec.training.maxSeqLen, modelMaxSeqLen: model.maxSeqLen }, data);
     checkLoraRank(spec, model);
-    const result = { tokenizer, model, ...loaded, trainSha256, evalSha256 };
+    const result = { tokenizer, model, ...loaded, trainSha256, evalSha256, ...(testSha256 ? { testSha256 } : {}) };
     cache.set(key, result);
     if (cache.size > PREPARED_CACHE_ENTRIES) cache.delete(cache.keys().next().value!);
     return result;

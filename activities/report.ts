@@ -15,6 +15,8 @@ interface RoundReportFile {
   workflow_id: string;
   status: string;
   accuracy: number | null;
+  /** `data.test`: the final weights on the held-out test set. */
+  test?: { accuracy: number; rows: number } | null;
   baseline_loss: number | null;
   trained_loss: number | null;
   steps_applied: number;
@@ -55,11 +57,31 @@ export interface CampaignReportData {
   rounds: RoundReportFile[];
   /** Staged campaigns: the stages started, from campaign.json. */
   stages?: ShownStage[];
+  /** `promotion`: the challenger's decision against its line's champion. */
+  promotion?: PromotionShown;
   flips: { from: number; to: number; fixed: Flip[]; regressed: Flip[] }[];
   gpuMinutes: number;
   costUsd?: number;
   temporalUiUrl: string;
   namespace: string;
+}
+
+interface PromotionShown {
+  line: string;
+  status: string;
+  reason?: string;
+  pendingSinceMs?: number;
+  champion?: { checkpointId: string; registry?: { name: string; version: string } };
+}
+
+/** The promotion's line in summary.md. */
+function promotionLine(p: PromotionShown | undefined): string[] {
+  if (!p) return [];
+  const since = p.status === 'pending-approval' && p.pendingSinceMs ? ` since ${new Date(p.pendingSinceMs).toISOString()}` : '';
+  const champion = p.champion
+    ? `; champion \`${p.champion.checkpointId}\`${p.champion.registry ? ` (${p.champion.registry.name} v${p.champion.registry.version})` : ''}`
+    : '';
+  return [`- promotion (line ${p.line}): ${p.status}${since}${p.reason ? `: ${p.reason}` : ''}${champion}`];
 }
 
 interface Flip {
@@ -83,6 +105,7 @@ export async function loadCampaignReportData(
     costUsd?: number;
     rounds: { round: number; reportPath: string }[];
     stages?: ShownStage[];
+    promotion?: PromotionShown;
   }>(summaryFile);
   if (!summary) throw new Error(`${summaryFile}: no campaign summary (has a round finished yet?)`);
   const rounds = (await Promise.all(summary.rounds.map((r) => readJson<RoundReportFile>(r.reportPath)))).filter(
@@ -108,6 +131,7 @@ export async function loadCampaignReportData(
     stopReason: summary.stopReason,
     rounds,
     ...(summary.stages ? { stages: summary.stages } : {}),
+    ...(summary.promotion ? { promotion: summary.promotion } : {}),
     flips,
     gpuMinutes: summary.gpuMinutes,
     costUsd: summary.costUsd,
@@ -153,10 +177,11 @@ export function renderCampaignHtml(data: CampaignReportData): string {
       ? '<div><h2>DPO: preference margin and accuracy per step</h2><div class="chart"><canvas id="margin"></canvas></div></div>'
       : '',
   ].join('');
+  const tested = data.rounds.some((r) => r.test);
   const rows = data.rounds
     .map(
       (r) =>
-        `<tr><td>${r.round}</td><td class="${r.status}">${escapeHtml(r.status)}${r.error_type ? ` (${escapeHtml(r.error_type)})` : ''}${earlyStopNote(r)}</td><td>${pct(r.accuracy)}</td>` +
+        `<tr><td>${r.round}</td><td class="${r.status}">${escapeHtml(r.status)}${r.error_type ? ` (${escapeHtml(r.error_type)})` : ''}${earlyStopNote(r)}</td><td>${pct(r.accuracy)}</td>${tested ? `<td>${pct(r.test?.accuracy ?? null)}</td>` : ''}` +
         `<td>${fmt(r.baseline_loss)} → ${fmt(r.trained_loss)}</td><td>${r.steps_applied}/${r.steps_planned}</td><td>${fmt(r.gpu_minutes, 2)}</td>` +
         `<td>${r.estimated_cost_usd === null ? '–' : `$${r.estimated_cost_usd.toFixed(2)}`}</td>` +
         `<td><a href="${escapeHtml(uiLink(data, r.workflow_id))}">${escapeHtml(r.workflow_id)}</a></td><td><code>${escapeHtml(r.train_sha256.slice(0, 12))}</code></td></tr>`,
@@ -203,7 +228,7 @@ ${stagesHtml(data.stages)}<div class="charts">
 ${evalChart}
 ${policyCharts ? `<div class="charts">${policyCharts}</div>` : ''}
 <h2>Rounds</h2>
-<table><tr><th>round</th><th>status</th><th>accuracy</th><th>eval loss (baseline → trained)</th><th>steps</th><th>GPU-min</th><th>est. cost</th><th>workflow</th><th>train sha256</th></tr>
+<table><tr><th>round</th><th>status</th><th>accuracy</th>${tested ? '<th>test (held out)</th>' : ''}<th>eval loss (baseline → trained)</th><th>steps</th><th>GPU-min</th><th>est. cost</th><th>workflow</th><th>train sha256</th></tr>
 ${rows}</table>
 <h2>Recoveries from provider failures</h2>
 ${recoveryRows ? `<table><tr><th>round</th><th>phase</th><th>failure</th><th>step → resumed from</th><th>on</th><th>GPU-min lost</th></tr>\n${recoveryRows}</table>` : '<p class="none">none</p>'}
@@ -275,7 +300,10 @@ function stepSeries(
 function bestLine(rounds: RoundReportFile[]): string[] {
   const best = bestCheckpoint(rounds.flatMap((r) => roundCheckpoints(r as Parameters<typeof roundCheckpoints>[0])));
   return best
-    ? [`- best checkpoint: round ${best.round}, \`${best.checkpoint_id}\` (accuracy ${pct(best.metric ?? null)}, step ${best.step})`]
+    ? [
+        `- best checkpoint: round ${best.round}, \`${best.checkpoint_id}\` (accuracy ${pct(best.metric ?? null)}, step ${best.step})` +
+          (typeof best.test_metric === 'number' ? `; held-out test: ${pct(best.test_metric)}` : ''),
+      ]
     : [];
 }
 
@@ -325,15 +353,16 @@ function stagesHtml(stages: ShownStage[] | undefined): string {
 }
 
 export function renderCampaignMarkdown(data: CampaignReportData): string {
+  const tested = data.rounds.some((r) => r.test);
   const lines = [
     `### Roundhouse campaign \`${data.campaignId}\`: ${data.status}${data.stopReason ? ` (${data.stopReason})` : ''}`,
     '',
     ...stagesMarkdown(data.stages),
-    '| round | status | accuracy | eval loss (baseline → trained) | steps | GPU-min | est. cost |',
-    '|---|---|---|---|---|---|---|',
+    `| round | status | accuracy${tested ? ' | test (held out)' : ''} | eval loss (baseline → trained) | steps | GPU-min | est. cost |`,
+    `|---|---|---|${tested ? '---|' : ''}---|---|---|---|`,
     ...data.rounds.map(
       (r) =>
-        `| ${r.round} | ${r.status}${r.error_type ? ` (${r.error_type})` : ''} | ${pct(r.accuracy)} | ${fmt(r.baseline_loss)} → ${fmt(r.trained_loss)} | ${r.steps_applied}/${r.steps_planned} | ${fmt(r.gpu_minutes, 2)} | ${r.estimated_cost_usd === null ? '–' : `$${r.estimated_cost_usd.toFixed(2)}`} |`,
+        `| ${r.round} | ${r.status}${r.error_type ? ` (${r.error_type})` : ''} | ${pct(r.accuracy)}${tested ? ` | ${pct(r.test?.accuracy ?? null)}` : ''} | ${fmt(r.baseline_loss)} → ${fmt(r.trained_loss)} | ${r.steps_applied}/${r.steps_planned} | ${fmt(r.gpu_minutes, 2)} | ${r.estimated_cost_usd === null ? '–' : `$${r.estimated_cost_usd.toFixed(2)}`} |`,
     ),
     '',
     ...data.rounds
@@ -353,6 +382,7 @@ export function renderCampaignMarkdown(data: CampaignReportData): string {
       ),
     ...data.flips.map((f) => `- round ${f.from} → ${f.to}: ${f.fixed.length} examples fixed, ${f.regressed.length} regressed`),
     ...bestLine(data.rounds),
+    ...promotionLine(data.promotion),
     '',
     `Total: ${fmt(data.gpuMinutes, 2)} GPU-minutes${data.costUsd !== undefined && data.costUsd !== null ? `, estimated $${data.costUsd.toFixed(2)}` : ''}.`,
   ];

@@ -136,14 +136,17 @@ export function createRoundActivities(deps: ActivityDeps) {
       label: string;
       /** After a rollback: the lineage its keys carry. */
       lineage?: number;
-      /** Score this JSONL file's rows instead of the eval set (e.g. the campaign's training pool). */
+      /** Score this JSONL file's rows instead of the eval set (e.g. the campaign's training pool)... */
       dataset?: string;
-    }): Promise<{ correct: number; total: number; accuracy: number; unscorable?: number; usage: TokenUsage }> {
+      /** ...or the round's test set (`data.test`, checked with train and eval before the round provisioned). */
+      which?: 'test';
+    }): Promise<{ correct: number; total: number; accuracy: number; unscorable?: number; usage: TokenUsage; sha256?: string }> {
       const meter = meteredProvider(await deps.providerFor(input.spec.provider));
       const provider = meter.provider;
       return atBoundary(async () => {
         const p = await prepared(input.spec, input.data);
-        const rowsToScore = input.dataset ? await tokenizedFile(input.dataset, p.tokenizer) : p.eval;
+        if (input.which === 'test' && !p.test) throw new RoundhouseFailure('InvalidInput', 'data.test: the round has no test set');
+        const rowsToScore = input.which === 'test' ? p.test! : input.dataset ? await tokenizedFile(input.dataset, p.tokenizer) : p.eval;
         const s = input.spec.sampling;
         const batch = 16;
         const evaluations: Evaluation[] = [];
@@ -196,6 +199,7 @@ export function createRoundActivities(deps: ActivityDeps) {
               : 0,
           ...(python?.unscorable ? { unscorable: python.unscorable } : {}),
           usage: meter.usage(),
+          ...(input.which === 'test' ? { sha256: p.testSha256 } : {}),
         };
       });
     },

@@ -276,6 +276,8 @@ export async function trackRoundEnd(
     add('eval/dpo_margin', report.trained_margin, measured);
     add('eval/metric', report.accuracy, measured);
     add('eval/pool_metric', report.pool_accuracy, measured);
+    // The held-out test set's own key: never confused with eval's in a chart or a comparison.
+    add('test/metric', (report.test as { accuracy?: number } | null | undefined)?.accuracy, measured);
     add('round/gpu_minutes', report.gpu_minutes, applied);
     add('round/cost_usd', report.estimated_cost_usd, applied);
     add('round/steps_applied', report.steps_applied, applied);
@@ -294,7 +296,7 @@ export async function trackCampaign(
   campaignId: string,
   summary: {
     status?: string;
-    rounds?: (GatedRound & { round: number; stage?: number; gpuMinutes?: number; costUsd?: number })[];
+    rounds?: (GatedRound & { round: number; stage?: number; gpuMinutes?: number; costUsd?: number; test?: { accuracy: number } })[];
     stages?: ShownStage[];
   },
   artifacts: { name: string; body: Buffer | string; contentType: string }[],
@@ -312,6 +314,7 @@ export async function trackCampaign(
         if (typeof value === 'number' && Number.isFinite(value)) metrics.push({ key, value, timestamp: round.round, step: round.round });
       };
       add('round/metric', round.accuracy);
+      add('round/test_metric', round.test?.accuracy);
       add('round/eval_loss', round.trainedLoss);
       add('round/gpu_minutes', round.gpuMinutes);
       add('round/cost_usd', round.costUsd);
@@ -378,4 +381,48 @@ function warn(message: string): void {
   } catch {
     process.stderr.write(`${maskSecrets(message)}\n`);
   }
+}
+
+/** The alias the Model Registry gives a line's champion. */
+export const CHAMPION_ALIAS = 'champion';
+const DECISION_TAG = 'roundhouse.decision';
+
+/**
+ * A line's champion in MLflow's Model Registry: the registered model `<line>`, one version per promotion (tagged with
+ * its decision, so a retried or re-run registration finds its version instead of making a second) whose source is the
+ * campaign's run, and the `champion` alias moved to it. Undefined when the campaign is not tracked.
+ */
+export async function registerChampion(
+  track: Tracked,
+  record: {
+    line: string;
+    decisionId: string;
+    checkpointId: string;
+    campaignId: string;
+    round: number;
+    figures: { on: string; accuracy: number; sha256: string };
+  },
+): Promise<{ name: string; version: string } | undefined> {
+  const target = trackingTarget(track);
+  if (!target) return undefined;
+  const client = clientFor(target.uri);
+  const experimentId = await experimentOf(client, target.experiment);
+  const runId = await campaignRun(client, experimentId, record.campaignId, track);
+  await client.ensureRegisteredModel(record.line, `Roundhouse model line ${record.line}: its champion is the alias @${CHAMPION_ALIAS}`);
+  let version = (await client.modelVersions(record.line)).find((v) => v.tags[DECISION_TAG] === record.decisionId)?.version;
+  version ??= await client.createModelVersion(record.line, {
+    source: `runs:/${runId}/champion`,
+    runId,
+    tags: {
+      [DECISION_TAG]: record.decisionId,
+      'roundhouse.checkpoint_id': record.checkpointId,
+      'roundhouse.campaign_id': record.campaignId,
+      'roundhouse.round': String(record.round),
+      [`roundhouse.${record.figures.on}_accuracy`]: String(record.figures.accuracy),
+      [`roundhouse.${record.figures.on}_sha256`]: record.figures.sha256,
+    },
+    description: `round ${record.round} of ${record.campaignId}, checkpoint ${record.checkpointId}`,
+  });
+  if ((await client.aliasVersion(record.line, CHAMPION_ALIAS)) !== version) await client.setAlias(record.line, CHAMPION_ALIAS, version);
+  return { name: record.line, version };
 }

@@ -5,6 +5,7 @@ import type { CampaignInput, CampaignProgress } from '../workflows/campaign-cont
 import { artifactRoot } from '../config/io/artifacts';
 import { checkpointRefsMemo } from '../config/rules/retention';
 import { modules } from './modules';
+import { CliFailure } from './failure';
 
 /** What `run --wait`, `watch` and `status` exit with for an ended campaign (progress.ts's failUnlessSucceeded). */
 const EXIT_CODES_WHEN_ENDED =
@@ -157,3 +158,38 @@ export function stopCommand(): Command {
       });
     });
 }
+
+/** `approve` and `reject`: the campaign's pending promotion decided by a person (workflow updates with validators). */
+function decisionCommand(name: 'approve' | 'reject'): Command {
+  const rejecting = name === 'reject';
+  const command = new Command(name)
+    .description(
+      rejecting
+        ? "Reject the campaign's challenger waiting for approval: the line's champion stays (--reason is required)"
+        : "Approve the campaign's challenger waiting for approval: it becomes the line's champion",
+    )
+    .argument('<id>', 'campaign id')
+    .option('--by <who>', 'who decides (recorded with the decision; default: $USER)')
+    .addHelpText(
+      'after',
+      `\nExample:\n  roundhouse ${name} tickets-nightly-20261206${rejecting ? ' --reason "regresses on refunds"' : ''}`,
+    );
+  if (rejecting) command.requiredOption('--reason <why>', 'why (recorded with the decision)');
+  else command.option('--reason <why>', 'why (recorded with the decision)');
+  return command.action(async (id: string, opts: { by?: string; reason?: string }) => {
+    await withCampaign(id, async (handle) => {
+      const by = opts.by ?? process.env.USER ?? process.env.USERNAME ?? 'unknown';
+      const update = rejecting ? modules.promotionContract().rejectPromotionUpdate : modules.promotionContract().approvePromotionUpdate;
+      const state = await handle
+        .executeUpdate(update, { args: [{ by, ...(opts.reason ? { reason: opts.reason } : {}) }] })
+        .catch((err: unknown) => {
+          // A validator's refusal is the failure's cause: say it, not "Workflow Update failed".
+          throw new CliFailure(`${name}: ${((err as Error).cause as Error | undefined)?.message ?? (err as Error).message}`);
+        });
+      process.stdout.write(`campaign ${id}: the challenger for line ${state.line} is ${rejecting ? 'rejected' : 'approved'} by ${by}\n`);
+    });
+  });
+}
+
+export const approveCommand = (): Command => decisionCommand('approve');
+export const rejectCommand = (): Command => decisionCommand('reject');

@@ -7,7 +7,16 @@ import { workerCommand } from './worker';
 import { demoCommand } from './demo';
 import { emulatorCommand } from './emulator';
 import { codecServerCommand } from './codec-server';
-import { pauseCommand, resumeCommand, runCommand, statusCommand, stopCommand, watchCommand } from './campaign';
+import {
+  approveCommand,
+  pauseCommand,
+  rejectCommand,
+  resumeCommand,
+  runCommand,
+  statusCommand,
+  stopCommand,
+  watchCommand,
+} from './campaign';
 import { scheduleCommand } from './schedule';
 import { reapCommand } from './reap';
 import { reportCommand } from './report';
@@ -34,6 +43,8 @@ export function buildProgram(): Command {
     pauseCommand(),
     resumeCommand(),
     stopCommand(),
+    approveCommand(),
+    rejectCommand(),
     scheduleCommand(),
     reapCommand(),
     reportCommand(),

@@ -57,22 +57,52 @@ function stageColumn(p: CampaignProgress, r: { stage?: number; kind?: string } |
   return `${(r?.stage !== undefined ? `${r.stage} ${r.kind ?? ''}` : '').padEnd(7)}  `;
 }
 
+/** `promotion`: what is pending and since when, or how it was decided. */
+export function promotionLines(p: Pick<CampaignProgress, 'campaignId' | 'promotion'>): string[] {
+  const m = p.promotion;
+  if (!m) return [];
+  const at = (ms?: number) => (ms === undefined ? '?' : new Date(ms).toISOString().replace(/\.\d{3}Z$/, 'Z'));
+  const head = `  promotion (line ${m.line}): `;
+  switch (m.status) {
+    case 'pending-approval':
+      return [
+        `${head}waiting for approval since ${at(m.pendingSinceMs)} (rejected at ${at(m.timeoutAtMs)} without one): ${m.reason ?? ''}`,
+        `    roundhouse approve ${p.campaignId}   or   roundhouse reject ${p.campaignId} --reason "…"`,
+      ];
+    case 'promoted':
+      return [
+        `${head}promoted: ${m.reason ?? ''}${m.approval ? ` (approved by ${m.approval.by})` : ''}`,
+        `    champion ${m.champion?.checkpointId ?? '?'}${m.champion?.registry ? `, registry ${m.champion.registry.name} version ${m.champion.registry.version} (@champion)` : ''}${m.registryError ? `; the registry was not updated: ${m.registryError}` : ''}`,
+      ];
+    default:
+      return [`${head}${m.status}${m.reason ? `: ${m.reason}` : ''}`];
+  }
+}
+
 /** A campaign's progress as a small text table. */
 export function renderProgress(p: CampaignProgress): string {
+  // `data.test`: its figures in their own column, and beside the best round (chosen by eval).
+  const tested = p.rounds.some((r) => r.test);
   const lines = [
     `campaign ${p.campaignId}: ${p.status}${p.stopReason ? ` (${p.stopReason})` : ''}`,
     `  GPU-minutes ${num(p.gpuMinutes, 2)}${p.costUsd !== undefined ? `, est. cost $${p.costUsd.toFixed(2)}` : ''}, wall ${num(p.wallMinutes, 1)} min, limits: ${p.limits.maxRounds} rounds${p.limits.targetAccuracy !== undefined ? `, target accuracy ${p.limits.targetAccuracy}` : ''}${p.limits.maxGpuMinutes !== undefined ? `, ${p.limits.maxGpuMinutes} GPU-min` : ''}`,
     ...tokensLine(p),
     ...stageLines(p),
-    `  round  ${p.stages ? 'stage    ' : ''}status     accuracy  eval loss (base → trained)  steps      GPU-min`,
+    `  round  ${p.stages ? 'stage    ' : ''}status     accuracy  ${tested ? 'test      ' : ''}eval loss (base → trained)  steps      GPU-min`,
     ...p.rounds.map(
       (r) =>
-        `  ${String(r.round).padStart(5)}  ${stageColumn(p, r)}${r.status.padEnd(9)}  ${pct(r.accuracy)}   ${num(r.baselineLoss).padStart(8)} → ${num(r.trainedLoss).padEnd(8)}        ${`${r.stepsApplied}/${r.totalSteps}`.padEnd(9)}  ${num(r.gpuMinutes, 2)}${r.recoveries ? `  (${r.recoveries} ${r.recoveries === 1 ? 'recovery' : 'recoveries'})` : ''}`,
+        `  ${String(r.round).padStart(5)}  ${stageColumn(p, r)}${r.status.padEnd(9)}  ${pct(r.accuracy)}   ${tested ? `${pct(r.test?.accuracy)}   ` : ''}${num(r.baselineLoss).padStart(8)} → ${num(r.trainedLoss).padEnd(8)}        ${`${r.stepsApplied}/${r.totalSteps}`.padEnd(9)}  ${num(r.gpuMinutes, 2)}${r.recoveries ? `  (${r.recoveries} ${r.recoveries === 1 ? 'recovery' : 'recoveries'})` : ''}`,
     ),
     // Why a round failed, from its error: what `round-<n>.json` says as error_message.
     ...p.rounds
       .filter((r) => r.errorMessage)
       .map((r) => `  round ${r.round} ${r.status}${r.errorType ? ` (${r.errorType})` : ''}: ${redactText(r.errorMessage!)}`),
+    ...(p.best && tested
+      ? [
+          `  best (by eval): round ${p.best.round}, accuracy ${pct(p.best.accuracy).trim()}; held-out test ${p.best.test ? `${pct(p.best.test.accuracy).trim()} over ${p.best.test.rows} rows` : 'not scored'}`,
+        ]
+      : []),
+    ...promotionLines(p),
   ];
   const c = p.currentRound;
   if (c && !['completed', 'failed', 'cancelled', 'stopped'].includes(c.phase)) {

@@ -20,8 +20,15 @@ export async function stageCampaignData(
     const suffix = path.extname(isS3(location) ? location.split('/').pop()! : location) || '.jsonl';
     return (await putContentAddressed(artifactRoot, 'data', body, suffix)).location;
   };
-  const copy = async <T extends { train: string; eval: string; reread: boolean }>(data: T, files: T): Promise<T> =>
-    data.reread ? data : { ...data, train: await stage(data.train, files.train), eval: await stage(data.eval, files.eval) };
+  const copy = async <T extends { train: string; eval: string; test?: string; reread: boolean }>(data: T, files: T): Promise<T> =>
+    data.reread
+      ? data
+      : {
+          ...data,
+          train: await stage(data.train, files.train),
+          eval: await stage(data.eval, files.eval),
+          ...(data.test ? { test: await stage(data.test, files.test!) } : {}),
+        };
   if (!spec.stages) return { ...spec, data: await copy(spec.data, local.data) };
   // Each stage's data (a staged spec's own data is its first stage's).
   const stages = [];

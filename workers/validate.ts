@@ -9,6 +9,7 @@ import {
   loadRoundData,
   readDataset,
   readPreferenceDataset,
+  testSetProblems,
 } from '../activities/data';
 import { rewardFunction } from '../activities/rewards';
 import { findModel } from '../emulator/models';
@@ -16,10 +17,11 @@ import { stageSpecOf } from '../config/rules/stages';
 
 /** The spec with its data (every stage's) as local files (S3 objects downloaded), for validation before anything starts. */
 export async function withLocalData(spec: CampaignSpec): Promise<CampaignSpec> {
-  const local = async <T extends { train: string; eval: string }>(data: T): Promise<T> => ({
+  const local = async <T extends { train: string; eval: string; test?: string }>(data: T): Promise<T> => ({
     ...data,
     train: await localCopy(data.train),
     eval: await localCopy(data.eval),
+    ...(data.test ? { test: await localCopy(data.test) } : {}),
   });
   const stages = spec.stages && (await Promise.all(spec.stages.map(async (s) => ({ ...s, data: await local(s.data) }))));
   return { ...spec, data: stages ? stages[0]!.data : await local(spec.data), ...(stages ? { stages } : {}) };
@@ -51,14 +53,16 @@ export function validateCampaignLocally(spec: CampaignSpec): {
     // Warnings after the errors: data that trains fine but may mislead (eval rows that repeat training sentences).
     const problems: string[] = [];
     const read = one.round.kind === 'dpo' ? readPreferenceDataset : readDataset;
-    const warning = nearDuplicateWarning(read(one.data.train, problems), read(one.data.eval, problems));
-    return { ...checked, warning: warning ? `${label}${warning}` : undefined };
+    const train = read(one.data.train, problems);
+    const warnings = [nearDuplicateWarning(train, read(one.data.eval, problems))];
+    if (one.data.test) warnings.push(nearDuplicateWarning(train, read(one.data.test, problems), 'test'));
+    return { ...checked, warnings: warnings.filter((w): w is string => Boolean(w)).map((w) => `${label}${w}`) };
   });
   return {
     trainRows: checks.reduce((a, c) => a + c.trainRows, 0),
     evalRows: checks.reduce((a, c) => a + c.evalRows, 0),
     tokenized: checks.every((c) => c.tokenized),
-    warnings: checks.map((c) => c.warning).filter((w): w is string => Boolean(w)),
+    warnings: checks.flatMap((c) => c.warnings),
   };
 }
 
@@ -78,6 +82,10 @@ function checkCampaign(spec: CampaignSpec): { trainRows: number; evalRows: numbe
     spec.provider.tokenizer ?? bundledTokenizerFiles(spec.provider.model) ?? huggingFaceCacheDir(spec.provider.model),
   );
   const limits = { maxSeqLen: spec.training.maxSeqLen, modelMaxSeqLen: findModel(spec.provider.model)?.maxSeqLen };
+  if (spec.round.kind === 'dpo' && spec.data.test)
+    throw new DataValidationError([
+      `data.test: a held-out test set is scored by sampled answers (sft and grpo rounds); a dpo round has none yet: remove it`,
+    ]);
   if (spec.round.kind === 'dpo') {
     if (hasTokenizer) {
       const pairs = loadPreferenceData(
@@ -96,13 +104,14 @@ function checkCampaign(spec: CampaignSpec): { trainRows: number; evalRows: numbe
   }
   if (hasTokenizer) {
     const tokenizer = tokenizerFor(spec.provider.model, undefined, spec.provider.tokenizer);
-    const data = loadRoundData(spec.data.train, spec.data.eval, tokenizer, limits);
+    const data = loadRoundData(spec.data.train, spec.data.eval, tokenizer, limits, spec.data.test);
     return { trainRows: data.train.rows.length, evalRows: data.eval.rows.length, tokenized: true };
   }
   const problems: string[] = [];
   const train = readDataset(spec.data.train, problems);
   const evalSet = readDataset(spec.data.eval, problems);
   problems.push(...heldOutProblems(train, evalSet));
+  if (spec.data.test) problems.push(...testSetProblems(train, evalSet, readDataset(spec.data.test, problems)));
   if (problems.length) throw new DataValidationError(problems);
   return { trainRows: train.rows.length, evalRows: evalSet.rows.length, tokenized: false };
 }

@@ -3,6 +3,7 @@ import { defineQuery, defineUpdate } from '@temporalio/workflow';
 import type { CampaignSpec, GateMetric } from '../config/io/spec';
 import type { GateVerdict } from '../config/rules/stages';
 import type { RoundProgress, RoundStatus } from './round-contract';
+import type { PromotionState } from './promotion-contract';
 
 export interface CampaignLimits {
   maxRounds: number;
@@ -21,6 +22,8 @@ export interface RoundSummary {
   kind?: 'sft' | 'grpo' | 'dpo';
   /** SFT and GRPO: eval accuracy of sampled answers; DPO: eval preference accuracy. */
   accuracy?: number;
+  /** `data.test`: the round's final weights on the held-out test set (shown; never chosen by). */
+  test?: { accuracy: number; rows: number; sha256?: string };
   /** GRPO: mean reward of the first and of the last trained step's samples. */
   firstReward?: number;
   meanReward?: number;
@@ -107,6 +110,10 @@ export interface CampaignProgress {
   wallMinutes: number;
   stopReason?: string;
   summaryPath: string;
+  /** `promotion`: the challenger's decision against the line's champion, pending approval or done. */
+  promotion?: PromotionState;
+  /** The completed round with the best eval accuracy (chosen by eval only), with its test figure when there is one. */
+  best?: { round: number; accuracy: number; checkpointId?: string; test?: { accuracy: number; rows: number; sha256?: string } };
 }
 
 export interface CampaignResult extends CampaignProgress {

@@ -3,6 +3,7 @@ import {
   CancellationScope,
   ParentClosePolicy,
   condition,
+  executeChild,
   patched,
   proxyActivities,
   setHandler,
@@ -11,6 +12,15 @@ import {
   type ChildWorkflowHandle,
 } from '@temporalio/workflow';
 import type { CampaignActivities } from '../activities/campaign';
+import type { PromotionActivities } from '../activities/promotion';
+import {
+  approvePromotionUpdate,
+  rejectPromotionUpdate,
+  validateApproval,
+  type PromotionApproval,
+  type PromotionDecision,
+  type PromotionState,
+} from './promotion-contract';
 import type { CampaignSpec } from '../config/io/spec';
 import { checkpointRefsMemo } from '../config/rules/retention';
 import { describeVerdict, gateVerdict, headlineMetric, metricOf, stageSpecOf } from '../config/rules/stages';
@@ -65,17 +75,27 @@ export class CampaignState {
   /** The running round's latest progress (it tells the campaign at phase changes and segment ends). */
   private current: RoundProgress | undefined;
   // They heartbeat (keepingAlive): a worker that dies in one is noticed after the heartbeat timeout.
-  private readonly activities: CampaignActivities;
+  private readonly activities: CampaignActivities & PromotionActivities;
+  /** The registry (MLflow): its own retries, and a registry that stays down never fails the campaign. */
+  private readonly registry: PromotionActivities;
+  /** `promotion`: the decision at the end of the campaign, and the approval it may wait for. */
+  private promotion: PromotionState | undefined;
+  private approval: PromotionApproval | undefined;
 
   constructor(private readonly input: CampaignInput) {
     this.campaignId = input.campaignId ?? workflowInfo().workflowId;
     const spec = (this.spec = input.spec);
     this.dir = `${input.reportRoot}/${this.campaignId}`;
     this.summaryPath = `${this.dir}/campaign.json`;
-    this.activities = proxyActivities<CampaignActivities>({
+    this.activities = proxyActivities<CampaignActivities & PromotionActivities>({
       startToCloseTimeout: '2 minutes',
       heartbeatTimeout: spec.advanced.heartbeatTimeoutSeconds * 1000,
       retry: { maximumAttempts: 10 },
+    });
+    this.registry = proxyActivities<PromotionActivities>({
+      startToCloseTimeout: '2 minutes',
+      heartbeatTimeout: spec.advanced.heartbeatTimeoutSeconds * 1000,
+      retry: { maximumAttempts: 5, initialInterval: '2 seconds', backoffCoefficient: 2 },
     });
     this.carried = input.state ?? {
       startedAtMs: Date.now(),
@@ -122,6 +142,23 @@ export class CampaignState {
       },
       { validator: validateStopRequest },
     );
+    const approvalPending = () => this.promotion?.status === 'pending-approval' && this.approval === undefined;
+    setHandler(
+      approvePromotionUpdate,
+      ({ by, reason }) => {
+        this.approval = { approved: true, by: by.trim(), ...(reason ? { reason } : {}), atMs: Date.now() };
+        return { ...this.promotion!, approval: this.approval };
+      },
+      { validator: (request) => validateApproval(request, approvalPending(), false) },
+    );
+    setHandler(
+      rejectPromotionUpdate,
+      ({ by, reason }) => {
+        this.approval = { approved: false, by: by.trim(), reason: reason!.trim(), atMs: Date.now() };
+        return { ...this.promotion!, approval: this.approval };
+      },
+      { validator: (request) => validateApproval(request, approvalPending(), true) },
+    );
     setHandler(
       setCampaignLimitsUpdate,
       async (limits) => {
@@ -147,6 +184,8 @@ export class CampaignState {
       wallMinutes: (Date.now() - startedAtMs) / 60_000,
       stopReason: this.stopReason,
       summaryPath: this.summaryPath,
+      ...bestOf(rounds),
+      ...(this.promotion ? { promotion: this.promotion } : {}),
     };
   }
 
@@ -291,6 +330,8 @@ export class CampaignState {
       spec.rounds.startFrom?.checkpointId,
       this.carried.lastCheckpointId,
       ...(this.carried.stages ?? []).flatMap((s) => [s.startedFrom, s.passedOn]),
+      // The challenger put to its line (and the champion it may become) is never deleted under it.
+      this.promotion?.decision?.challenger.checkpointId,
     ].filter((id): id is string => Boolean(id));
     await this.activities.writeCampaignSummary({
       path: this.summaryPath,
@@ -321,6 +362,133 @@ export class CampaignState {
     return { ...this.progress(), bestAccuracy: accuracies.length ? Math.max(...accuracies) : undefined };
   }
 
+  /** Whether this finished campaign has a challenger to put to its line (`promotion`, and it completed). */
+  promotes(final: CampaignResult): boolean {
+    return Boolean(this.spec.promotion) && final.status === 'completed';
+  }
+
+  /**
+   * Champion and challenger: the campaign's best round (by eval) against the line's champion on the same rows (the
+   * champion re-scored by an evaluation-only round when its figures are for other rows), then, if it wins, an
+   * approval when the rule asks for one (waiting durably, at most `approvalTimeout`), then the record: the decision
+   * always, the new champion on a promotion, and its registry version and alias where the campaign is tracked.
+   */
+  async promote(final: CampaignResult): Promise<void> {
+    const rule = this.spec.promotion!;
+    const line = rule.line;
+    const on = rule.on ?? (this.spec.data.test ? 'test' : 'eval');
+    const best = final.best;
+    const bestRound = best && this.carried.rounds.find((r) => r.round === best.round);
+    if (!best?.checkpointId || !bestRound) {
+      this.promotion = { line, status: 'skipped', reason: 'no completed round with a checkpoint to put forward' };
+      return;
+    }
+    this.status = 'running';
+    const challenger = {
+      checkpointId: best.checkpointId,
+      campaignId: this.campaignId,
+      round: best.round,
+      reportPath: bestRound.reportPath,
+    };
+    const judge = (rescoredChampion?: { reportPath: string }) =>
+      this.activities.judgePromotion({
+        decisionId: this.campaignId,
+        line,
+        rule: { on, minGain: rule.minGain },
+        reportRoot: this.input.reportRoot,
+        challenger,
+        ...(rescoredChampion ? { rescoredChampion } : {}),
+      });
+    this.promotion = { line, status: 'deciding' };
+    let decision: PromotionDecision = await judge();
+    if (decision.verdict === 'rescore') {
+      this.promotion = { line, status: 'rescoring', decision, reason: decision.reason };
+      await this.writeSummary(this.progress());
+      const rescored = await this.rescoreChampion(decision.champion!.checkpointId);
+      decision = rescored.reportPath
+        ? await judge({ reportPath: rescored.reportPath })
+        : { ...decision, verdict: 'keep', reason: `the champion could not be re-scored on the challenger's rows: ${rescored.error}` };
+      if (decision.verdict === 'rescore') decision = { ...decision, verdict: 'keep', reason: `after re-scoring, ${decision.reason}` };
+    }
+    let approval: PromotionApproval | undefined;
+    if (decision.verdict === 'promote' && rule.approval === 'manual') {
+      const since = Date.now();
+      this.promotion = {
+        line,
+        status: 'pending-approval',
+        decision,
+        reason: decision.reason,
+        pendingSinceMs: since,
+        timeoutAtMs: since + rule.approvalTimeout,
+      };
+      await this.writeSummary(this.progress());
+      const answered = await condition(() => this.approval !== undefined, rule.approvalTimeout);
+      approval = answered
+        ? this.approval!
+        : {
+            approved: false,
+            by: 'approvalTimeout',
+            reason: `no approval within ${formatDuration(rule.approvalTimeout)}`,
+            atMs: Date.now(),
+          };
+    }
+    const record = await this.activities.recordPromotion({
+      reportRoot: this.input.reportRoot,
+      decision,
+      atMs: Date.now(),
+      ...(approval ? { approval } : {}),
+    });
+    let registry: { name: string; version: string } | undefined;
+    let registryError: string | undefined;
+    if (record) {
+      try {
+        registry = await this.registry.registerChampion({
+          reportRoot: this.input.reportRoot,
+          line,
+          decisionId: decision.decisionId,
+          track: { name: this.spec.name, ...(this.spec.tracking ? { tracking: this.spec.tracking } : {}) },
+        });
+      } catch (err) {
+        registryError = failureReasonOf(err) ?? String(err);
+      }
+    }
+    this.promotion = {
+      line,
+      status: record ? 'promoted' : approval && !approval.approved ? 'rejected' : 'kept',
+      decision,
+      reason: approval && !approval.approved ? `rejected by ${approval.by}: ${approval.reason ?? ''}` : decision.reason,
+      ...(approval ? { approval } : {}),
+      ...(record ? { champion: { checkpointId: record.checkpointId, ...(registry ? { registry } : {}) } } : {}),
+      ...(registryError ? { registryError } : {}),
+    };
+  }
+
+  /** The champion measured on this campaign's rows: an evaluation-only round from its checkpoint (no step trained). */
+  private async rescoreChampion(checkpointId: string): Promise<{ reportPath?: string; error?: string }> {
+    const input: RoundInput = {
+      ...this.roundInput(this.carried.rounds.length + 1),
+      campaignId: `${this.campaignId}-champion`,
+      round: 1,
+      startFrom: { checkpointId, loadOptimizer: false },
+      reportDir: `${this.dir}/champion`,
+      evaluateOnly: true,
+      pool: undefined,
+      pythonChecks: undefined,
+    };
+    try {
+      const result = await executeChild(roundWorkflow, {
+        workflowId: `${this.campaignId}-champion-rescore`,
+        args: [input],
+        parentClosePolicy: ParentClosePolicy.REQUEST_CANCEL,
+        memo: checkpointRefsMemo([checkpointId]),
+      });
+      return result.status === 'completed' ? { reportPath: result.reportPath } : { error: `the round ended ${result.status}` };
+    } catch (err) {
+      if (isCancellation(err)) throw err;
+      return { error: failureReasonOf(err) ?? 'the round failed' };
+    }
+  }
+
   /** What the running round may still spend. */
   private roundBudget(): RoundBudget {
     const { limits, startedAtMs, rounds } = this.carried;
@@ -345,7 +513,12 @@ export class CampaignState {
       campaignId: this.campaignId,
       round,
       spec: roundSpecOf(spec, stage && { stage: stage.stage, name: stage.name }),
-      data: { train: state.nextTrain.path, eval: spec.data.eval, trainSha256: state.nextTrain.sha256 },
+      data: {
+        train: state.nextTrain.path,
+        eval: spec.data.eval,
+        trainSha256: state.nextTrain.sha256,
+        ...(spec.data.test ? { test: spec.data.test } : {}),
+      },
       startFrom: this.startOf(round),
       reportDir: this.dir,
       budget: this.roundBudget(),
@@ -410,6 +583,9 @@ function roundSummary(started: RoundSummary, result: RoundResult): RoundSummary 
     status: result.status,
     ...(result.kind ? { kind: result.kind } : {}),
     accuracy: result.accuracy,
+    ...(result.test
+      ? { test: { accuracy: result.test.accuracy, rows: result.test.rows, ...(result.test.sha256 ? { sha256: result.test.sha256 } : {}) } }
+      : {}),
     ...(result.firstReward !== undefined ? { firstReward: result.firstReward } : {}),
     ...(result.latestReward !== undefined ? { meanReward: result.latestReward } : {}),
     baselineLoss: result.baselineLoss,
@@ -432,4 +608,37 @@ function roundSummary(started: RoundSummary, result: RoundResult): RoundSummary 
 function pythonChecksFor(rounds: CampaignSpec['rounds']): { pythonChecks?: PythonCheck[] } {
   const call = nextDataCall(rounds.nextData);
   return call && rounds.max > 1 ? { pythonChecks: [{ field: 'rounds.nextData', role: 'data_policy', call }] } : {};
+}
+
+/**
+ * The campaign's best round, as its best checkpoint is chosen (activities/checkpoints.ts): the highest eval accuracy,
+ * then the lower eval loss, then the later round. Eval alone chooses; the round's test figure is shown beside it.
+ */
+function bestOf(rounds: RoundSummary[]): { best?: CampaignProgress['best'] } {
+  let best: RoundSummary | undefined;
+  for (const r of rounds) {
+    if (r.status !== 'completed' || r.accuracy === undefined || !r.trainingCheckpointId) continue;
+    if (best === undefined || r.accuracy > best.accuracy!) best = r;
+    else if (r.accuracy === best.accuracy && (r.trainedLoss ?? Infinity) <= (best.trainedLoss ?? Infinity)) best = r;
+  }
+  if (!best) return {};
+  return {
+    best: {
+      round: best.round,
+      accuracy: best.accuracy!,
+      ...(best.trainingCheckpointId ? { checkpointId: best.trainingCheckpointId } : {}),
+      ...(best.test ? { test: best.test } : {}),
+    },
+  };
+}
+
+/** 72h, 30m, 45s: how an approval timeout is said. */
+function formatDuration(ms: number): string {
+  for (const [unit, size] of [
+    ['d', 86_400_000],
+    ['h', 3_600_000],
+    ['m', 60_000],
+  ] as const)
+    if (ms >= size && ms % size === 0) return `${ms / size}${unit}`;
+  return `${Math.round(ms / 1000)}s`;
 }

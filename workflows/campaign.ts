@@ -20,7 +20,12 @@ export async function campaignWorkflow(input: CampaignInput): Promise<CampaignRe
     await condition(allHandlersFinished);
     await continueAsNew<typeof campaignWorkflow>(campaign.continued());
   }
-  const final = campaign.finish();
+  let final = campaign.finish();
+  if (campaign.promotes(final)) {
+    // Champion and challenger (`promotion`): decided, approved where the rule asks, and recorded before the end.
+    await campaign.promote(final);
+    final = campaign.finish();
+  }
   await campaign.writeSummary(final);
   await condition(allHandlersFinished);
   return final;

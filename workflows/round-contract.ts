@@ -45,9 +45,11 @@ export interface RoundInput {
   round: number;
   spec: RoundSpec;
   /** Dataset references: paths, and the sha256 they must still have (checked before anything is provisioned). */
-  data: { train: string; eval: string; trainSha256?: string; evalSha256?: string };
+  data: { train: string; eval: string; trainSha256?: string; evalSha256?: string; test?: string };
   /** Start from a training checkpoint (weights + optimizer + step) instead of the base model. */
   startFrom?: { checkpointId: string; loadOptimizer: boolean };
+  /** Measure the starting weights only (no training step): how a line's champion is re-scored on new rows. */
+  evaluateOnly?: boolean;
   /** Folder the round's report and evaluations are written to. */
   reportDir: string;
   /** Limits checked before every training segment; reaching one stops training early (status `stopped`). */
@@ -177,6 +179,8 @@ export interface RoundResult {
   checkpoints?: { checkpointId: string; step: number; lineage: number }[];
   poolEvaluationsPath?: string;
   poolAccuracy?: number;
+  /** `data.test`: the final weights scored on the held-out test set (never read by any choice). */
+  test?: TestFigures;
   kind?: 'sft' | 'grpo' | 'dpo';
   /** GRPO: mean reward of the first and of the latest trained step's samples. */
   firstReward?: number;
@@ -194,12 +198,21 @@ export interface RoundResult {
 // Payloads between the round workflow and its activities.
 // ---------------------------------------------------------------------------------------------------------------
 
+/** A checkpoint's score on a test set: the share right, over how many rows, and the set's sha256 (what it is comparable with). */
+export interface TestFigures {
+  accuracy: number;
+  rows: number;
+  sha256?: string;
+  evaluationsPath?: string;
+}
+
 /** The round's datasets once checked: locations and the sha256 they had (activities refuse data that changed). */
 export interface RoundData {
   train: string;
   eval: string;
   trainSha256: string;
   evalSha256: string;
+  test?: string;
 }
 
 /** What the checks before provisioning found (`prepareRound`): the data's hashes, the step plan, the price. */

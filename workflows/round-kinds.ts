@@ -52,6 +52,23 @@ const sampled: Pick<RoundKind, 'baseline' | 'evaluate'> = {
       result.poolEvaluationsPath = poolEvaluationsPath;
       result.poolAccuracy = pool.accuracy;
     }
+    if (input.data.test) {
+      // The final assessment: the same sampling and scorer as eval, on rows nothing was chosen by.
+      const testEvaluationsPath = state.file('test-evaluations.json');
+      const test = await trainer.activities.onTrainer.sampleAndScore({
+        ...trainer.phaseInput(),
+        outputPath: testEvaluationsPath,
+        label: 'test',
+        which: 'test',
+      });
+      state.addUsage(test.usage);
+      result.test = {
+        accuracy: test.accuracy,
+        rows: test.total,
+        ...(test.sha256 ? { sha256: test.sha256 } : {}),
+        evaluationsPath: testEvaluationsPath,
+      };
+    }
     await state.tell('evaluating');
     const trained = await trainer.activities.onTrainer.measureLoss({ ...trainer.phaseInput(), label: 'trained', which: 'eval' });
     state.addUsage(trained.usage);

@@ -6,7 +6,7 @@ import type { RoundInput, RoundProgress, RoundResult } from './round-contract';
 export function roundReport(
   input: RoundInput,
   result: RoundResult,
-  data: { train: string; eval: string; trainSha256: string; evalSha256: string },
+  data: { train: string; eval: string; trainSha256: string; evalSha256: string; test?: string },
   progress: RoundProgress,
   released: string[],
   cleanupStatus: string,
@@ -42,6 +42,16 @@ export function roundReport(
     trained_margin: result.trainedMargin ?? null,
     accuracy: result.accuracy ?? null,
     pool_accuracy: result.poolAccuracy ?? null,
+    // `data.test`: the final weights on the held-out test set; shown, never used for a choice.
+    test_path: data.test ?? null,
+    test: result.test
+      ? {
+          accuracy: result.test.accuracy,
+          rows: result.test.rows,
+          sha256: result.test.sha256 ?? null,
+          evaluations_path: result.test.evaluationsPath ?? null,
+        }
+      : null,
     training_checkpoint_id: result.trainingCheckpointId ?? null,
     sampler_checkpoint_id: result.samplerCheckpointId ?? null,
     steps_applied: result.stepsApplied,

@@ -32,6 +32,7 @@ export async function roundWorkflow(input: RoundInput): Promise<RoundResult> {
 
   try {
     const plan = await trainer.prepare();
+    if (input.evaluateOnly) plan.totalSteps = 0; // measured as it starts: no step is trained
     state.planned(plan);
     await trainer.acquire();
     await state.tell('baseline');

@@ -409,6 +409,12 @@ export const DataSpecSchema = z
     train: z.string().min(1),
     eval: z.string().min(1),
     /**
+     * A held-out test set, for the final assessment only: each round's final weights are scored on it and reports
+     * show the figure apart from eval's, but nothing is chosen by it (data, early stopping, the campaign's target, the
+     * best checkpoint all read eval). Checked before spend like eval: rows held out from train and eval.
+     */
+    test: z.string().min(1).optional(),
+    /**
      * false (default): `run` and `schedule create` copy the files into the artifact store, content-addressed, and
      * every round (every scheduled run too) trains on that copy. true: each run reads the path or URI as it is then.
      */
@@ -442,6 +448,36 @@ export const GateSpecSchema = z
       ctx.addIssue({ code: 'custom', path: [], message: 'needs exactly one bound: atLeast (accuracy, reward) or atMost (evalLoss)' });
   });
 
+/** `72h`, `30m`, `45s`, `2d`: a duration, in milliseconds. */
+const durationMs = z
+  .string()
+  .regex(/^\d+(\.\d+)?(s|m|h|d)$/, 'a duration such as 45s, 30m, 72h or 7d')
+  .transform((d) => {
+    const unit = d.slice(-1) as 's' | 'm' | 'h' | 'd';
+    return Math.round(Number(d.slice(0, -1)) * { s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 }[unit]);
+  })
+  .refine((ms) => ms >= 1_000 && ms <= 365 * 86_400_000, 'between 1s and 365d');
+
+/**
+ * Champion and challenger: at the end of a completed campaign its best round (by eval) is the challenger of the model
+ * line `line`; it replaces the line's champion only when its accuracy on `on` beats the champion's on the same rows by
+ * `minGain` (the champion is re-scored when its figures are for other data). `approval: manual` waits for
+ * `roundhouse approve`/`reject` (at most `approvalTimeout`, then rejects).
+ */
+export const PromotionSpecSchema = z
+  .object({
+    line: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$/, 'letters, digits, dot, dash and underscore; at most 100 characters'),
+    metric: z.literal('accuracy').default('accuracy'),
+    /** The set both are compared on: `test` (the default when data.test is set) or `eval`. */
+    on: z.enum(['test', 'eval']).optional(),
+    /** How much the challenger must beat the champion by (absolute, in accuracy). */
+    minGain: z.number().min(0).max(1).default(0),
+    approval: z.enum(['auto', 'manual']).default('auto'),
+    /** How long a manual approval may wait before the challenger is rejected (parsed to milliseconds; default 72h). */
+    approvalTimeout: durationMs.default(72 * 3_600_000),
+  })
+  .strict();
+
 /** A campaign's spec (without `stages`: spec.ts adds them), and what each round kind needs from the rest. */
 const CampaignSpecBase = z
   .object({
@@ -465,6 +501,7 @@ const CampaignSpecBase = z
       .object({ keepBest: z.number().int().min(0).max(100).default(1), keepLast: z.number().int().min(1).max(100).default(2) })
       .strict()
       .optional(),
+    promotion: PromotionSpecSchema.optional(),
   })
   .strict();
 
@@ -520,6 +557,10 @@ function roundKindProblems(spec: z.infer<typeof CampaignSpecBase>, ctx: z.Refine
       );
     }
   }
+  if (spec.promotion?.on === 'test' && !spec.data.test)
+    problem(['promotion', 'on'], 'is test, but the campaign has no data.test: add a held-out test set, or compare on eval');
+  if (spec.promotion && spec.round.kind === 'dpo')
+    problem(['promotion'], 'compares sampled-answer accuracy (sft and grpo rounds); a dpo campaign has none yet');
   if (spec.tracking?.wandb && spec.provider.kind === 'baseten')
     problem(
       ['tracking', 'wandb'],

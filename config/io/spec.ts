@@ -64,7 +64,7 @@ export type CampaignSpec = z.infer<typeof CampaignSpecSchema> & { stages?: Stage
 
 /** The blocks a stage may set; everything else is the campaign's. */
 const STAGE_BLOCKS = ['data', 'training', 'sampling', 'evaluation', 'round', 'rounds'] as const;
-const CAMPAIGN_FIELDS = ['name', 'provider', 'budget', 'advanced', 'tracking', 'retention'];
+const CAMPAIGN_FIELDS = ['name', 'provider', 'budget', 'advanced', 'tracking', 'retention', 'promotion'];
 
 const StageEntrySchema = z
   .object({
@@ -224,6 +224,7 @@ function resolvePaths(spec: CampaignSpec, dir: string): CampaignSpec {
   const resolveData = (p: string) => (p.startsWith('s3://') ? p : path.resolve(dir, p));
   spec.data.train = resolveData(spec.data.train);
   spec.data.eval = resolveData(spec.data.eval);
+  if (spec.data.test) spec.data.test = resolveData(spec.data.test);
   if (spec.provider.tokenizer) spec.provider.tokenizer = path.resolve(dir, spec.provider.tokenizer);
   if (spec.round.grpo?.reward?.kind === 'module') spec.round.grpo.reward.path = path.resolve(dir, spec.round.grpo.reward.path);
   return spec;

@@ -223,6 +223,108 @@ export class MlflowClient {
     }
   }
 
+  // ── Model Registry: a model line's versions and its `champion` alias ──
+
+  /** The registered model, created when missing (a concurrent or replayed create is fine). */
+  async ensureRegisteredModel(name: string, description?: string): Promise<void> {
+    try {
+      await this.http.request({
+        method: 'POST',
+        path: '/api/2.0/mlflow/registered-models/create',
+        body: { name, ...(description ? { description } : {}) },
+        replaySafe: true, // a replay answers RESOURCE_ALREADY_EXISTS
+        schema: z.unknown(),
+        headers: this.headers,
+      });
+    } catch (err) {
+      if (!(err instanceof ProviderError && err.providerCode === 'RESOURCE_ALREADY_EXISTS')) throw err;
+    }
+  }
+
+  /** Every version of a registered model, with its tags. */
+  async modelVersions(name: string): Promise<{ version: string; tags: Record<string, string>; aliases: string[] }[]> {
+    const Answer = z.object({
+      model_versions: z
+        .array(
+          z.object({
+            version: z.string(),
+            tags: z.array(z.object({ key: z.string(), value: z.string() })).optional(),
+            aliases: z.array(z.string()).optional(),
+          }),
+        )
+        .optional(),
+    });
+    const answer = await this.http.request({
+      method: 'GET',
+      path: '/api/2.0/mlflow/model-versions/search',
+      query: { filter: `name='${name.replace(/'/g, "\\'")}'`, max_results: 10000 },
+      schema: Answer,
+      headers: this.headers,
+    });
+    return (answer.model_versions ?? []).map((v) => ({
+      version: v.version,
+      tags: Object.fromEntries((v.tags ?? []).map((t) => [t.key, t.value])),
+      aliases: v.aliases ?? [],
+    }));
+  }
+
+  /** A new version of the registered model (not replay-safe: callers look for theirs by tag first). */
+  async createModelVersion(
+    name: string,
+    version: { source: string; runId: string; tags: Record<string, string>; description?: string },
+  ): Promise<string> {
+    const answer = await this.http.request({
+      method: 'POST',
+      path: '/api/2.0/mlflow/model-versions/create',
+      body: {
+        name,
+        source: version.source,
+        run_id: version.runId,
+        tags: Object.entries(version.tags).map(([key, value]) => ({ key, value })),
+        ...(version.description ? { description: version.description } : {}),
+      },
+      replaySafe: false,
+      schema: z.object({ model_version: z.object({ version: z.string() }) }),
+      headers: this.headers,
+    });
+    return answer.model_version.version;
+  }
+
+  /** Points the alias at the version (setting it where it already points changes nothing). */
+  async setAlias(name: string, alias: string, version: string): Promise<void> {
+    await this.http.request({
+      method: 'POST',
+      path: '/api/2.0/mlflow/registered-models/alias',
+      body: { name, alias, version },
+      replaySafe: true,
+      schema: z.unknown(),
+      headers: this.headers,
+    });
+  }
+
+  /** The version an alias points at, if it is set. */
+  async aliasVersion(name: string, alias: string): Promise<string | undefined> {
+    try {
+      const answer = await this.http.request({
+        method: 'GET',
+        path: '/api/2.0/mlflow/registered-models/alias',
+        query: { name, alias },
+        schema: z.object({ model_version: z.object({ version: z.string() }) }),
+        headers: this.headers,
+      });
+      return answer.model_version.version;
+    } catch (err) {
+      // MLflow 3 answers an unset alias with 400 INVALID_PARAMETER_VALUE "… alias champion not found".
+      const unset =
+        err instanceof ProviderError &&
+        (err.code === 'NOT_FOUND' ||
+          err.providerCode === 'RESOURCE_DOES_NOT_EXIST' ||
+          (err.providerCode === 'INVALID_PARAMETER_VALUE' && /alias .* not found/i.test(err.message)));
+      if (unset) return undefined;
+      throw err;
+    }
+  }
+
   /** A metric's history (tests and tools read what was logged back). */
   async metricHistory(runId: string, key: string): Promise<{ step: number; value: number; timestamp: number }[]> {
     const Answer = z.object({
