@@ -286,7 +286,8 @@ test('registering the same decision again (a retry after a crash past the create
     figures: { on: 'test', accuracy: 0.5, sha256: 'a'.repeat(64) },
   };
   // In an activity's context, as the worker runs it (Temporal's own activity test environment).
-  const registerChampion = (t: typeof track, r: typeof record) => new MockActivityEnvironment().run(registerInActivity, t, r);
+  const registerChampion = (t: typeof track, r: typeof record) =>
+    new MockActivityEnvironment().run(registerInActivity, t, r) as Promise<{ name: string; version: string } | undefined>;
   const first = await registerChampion(track, record);
   const again = await registerChampion(track, record);
   expect(again).toEqual(first);
