@@ -4,6 +4,7 @@ import type { ActivityDeps } from './deps';
 import { createDpoActivities } from './dpo';
 import { createEvaluationActivities } from './evaluation';
 import { createGrpoActivities } from './grpo';
+import { createNotifyActivities } from './notify';
 import { createPromotionActivities } from './promotion';
 import { createReaperActivities } from './reaper';
 import { createRoundActivities } from './round';
@@ -27,6 +28,7 @@ export function createActivities(deps: ActivityDeps) {
     ...createEvaluationActivities({ ...round, evaluateDpo: dpo.evaluateDpo }),
     ...createCampaignActivities(deps),
     ...createPromotionActivities(),
+    ...createNotifyActivities(),
     ...createReaperActivities(deps),
   };
 }

@@ -4,6 +4,7 @@ import {
   ParentClosePolicy,
   condition,
   executeChild,
+  log,
   patched,
   proxyActivities,
   setHandler,
@@ -54,6 +55,8 @@ import {
   roundSpecOf,
 } from './round-contract';
 import { roundWorkflow } from './round';
+import { notifyWorkflow } from './notify';
+import type { NotifyEvent } from '../config/io/spec';
 
 /**
  * What a campaign knows while it runs: what it carries across continue-as-new (summaries, limits, the next round's
@@ -362,6 +365,62 @@ export class CampaignState {
     return { ...this.progress(), bestAccuracy: accuracies.length ? Math.max(...accuracies) : undefined };
   }
 
+  /**
+   * A notification (`notify`), when the spec asks for this event: started as a workflow of its own under the id
+   * `notify:<campaign>/<event>` (also its idempotency key), abandoned by the campaign, so its retries neither hold nor
+   * fail it. Starting it cannot fail the campaign either.
+   */
+  async notify(type: NotifyEvent, text: string, data: Record<string, unknown> = {}): Promise<void> {
+    const n = this.spec.notify;
+    if (!n || !n.events.includes(type)) return;
+    const key = `${this.campaignId}/${type}`;
+    try {
+      await startChild(notifyWorkflow, {
+        workflowId: `notify:${key}`,
+        args: [
+          {
+            key,
+            type,
+            campaignId: this.campaignId,
+            atMs: Date.now(),
+            text,
+            data,
+            target: {
+              ...(n.webhook ? { webhook: n.webhook } : {}),
+              ...(n.webhookEnv ? { webhookEnv: n.webhookEnv } : {}),
+              format: n.format,
+              secretEnv: n.secretEnv,
+            },
+          },
+        ],
+        parentClosePolicy: ParentClosePolicy.ABANDON,
+      });
+    } catch (err) {
+      if (isCancellation(err)) throw err;
+      log.warn('a notification could not be started', { type, error: failureReasonOf(err) });
+    }
+  }
+
+  /** The campaign's own end, told: completed, failed, or stopped (by a limit or a request). */
+  async notifyEnd(final: CampaignResult): Promise<void> {
+    const type = final.status === 'completed' ? 'campaign.completed' : final.status === 'failed' ? 'campaign.failed' : 'campaign.stopped';
+    const best = final.best
+      ? `; best round ${final.best.round}, accuracy ${(final.best.accuracy * 100).toFixed(1)}%${final.best.test ? ` (held-out test ${(final.best.test.accuracy * 100).toFixed(1)}%)` : ''}`
+      : '';
+    await this.notify(
+      type,
+      `Roundhouse campaign ${this.campaignId} ${final.status}${final.stopReason ? ` (${final.stopReason})` : ''}: ${final.rounds.length} round(s)${best}, ${final.gpuMinutes.toFixed(2)} GPU-min`,
+      {
+        status: final.status,
+        stopReason: final.stopReason ?? null,
+        rounds: final.rounds.length,
+        best: final.best ?? null,
+        gpuMinutes: final.gpuMinutes,
+        summaryPath: final.summaryPath,
+      },
+    );
+  }
+
   /** Whether this finished campaign has a challenger to put to its line (`promotion`, and it completed). */
   promotes(final: CampaignResult): boolean {
     return Boolean(this.spec.promotion) && final.status === 'completed';
@@ -422,6 +481,11 @@ export class CampaignState {
         timeoutAtMs: since + rule.approvalTimeout,
       };
       await this.writeSummary(this.progress());
+      await this.notify(
+        'promotion.pending',
+        `Roundhouse: a challenger for ${line} waits for approval (${decision.reason}): roundhouse approve ${this.campaignId}, or roundhouse reject ${this.campaignId} --reason "…"; rejected at ${new Date(since + rule.approvalTimeout).toISOString()} without an answer`,
+        { line, decision, timeoutAt: new Date(since + rule.approvalTimeout).toISOString() },
+      );
       const answered = await condition(() => this.approval !== undefined, rule.approvalTimeout);
       approval = answered
         ? this.approval!
@@ -461,6 +525,12 @@ export class CampaignState {
       ...(record ? { champion: { checkpointId: record.checkpointId, ...(registry ? { registry } : {}) } } : {}),
       ...(registryError ? { registryError } : {}),
     };
+    const outcome = this.promotion.status as 'promoted' | 'rejected' | 'kept';
+    await this.notify(
+      `promotion.${outcome}`,
+      `Roundhouse: the challenger for ${line} (round ${best.round} of ${this.campaignId}) was ${outcome}: ${this.promotion.reason ?? ''}`,
+      { line, decision, ...(approval ? { approval } : {}), ...(record ? { champion: this.promotion.champion } : {}) },
+    );
   }
 
   /** The champion measured on this campaign's rows: an evaluation-only round from its checkpoint (no step trained). */

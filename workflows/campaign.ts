@@ -27,6 +27,7 @@ export async function campaignWorkflow(input: CampaignInput): Promise<CampaignRe
     final = campaign.finish();
   }
   await campaign.writeSummary(final);
+  await campaign.notifyEnd(final);
   await condition(allHandlersFinished);
   return final;
 }

@@ -5,3 +5,4 @@ export { campaignWorkflow } from './campaign';
 export { reaperWorkflow } from './reaper';
 export { provisionGateWorkflow } from './provision-gate';
 export { pythonCallWorkflow } from './python';
+export { notifyWorkflow } from './notify';

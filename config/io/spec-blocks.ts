@@ -478,6 +478,45 @@ export const PromotionSpecSchema = z
   })
   .strict();
 
+/** What a campaign can tell a webhook (`notify.events`). */
+export const NOTIFY_EVENTS = [
+  'campaign.completed',
+  'campaign.failed',
+  'campaign.stopped',
+  'promotion.pending',
+  'promotion.promoted',
+  'promotion.rejected',
+  'promotion.kept',
+] as const;
+export type NotifyEvent = (typeof NOTIFY_EVENTS)[number];
+
+const envName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'the name of an environment variable of the worker');
+
+/**
+ * Notifications: each event POSTed to a webhook at least once, with an `Idempotency-Key` (the campaign and the event)
+ * so the receiver drops repeats, retried with backoff by a workflow of its own (a dead endpoint never holds or fails
+ * the campaign), signed with HMAC-SHA256 of the body when the worker has the secret (`secretEnv`).
+ */
+export const NotifySpecSchema = z
+  .object({
+    /** The endpoint, when its URL is no secret... */
+    webhook: z.url({ protocol: /^https?$/ }).optional(),
+    /** ...or the worker's environment variable holding it (a Slack incoming-webhook URL is a secret). */
+    webhookEnv: envName.optional(),
+    events: z
+      .array(z.enum(NOTIFY_EVENTS))
+      .min(1)
+      .default([...NOTIFY_EVENTS]),
+    /** `json`: `{id, type, campaignId, at, text, data}`; `slack`: `{text}` (Slack's incoming webhooks). */
+    format: z.enum(['json', 'slack']).default('json'),
+    /** The worker's environment variable holding the HMAC key (`X-Roundhouse-Signature: sha256=<hex>`). */
+    secretEnv: envName.default('ROUNDHOUSE_WEBHOOK_SECRET'),
+  })
+  .strict()
+  .refine((n) => (n.webhook === undefined) !== (n.webhookEnv === undefined), {
+    message: 'needs exactly one of webhook (a URL) and webhookEnv (the worker variable holding it)',
+  });
+
 /** A campaign's spec (without `stages`: spec.ts adds them), and what each round kind needs from the rest. */
 const CampaignSpecBase = z
   .object({
@@ -502,6 +541,7 @@ const CampaignSpecBase = z
       .strict()
       .optional(),
     promotion: PromotionSpecSchema.optional(),
+    notify: NotifySpecSchema.optional(),
   })
   .strict();
 

@@ -24,6 +24,7 @@ export type {
   GateMetric,
   GateSpec,
   EnvironmentSpec,
+  NotifyEvent,
   GrpoSpec,
   LrSchedule,
   ProviderSpec,
@@ -64,7 +65,7 @@ export type CampaignSpec = z.infer<typeof CampaignSpecSchema> & { stages?: Stage
 
 /** The blocks a stage may set; everything else is the campaign's. */
 const STAGE_BLOCKS = ['data', 'training', 'sampling', 'evaluation', 'round', 'rounds'] as const;
-const CAMPAIGN_FIELDS = ['name', 'provider', 'budget', 'advanced', 'tracking', 'retention', 'promotion'];
+const CAMPAIGN_FIELDS = ['name', 'provider', 'budget', 'advanced', 'tracking', 'retention', 'promotion', 'notify'];
 
 const StageEntrySchema = z
   .object({

@@ -1,0 +1,212 @@
+import fs from 'node:fs';
+import http from 'node:http';
+import os from 'node:os';
+import path from 'node:path';
+import type { AddressInfo } from 'node:net';
+import type { WorkflowBundleWithSourceMap } from '@temporalio/worker';
+import { signatureOf } from '../../activities/notify';
+import type { CampaignInput, CampaignResult } from '../../workflows/campaign-contract';
+import { ProviderRegistry } from '../../workers/providers';
+import { createRoundhouseWorker } from '../../workers/worker';
+import { startTestEmulator, type RunningEmulator } from '../helpers/emulator';
+import { testReportDir } from '../helpers/artifacts';
+import { ticketCampaignSpec } from '../helpers/campaign';
+import { freePort } from '../helpers/ports';
+import { bundleWorkflows, connectTestTemporal, uniqueTaskQueue, type TestTemporal } from '../helpers/temporal';
+import { bundleToFile, crashTestWorkerEnv, startWorkerProcess, type WorkerProcess } from '../helpers/worker-process';
+import { campaignWorkflow } from '../../workflows';
+
+// Notifications (`notify`): a webhook receiver on loopback records every request; after dropping repeats by their
+// Idempotency-Key it must hold each event exactly once, signed with the worker's secret.
+
+const SECRET = 'test-webhook-secret';
+
+let temporal: TestTemporal;
+let bundle: WorkflowBundleWithSourceMap;
+let emulator: RunningEmulator;
+let providers: ProviderRegistry;
+
+beforeAll(async () => {
+  process.env.ROUNDHOUSE_WEBHOOK_SECRET = SECRET; // the in-process worker's environment
+  [temporal, bundle, emulator] = await Promise.all([
+    connectTestTemporal(),
+    bundleWorkflows(),
+    startTestEmulator({ provisioningDelayMs: 50 }),
+  ]);
+  providers = new ProviderRegistry({ stateDir: fs.mkdtempSync(path.join(os.tmpdir(), 'rh-notify-')) });
+});
+
+afterAll(async () => {
+  delete process.env.ROUNDHOUSE_WEBHOOK_SECRET;
+  await providers?.close();
+  await emulator?.close();
+  await temporal?.close();
+});
+
+interface Received {
+  key: string;
+  event: string;
+  signature?: string;
+  body: string;
+}
+
+/** A webhook receiver: records every request; `answer` decides each status (default 200); `hold` delays the answer. */
+async function receiver(answer: (r: Received, seen: number) => number = () => 200, holdMs = 0) {
+  const received: Received[] = [];
+  const server = http.createServer((req, res) => {
+    let body = '';
+    req.on('data', (d) => (body += d));
+    req.on('end', () => {
+      const r: Received = {
+        key: String(req.headers['idempotency-key']),
+        event: String(req.headers['x-roundhouse-event']),
+        signature: req.headers['x-roundhouse-signature'] as string | undefined,
+        body,
+      };
+      const seen = received.filter((x) => x.key === r.key).length;
+      received.push(r);
+      setTimeout(() => {
+        res.statusCode = answer(r, seen);
+        res.end();
+      }, holdMs);
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/hook`,
+    received,
+    /** Each key once: what the receiver keeps after dropping repeats. */
+    deduped: () => [...new Map(received.map((r) => [r.key, r])).values()],
+    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+  };
+}
+
+function notifyingCampaign(label: string, notify: string, extra = ''): CampaignInput {
+  const { spec, dir } = ticketCampaignSpec({
+    baseUrl: emulator.url,
+    trainRows: 30,
+    evalRows: 10,
+    yaml: `rounds: { max: 1 }\nnotify: ${notify}\n${extra}`,
+  });
+  const campaignId = `notify-${label}-${Date.now()}`;
+  return { campaignId, spec, reportRoot: testReportDir(path.join(dir, 'campaigns')) };
+}
+
+async function until(what: string, check: () => boolean, ms = 60_000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error(`not within ${ms} ms: ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+test('each event reaches the webhook once after dedupe by key, signed; a 503 is retried; the Slack body is {text}', async () => {
+  // The first delivery of every key is answered 503: the retry delivers it again, under the same key.
+  const hook = await receiver((_r, seen) => (seen === 0 ? 503 : 200));
+  const slack = await receiver();
+  const taskQueue = uniqueTaskQueue('notify');
+  const input = notifyingCampaign('ok', `{ webhook: "${hook.url}" }`, `promotion: { line: notify-${Date.now()}, on: eval }`);
+  const slackInput = notifyingCampaign('slack', `{ webhook: "${slack.url}", format: slack, events: [campaign.completed] }`);
+  const worker = await createRoundhouseWorker({
+    connection: temporal.nativeConnection,
+    namespace: temporal.settings.namespace,
+    taskQueue,
+    workflowBundle: bundle,
+    providers,
+  });
+  try {
+    const [result] = await worker.runUntil(async () => {
+      const results = await Promise.all(
+        [input, slackInput].map((i) =>
+          temporal.client.workflow.execute(campaignWorkflow, { taskQueue, workflowId: i.campaignId!, args: [i] }),
+        ),
+      );
+      await until('both events delivered twice (503, then 200)', () => hook.received.length >= 4);
+      await until('the slack event delivered', () => slack.received.length >= 1);
+      return results as CampaignResult[];
+    });
+    expect(result!.status).toBe('completed');
+    expect(
+      hook
+        .deduped()
+        .map((r) => r.event)
+        .sort(),
+    ).toEqual(['campaign.completed', 'promotion.promoted']);
+    expect(hook.received.map((r) => r.key).sort()).toEqual([
+      `${input.campaignId}/campaign.completed`,
+      `${input.campaignId}/campaign.completed`,
+      `${input.campaignId}/promotion.promoted`,
+      `${input.campaignId}/promotion.promoted`,
+    ]);
+    for (const r of hook.received) {
+      expect(r.signature).toBe(signatureOf(SECRET, r.body));
+      const body = JSON.parse(r.body) as { id: string; type: string; campaignId: string; text: string };
+      expect(body).toMatchObject({ id: r.key, type: r.event, campaignId: input.campaignId });
+    }
+    const completed = JSON.parse(hook.deduped().find((r) => r.event === 'campaign.completed')!.body) as {
+      text: string;
+      data: { status: string };
+    };
+    expect(completed.data.status).toBe('completed');
+    expect(completed.text).toMatch(
+      new RegExp(`campaign ${input.campaignId} completed \\(rounds\\.max \\(1\\) reached\\): 1 round\\(s\\); best round 1`),
+    );
+    expect(slack.received).toHaveLength(1);
+    expect(Object.keys(JSON.parse(slack.received[0]!.body) as object)).toEqual(['text']);
+  } finally {
+    await hook.close();
+    await slack.close();
+  }
+}, 180_000);
+
+test('a dead webhook leaves the campaign unaffected: it completes, the notification keeps retrying on its own', async () => {
+  const dead = `http://127.0.0.1:${await freePort()}/hook`; // nothing listens there
+  const taskQueue = uniqueTaskQueue('notify-dead');
+  const input = notifyingCampaign('dead', `{ webhook: "${dead}", events: [campaign.completed] }`);
+  const worker = await createRoundhouseWorker({
+    connection: temporal.nativeConnection,
+    namespace: temporal.settings.namespace,
+    taskQueue,
+    workflowBundle: bundle,
+    providers,
+  });
+  const result: CampaignResult = await worker.runUntil(
+    temporal.client.workflow.execute(campaignWorkflow, { taskQueue, workflowId: input.campaignId!, args: [input] }),
+  );
+  expect(result.status).toBe('completed');
+  const notification = temporal.client.workflow.getHandle(`notify:${input.campaignId}/campaign.completed`);
+  expect((await notification.describe()).status.name).toBe('RUNNING'); // still retrying, apart from the campaign
+  await notification.terminate('test cleanup');
+}, 120_000);
+
+test('a worker SIGKILLed right after sending: the retry sends the same key again, and dedupe keeps one', async () => {
+  let kill: (() => void) | undefined;
+  const sent = new Promise<void>((resolve) => (kill = resolve));
+  // The receiver holds its answer 3 s: the worker is killed after the request arrived and before it heard back.
+  const hook = await receiver((_r, seen) => {
+    if (seen === 0) kill!();
+    return 200;
+  }, 3_000);
+  const taskQueue = uniqueTaskQueue('notify-kill');
+  const env = { ...crashTestWorkerEnv(taskQueue, await bundleToFile()), ROUNDHOUSE_WEBHOOK_SECRET: SECRET };
+  const input = notifyingCampaign('kill', `{ webhook: "${hook.url}", events: [campaign.completed] }`);
+  let worker: WorkerProcess = startWorkerProcess(env);
+  try {
+    await worker.ready;
+    const handle = await temporal.client.workflow.start(campaignWorkflow, { taskQueue, workflowId: input.campaignId!, args: [input] });
+    await sent;
+    await worker.kill();
+    worker = startWorkerProcess(env);
+    await worker.ready;
+    expect((await handle.result()).status).toBe('completed');
+    await until('the notification sent again by the retry', () => hook.received.length >= 2, 90_000);
+    expect(hook.received.map((r) => r.key)).toEqual([`${input.campaignId}/campaign.completed`, `${input.campaignId}/campaign.completed`]);
+    expect(hook.received[1]!.body).toBe(hook.received[0]!.body); // the same event, byte for byte
+    expect(hook.deduped()).toHaveLength(1);
+    const notification = temporal.client.workflow.getHandle(`notify:${input.campaignId}/campaign.completed`);
+    await notification.result();
+  } finally {
+    await worker.kill();
+    await hook.close();
+  }
+}, 180_000);
