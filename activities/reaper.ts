@@ -1,5 +1,6 @@
 import { Context, log } from '@temporalio/activity';
 import { WorkflowNotFoundError, type Client } from '@temporalio/client';
+import { noticeSkippedRuns } from './schedule-health';
 import type { ProviderSpec } from '../config/io/spec';
 import { endpointOf, registeredTrainers, type RegisteredTrainer } from '../config/rules/trainer-registry';
 import type { TrainerResource, TrainingProvider } from '../providers/types';
@@ -201,6 +202,14 @@ export function createReaperActivities(deps: ActivityDeps) {
         for (const miss of result.unchecked) log.warn('the reaper could not check', { ...miss });
         return result;
       });
+    },
+
+    /** The deployment's campaign schedules: a run skipped because the last one still runs is told (`schedule.skipped`). */
+    async noticeSkippedRuns(input: { taskQueue?: string }): Promise<string[]> {
+      const context = Context.current();
+      const started = await noticeSkippedRuns(context.client, input.taskQueue ?? context.info.taskQueue);
+      for (const key of started) log.warn('a scheduled run was skipped: the last one still runs', { key });
+      return started;
     },
   };
 }

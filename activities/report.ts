@@ -220,6 +220,9 @@ td,th{border:1px solid #d0d7de;padding:.3rem .6rem;text-align:left;vertical-alig
 </style></head><body>
 <h1>Campaign ${escapeHtml(data.campaignId)}</h1>
 <p class="meta">Status <b>${escapeHtml(data.status)}</b>${data.stopReason ? ` — ${escapeHtml(data.stopReason)}` : ''}; ${data.rounds.length} rounds; ${fmt(data.gpuMinutes, 2)} GPU-minutes${data.costUsd !== undefined && data.costUsd !== null ? `; estimated cost $${data.costUsd.toFixed(2)}` : ''}. <a href="${escapeHtml(uiLink(data, data.campaignId))}">Campaign in the Temporal UI</a></p>
+${promotionLine(data.promotion)
+  .map((l) => `<p class="meta">${escapeHtml(l.replace(/^- /, ''))}</p>`)
+  .join('')}
 ${stagesHtml(data.stages)}<div class="charts">
 <div><h2>Metric per round</h2><div class="chart"><canvas id="accuracy"></canvas></div></div>
 <div><h2>Eval loss per round (baseline vs trained)</h2><div class="chart"><canvas id="evalLoss"></canvas></div></div>

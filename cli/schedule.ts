@@ -1,6 +1,6 @@
 import { Command, Option } from 'commander';
 import { ConfigError } from '../config/rules/errors';
-import type { OverlapName } from '../workers/schedules';
+import type { OverlapName, ScheduleHealth } from '../workers/schedules';
 import type * as Context from './context';
 import { artifactRoot } from '../config/io/artifacts';
 import { modules } from './modules';
@@ -68,19 +68,14 @@ export function scheduleCommand(): Command {
     });
   schedule
     .command('list')
-    .description('List schedules with their next run')
+    .description("List campaign schedules and their health: next and last run, the last run's outcome, skipped runs, the line's champion")
+    .option('--json', 'print the schedules as JSON')
     .addHelpText('after', '\nExample:\n  roundhouse schedule list')
-    .action(async () => {
+    .action(async (opts: { json?: boolean }) => {
       await withClient(async ({ client }) => {
-        let any = false;
-        for await (const s of client.schedule.list()) {
-          any = true;
-          const next = s.info.nextActionTimes[0];
-          process.stdout.write(
-            `${s.scheduleId}  ${s.state.paused ? 'paused' : 'active'}  next ${next ? next.toISOString() : '–'}  ${s.state.note ?? ''}\n`,
-          );
-        }
-        if (!any) process.stdout.write('no schedules\n');
+        const schedules = (await modules.schedules().campaignSchedules(client)).map((s) => s.health);
+        if (opts.json) process.stdout.write(`${JSON.stringify(schedules, null, 2)}\n`);
+        else process.stdout.write(schedules.length ? schedules.map(renderScheduleHealth).join('') : 'no schedules\n');
       });
     });
   for (const [name, verb] of [
@@ -105,4 +100,23 @@ export function scheduleCommand(): Command {
       });
   }
   return schedule;
+}
+
+/** A schedule's health as a few lines of text (`schedule list`). */
+export function renderScheduleHealth(h: ScheduleHealth): string {
+  const lines = [`${h.scheduleId}  ${h.paused ? 'paused' : 'active'}  next ${h.next ?? '–'}`];
+  lines.push(h.lastRun ? `  last run ${h.lastRun.workflowId} (scheduled ${h.lastRun.scheduledAt}): ${h.lastRun.status}` : '  no run yet');
+  if (h.skipped > 0)
+    lines.push(
+      `  skipped ${h.skipped} run(s) while the previous one still ran${h.running.length ? ` (running: ${h.running.join(', ')})` : ''}`,
+    );
+  if (h.line) {
+    const c = h.line.champion;
+    lines.push(
+      c
+        ? `  line ${h.line.name}: champion ${c.checkpointId} (round ${c.round} of ${c.campaignId}), since ${c.promotedAt}, ${c.changes} change(s)`
+        : `  line ${h.line.name}: no champion yet`,
+    );
+  }
+  return `${lines.join('\n')}\n`;
 }

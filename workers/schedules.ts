@@ -5,6 +5,8 @@ import type { ReaperInput } from '../activities/reaper';
 import type { CampaignInput } from '../workflows/campaign-contract';
 import { campaignWorkflow, reaperWorkflow } from '../workflows';
 
+export { campaignSchedules, type ScheduleHealth } from '../activities/schedule-health';
+
 export type OverlapName = 'skip' | 'buffer-one' | 'buffer-all' | 'cancel-other' | 'allow-all';
 
 const OVERLAP: Record<OverlapName, ScheduleOverlapPolicy> = {

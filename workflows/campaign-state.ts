@@ -253,7 +253,13 @@ export class CampaignState {
           ...(memo ? { memo } : {}),
         });
         if (state.paused) await this.child.signal(pauseRoundSignal);
-        return this.child.result();
+        let over = false;
+        void this.watchCapacity(round, () => over).catch(() => undefined);
+        try {
+          return await this.child.result();
+        } finally {
+          over = true;
+        }
       });
     } catch (err) {
       if (isCancellation(err) && state.stop !== 'now') {
@@ -370,10 +376,10 @@ export class CampaignState {
    * `notify:<campaign>/<event>` (also its idempotency key), abandoned by the campaign, so its retries neither hold nor
    * fail it. Starting it cannot fail the campaign either.
    */
-  async notify(type: NotifyEvent, text: string, data: Record<string, unknown> = {}): Promise<void> {
+  async notify(type: NotifyEvent, text: string, data: Record<string, unknown> = {}, suffix?: string): Promise<void> {
     const n = this.spec.notify;
     if (!n || !n.events.includes(type)) return;
-    const key = `${this.campaignId}/${type}`;
+    const key = `${this.campaignId}/${type}${suffix ? `/${suffix}` : ''}`;
     try {
       await startChild(notifyWorkflow, {
         workflowId: `notify:${key}`,
@@ -398,6 +404,33 @@ export class CampaignState {
     } catch (err) {
       if (isCancellation(err)) throw err;
       log.warn('a notification could not be started', { type, error: failureReasonOf(err) });
+    }
+  }
+
+  /**
+   * `capacity.waiting`: while the round waits for the provider's capacity (its progress says since when), told once
+   * the wait passes `notify.capacityWaitMinutes`. Only with that event asked for (nothing is timed otherwise).
+   */
+  private async watchCapacity(round: number, over: () => boolean): Promise<void> {
+    const n = this.spec.notify;
+    if (!n?.events.includes('capacity.waiting')) return;
+    const threshold = n.capacityWaitMinutes * 60_000;
+    while (!over()) {
+      await condition(() => over() || this.current?.waiting !== undefined);
+      if (over()) return;
+      const wait = this.current!.waiting!;
+      const left = wait.sinceMs + threshold - Date.now();
+      if (left <= 0) {
+        const minutes = ((Date.now() - wait.sinceMs) / 60_000).toFixed(1);
+        await this.notify(
+          'capacity.waiting',
+          `Roundhouse campaign ${this.campaignId}: round ${round} has waited ${minutes} min for ${this.spec.provider.kind}'s capacity (${this.spec.provider.model}${wait.queuePosition !== undefined ? `, queue position ${wait.queuePosition}` : ''}, ${wait.creates} create(s))`,
+          { round, waiting: wait, provider: this.spec.provider.kind, model: this.spec.provider.model },
+          `r${round}`,
+        );
+        return;
+      }
+      await condition(() => over() || this.current?.waiting?.sinceMs !== wait.sinceMs, left);
     }
   }
 

@@ -487,6 +487,10 @@ export const NOTIFY_EVENTS = [
   'promotion.promoted',
   'promotion.rejected',
   'promotion.kept',
+  /** A scheduled run skipped because the previous one still runs (told by the reaper's pass, once per skip count). */
+  'schedule.skipped',
+  /** A round has waited for the provider's capacity longer than `capacityWaitMinutes` (once per round). */
+  'capacity.waiting',
 ] as const;
 export type NotifyEvent = (typeof NOTIFY_EVENTS)[number];
 
@@ -511,6 +515,8 @@ export const NotifySpecSchema = z
     format: z.enum(['json', 'slack']).default('json'),
     /** The worker's environment variable holding the HMAC key (`X-Roundhouse-Signature: sha256=<hex>`). */
     secretEnv: envName.default('ROUNDHOUSE_WEBHOOK_SECRET'),
+    /** `capacity.waiting`: told once a round has waited this long for the provider's GPUs. */
+    capacityWaitMinutes: z.number().positive().max(10_080).default(30),
   })
   .strict()
   .refine((n) => (n.webhook === undefined) !== (n.webhookEnv === undefined), {

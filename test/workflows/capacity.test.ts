@@ -1,4 +1,6 @@
 import fs from 'node:fs';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { WorkflowFailedError } from '@temporalio/client';
 import { renderProgress } from '../../cli/progress';
@@ -33,11 +35,23 @@ test('a create that times out waiting for capacity, then one that queues: the ro
     ],
   });
   const before = await resourceIds();
+  // A webhook on loopback: told once the wait passes 3 s (`capacity.waiting`).
+  const told: { key: string; body: string }[] = [];
+  const hook = http.createServer((req, res) => {
+    let body = '';
+    req.on('data', (d) => (body += d));
+    req.on('end', () => {
+      told.push({ key: String(req.headers['idempotency-key']), body });
+      res.end();
+    });
+  });
+  await new Promise<void>((resolve) => hook.listen(0, '127.0.0.1', resolve));
   const { spec, dir } = ticketCampaignSpec({
     baseUrl: env.emulator.url,
     trainRows: 20,
     evalRows: 4,
-    yaml: 'rounds: { max: 1, nextData: { policy: static } }',
+    yaml: `rounds: { max: 1, nextData: { policy: static } }
+notify: { webhook: "http://127.0.0.1:${(hook.address() as AddressInfo).port}/", events: [capacity.waiting], capacityWaitMinutes: 0.05 }`,
   });
   const campaignId = `capacity-${taskQueue}`;
   const shown: string[] = [];
@@ -74,6 +88,13 @@ test('a create that times out waiting for capacity, then one that queues: the ro
   expect(created.find((r) => r.error === 'CAPACITY_WAIT_TIMEOUT')?.gpuSeconds).toBe(0); // never ran, never billed
   expect(created.filter((r) => r.error === null)).toHaveLength(1);
   expect((await ledger(env.emulator)).active).toEqual([]);
+  for (let i = 0; i < 100 && told.length === 0; i++) await new Promise((r) => setTimeout(r, 100));
+  hook.close();
+  expect(told.map((t) => t.key)).toEqual([`${campaignId}/capacity.waiting/r1`]);
+  expect(JSON.parse(told[0]!.body)).toMatchObject({ type: 'capacity.waiting', data: { round: 1, waiting: { for: 'capacity' } } });
+  expect(JSON.parse(told[0]!.body).text).toMatch(
+    /round 1 has waited [\d.]+ min for local's capacity \(roundhouse\/tiny-chat, queue position \d/,
+  );
 });
 
 test('no capacity within advanced.provisionTimeoutMinutes: the round fails with CapacityUnavailable and nothing is left active', async () => {

@@ -12,6 +12,7 @@ import { uniqueTaskQueue } from '../helpers/temporal';
 import { setFaults } from '../helpers/emulator';
 import { startPythonWorker } from '../helpers/python-worker';
 import { provisionGateWorkflowId } from '../../config/rules/provision-gate';
+import { approvePromotionUpdate } from '../../workflows/promotion-contract';
 
 /**
  * Records the histories that test/workflows/history-fixtures.test.ts replays: `npm run record-histories` (not part of
@@ -301,6 +302,34 @@ round: { kind: dpo, dpo: { beta: 0.5 } }`,
     } finally {
       await python.stop();
     }
+  });
+
+  test('a campaign whose challenger waits for approval, is approved and notified', async () => {
+    const taskQueue = uniqueTaskQueue('rec-promotion');
+    const { spec, dir } = ticketCampaignSpec({
+      baseUrl: env.emulator.url,
+      trainRows: 30,
+      evalRows: 5,
+      yaml: `rounds: { max: 1 }
+promotion: { line: rec-${taskQueue}, on: eval, approval: manual, approvalTimeout: 1h }
+notify: { webhook: "http://127.0.0.1:9/hook", events: [promotion.pending, promotion.promoted, campaign.completed] }`,
+    });
+    const campaignId = `rec-promotion-${taskQueue}`;
+    await withWorker(taskQueue, async () => {
+      const handle = await env.temporal.client.workflow.start(campaignWorkflow, {
+        taskQueue,
+        workflowId: campaignId,
+        args: [{ campaignId, spec, reportRoot: path.join(dir, 'campaigns') } satisfies CampaignInput],
+      });
+      await until(async () => (await handle.query(campaignProgressQuery)).promotion?.status === 'pending-approval');
+      await handle.executeUpdate(approvePromotionUpdate, { args: [{ by: 'recorder' }] });
+      expect((await handle.result()).promotion?.status).toBe('promoted');
+      await saveCampaign('campaign-promotion', campaignId, [1]);
+      // The notifications (to a port nothing listens on) keep retrying on their own: end them.
+      for await (const w of env.temporal.client.workflow.list({ query: `WorkflowType = 'notifyWorkflow' AND ExecutionStatus = 'Running'` }))
+        if (w.workflowId.startsWith(`notify:${campaignId}/`))
+          await env.temporal.client.workflow.getHandle(w.workflowId).terminate('recorded');
+    });
   });
 
   test('a reaper pass', async () => {

@@ -5,7 +5,10 @@ import path from 'node:path';
 import type { AddressInfo } from 'node:net';
 import type { WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import { signatureOf } from '../../activities/notify';
-import type { CampaignInput, CampaignResult } from '../../workflows/campaign-contract';
+import { campaignProgressQuery, type CampaignInput, type CampaignResult } from '../../workflows/campaign-contract';
+import { approvePromotionUpdate } from '../../workflows/promotion-contract';
+import { upsertCampaignSchedule, campaignSchedules } from '../../workers/schedules';
+import { renderScheduleHealth } from '../../cli/schedule';
 import { ProviderRegistry } from '../../workers/providers';
 import { createRoundhouseWorker } from '../../workers/worker';
 import { startTestEmulator, type RunningEmulator } from '../helpers/emulator';
@@ -14,7 +17,7 @@ import { ticketCampaignSpec } from '../helpers/campaign';
 import { freePort } from '../helpers/ports';
 import { bundleWorkflows, connectTestTemporal, uniqueTaskQueue, type TestTemporal } from '../helpers/temporal';
 import { bundleToFile, crashTestWorkerEnv, startWorkerProcess, type WorkerProcess } from '../helpers/worker-process';
-import { campaignWorkflow } from '../../workflows';
+import { campaignWorkflow, reaperWorkflow } from '../../workflows';
 
 // Notifications (`notify`): a webhook receiver on loopback records every request; after dropping repeats by their
 // Idempotency-Key it must hold each event exactly once, signed with the worker's secret.
@@ -207,6 +210,94 @@ test('a worker SIGKILLed right after sending: the retry sends the same key again
     await notification.result();
   } finally {
     await worker.kill();
+    await hook.close();
+  }
+}, 180_000);
+
+test('a scheduled line whose run is still going skips the next tick: told once per skip count by the reaper, shown by schedule list', async () => {
+  const hook = await receiver();
+  const taskQueue = uniqueTaskQueue('notify-schedule');
+  const line = `scheduled-${Date.now()}`;
+  // Each run waits for a manual approval (an hour): the first one blocks the schedule, and its ticks are skipped.
+  const { spec, dir } = ticketCampaignSpec({
+    baseUrl: emulator.url,
+    trainRows: 30,
+    evalRows: 10,
+    yaml: `rounds: { max: 1 }
+promotion: { line: ${line}, on: eval, approval: manual, approvalTimeout: 1h }
+notify: { webhook: "${hook.url}", events: [schedule.skipped] }`,
+  });
+  const reportRoot = testReportDir(path.join(dir, 'campaigns'));
+  const scheduleId = `line-${taskQueue}`;
+  const worker = await createRoundhouseWorker({
+    connection: temporal.nativeConnection,
+    namespace: temporal.settings.namespace,
+    taskQueue,
+    workflowBundle: bundle,
+    providers,
+  });
+  try {
+    await worker.runUntil(async () => {
+      const schedule = await upsertCampaignSchedule(temporal.client, { scheduleId, spec, taskQueue, reportRoot, every: '2 seconds' });
+      try {
+        const deadline = Date.now() + 90_000;
+        while ((await schedule.describe()).info.numActionsSkippedOverlap < 1 && Date.now() < deadline)
+          await new Promise((r) => setTimeout(r, 250));
+        await schedule.pause('the test looks now');
+        const skipped = (await schedule.describe()).info.numActionsSkippedOverlap;
+        expect(skipped).toBeGreaterThanOrEqual(1);
+        // Two reaper passes (dry run: nothing to reap here): the skip count is told once.
+        const reaperInput = {
+          providers: [{ kind: 'local' as const, baseUrl: emulator.url, model: 'roundhouse/tiny-chat' }],
+          graceSeconds: 300,
+          dryRun: true,
+        };
+        for (const pass of [1, 2])
+          await temporal.client.workflow.execute(reaperWorkflow, {
+            taskQueue,
+            workflowId: `reaper-${taskQueue}-${pass}`,
+            args: [reaperInput],
+          });
+        await until('the skipped run told', () => hook.received.length >= 1);
+        await new Promise((r) => setTimeout(r, 1_000));
+        expect(hook.received.map((r) => r.key)).toEqual([`${scheduleId}/schedule.skipped/${skipped}`]);
+        expect(JSON.parse(hook.received[0]!.body)).toMatchObject({ type: 'schedule.skipped', data: { scheduleId, skipped } });
+
+        const [health] = (await campaignSchedules(temporal.client, taskQueue)).map((s) => s.health);
+        expect(health).toMatchObject({ scheduleId, paused: true, skipped, lastRun: { status: 'running' }, line: { name: line } });
+        expect(health!.line!.champion).toBeUndefined();
+        const text = renderScheduleHealth(health!);
+        expect(text).toContain(`skipped ${skipped} run(s) while the previous one still ran (running: ${health!.running[0]})`);
+        expect(text).toContain(`line ${line}: no champion yet`);
+
+        // Approved: the run promotes and ends; the list shows the line's champion and when it changed.
+        const run = temporal.client.workflow.getHandle(health!.running[0]!);
+        for (let i = 0; i < 240; i++) {
+          const p = await run.query(campaignProgressQuery);
+          if (p.promotion?.status === 'pending-approval') break;
+          await new Promise((r) => setTimeout(r, 250));
+        }
+        await run.executeUpdate(approvePromotionUpdate, { args: [{ by: 'ops' }] });
+        await run.result();
+        const [after] = (await campaignSchedules(temporal.client, taskQueue)).map((s) => s.health);
+        expect(after!.lastRun!.status).toBe('completed');
+        expect(after!.line!.champion).toMatchObject({ campaignId: run.workflowId, changes: 1 });
+        expect(renderScheduleHealth(after!)).toMatch(
+          new RegExp(`line ${line}: champion \\S+ \\(round 1 of ${run.workflowId}\\), since \\d{4}-`),
+        );
+      } finally {
+        await schedule.pause('cleaning up').catch(() => undefined);
+        const d = await schedule.describe();
+        const started = new Set([...d.info.recentActions.map((a) => a.action), ...d.info.runningActions].map((a) => a.workflow.workflowId));
+        await schedule.delete();
+        for (const id of started)
+          await temporal.client.workflow
+            .getHandle(id)
+            .terminate('test cleanup')
+            .catch(() => undefined);
+      }
+    });
+  } finally {
     await hook.close();
   }
 }, 180_000);

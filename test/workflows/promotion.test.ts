@@ -157,6 +157,20 @@ test('the first result becomes the champion; a better challenger replaces it (on
   const versions = await registry().modelVersions(line);
   expect(versions.map((v) => v.version).sort()).toEqual(['1', '2']);
   expect(await registry().aliasVersion(line, 'champion')).toBe('2');
+  // MLflow shows the held-out figure under its own key, apart from eval's.
+  const runs = (await (
+    await fetch(`${mlflow.uri}/api/2.0/mlflow/runs/search`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        experiment_ids: [await registry().experimentId('promotion-tests')],
+        filter: `tags.\`roundhouse.campaign_id\` = '${strong.campaignId}' and tags.\`roundhouse.round\` = '1'`,
+      }),
+    })
+  ).json()) as { runs: { data: { metrics?: { key: string; value: number }[] } }[] };
+  const metrics = runs.runs.flatMap((r) => r.data.metrics ?? []);
+  expect(metrics.find((m) => m.key === 'test/metric')?.value).toBe(strong.rounds[0]!.test!.accuracy);
+  expect(metrics.find((m) => m.key === 'eval/metric')?.value).toBe(strong.rounds[0]!.accuracy);
   const decisions = fs.readdirSync(path.join(path.dirname(championPath(root, line)), 'decisions'));
   expect(decisions).toHaveLength(3);
   const summary = fs.readFileSync(path.join(root, again.campaignId, 'summary.md'), 'utf8');
