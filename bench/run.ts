@@ -10,6 +10,7 @@ import { cliBenchmark } from './cli';
 import { pythonHopBenchmark } from './python-hop';
 import { gatewayBenchmark } from './gateway';
 import { environmentsBenchmark } from './environments';
+import { promotionBenchmark } from './promotion';
 
 /**
  * `npm run bench` runs every benchmark; `npm run bench -- <name> [<name>…]` runs some; `--quick` uses tiny sizes
@@ -27,6 +28,7 @@ const BENCHMARKS: Record<string, (ctx: BenchContext, report: Report) => Promise<
   python: pythonHopBenchmark,
   gateway: gatewayBenchmark,
   environments: environmentsBenchmark,
+  promotion: promotionBenchmark,
 };
 
 /**

@@ -74,8 +74,16 @@ export function scheduleCommand(): Command {
     .action(async (opts: { json?: boolean }) => {
       await withClient(async ({ client }) => {
         const schedules = (await modules.schedules().campaignSchedules(client)).map((s) => s.health);
-        if (opts.json) process.stdout.write(`${JSON.stringify(schedules, null, 2)}\n`);
-        else process.stdout.write(schedules.length ? schedules.map(renderScheduleHealth).join('') : 'no schedules\n');
+        if (opts.json) return void process.stdout.write(`${JSON.stringify(schedules, null, 2)}\n`);
+        // The others (the reaper's): one line each.
+        const others: string[] = [];
+        for await (const s of client.schedule.list())
+          if (s.action?.workflowType !== 'campaignWorkflow')
+            others.push(
+              `${s.scheduleId}  ${s.state.paused ? 'paused' : 'active'}  next ${s.info.nextActionTimes[0]?.toISOString() ?? '–'}  ${s.state.note ?? ''}\n`,
+            );
+        const text = schedules.map(renderScheduleHealth).join('') + others.join('');
+        process.stdout.write(text || 'no schedules\n');
       });
     });
   for (const [name, verb] of [

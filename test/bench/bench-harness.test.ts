@@ -63,7 +63,7 @@ test('`bench -- python --quick` runs a GRPO round with the built-in reward and t
 test('an unknown benchmark name is refused with the list of known ones', async () => {
   const { code, stderr } = await runBench(['nosuch'], 30_000);
   expect(code).toBe(2);
-  expect(stderr).toContain('known: overhead, history, recovery, scale, cleanup, artifacts, cli, python, gateway, environments');
+  expect(stderr).toContain('known: overhead, history, recovery, scale, cleanup, artifacts, cli, python, gateway, environments, promotion');
 }, 40_000);
 
 test('a full run exits 1 when a figure misses its target or a benchmark fails; the quick self-test only when one fails', () => {

@@ -239,6 +239,11 @@ describe('happy paths against a running stack', () => {
     expect(paused.stdout).toMatch(/paused/);
     const resumed = await roundhouse('resume', id);
     expect(resumed.stdout).toMatch(/running/);
+    // Nothing waits for approval here: refused by the update's validator, said plainly; a reject needs --reason.
+    const approve = await roundhouse('approve', id, '--by', 'ana');
+    expect(approve.code).toBe(1);
+    expect(approve.stderr).toContain('roundhouse: approve: no promotion is waiting for approval in this campaign');
+    expectUsageError(await roundhouse('reject', id), /required option '--reason <why>' not specified/);
     const stopped = await roundhouse('stop', id, '--now');
     expect(stopped.code).toBe(0);
     const handle = temporal.client.workflow.getHandle(id);
