@@ -519,15 +519,18 @@ export class CampaignState {
         `Roundhouse: a challenger for ${line} waits for approval (${decision.reason}): roundhouse approve ${this.campaignId}, or roundhouse reject ${this.campaignId} --reason "…"; rejected at ${new Date(since + rule.approvalTimeout).toISOString()} without an answer`,
         { line, decision, timeoutAt: new Date(since + rule.approvalTimeout).toISOString() },
       );
-      const answered = await condition(() => this.approval !== undefined, rule.approvalTimeout);
-      approval = answered
-        ? this.approval!
-        : {
-            approved: false,
-            by: 'approvalTimeout',
-            reason: `no approval within ${formatDuration(rule.approvalTimeout)}`,
-            atMs: Date.now(),
-          };
+      // `roundhouse stop` while it waits ends the wait too: the challenger is not promoted.
+      const answered = await condition(() => this.approval !== undefined || this.carried.stop !== undefined, rule.approvalTimeout);
+      approval =
+        this.approval ??
+        (answered
+          ? { approved: false, by: 'stop', reason: 'the campaign was stopped while the promotion waited for approval', atMs: Date.now() }
+          : {
+              approved: false,
+              by: 'approvalTimeout',
+              reason: `no approval within ${formatDuration(rule.approvalTimeout)}`,
+              atMs: Date.now(),
+            });
     }
     const record = await this.activities.recordPromotion({
       reportRoot: this.input.reportRoot,

@@ -11,7 +11,13 @@ import { championPath } from '../../activities/promotion';
 import { registerChampion as registerInActivity } from '../../activities/tracking';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { renderProgress } from '../../cli/progress';
-import { campaignProgressQuery, type CampaignInput, type CampaignProgress, type CampaignResult } from '../../workflows/campaign-contract';
+import {
+  campaignProgressQuery,
+  stopCampaignUpdate,
+  type CampaignInput,
+  type CampaignProgress,
+  type CampaignResult,
+} from '../../workflows/campaign-contract';
 import { approvePromotionUpdate, rejectPromotionUpdate, type ChampionRecord } from '../../workflows/promotion-contract';
 import { startTestEmulator, type RunningEmulator } from '../helpers/emulator';
 import { readArtifact, testReportDir } from '../helpers/artifacts';
@@ -311,3 +317,21 @@ test('registering the same decision again (a retry after a crash past the create
   expect(next!.version).not.toBe(first!.version);
   expect(await registry().aliasVersion(line, 'champion')).toBe(next!.version);
 });
+
+test('a stop while a promotion waits for approval ends the wait: the challenger is rejected, the campaign stopped', async () => {
+  const line = `stopped-${Date.now()}`;
+  const root = testReportDir(path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'rh-promo-r-')), 'campaigns'));
+  const taskQueue = uniqueTaskQueue('promotion-stop');
+  const input = campaignInput({ line, strong: true, label: 'stop', root, promotion: 'approval: manual, approvalTimeout: 1h' });
+  const worker = await newWorker(taskQueue);
+  const result: CampaignResult = await worker.runUntil(async () => {
+    const handle = await temporal.client.workflow.start(campaignWorkflow, { taskQueue, workflowId: input.campaignId!, args: [input] });
+    for (let i = 0; i < 600 && (await handle.query(campaignProgressQuery)).promotion?.status !== 'pending-approval'; i++)
+      await new Promise((r) => setTimeout(r, 250));
+    await handle.executeUpdate(stopCampaignUpdate, { args: [{ mode: 'after-round' }] });
+    return handle.result();
+  });
+  expect(result.promotion).toMatchObject({ status: 'rejected', approval: { approved: false, by: 'stop' } });
+  expect(result.status).toBe('stopped');
+  await expect(fs.promises.access(championPath(root, line))).rejects.toThrow();
+}, 180_000);
