@@ -3,8 +3,6 @@ import {
   CancellationScope,
   ParentClosePolicy,
   condition,
-  executeChild,
-  log,
   patched,
   proxyActivities,
   setHandler,
@@ -13,15 +11,8 @@ import {
   type ChildWorkflowHandle,
 } from '@temporalio/workflow';
 import type { CampaignActivities } from '../activities/campaign';
-import type { PromotionActivities } from '../activities/promotion';
-import {
-  approvePromotionUpdate,
-  rejectPromotionUpdate,
-  validateApproval,
-  type PromotionApproval,
-  type PromotionDecision,
-  type PromotionState,
-} from './promotion-contract';
+import { CampaignNotifier } from './campaign-notify';
+import { CampaignPromotion } from './campaign-promotion';
 import type { CampaignSpec } from '../config/io/spec';
 import { checkpointRefsMemo } from '../config/rules/retention';
 import { describeVerdict, gateVerdict, headlineMetric, metricOf, stageSpecOf } from '../config/rules/stages';
@@ -55,8 +46,6 @@ import {
   roundSpecOf,
 } from './round-contract';
 import { roundWorkflow } from './round';
-import { notifyWorkflow } from './notify';
-import type { NotifyEvent } from '../config/io/spec';
 
 /**
  * What a campaign knows while it runs: what it carries across continue-as-new (summaries, limits, the next round's
@@ -78,28 +67,23 @@ export class CampaignState {
   /** The running round's latest progress (it tells the campaign at phase changes and segment ends). */
   private current: RoundProgress | undefined;
   // They heartbeat (keepingAlive): a worker that dies in one is noticed after the heartbeat timeout.
-  private readonly activities: CampaignActivities & PromotionActivities;
-  /** The registry (MLflow): its own retries, and a registry that stays down never fails the campaign. */
-  private readonly registry: PromotionActivities;
+  private readonly activities: CampaignActivities;
+  /** `notify`: the campaign's events, told. */
+  readonly notifier: CampaignNotifier;
   /** `promotion`: the decision at the end of the campaign, and the approval it may wait for. */
-  private promotion: PromotionState | undefined;
-  private approval: PromotionApproval | undefined;
+  readonly promotion: CampaignPromotion;
 
   constructor(private readonly input: CampaignInput) {
     this.campaignId = input.campaignId ?? workflowInfo().workflowId;
     const spec = (this.spec = input.spec);
     this.dir = `${input.reportRoot}/${this.campaignId}`;
     this.summaryPath = `${this.dir}/campaign.json`;
-    this.activities = proxyActivities<CampaignActivities & PromotionActivities>({
+    this.activities = proxyActivities<CampaignActivities>({
       startToCloseTimeout: '2 minutes',
       heartbeatTimeout: spec.advanced.heartbeatTimeoutSeconds * 1000,
       retry: { maximumAttempts: 10 },
     });
-    this.registry = proxyActivities<PromotionActivities>({
-      startToCloseTimeout: '2 minutes',
-      heartbeatTimeout: spec.advanced.heartbeatTimeoutSeconds * 1000,
-      retry: { maximumAttempts: 5, initialInterval: '2 seconds', backoffCoefficient: 2 },
-    });
+    this.notifier = new CampaignNotifier(this.campaignId, spec);
     this.carried = input.state ?? {
       startedAtMs: Date.now(),
       limits: {
@@ -116,6 +100,17 @@ export class CampaignState {
     };
     this.status = this.carried.paused ? 'paused' : 'running';
     this.handleMessages();
+    this.promotion = new CampaignPromotion({
+      campaignId: this.campaignId,
+      spec,
+      carried: this.carried,
+      reportRoot: input.reportRoot,
+      dir: this.dir,
+      notifier: this.notifier,
+      saveProgress: () => this.writeSummary(this.progress()),
+      markRunning: () => void (this.status = 'running'),
+      nextRoundInput: () => this.roundInput(this.carried.rounds.length + 1),
+    });
   }
 
   private handleMessages(): void {
@@ -145,23 +140,6 @@ export class CampaignState {
       },
       { validator: validateStopRequest },
     );
-    const approvalPending = () => this.promotion?.status === 'pending-approval' && this.approval === undefined;
-    setHandler(
-      approvePromotionUpdate,
-      ({ by, reason }) => {
-        this.approval = { approved: true, by: by.trim(), ...(reason ? { reason } : {}), atMs: Date.now() };
-        return { ...this.promotion!, approval: this.approval };
-      },
-      { validator: (request) => validateApproval(request, approvalPending(), false) },
-    );
-    setHandler(
-      rejectPromotionUpdate,
-      ({ by, reason }) => {
-        this.approval = { approved: false, by: by.trim(), reason: reason!.trim(), atMs: Date.now() };
-        return { ...this.promotion!, approval: this.approval };
-      },
-      { validator: (request) => validateApproval(request, approvalPending(), true) },
-    );
     setHandler(
       setCampaignLimitsUpdate,
       async (limits) => {
@@ -188,7 +166,7 @@ export class CampaignState {
       stopReason: this.stopReason,
       summaryPath: this.summaryPath,
       ...bestOf(rounds),
-      ...(this.promotion ? { promotion: this.promotion } : {}),
+      ...(this.promotion.state ? { promotion: this.promotion.state } : {}),
     };
   }
 
@@ -254,7 +232,13 @@ export class CampaignState {
         });
         if (state.paused) await this.child.signal(pauseRoundSignal);
         let over = false;
-        void this.watchCapacity(round, () => over).catch(() => undefined);
+        void this.notifier
+          .watchCapacity(
+            round,
+            () => over,
+            () => this.current?.waiting,
+          )
+          .catch(() => undefined);
         try {
           return await this.child.result();
         } finally {
@@ -340,7 +324,7 @@ export class CampaignState {
       this.carried.lastCheckpointId,
       ...(this.carried.stages ?? []).flatMap((s) => [s.startedFrom, s.passedOn]),
       // The challenger put to its line (and the champion it may become) is never deleted under it.
-      this.promotion?.decision?.challenger.checkpointId,
+      this.promotion.state?.decision?.challenger.checkpointId,
     ].filter((id): id is string => Boolean(id));
     await this.activities.writeCampaignSummary({
       path: this.summaryPath,
@@ -369,230 +353,6 @@ export class CampaignState {
           : 'completed';
     const accuracies = rounds.map((r) => r.accuracy).filter((a): a is number => a !== undefined);
     return { ...this.progress(), bestAccuracy: accuracies.length ? Math.max(...accuracies) : undefined };
-  }
-
-  /**
-   * A notification (`notify`), when the spec asks for this event: started as a workflow of its own under the id
-   * `notify:<campaign>/<event>` (also its idempotency key), abandoned by the campaign, so its retries neither hold nor
-   * fail it. Starting it cannot fail the campaign either.
-   */
-  async notify(type: NotifyEvent, text: string, data: Record<string, unknown> = {}, suffix?: string): Promise<void> {
-    const n = this.spec.notify;
-    if (!n || !n.events.includes(type)) return;
-    const key = `${this.campaignId}/${type}${suffix ? `/${suffix}` : ''}`;
-    try {
-      await startChild(notifyWorkflow, {
-        workflowId: `notify:${key}`,
-        args: [
-          {
-            key,
-            type,
-            campaignId: this.campaignId,
-            atMs: Date.now(),
-            text,
-            data,
-            target: {
-              ...(n.webhook ? { webhook: n.webhook } : {}),
-              ...(n.webhookEnv ? { webhookEnv: n.webhookEnv } : {}),
-              format: n.format,
-              secretEnv: n.secretEnv,
-            },
-          },
-        ],
-        parentClosePolicy: ParentClosePolicy.ABANDON,
-      });
-    } catch (err) {
-      if (isCancellation(err)) throw err;
-      log.warn('a notification could not be started', { type, error: failureReasonOf(err) });
-    }
-  }
-
-  /**
-   * `capacity.waiting`: while the round waits for the provider's capacity (its progress says since when), told once
-   * the wait passes `notify.capacityWaitMinutes`. Only with that event asked for (nothing is timed otherwise).
-   */
-  private async watchCapacity(round: number, over: () => boolean): Promise<void> {
-    const n = this.spec.notify;
-    if (!n?.events.includes('capacity.waiting')) return;
-    const threshold = n.capacityWaitMinutes * 60_000;
-    while (!over()) {
-      await condition(() => over() || this.current?.waiting !== undefined);
-      if (over()) return;
-      const wait = this.current!.waiting!;
-      const left = wait.sinceMs + threshold - Date.now();
-      if (left <= 0) {
-        const minutes = ((Date.now() - wait.sinceMs) / 60_000).toFixed(1);
-        await this.notify(
-          'capacity.waiting',
-          `Roundhouse campaign ${this.campaignId}: round ${round} has waited ${minutes} min for ${this.spec.provider.kind}'s capacity (${this.spec.provider.model}${wait.queuePosition !== undefined ? `, queue position ${wait.queuePosition}` : ''}, ${wait.creates} create(s))`,
-          { round, waiting: wait, provider: this.spec.provider.kind, model: this.spec.provider.model },
-          `r${round}`,
-        );
-        return;
-      }
-      await condition(() => over() || this.current?.waiting?.sinceMs !== wait.sinceMs, left);
-    }
-  }
-
-  /** The campaign's own end, told: completed, failed, or stopped (by a limit or a request). */
-  async notifyEnd(final: CampaignResult): Promise<void> {
-    const type = final.status === 'completed' ? 'campaign.completed' : final.status === 'failed' ? 'campaign.failed' : 'campaign.stopped';
-    const best = final.best
-      ? `; best round ${final.best.round}, accuracy ${(final.best.accuracy * 100).toFixed(1)}%${final.best.test ? ` (held-out test ${(final.best.test.accuracy * 100).toFixed(1)}%)` : ''}`
-      : '';
-    await this.notify(
-      type,
-      `Roundhouse campaign ${this.campaignId} ${final.status}${final.stopReason ? ` (${final.stopReason})` : ''}: ${final.rounds.length} round(s)${best}, ${final.gpuMinutes.toFixed(2)} GPU-min`,
-      {
-        status: final.status,
-        stopReason: final.stopReason ?? null,
-        rounds: final.rounds.length,
-        best: final.best ?? null,
-        gpuMinutes: final.gpuMinutes,
-        summaryPath: final.summaryPath,
-      },
-    );
-  }
-
-  /** Whether this finished campaign has a challenger to put to its line (`promotion`, and it completed). */
-  promotes(final: CampaignResult): boolean {
-    return Boolean(this.spec.promotion) && final.status === 'completed';
-  }
-
-  /**
-   * Champion and challenger: the campaign's best round (by eval) against the line's champion on the same rows (the
-   * champion re-scored by an evaluation-only round when its figures are for other rows), then, if it wins, an
-   * approval when the rule asks for one (waiting durably, at most `approvalTimeout`), then the record: the decision
-   * always, the new champion on a promotion, and its registry version and alias where the campaign is tracked.
-   */
-  async promote(final: CampaignResult): Promise<void> {
-    const rule = this.spec.promotion!;
-    const line = rule.line;
-    const on = rule.on ?? (this.spec.data.test ? 'test' : 'eval');
-    const best = final.best;
-    const bestRound = best && this.carried.rounds.find((r) => r.round === best.round);
-    if (!best?.checkpointId || !bestRound) {
-      this.promotion = { line, status: 'skipped', reason: 'no completed round with a checkpoint to put forward' };
-      return;
-    }
-    this.status = 'running';
-    const challenger = {
-      checkpointId: best.checkpointId,
-      campaignId: this.campaignId,
-      round: best.round,
-      reportPath: bestRound.reportPath,
-    };
-    const judge = (rescoredChampion?: { reportPath: string }) =>
-      this.activities.judgePromotion({
-        decisionId: this.campaignId,
-        line,
-        rule: { on, minGain: rule.minGain },
-        reportRoot: this.input.reportRoot,
-        challenger,
-        ...(rescoredChampion ? { rescoredChampion } : {}),
-      });
-    this.promotion = { line, status: 'deciding' };
-    let decision: PromotionDecision = await judge();
-    if (decision.verdict === 'rescore') {
-      this.promotion = { line, status: 'rescoring', decision, reason: decision.reason };
-      await this.writeSummary(this.progress());
-      const rescored = await this.rescoreChampion(decision.champion!.checkpointId);
-      decision = rescored.reportPath
-        ? await judge({ reportPath: rescored.reportPath })
-        : { ...decision, verdict: 'keep', reason: `the champion could not be re-scored on the challenger's rows: ${rescored.error}` };
-      if (decision.verdict === 'rescore') decision = { ...decision, verdict: 'keep', reason: `after re-scoring, ${decision.reason}` };
-    }
-    let approval: PromotionApproval | undefined;
-    if (decision.verdict === 'promote' && rule.approval === 'manual') {
-      const since = Date.now();
-      this.promotion = {
-        line,
-        status: 'pending-approval',
-        decision,
-        reason: decision.reason,
-        pendingSinceMs: since,
-        timeoutAtMs: since + rule.approvalTimeout,
-      };
-      await this.writeSummary(this.progress());
-      await this.notify(
-        'promotion.pending',
-        `Roundhouse: a challenger for ${line} waits for approval (${decision.reason}): roundhouse approve ${this.campaignId}, or roundhouse reject ${this.campaignId} --reason "…"; rejected at ${new Date(since + rule.approvalTimeout).toISOString()} without an answer`,
-        { line, decision, timeoutAt: new Date(since + rule.approvalTimeout).toISOString() },
-      );
-      // `roundhouse stop` while it waits ends the wait too: the challenger is not promoted.
-      const answered = await condition(() => this.approval !== undefined || this.carried.stop !== undefined, rule.approvalTimeout);
-      approval =
-        this.approval ??
-        (answered
-          ? { approved: false, by: 'stop', reason: 'the campaign was stopped while the promotion waited for approval', atMs: Date.now() }
-          : {
-              approved: false,
-              by: 'approvalTimeout',
-              reason: `no approval within ${formatDuration(rule.approvalTimeout)}`,
-              atMs: Date.now(),
-            });
-    }
-    const record = await this.activities.recordPromotion({
-      reportRoot: this.input.reportRoot,
-      decision,
-      atMs: Date.now(),
-      ...(approval ? { approval } : {}),
-    });
-    let registry: { name: string; version: string } | undefined;
-    let registryError: string | undefined;
-    if (record) {
-      try {
-        registry = await this.registry.registerChampion({
-          reportRoot: this.input.reportRoot,
-          line,
-          decisionId: decision.decisionId,
-          track: { name: this.spec.name, ...(this.spec.tracking ? { tracking: this.spec.tracking } : {}) },
-        });
-      } catch (err) {
-        registryError = failureReasonOf(err) ?? String(err);
-      }
-    }
-    this.promotion = {
-      line,
-      status: record ? 'promoted' : approval && !approval.approved ? 'rejected' : 'kept',
-      decision,
-      reason: approval && !approval.approved ? `rejected by ${approval.by}: ${approval.reason ?? ''}` : decision.reason,
-      ...(approval ? { approval } : {}),
-      ...(record ? { champion: { checkpointId: record.checkpointId, ...(registry ? { registry } : {}) } } : {}),
-      ...(registryError ? { registryError } : {}),
-    };
-    const outcome = this.promotion.status as 'promoted' | 'rejected' | 'kept';
-    await this.notify(
-      `promotion.${outcome}`,
-      `Roundhouse: the challenger for ${line} (round ${best.round} of ${this.campaignId}) was ${outcome}: ${this.promotion.reason ?? ''}`,
-      { line, decision, ...(approval ? { approval } : {}), ...(record ? { champion: this.promotion.champion } : {}) },
-    );
-  }
-
-  /** The champion measured on this campaign's rows: an evaluation-only round from its checkpoint (no step trained). */
-  private async rescoreChampion(checkpointId: string): Promise<{ reportPath?: string; error?: string }> {
-    const input: RoundInput = {
-      ...this.roundInput(this.carried.rounds.length + 1),
-      campaignId: `${this.campaignId}-champion`,
-      round: 1,
-      startFrom: { checkpointId, loadOptimizer: false },
-      reportDir: `${this.dir}/champion`,
-      evaluateOnly: true,
-      pool: undefined,
-      pythonChecks: undefined,
-    };
-    try {
-      const result = await executeChild(roundWorkflow, {
-        workflowId: `${this.campaignId}-champion-rescore`,
-        args: [input],
-        parentClosePolicy: ParentClosePolicy.REQUEST_CANCEL,
-        memo: checkpointRefsMemo([checkpointId]),
-      });
-      return result.status === 'completed' ? { reportPath: result.reportPath } : { error: `the round ended ${result.status}` };
-    } catch (err) {
-      if (isCancellation(err)) throw err;
-      return { error: failureReasonOf(err) ?? 'the round failed' };
-    }
   }
 
   /** What the running round may still spend. */
@@ -736,15 +496,4 @@ function bestOf(rounds: RoundSummary[]): { best?: CampaignProgress['best'] } {
       ...(best.test ? { test: best.test } : {}),
     },
   };
-}
-
-/** 72h, 30m, 45s: how an approval timeout is said. */
-function formatDuration(ms: number): string {
-  for (const [unit, size] of [
-    ['d', 86_400_000],
-    ['h', 3_600_000],
-    ['m', 60_000],
-  ] as const)
-    if (ms >= size && ms % size === 0) return `${ms / size}${unit}`;
-  return `${Math.round(ms / 1000)}s`;
 }

@@ -21,13 +21,13 @@ export async function campaignWorkflow(input: CampaignInput): Promise<CampaignRe
     await continueAsNew<typeof campaignWorkflow>(campaign.continued());
   }
   let final = campaign.finish();
-  if (campaign.promotes(final)) {
+  if (campaign.promotion.promotes(final)) {
     // Champion and challenger (`promotion`): decided, approved where the rule asks, and recorded before the end.
-    await campaign.promote(final);
+    await campaign.promotion.promote(final);
     final = campaign.finish();
   }
   await campaign.writeSummary(final);
-  await campaign.notifyEnd(final);
+  await campaign.notifier.end(final);
   await condition(allHandlersFinished);
   return final;
 }
