@@ -38,10 +38,12 @@ test.each(['together', 'tinker'] as const)(
     // Every step reports its staleness (on-policy here), the sampled tokens' entropy and the sampler-trainer logprob gap.
     for (const s of steps as (EpisodeStepRecord & { stepsOffPolicy: number; entropy: number; logprobGap: number })[]) {
       expect(s.stepsOffPolicy).toBe(0);
-      expect(s.entropy).toBeGreaterThan(0);
+      // Reported on every step; a policy trained to certainty can reach exactly 0 (one CI run did at a late step).
+      expect(s.entropy).toBeGreaterThanOrEqual(0);
       // The gap needs the trainer's logprobs: Tinker's forward-backward returns them, the emulated Together one not here.
       if (kind === 'tinker') expect(Number.isFinite(s.logprobGap)).toBe(true);
     }
+    expect((steps[0] as EpisodeStepRecord & { entropy: number }).entropy).toBeGreaterThan(0); // the untrained model's
     steps.forEach((s, i) => {
       // 3 model turns, unless the model's reply was empty (verifiers ends that episode there, and its rubric scores it).
       expect(s.turnsPerEpisode).toBeGreaterThan(2);
