@@ -4,7 +4,7 @@ import path from 'node:path';
 import type { AddressInfo } from 'node:net';
 import type { temporal } from '@temporalio/proto';
 import { parseCampaignSpec } from '../config/io/spec';
-import { generateTickets, writeTicketData } from '../examples/support-tickets/generate';
+import { writeTicketData, writeTicketTestSet } from '../examples/support-tickets/generate';
 import type { CampaignInput, CampaignResult } from '../workflows/campaign-contract';
 import { campaignWorkflow } from '../workflows';
 import { note, startBenchEmulator, withWorker, type BenchContext, type Report } from './harness';
@@ -37,25 +37,8 @@ export async function promotionBenchmark(ctx: BenchContext, report: Report): Pro
   const hook = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/hook`;
   const dir = fs.mkdtempSync(path.join(ctx.scratch, 'promotion-'));
   writeTicketData(dir, 30, 10);
-  const taken = new Set(
-    ['train.jsonl', 'eval.jsonl'].flatMap((f) =>
-      fs
-        .readFileSync(path.join(dir, f), 'utf8')
-        .trim()
-        .split('\n')
-        .map((l) => (JSON.parse(l) as { prompt: string }).prompt),
-    ),
-  );
-  for (const [name, seed] of [
-    ['test-a.jsonl', 23],
-    ['test-b.jsonl', 29],
-  ] as const)
-    fs.writeFileSync(
-      path.join(dir, name),
-      `${generateTickets(12, seed, taken, 'held-out')
-        .map((r) => JSON.stringify(r))
-        .join('\n')}\n`,
-    );
+  writeTicketTestSet(dir, 'test-a.jsonl', 12, 23);
+  writeTicketTestSet(dir, 'test-b.jsonl', 12, 29);
   const taskQueue = `bench-promotion-${Date.now()}`;
   const reportRoot = path.join(dir, 'campaigns');
   const input = (variant: Variant, i: number): CampaignInput => {

@@ -123,6 +123,22 @@ export function writeTicketData(outDir: string, trainRows: number, evalRows: num
 }
 
 /**
+ * A held-out test set (`data.test`) of `rows` tickets in held-out phrasings, none of them in the folder's
+ * `train.jsonl` or `eval.jsonl`, written as `<dir>/<name>`. Returns `name`.
+ */
+export function writeTicketTestSet(dir: string, name: string, rows: number, seed: number): string {
+  const prompts = (f: string) =>
+    fs
+      .readFileSync(path.join(dir, f), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => (JSON.parse(l) as { prompt: string }).prompt);
+  const test = generateTickets(rows, seed, new Set([...prompts('train.jsonl'), ...prompts('eval.jsonl')]), 'held-out');
+  fs.writeFileSync(path.join(dir, name), test.map((r) => JSON.stringify(r)).join('\n') + '\n');
+  return name;
+}
+
+/**
  * Preference pairs for a DPO round: each ticket with its right category chosen and another category rejected
  * (picked by a seeded draw). Written as `pairs.train.jsonl` and `pairs.eval.jsonl`.
  */

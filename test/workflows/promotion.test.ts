@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import type { WorkflowBundleWithSourceMap } from '@temporalio/worker';
-import { generateTickets, writeTicketData } from '../../examples/support-tickets/generate';
+import { writeTicketData, writeTicketTestSet } from '../../examples/support-tickets/generate';
 import { parseCampaignSpec } from '../../config/io/spec';
 import { MlflowClient } from '../../providers/mlflow/client';
 import { ProviderRegistry } from '../../workers/providers';
@@ -47,8 +47,8 @@ beforeAll(async () => {
   providers = new ProviderRegistry({ stateDir: fs.mkdtempSync(path.join(os.tmpdir(), 'rh-promo-')) });
   dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'rh-promo-data-'));
   writeTicketData(dataDir, 60, 15);
-  writeTestSet('test-a.jsonl', 20, 23);
-  writeTestSet('test-b.jsonl', 16, 29);
+  writeTicketTestSet(dataDir, 'test-a.jsonl', 20, 23);
+  writeTicketTestSet(dataDir, 'test-b.jsonl', 16, 29);
 }, 180_000);
 
 afterAll(async () => {
@@ -57,17 +57,6 @@ afterAll(async () => {
   await mlflow?.close();
   await temporal?.close();
 });
-
-function writeTestSet(name: string, rows: number, seed: number): void {
-  const prompts = (f: string) =>
-    fs
-      .readFileSync(path.join(dataDir, f), 'utf8')
-      .trim()
-      .split('\n')
-      .map((l) => (JSON.parse(l) as { prompt: string }).prompt);
-  const test = generateTickets(rows, seed, new Set([...prompts('train.jsonl'), ...prompts('eval.jsonl')]), 'held-out');
-  fs.writeFileSync(path.join(dataDir, name), test.map((r) => JSON.stringify(r)).join('\n') + '\n');
-}
 
 /** A one-round ticket campaign put to `line`: `strong` trains 2 epochs at a useful rate, weak barely trains. */
 function campaignInput(o: {

@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import type { WorkflowBundleWithSourceMap } from '@temporalio/worker';
-import { generateTickets } from '../../examples/support-tickets/generate';
+import { writeTicketTestSet } from '../../examples/support-tickets/generate';
 import { parseCampaignSpec } from '../../config/io/spec';
 import { ProviderRegistry } from '../../workers/providers';
 import { createRoundhouseWorker } from '../../workers/worker';
@@ -38,20 +38,6 @@ afterAll(async () => {
   await temporal?.close();
 });
 
-/** Ticket rows that are neither in `train.jsonl` nor in `eval.jsonl` of `dir`, written as `<name>`. */
-function writeTestSet(dir: string, name: string, rows: number, seed: number): string {
-  const read = (f: string) =>
-    fs
-      .readFileSync(path.join(dir, f), 'utf8')
-      .trim()
-      .split('\n')
-      .map((l) => (JSON.parse(l) as { prompt: string }).prompt);
-  const taken = new Set([...read('train.jsonl'), ...read('eval.jsonl')]);
-  const test = generateTickets(rows, seed, taken, 'held-out');
-  fs.writeFileSync(path.join(dir, name), test.map((r) => JSON.stringify(r)).join('\n') + '\n');
-  return name;
-}
-
 async function runCampaign(specDir: string, testFile: string, label: string): Promise<CampaignResult> {
   const taskQueue = uniqueTaskQueue(`testset-${label}`);
   const yamlFile = path.join(specDir, 'campaign.yaml');
@@ -78,8 +64,8 @@ test('a campaign scores every round on data.test and shows it apart from eval; a
     evalRows: 15,
     yaml: 'rounds: { max: 2, nextData: { policy: mistakes, replayShare: 0.3 } }',
   });
-  const a = writeTestSet(dir, 'test-a.jsonl', 12, 23);
-  const b = writeTestSet(dir, 'test-b.jsonl', 20, 29);
+  const a = writeTicketTestSet(dir, 'test-a.jsonl', 12, 23);
+  const b = writeTicketTestSet(dir, 'test-b.jsonl', 20, 29);
   const [withA, withB] = await Promise.all([runCampaign(dir, a, 'a'), runCampaign(dir, b, 'b')]);
 
   for (const [result, rows] of [
@@ -123,7 +109,7 @@ test('data.test is checked before anything starts: rows shared with train or eva
   const { dir } = ticketCampaignSpec({ baseUrl: emulator.url, trainRows: 30, evalRows: 10 });
   const train = fs.readFileSync(path.join(dir, 'train.jsonl'), 'utf8').trim().split('\n');
   const evalRows = fs.readFileSync(path.join(dir, 'eval.jsonl'), 'utf8').trim().split('\n');
-  const fresh = writeTestSet(dir, 'fresh.jsonl', 4, 31);
+  const fresh = writeTicketTestSet(dir, 'fresh.jsonl', 4, 31);
   fs.writeFileSync(
     path.join(dir, 'leaky.jsonl'),
     [fs.readFileSync(path.join(dir, fresh), 'utf8').trim(), train[3], evalRows[1]].join('\n') + '\n',
