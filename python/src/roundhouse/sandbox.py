@@ -1,40 +1,54 @@
-"""Run model-written Python and its tests where it cannot reach the worker.
+"""Run model-written Python and its tests where it cannot reach the worker, or refuse.
 
 A reward function calls ``run(code, tests)``. The code runs, then the tests run after it in the same program, in a
-fresh interpreter (the worker's base interpreter with ``-I -S``: no site-packages, no ``PYTHON*`` variables) that
-cannot see the worker's environment, files or network, under limits on time, memory, processes, file size and
-output. ``passed`` is true only when the program ran its tests to the end and exited 0 in time, within its limits.
+fresh interpreter (the worker's base interpreter with ``-I -S``: no site-packages, no ``PYTHON*`` variables), under
+limits on time, memory, processes, file size and output. ``passed`` is true only when the program ran its tests to
+the end and exited 0 in time, within its limits.
 
-Two isolations; ``isolation()`` says which one this host gets (``ROUNDHOUSE_SANDBOX`` can force either):
+Modes; ``isolation()`` names the one ``run()`` uses on this host (``ROUNDHOUSE_SANDBOX`` can pick one), or says why
+none can run (then ``run()`` raises ``SandboxUnavailableError``):
 
 ``bubblewrap``
     ``bwrap`` puts the program in its own mount, pid, network, IPC and UTS namespaces. It sees read-only binds of
-    ``/usr``, the ``/lib*`` and ``/bin`` links, ``/etc/ld.so.cache`` and the interpreter's own prefix (say
-    ``/root/.pyenv/versions/3.11.7``; not the home directory around it), a fresh ``/proc`` and ``/dev``, and
-    size-capped tmpfs at ``/tmp`` and ``/dev/shm``; its working directory is ``/tmp/sandbox`` on that tmpfs. There
-    is no network interface but loopback. Killing bwrap takes the whole pid namespace down with it.
+    ``/usr``, the ``/lib*`` and ``/bin`` links, ``/etc/ld.so.cache`` and the interpreter's own prefix (not the home
+    directory around it), a fresh ``/proc`` and ``/dev``, and size-capped tmpfs at ``/tmp`` and ``/dev/shm``; its
+    working directory is ``/tmp/sandbox`` on that tmpfs. No network interface but loopback.
 
-``rlimits``
-    The fallback when bwrap is missing or cannot create namespaces: a fresh process in its own session, an empty
-    environment and a fresh temporary working directory. When the worker is root it also gets its own network
-    and mount namespace (no network; its own tmpfs ``/tmp``, ``/var/tmp`` and ``/dev/shm``) if the host allows
-    ``unshare``, and nothing of the sort if it does not: then the program can use the network and read whatever
-    the host leaves world-readable.
+``namespaces``
+    A root worker without a working bwrap: the bootstrap itself unshares mount, pid, network, IPC and UTS
+    namespaces, mounts a fresh ``/proc`` (only the sandbox's own processes) and tmpfs at ``/tmp``, ``/var/tmp`` and
+    ``/dev/shm``. No network interface but loopback. Unlike bubblewrap the rest of the host's file tree stays in
+    view: the program (a private uid) can read what the host leaves world-readable, but not the worker's files
+    (0600), its environment, or the artifact store (written 0640 in 0750 directories).
 
-In both, a worker running as root runs each program as a uid of its own from a range far above real accounts,
-which is what makes RLIMIT_NPROC bind (the kernel never applies it to root, nor to a uid that maps back to root
-from a user namespace), keeps concurrent sandboxes out of each other's processes and files, and lets the fallback
-kill every process the program left behind. A worker that is not root runs programs as itself: under bubblewrap
-a user namespace keeps the process count per sandbox; in the fallback the count includes the worker's own
-processes, and the program can read what the worker can, including ``/proc/<worker>/environ``.
+``rlimits-unsafe``
+    Only when asked (``ROUNDHOUSE_SANDBOX=rlimits-unsafe``): resource limits, an empty environment and a fresh
+    working directory, nothing more. The program has the network and reads whatever the worker's uid can (as root:
+    what is world-readable; as another user: the worker's own files and ``/proc/<worker>/environ``).
+
+A worker that is not root without a working bwrap, or root where ``unshare`` is refused, gets no mode: ``run()``
+refuses. In every mode a worker running as root runs each program as a uid of its own from a range far above real
+accounts, which makes RLIMIT_NPROC bind and keeps concurrent sandboxes out of each other's processes and files.
+
+The whole process tree dies when run() returns, in every mode: under bubblewrap and namespaces with the pid
+namespace (its init dies with the worker's child); under rlimits-unsafe the program's supervisor is a child
+subreaper that kills every descendant (double-forked, ``setsid`` ones too) when the program exits or the deadline
+passes, and as root every process of the sandbox's uid is killed after. Only under rlimits-unsafe as a non-root
+worker can a program kill that supervisor (same uid) first and leave processes behind.
+
+Completion is reported from outside the program's process. Inside the sandbox a supervisor (the bootstrap) holds
+the per-run nonce and the status pipe to the worker; it is not dumpable (no ptrace, no ``/proc/<pid>/mem``) and,
+for a root worker, of another uid. The program runs in a child forked before the supervisor reads the job, so its
+memory never held the nonce, the status descriptor or the tests: walking frames, tracebacks or ``gc.get_objects()``
+finds none of them. The supervisor sends the tests only after the program's code has run and reports
+completion only when the child said the tests ran to the end and exited 0. What stays open: the program controls
+its own interpreter, so code that deliberately subverts its tests there (an ``__eq__`` that is always true,
+patching ``exec`` or the builtins before the tests arrive, or speaking the child's side of the handshake itself
+and skipping the tests) is beyond any sandbox's reach; ``passed`` is the tests' verdict only for a program that
+does not attack them.
 
 Limits are per process (RLIMIT_AS, RLIMIT_CPU, RLIMIT_FSIZE), so a program may hold up to about
-``max_processes * memory_mb`` at once, and in the fallback without namespaces it may fill the disk under its
-working directory with many files until the timeout. Closing those needs cgroups, which this module does not use.
-
-The program's completion is reported by the bootstrap on a pipe with a per-run nonce, so a program that exits 0
-before its tests run (``sys.exit(0)``, ``os._exit(0)``) does not pass. Code that deliberately subverts its tests
-from inside the same interpreter (an object whose ``__eq__`` is always true) is beyond any sandbox's reach.
+``max_processes * memory_mb`` at once. Closing that needs cgroups, which this module does not use.
 """
 
 from __future__ import annotations
@@ -45,6 +59,7 @@ import json
 import math
 import os
 import secrets
+import select
 import selectors
 import shutil
 import signal
@@ -59,9 +74,13 @@ from dataclasses import dataclass
 __all__ = ["SandboxResult", "SandboxUnavailableError", "isolation", "run"]
 
 BUBBLEWRAP = "bubblewrap"
-RLIMITS = "rlimits"
+NAMESPACES = "namespaces"
+RLIMITS_UNSAFE = "rlimits-unsafe"
+MODES = (BUBBLEWRAP, NAMESPACES, RLIMITS_UNSAFE)
+# What isolation() says, followed by the reason, when no mode can run here.
+REFUSED = "refused"
 
-# The program's working directory whenever it has a private /tmp (always under bubblewrap).
+# The program's working directory whenever it has a private /tmp (bubblewrap and namespaces).
 _SANDBOX_CWD = "/tmp/sandbox"
 _PATH = "/usr/local/bin:/usr/bin:/bin"
 # Top-level system directories that are links into /usr on merged-/usr hosts and real directories elsewhere.
@@ -77,6 +96,8 @@ _NOBODY = 65534
 
 # After the program exits, descendants still holding its output pipes get this long before they are killed.
 _DRAIN_SECONDS = 0.5
+# Under rlimits-unsafe the supervisor gets this long after the deadline to kill the program's descendants.
+_SUPERVISOR_GRACE_SECONDS = 2.0
 # How often the supervisor looks at the clock and the process while no output arrives.
 _POLL_SECONDS = 0.05
 _EXIT_POLL_SECONDS = 0.002
@@ -84,7 +105,8 @@ _READ_BYTES = 1 << 16
 
 
 class SandboxUnavailableError(RuntimeError):
-    """The isolation ROUNDHOUSE_SANDBOX asks for cannot run on this host."""
+    """No mode that contains a program can run on this host (or ROUNDHOUSE_SANDBOX names one that cannot), and
+    rlimits-unsafe was not asked for: run() refuses rather than run the program uncontained."""
 
 
 @dataclass(frozen=True)
@@ -95,7 +117,7 @@ class SandboxResult:
     stderr: str
     timed_out: bool
     output_truncated: bool
-    isolation: str  # "bubblewrap" or "rlimits"
+    isolation: str  # the mode that ran: "bubblewrap", "namespaces" or "rlimits-unsafe"
     seconds: float
 
 
@@ -111,10 +133,17 @@ class _Limits:
         return self.memory_mb << 20
 
 
-# Small enough to start anywhere; one process so the probe can see that forking is refused.
+# Small enough to start anywhere; one process so the probe can see that forking is refused. It also checks that the
+# namespaces are real: no network interface but loopback, and a /proc that shows only the sandbox's processes.
 _PROBE_LIMITS = _Limits(timeout=20.0, memory_mb=256, max_output_bytes=1 << 16, max_processes=1)
-_FORK_PROBE = """
-import os
+_CONTAINMENT_PROBE = """
+import os, socket
+interfaces = sorted(name for _, name in socket.if_nameindex())
+if interfaces not in ([], ["lo"]):
+    raise SystemExit(f"network interfaces besides loopback: {interfaces}")
+processes = [name for name in os.listdir("/proc") if name.isdigit()]
+if len(processes) > 4:
+    raise SystemExit(f"/proc shows {len(processes)} processes: not a pid namespace of its own")
 try:
     child = os.fork()
 except BlockingIOError:
@@ -128,22 +157,11 @@ else:
 
 
 def isolation() -> str:
-    """Which isolation run() uses on this host: "bubblewrap" when bwrap works and holds its limits, else "rlimits".
-
-    ROUNDHOUSE_SANDBOX=rlimits forces the fallback; ROUNDHOUSE_SANDBOX=bubblewrap insists on bwrap and raises
-    SandboxUnavailableError when it cannot be used. The probe behind it runs once per process.
-    """
-    requested = os.environ.get("ROUNDHOUSE_SANDBOX", "").strip().lower()
-    if requested == RLIMITS:
-        return RLIMITS
-    if requested not in ("", BUBBLEWRAP):
-        raise ValueError(f"ROUNDHOUSE_SANDBOX must be {BUBBLEWRAP!r} or {RLIMITS!r}, not {requested!r}")
-    problem = _bubblewrap_problem()
-    if problem is None:
-        return BUBBLEWRAP
-    if requested == BUBBLEWRAP:
-        raise SandboxUnavailableError(f"ROUNDHOUSE_SANDBOX=bubblewrap, but {problem}")
-    return RLIMITS
+    """The mode run() uses on this host ("bubblewrap", "namespaces" or "rlimits-unsafe"), or "refused: <why>" when
+    none can run. Unset ROUNDHOUSE_SANDBOX takes bubblewrap, else namespaces; "bubblewrap" or "namespaces" insists
+    on that one; "rlimits-unsafe" is the only way to the unsafe mode. The probes behind it run once per process."""
+    mode, refusal = _choose_mode()
+    return mode if mode is not None else f"{REFUSED}: {refusal}"
 
 
 def run(
@@ -162,25 +180,52 @@ def run(
     and each scratch tmpfs); max_output_bytes caps stdout and stderr together, past which the program is killed;
     max_processes caps the processes and threads it may have at once, itself included. `python` picks another
     interpreter; by default the worker's base interpreter (never a virtualenv's, whose packages would show).
+    Raises SandboxUnavailableError when no mode can contain the program here (see isolation()).
     """
     if timeout <= 0 or memory_mb <= 0 or max_output_bytes < 0 or max_processes < 1:
         raise ValueError("timeout and memory_mb must be positive, max_output_bytes >= 0, max_processes >= 1")
+    mode, refusal = _choose_mode()
+    if mode is None:
+        raise SandboxUnavailableError(f"roundhouse.sandbox refuses to run the program: {refusal}")
     limits = _Limits(timeout, memory_mb, max_output_bytes, max_processes)
-    mode = isolation()
-    private_mounts = mode == RLIMITS and _fallback_has_namespaces()
     interpreter = (shutil.which(python) or python) if python else _base_python()
-    return _execute(code, tests, limits, mode, interpreter, private_mounts=private_mounts)
+    return _execute(code, tests, limits, mode, interpreter)
 
 
-# Runs first in the sandboxed interpreter (started with -I -S, so nothing of the program's runs before it). It reads
-# the job from a descriptor, applies the limits, leaves root, then runs the code and the tests and reports that it
-# got to the end. Kept free of the worker's imports: it runs in a bare interpreter.
+def _choose_mode() -> tuple[str | None, str]:
+    """The mode to run, or None and why none can."""
+    requested = os.environ.get("ROUNDHOUSE_SANDBOX", "").strip().lower()
+    if requested == RLIMITS_UNSAFE:
+        return RLIMITS_UNSAFE, ""
+    if requested not in ("", BUBBLEWRAP, NAMESPACES):
+        return None, f"ROUNDHOUSE_SANDBOX={requested!r} is not a mode (one of {', '.join(MODES)}, or unset)"
+    problems = []
+    for mode, problem_of in ((BUBBLEWRAP, _bubblewrap_problem), (NAMESPACES, _namespaces_problem)):
+        if requested in ("", mode):
+            problem = problem_of()
+            if problem is None:
+                return mode, ""
+            problems.append(f"{mode}: {problem}")
+    return None, (
+        f"no mode that contains a program runs here ({'; '.join(problems)}); "
+        f"ROUNDHOUSE_SANDBOX={RLIMITS_UNSAFE} runs it under resource limits alone, with the network and every file "
+        "the worker's uid can read"
+    )
+
+
+# Runs first in the sandboxed interpreter (started with -I -S, so nothing of the program's runs before it). It is
+# the program's supervisor: it forks the program before it reads the job (so the program's memory never holds the
+# nonce, the status descriptor or the tests), gives it the code, the tests only once the code has run, and writes the
+# nonce to the worker only when the program said its tests ran to the end and exited 0. Kept free of the worker's
+# imports: it runs in a bare interpreter.
 _BOOTSTRAP = r"""
-import ctypes, json, linecache, os, resource, sys, traceback, types
+import ctypes, json, linecache, os, resource, select, signal, sys, time, traceback, types
 
-CLONE_NEWNS, CLONE_NEWNET = 0x00020000, 0x40000000
-MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x4000, 0x40000
-PR_SET_NO_NEW_PRIVS = 38
+CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
+CLONE_NEWPID, CLONE_NEWNET = 0x20000000, 0x40000000
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x8, 0x4000, 0x40000
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 4, 36, 38
+CODE_RAN, TESTS_RAN = b"C", b"T"
 libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -197,18 +242,89 @@ def limit(kind, value):
     resource.setrlimit(kind, (value, value))
 
 
-def make_private_mounts(job):
-    # The fallback as root: no network, and scratch space of its own instead of the host's /tmp.
-    check(libc.unshare(CLONE_NEWNS | CLONE_NEWNET), "unshare")
+def exit_code(status):
+    code = os.waitstatus_to_exitcode(status)
+    return 128 - code if code < 0 else code
+
+
+def enter_namespaces(scratch_bytes, cwd):
+    # "namespaces": this process stays outside and exits as the inside did; its child is the namespace's init, which
+    # dies with it (parent-death signal), and the kernel kills every process of the namespace with its init.
+    check(libc.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS), "unshare")
+    init = os.fork()
+    if init:
+        os._exit(exit_code(os.waitpid(init, 0)[1]))
+    check(libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "set the parent-death signal")
     check(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "make mounts private")
-    options = f"size={job['scratch_bytes']},mode=1777".encode()
+    check(libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None), "mount a fresh /proc")
+    options = f"size={scratch_bytes},mode=1777".encode()
     for scratch in ("/tmp", "/var/tmp", "/dev/shm"):
         if os.path.isdir(scratch):
             check(libc.mount(b"tmpfs", scratch.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options), "mount " + scratch)
-    os.mkdir(job["cwd"], 0o700)
-    if job["uid"] is not None:
-        os.chown(job["cwd"], job["uid"], job["uid"])
-    os.chdir(job["cwd"])
+    os.mkdir(cwd)
+    os.chmod(cwd, 0o1777)
+    os.chdir(cwd)
+
+
+def descendants(root):
+    children = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as stat:
+                fields = stat.read()
+        except OSError:
+            continue
+        parent = int(fields[fields.rindex(b")") + 2 :].split()[1])
+        children.setdefault(parent, []).append(int(name))
+    found, frontier = [], [root]
+    while frontier:
+        kids = children.get(frontier.pop(), [])
+        found += kids
+        frontier += kids
+    return found
+
+
+def end_descendants():
+    # A child subreaper: orphans (double-forked, setsid) come back to it, so its descendants are all there is.
+    for _ in range(1000):
+        alive = descendants(os.getpid())
+        if not alive:
+            return
+        for pid in alive:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        while True:
+            try:
+                if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                    break
+            except ChildProcessError:
+                break
+        time.sleep(0.002)
+
+
+def send(fd, message):
+    data = json.dumps(message).encode()
+    os.write(fd, len(data).to_bytes(8, "big"))
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def receive(fd):
+    def exactly(count):
+        data = bytearray()
+        while len(data) < count:
+            chunk = os.read(fd, count - len(data))
+            if not chunk:
+                raise EOFError("the supervisor closed the job pipe")
+            data += chunk
+        return bytes(data)
+
+    return json.loads(exactly(int.from_bytes(exactly(8), "big")))
 
 
 def keep_interpreter_reachable(prefix_fds):
@@ -235,44 +351,106 @@ def run_source(namespace, source, filename):
     exec(compile(source, filename, "exec"), namespace)
 
 
-def main():
-    job_fd, status_fd = int(sys.argv[1]), int(sys.argv[2])
-    os.set_inheritable(status_fd, False)
-    with open(job_fd, "rb") as job_file:
-        job = json.loads(job_file.read())
-    prefixes = sorted({sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix}, key=len, reverse=True)
-    prefix_fds = [(path, os.open(path, os.O_PATH | os.O_DIRECTORY)) for path in prefixes if os.path.isdir(path)]
-    if job["private_mounts"]:
-        make_private_mounts(job)
+def program(job_read, report_write, prefix_fds):
+    # The child: limits, its own uid, then the code; the tests arrive only after the code ran.
+    setup = receive(job_read)
     limit(resource.RLIMIT_CORE, 0)
-    limit(resource.RLIMIT_CPU, job["cpu_seconds"])
-    limit(resource.RLIMIT_AS, job["memory_bytes"])
-    limit(resource.RLIMIT_FSIZE, job["file_bytes"])
-    limit(resource.RLIMIT_NPROC, job["max_processes"])
+    limit(resource.RLIMIT_CPU, setup["cpu_seconds"])
+    limit(resource.RLIMIT_AS, setup["memory_bytes"])
+    limit(resource.RLIMIT_FSIZE, setup["file_bytes"])
+    limit(resource.RLIMIT_NPROC, setup["max_processes"])
     check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "set no_new_privs")
-    if job["uid"] is not None:
+    if setup["uid"] is not None:
         os.setgroups([])
-        os.setgid(job["uid"])
-        os.setuid(job["uid"])
+        os.setgid(setup["uid"])
+        os.setuid(setup["uid"])
     keep_interpreter_reachable(prefix_fds)
-
-    code, tests, nonce = job["code"], job["tests"], job["nonce"]
-    del job
-    program = types.ModuleType("__main__")
-    sys.modules["__main__"] = program
+    code = setup.pop("code")
+    main_module = types.ModuleType("__main__")
+    sys.modules["__main__"] = main_module
     sys.argv = ["solution.py"]
     try:
-        run_source(program.__dict__, code, "solution.py")
-        run_source(program.__dict__, tests, "tests.py")
+        run_source(main_module.__dict__, code, "solution.py")
+        os.write(report_write, CODE_RAN)
+        run_source(main_module.__dict__, receive(job_read)["tests"], "tests.py")
     except SystemExit:
         raise
     except BaseException as error:
         trace = error.__traceback__
-        while trace is not None and trace.tb_frame.f_code.co_filename == main.__code__.co_filename:
+        while trace is not None and trace.tb_frame.f_code.co_filename == program.__code__.co_filename:
             trace = trace.tb_next
         traceback.print_exception(type(error), error, trace)
         sys.exit(1)
-    os.write(status_fd, nonce.encode())
+    os.write(report_write, TESTS_RAN)
+
+
+def supervise(job_fd, status_fd, program_pid, job_write, report_read):
+    with open(job_fd, "rb") as job_file:
+        job = json.loads(job_file.read())
+    program_keys = ("code", "uid", "cpu_seconds", "memory_bytes", "file_bytes", "max_processes")
+    send(job_write, {key: job[key] for key in program_keys})
+    reports = bytearray()
+    tests_sent = False
+    exited = os.pidfd_open(program_pid)
+    watching = [report_read, exited]
+    while exited in watching:
+        for fd in select.select(watching, [], [])[0]:
+            if fd == exited:
+                watching.remove(exited)
+                os.set_blocking(report_read, False)
+            try:
+                data = os.read(report_read, 64)
+            except BlockingIOError:
+                continue
+            if not data:
+                watching.remove(report_read) if report_read in watching else None
+                continue
+            reports += data
+            if bytes(reports) == CODE_RAN and not tests_sent:
+                tests_sent = True
+                try:
+                    send(job_write, {"tests": job["tests"]})
+                except BrokenPipeError:
+                    pass
+    status = os.waitpid(program_pid, 0)[1]
+    end_descendants()
+    code = exit_code(status)
+    if code == 0 and bytes(reports) == CODE_RAN + TESTS_RAN:
+        os.write(status_fd, job["nonce"].encode())
+    return code
+
+
+def main():
+    job_fd, status_fd, mode, scratch_bytes, cwd = sys.argv[1:6]
+    job_fd, status_fd, scratch_bytes = int(job_fd), int(status_fd), int(scratch_bytes)
+    for fd in (job_fd, status_fd):
+        os.set_inheritable(fd, False)
+    if mode == "namespaces":
+        enter_namespaces(scratch_bytes, cwd)
+    # Not dumpable: the program (same uid when the worker is not root) can neither ptrace this process nor read its
+    # memory through /proc.
+    check(libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "make the supervisor undumpable")
+    check(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "become a child subreaper")
+    prefixes = sorted({sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix}, key=len, reverse=True)
+    prefix_fds = [(path, os.open(path, os.O_PATH | os.O_DIRECTORY)) for path in prefixes if os.path.isdir(path)]
+    job_read, job_write = os.pipe()
+    report_read, report_write = os.pipe()
+    child = os.fork()
+    if child == 0:
+        for fd in (job_fd, status_fd, job_write, report_read):
+            os.close(fd)
+        check(libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), "make the program dumpable")
+        program(job_read, report_write, prefix_fds)
+        sys.exit(0)
+    os.close(job_read)
+    os.close(report_write)
+
+    def deadline(signum, frame):
+        end_descendants()
+        os._exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, deadline)
+    os._exit(supervise(job_fd, status_fd, child, job_write, report_read))
 
 
 main()
@@ -292,13 +470,13 @@ except ProcessLookupError:
 """
 
 
-def _execute(code: str, tests: str, limits: _Limits, mode: str, python: str, *, private_mounts: bool) -> SandboxResult:
+def _execute(code: str, tests: str, limits: _Limits, mode: str, python: str) -> SandboxResult:
     workdir = tempfile.mkdtemp(prefix="roundhouse-sandbox-")
     try:
         with _sandbox_uid() as uid:
             if uid is not None:
                 os.chown(workdir, uid, uid)
-            own_tmp = mode == BUBBLEWRAP or private_mounts
+            own_tmp = mode != RLIMITS_UNSAFE
             env = {"PATH": _PATH, "LANG": "C.UTF-8", "HOME": _SANDBOX_CWD if own_tmp else workdir}
             argv = [python, "-I", "-S", "-c", _BOOTSTRAP]
             if mode == BUBBLEWRAP:
@@ -310,24 +488,23 @@ def _execute(code: str, tests: str, limits: _Limits, mode: str, python: str, *, 
                 "cpu_seconds": math.ceil(limits.timeout) + 1,
                 "memory_bytes": limits.memory_bytes,
                 "file_bytes": limits.memory_bytes,
-                "scratch_bytes": limits.memory_bytes,
-                "max_processes": limits.max_processes,
+                # A worker that is not root shares its uid with the supervisor, which counts against the limit.
+                "max_processes": limits.max_processes + (1 if uid is None else 0),
                 "uid": uid,
-                "private_mounts": private_mounts,
-                "cwd": _SANDBOX_CWD,
             }
+            tail = [mode, str(limits.memory_bytes), _SANDBOX_CWD]
             try:
-                return _supervise(argv, job, env, workdir, limits, mode)
+                return _supervise(argv, tail, job, env, workdir, limits, mode)
             finally:
-                # Under bubblewrap the pid namespace is gone with bwrap; the fallback has to find the leftovers.
-                if mode == RLIMITS and uid is not None and uid >= _PRIVATE_UID_BASE:
+                # Namespaced modes lose every process with their pid namespace; rlimits-unsafe as root sweeps the uid.
+                if mode == RLIMITS_UNSAFE and uid is not None and uid >= _PRIVATE_UID_BASE:
                     _kill_processes_of(uid, python)
     finally:
         _remove_tree(workdir)
 
 
 def _supervise(
-    argv: list[str], job: dict[str, object], env: dict[str, str], cwd: str, limits: _Limits, mode: str
+    argv: list[str], tail: list[str], job: dict[str, object], env: dict[str, str], cwd: str, limits: _Limits, mode: str
 ) -> SandboxResult:
     # The job (code, tests, nonce) travels in a memfd rather than a file, so it never sits where the program can
     # read it back (the tests hold the expected answers).
@@ -339,7 +516,7 @@ def _supervise(
         os.lseek(job_fd, 0, os.SEEK_SET)
         started = time.monotonic()
         with subprocess.Popen(
-            [*argv, str(job_fd), str(status_write)],
+            [*argv, str(job_fd), str(status_write), *tail],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -356,8 +533,12 @@ def _supervise(
                 )
             finally:
                 exited = _has_exited(process)
+                if not exited and mode == RLIMITS_UNSAFE:
+                    _let_supervisor_end_descendants(process)
+                inits = _namespace_inits(process) if mode != RLIMITS_UNSAFE else []
                 _kill_group(process)
                 process.wait()
+                _wait_for_exit(inits)
         seconds = time.monotonic() - started
         finished = _read_available(status_read) == str(job["nonce"]).encode()
     finally:
@@ -380,6 +561,44 @@ def _supervise(
         isolation=mode,
         seconds=seconds,
     )
+
+
+def _namespace_inits(process: subprocess.Popen[bytes]) -> list[int]:
+    """pidfds of the process's children: a pid namespace's init (bwrap's, or the namespaces mode's)."""
+    inits = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as stat:
+                fields = stat.read()
+            if int(fields[fields.rindex(b")") + 2 :].split()[1]) == process.pid:
+                inits.append(os.pidfd_open(int(name)))
+        except (OSError, ValueError):
+            continue
+    return inits
+
+
+def _wait_for_exit(pidfds: list[int]) -> None:
+    """Waits until each process has exited. For a pid namespace's init that is after every process in the namespace
+    is gone: the kernel kills them and reaps them before it lets the init exit."""
+    try:
+        until = time.monotonic() + _SUPERVISOR_GRACE_SECONDS
+        for pidfd in pidfds:
+            select.select([pidfd], [], [], max(0.0, until - time.monotonic()))
+    finally:
+        for pidfd in pidfds:
+            os.close(pidfd)
+
+
+def _let_supervisor_end_descendants(process: subprocess.Popen[bytes]) -> None:
+    """Without a pid namespace only the in-sandbox supervisor (a child subreaper) knows every descendant: SIGTERM
+    has it kill them all and exit."""
+    with contextlib.suppress(ProcessLookupError):
+        process.send_signal(signal.SIGTERM)
+    until = time.monotonic() + _SUPERVISOR_GRACE_SECONDS
+    while time.monotonic() < until and not _has_exited(process):
+        time.sleep(_EXIT_POLL_SECONDS * 5)
 
 
 def _capture(process: subprocess.Popen[bytes], deadline: float, budget: int) -> tuple[bytes, bytes, bool, bool]:
@@ -479,7 +698,8 @@ def _bubblewrap_argv(python: str, env: dict[str, str], limits: _Limits, *, as_ro
     if as_root:
         # No user namespace: in one, the sandbox's uid would map back to root outside, and the kernel never applies
         # RLIMIT_NPROC to root. The bootstrap keeps only the power to switch to its real, unprivileged uid.
-        argv += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        # CAP_KILL lets the supervisor end the program's processes, which run under that other uid.
+        argv += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_KILL"]
     else:
         argv += ["--unshare-user", "--disable-userns"]
     for name, value in env.items():
@@ -528,22 +748,26 @@ def _base_python() -> str:
 
 @functools.cache
 def _bubblewrap_problem() -> str | None:
-    """Why bubblewrap cannot sandbox here, or None when a probe ran and the process limit held."""
+    """Why bubblewrap cannot sandbox here, or None when a probe ran contained and the process limit held."""
     if shutil.which("bwrap") is None:
         return "bwrap is not installed (no bwrap on PATH)"
-    probe = _execute(_FORK_PROBE, "", _PROBE_LIMITS, BUBBLEWRAP, _base_python(), private_mounts=False)
-    if probe.passed:
-        return None
-    detail = (probe.stderr.strip() or probe.stdout.strip() or f"exit code {probe.exit_code}")[-400:]
-    return f"bwrap could not start a sandbox that holds its limits: {detail}"
+    return _probe_problem(BUBBLEWRAP, "bwrap could not start a sandbox that contains a program")
 
 
 @functools.cache
-def _fallback_has_namespaces() -> bool:
-    """Whether the rlimits fallback can give the program no network and its own /tmp (needs root and unshare)."""
+def _namespaces_problem() -> str | None:
+    """Why the bootstrap cannot make its own namespaces here (it needs root and unshare), or None."""
     if os.geteuid() != 0:
-        return False
-    return _execute("", "", _PROBE_LIMITS, RLIMITS, _base_python(), private_mounts=True).passed
+        return f"the worker is not root (uid {os.geteuid()}), and only root can make the namespaces without bwrap"
+    return _probe_problem(NAMESPACES, "unshare could not make namespaces that contain a program")
+
+
+def _probe_problem(mode: str, failure: str) -> str | None:
+    probe = _execute(_CONTAINMENT_PROBE, "", _PROBE_LIMITS, mode, _base_python())
+    if probe.passed:
+        return None
+    detail = (probe.stderr.strip() or probe.stdout.strip() or f"exit code {probe.exit_code}")[-400:]
+    return f"{failure}: {detail}"
 
 
 @functools.cache

@@ -1,0 +1,35 @@
+"""Runs roundhouse.sandbox as the user it is started as (the tests start it as an unprivileged one) and prints JSON.
+
+Input on stdin: {"cases": [{"name", "code", "tests", "timeout", "memory_mb"}]}. Output: {"isolation": ...,
+"pid": ..., "results": {name: {...SandboxResult fields} | {"refused": message}}}. Imports sandbox.py from its own
+directory (a copy), so it needs nothing but the system interpreter.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import sandbox  # a copy of roundhouse/sandbox.py beside this file
+
+
+def main() -> None:
+    job = json.load(sys.stdin)
+    results: dict[str, object] = {}
+    for case in job["cases"]:
+        code = case["code"].replace("WORKER_PID", str(os.getpid()))
+        try:
+            result = sandbox.run(code, case["tests"], timeout=case["timeout"], memory_mb=case["memory_mb"])
+        except sandbox.SandboxUnavailableError as error:
+            results[case["name"]] = {"refused": str(error)}
+            continue
+        results[case["name"]] = dataclasses.asdict(result)
+    print(json.dumps({"isolation": sandbox.isolation(), "pid": os.getpid(), "results": results}))
+
+
+if __name__ == "__main__":
+    main()
