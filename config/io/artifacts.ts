@@ -53,11 +53,18 @@ function localPath(location: string): string {
   return location.startsWith('file://') ? new URL(location).pathname : location;
 }
 
+/**
+ * The store's modes: not world-readable, since it holds test-set answers and episode tokens, and model-written code
+ * in a sandbox runs as another uid on the same host.
+ */
+export const STORE_FILE_MODE = 0o640;
+export const STORE_DIR_MODE = 0o750;
+
 /** Temp file, fsync, rename: readers see the old file or the new one, never half of one. */
 export function writeFileAtomic(file: string, body: Buffer | string): void {
-  fs.mkdirSync(path.dirname(file), { recursive: true });
+  fs.mkdirSync(path.dirname(file), { recursive: true, mode: STORE_DIR_MODE });
   const partial = `${file}.${process.pid}.${Date.now()}.partial`;
-  const fd = fs.openSync(partial, 'w');
+  const fd = fs.openSync(partial, 'w', STORE_FILE_MODE);
   try {
     fs.writeFileSync(fd, body);
     fs.fsyncSync(fd);

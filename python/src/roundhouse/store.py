@@ -15,6 +15,24 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Protocol
 
+# Not world-readable: the store holds test-set answers and episode tokens, and model-written code in a sandbox runs
+# as another uid on the same host. The same modes as the TypeScript store's (config/io/artifacts.ts).
+FILE_MODE = 0o640
+DIR_MODE = 0o750
+
+
+def _make_dirs(directory: Path) -> None:
+    """Like mkdir -p, but every directory it creates gets DIR_MODE (Path.mkdir gives parents the umask's mode)."""
+    missing: list[Path] = []
+    while not directory.is_dir():
+        missing.append(directory)
+        directory = directory.parent
+    for path in reversed(missing):
+        try:
+            path.mkdir(mode=DIR_MODE)
+        except FileExistsError:
+            continue  # another writer made it first
+
 
 class Store(Protocol):
     def read(self, location: str) -> bytes | None: ...
@@ -35,9 +53,10 @@ class LocalStore:
 
     def write(self, location: str, body: bytes) -> None:
         target = Path(location)
-        target.parent.mkdir(parents=True, exist_ok=True)
+        _make_dirs(target.parent)
         fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
         try:
+            os.fchmod(fd, FILE_MODE)
             with os.fdopen(fd, "wb") as out:
                 out.write(body)
                 out.flush()
