@@ -79,6 +79,12 @@ export function promotionLines(p: Pick<CampaignProgress, 'campaignId' | 'promoti
   }
 }
 
+/** The code sandbox the latest round's Python worker runs (a refusal says why), when a round called one. */
+function sandboxLines(p: CampaignProgress): string[] {
+  const sandbox = [...p.rounds].reverse().find((r) => r.sandbox !== undefined)?.sandbox;
+  return sandbox === undefined ? [] : [`  Python code sandbox: ${sandbox}`];
+}
+
 /** A campaign's progress as a small text table. */
 export function renderProgress(p: CampaignProgress): string {
   // `data.test`: its figures in their own column, and beside the best round (chosen by eval).
@@ -103,6 +109,7 @@ export function renderProgress(p: CampaignProgress): string {
         ]
       : []),
     ...promotionLines(p),
+    ...sandboxLines(p),
   ];
   const c = p.currentRound;
   if (c && !['completed', 'failed', 'cancelled', 'stopped'].includes(c.phase)) {

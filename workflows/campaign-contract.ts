@@ -45,6 +45,8 @@ export interface RoundSummary {
   errorMessage?: string;
   /** Why a `stopped` round ended early (a budget). */
   stopReason?: string;
+  /** The code sandbox mode its Python worker(s) said they run, when the round called one. */
+  sandbox?: string;
 }
 
 /** A stage of a staged campaign, as the campaign records it: where it started from, how it ended, what it passed on. */

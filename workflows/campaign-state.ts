@@ -467,6 +467,7 @@ function roundSummary(started: RoundSummary, result: RoundResult): RoundSummary 
     errorMessage: result.errorMessage,
     stopReason: result.stopReason,
     recoveries: result.recoveries?.length,
+    ...(result.sandbox !== undefined ? { sandbox: result.sandbox } : {}),
   };
 }
 

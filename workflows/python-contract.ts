@@ -16,6 +16,7 @@ export interface DescribeResult {
   worker: string;
   python: string;
   roundhouse: string;
+  /** roundhouse.sandbox.isolation(): "bubblewrap", "namespaces", "rlimits-unsafe", or "refused: <why>". */
   sandbox: string;
 }
 

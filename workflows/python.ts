@@ -36,6 +36,13 @@ export async function pythonCallWorkflow(input: PythonCallInput): Promise<unknow
   return activities[input.activity]!(input.request);
 }
 
+/** The sandbox mode the described workers run, one per task queue when they differ. */
+export function sandboxOf(described: DescribeResult[], queues: string[]): string | undefined {
+  const modes = [...new Set(described.map((d) => d.sandbox))];
+  if (modes.length <= 1) return modes[0];
+  return described.map((d, i) => `${queues[i]}: ${d.sandbox}`).join('; ');
+}
+
 /** Whether a failure is a call that no worker took within its schedule-to-start timeout. */
 function noWorkerTookIt(err: unknown): boolean {
   return err instanceof ActivityFailure && err.cause instanceof TimeoutFailure && err.cause.timeoutType === 'SCHEDULE_TO_START';

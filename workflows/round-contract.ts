@@ -192,6 +192,8 @@ export interface RoundResult {
   /** Evaluations during training (`evaluation.every`), in step order; after a rollback, the kept weights' only. */
   evaluationCurve?: EvaluationPoint[];
   earlyStop?: EarlyStop;
+  /** The code sandbox mode the round's Python worker(s) said they run (`describe`), or why they refuse one. */
+  sandbox?: string;
 }
 
 // ---------------------------------------------------------------------------------------------------------------

@@ -66,6 +66,8 @@ export function roundReport(
     error_type: result.errorType ?? null,
     error_message: failureMessage ?? null,
     cleanup_status: cleanupStatus,
+    // What the Python worker's code sandbox was (python -m roundhouse sandbox), when the round called one.
+    sandbox: result.sandbox ?? null,
     recoveries: (result.recoveries ?? []).map((r) => ({
       phase: r.phase,
       error_type: r.errorType,

@@ -1,4 +1,4 @@
-import { checkPythonFunctions } from './python';
+import { checkPythonFunctions, sandboxOf } from './python';
 import { pythonChecksOf } from '../config/rules/python-calls';
 import { condition, patched, workflowInfo } from '@temporalio/workflow';
 import { lineageParts, roundKey } from '../config/rules/keys';
@@ -129,7 +129,10 @@ export class RoundTrainer {
     this.data = { ...input.data, trainSha256: plan.trainSha256, evalSha256: plan.evalSha256 };
     // The user's Python functions: registered and fit for their role on a live worker, or the round ends here.
     const python = [...pythonChecksOf(input.spec), ...(input.pythonChecks ?? [])];
-    if (python.length) await checkPythonFunctions(python);
+    if (python.length) {
+      const described = await checkPythonFunctions(python);
+      this.state.result.sandbox = sandboxOf(described, [...new Set(python.map((c) => c.call.taskQueue))]);
+    }
     return plan;
   }
 

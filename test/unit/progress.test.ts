@@ -19,6 +19,26 @@ test('the live line shows the loss, and the reward of a GRPO round or the margin
   expect(renderProgress(progress({ latestMargin: 1.5 }))).toMatch(/loss 1\.250 {2}margin 1\.500 {2}GPU-min/);
 });
 
+test("status names the code sandbox the latest round's Python worker runs, or why it refuses one", () => {
+  const round = (n: number, sandbox?: string) => ({
+    round: n,
+    workflowId: `c1-r${n}`,
+    status: 'completed' as const,
+    stepsApplied: 1,
+    totalSteps: 1,
+    gpuMinutes: 0.1,
+    reportPath: `/tmp/c1/round-${n}.json`,
+    train: { path: '/tmp/train.jsonl' },
+    ...(sandbox ? { sandbox } : {}),
+  });
+  const withRounds = (...rounds: ReturnType<typeof round>[]) => renderProgress({ ...progress({}), rounds });
+  expect(withRounds(round(1, 'namespaces'), round(2, 'bubblewrap'))).toMatch(/\n {2}Python code sandbox: bubblewrap\n/);
+  expect(withRounds(round(1, 'refused: no mode that contains a program runs here'))).toMatch(
+    /Python code sandbox: refused: no mode that contains a program runs here/,
+  );
+  expect(withRounds(round(1))).not.toMatch(/sandbox/);
+});
+
 test('a round that recovered from provider failures says how often and what the latest was', () => {
   const text = renderProgress(
     progress({

@@ -260,7 +260,8 @@ test("a Python scorer drives evaluation and the campaign's target; a Python data
   const taskQueue = uniqueTaskQueue('py-campaign');
   const pythonQueue = `${taskQueue}-py`;
   const log = callsLog();
-  await pythonWorker(pythonQueue, { ROUNDHOUSE_TEST_CALLS: log });
+  // The weakest mode, asked for by name: what its describe says must reach the round's report and status.
+  await pythonWorker(pythonQueue, { ROUNDHOUSE_TEST_CALLS: log, ROUNDHOUSE_SANDBOX: 'rlimits-unsafe' });
   const python = `{ kind: python, name: has_answer_digit, taskQueue: ${pythonQueue} }`;
   const { spec, dir } = ticketCampaignSpec({
     baseUrl: env.emulator.url,
@@ -276,6 +277,9 @@ test("a Python scorer drives evaluation and the campaign's target; a Python data
   );
   expect(result.rounds.map((r) => r.status)).toEqual(['completed', 'completed']);
   const [r1, r2] = result.rounds;
+  // The Python worker's sandbox mode, in the round's summary (what status shows) and its report.
+  expect(result.rounds.map((r) => r.sandbox)).toEqual(['rlimits-unsafe', 'rlimits-unsafe']);
+  expect(JSON.parse(fs.readFileSync(r1!.reportPath, 'utf8')).sandbox).toBe('rlimits-unsafe');
   // The round's accuracy is the Python scorer's mean score over its evaluations.
   const evaluations = JSON.parse(fs.readFileSync(r1!.reportPath!.replace(/\.json$/, '.evaluations.json'), 'utf8')) as {
     completion: string;
