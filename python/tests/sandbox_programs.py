@@ -47,25 +47,36 @@ time.sleep(0.3)
 DAEMON_LEFT_BEHIND = _DAEMONIZE + "print('daemon started')\n"
 DAEMON_THEN_HANG = _DAEMONIZE + "while True:\n    time.sleep(1)\n"
 
-# Frame walking (and its traceback and gc variants): collect every string and int the bootstrap's frames or the
-# heap hold, print the strings (the runner looks for the tests' expected answer), then try to mark itself passed:
-# every 32-hex string written to every descriptor, then exit 0 without running the tests.
+# Frame walking (and its traceback and gc variants): collect every string the bootstrap's frames or the heap hold,
+# print those that look like tests or a nonce (the runner looks for the tests' expected answer), then try to mark
+# itself passed: every 32-hex string written to every descriptor, then exit 0 without running the tests.
 _FORGE = """
 import os, re
 strings = set()
-def collect(value):
+seen = set()
+def collect(value, depth=0):
     if isinstance(value, str):
         strings.add(value)
-    elif isinstance(value, (bytes, bytearray)):
+        return
+    if isinstance(value, (bytes, bytearray)):
         strings.add(bytes(value).decode("latin-1"))
-    elif isinstance(value, dict):
+        return
+    if depth > 6 or id(value) in seen:
+        return
+    seen.add(id(value))
+    if isinstance(value, dict):
         for key, item in list(value.items()):
-            for found in (key, item):
-                if isinstance(found, (str, bytes, bytearray)):
-                    collect(found)
+            collect(key, depth + 1)
+            collect(item, depth + 1)
+    elif isinstance(value, (list, tuple, set, frozenset)):
+        for item in list(value):
+            collect(item, depth + 1)
 FIND
-print("\\n".join(sorted(strings)))
 nonces = {match for text in strings for match in re.findall(r"[0-9a-f]{32}", text)}
+print("\\n".join(sorted(text for text in strings if "assert" in text)))
+print("\\n".join(sorted(nonces)))
+import sys
+sys.stdout.flush()
 for fd in range(3, 64):
     for nonce in nonces:
         try:
