@@ -16,10 +16,10 @@ none can run (then ``run()`` raises ``SandboxUnavailableError``):
 
 ``namespaces``
     A root worker without a working bwrap: the bootstrap itself unshares mount, pid, network, IPC and UTS
-    namespaces, mounts a fresh ``/proc`` (only the sandbox's own processes) and tmpfs at ``/tmp``, ``/var/tmp`` and
-    ``/dev/shm``. No network interface but loopback. Unlike bubblewrap the rest of the host's file tree stays in
-    view: the program (a private uid) can read what the host leaves world-readable, but not the worker's files
-    (0600), its environment, or the artifact store (written 0640 in 0750 directories).
+    namespaces and pivots into a root of its own that holds what bubblewrap's does: read-only binds of ``/usr``, the
+    system directories, ``/etc/ld.so.cache`` and the interpreter's prefixes, a fresh ``/proc`` (the sandbox's own
+    processes only), ``/dev/null``, ``zero``, ``full``, ``random`` and ``urandom``, and size-capped tmpfs at ``/tmp``
+    and ``/dev/shm``. No network interface but loopback.
 
 ``rlimits-unsafe``
     Only when asked (``ROUNDHOUSE_SANDBOX=rlimits-unsafe``): resource limits, an empty environment and a fresh
@@ -70,6 +70,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = ["SandboxResult", "SandboxUnavailableError", "isolation", "run"]
 
@@ -223,7 +224,9 @@ import ctypes, json, linecache, os, resource, select, signal, sys, time, traceba
 
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
 CLONE_NEWPID, CLONE_NEWNET = 0x20000000, 0x40000000
-MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x8, 0x4000, 0x40000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND = 0x1, 0x2, 0x4, 0x8, 0x20, 0x1000
+MS_REC, MS_PRIVATE, MNT_DETACH = 0x4000, 0x40000, 0x2
+SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 4, 36, 38
 CODE_RAN, TESTS_RAN = b"C", b"T"
 libc = ctypes.CDLL(None, use_errno=True)
@@ -247,7 +250,7 @@ def exit_code(status):
     return 128 - code if code < 0 else code
 
 
-def enter_namespaces(scratch_bytes, cwd):
+def enter_namespaces(scratch_bytes, cwd, tree):
     # "namespaces": this process stays outside and exits as the inside did; its child is the namespace's init, which
     # dies with it (parent-death signal), and the kernel kills every process of the namespace with its init.
     check(libc.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS), "unshare")
@@ -256,14 +259,58 @@ def enter_namespaces(scratch_bytes, cwd):
         os._exit(exit_code(os.waitpid(init, 0)[1]))
     check(libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "set the parent-death signal")
     check(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "make mounts private")
-    check(libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None), "mount a fresh /proc")
-    options = f"size={scratch_bytes},mode=1777".encode()
-    for scratch in ("/tmp", "/var/tmp", "/dev/shm"):
-        if os.path.isdir(scratch):
-            check(libc.mount(b"tmpfs", scratch.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options), "mount " + scratch)
+    enter_private_root(scratch_bytes, tree)
     os.mkdir(cwd)
     os.chmod(cwd, 0o1777)
     os.chdir(cwd)
+
+
+def mount_tmpfs(path, size, mode):
+    options = f"size={size},mode={mode:o}".encode()
+    check(libc.mount(b"tmpfs", path.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options), "mount a tmpfs at " + path)
+
+
+def bind_read_only(source, target):
+    check(libc.mount(source.encode(), target.encode(), None, MS_BIND | MS_REC, None), "bind " + source)
+    flags = MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV
+    check(libc.mount(None, target.encode(), None, flags, None), "make " + source + " read-only")
+
+
+def enter_private_root(scratch_bytes, tree):
+    # A root of its own, as bubblewrap gives: the host's tree is out of sight but for read-only /usr, the system
+    # directories and the interpreter; a fresh /proc (this pid namespace's processes only), a few devices, tmpfs.
+    new_root = "/tmp"
+    mount_tmpfs(new_root, 1 << 20, 0o755)
+    for path in tree["binds"]:
+        target = new_root + path
+        if os.path.isdir(path):
+            os.makedirs(target, exist_ok=True)
+        else:
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            open(target, "w").close()
+        bind_read_only(path, target)
+    for link, target in tree["links"]:
+        os.symlink(target, new_root + link)
+    os.makedirs(new_root + "/dev/shm")
+    for device in ("null", "zero", "full", "random", "urandom"):
+        target = f"{new_root}/dev/{device}"
+        open(target, "w").close()
+        check(libc.mount(f"/dev/{device}".encode(), target.encode(), None, MS_BIND, None), "bind /dev/" + device)
+    os.mkdir(new_root + "/proc")
+    proc_flags = MS_NOSUID | MS_NODEV | MS_NOEXEC
+    check(libc.mount(b"proc", (new_root + "/proc").encode(), b"proc", proc_flags, None), "mount a fresh /proc")
+    for scratch in ("/tmp", "/dev/shm"):
+        os.makedirs(new_root + scratch, exist_ok=True)
+        mount_tmpfs(new_root + scratch, scratch_bytes, 0o1777)
+    os.mkdir(new_root + "/.old-root")
+    number = SYS_PIVOT_ROOT.get(os.uname().machine)
+    if number is None:
+        raise OSError(f"pivot_root: no syscall number known for {os.uname().machine}")
+    check(libc.syscall(number, new_root.encode(), (new_root + "/.old-root").encode()), "pivot_root")
+    os.chdir("/")
+    check(libc.umount2(b"/.old-root", MNT_DETACH), "detach the host's tree")
+    os.rmdir("/.old-root")
+    check(libc.mount(None, b"/", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, None), "make the root read-only")
 
 
 def descendants(root):
@@ -421,12 +468,12 @@ def supervise(job_fd, status_fd, program_pid, job_write, report_read):
 
 
 def main():
-    job_fd, status_fd, mode, scratch_bytes, cwd = sys.argv[1:6]
+    job_fd, status_fd, mode, scratch_bytes, cwd, tree = sys.argv[1:7]
     job_fd, status_fd, scratch_bytes = int(job_fd), int(status_fd), int(scratch_bytes)
     for fd in (job_fd, status_fd):
         os.set_inheritable(fd, False)
     if mode == "namespaces":
-        enter_namespaces(scratch_bytes, cwd)
+        enter_namespaces(scratch_bytes, cwd, json.loads(tree))
     # Not dumpable: the program (same uid when the worker is not root) can neither ptrace this process nor read its
     # memory through /proc.
     check(libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "make the supervisor undumpable")
@@ -492,7 +539,8 @@ def _execute(code: str, tests: str, limits: _Limits, mode: str, python: str) -> 
                 "max_processes": limits.max_processes + (1 if uid is None else 0),
                 "uid": uid,
             }
-            tail = [mode, str(limits.memory_bytes), _SANDBOX_CWD]
+            tree = _visible_tree(python) if mode == NAMESPACES else {}
+            tail = [mode, str(limits.memory_bytes), _SANDBOX_CWD, json.dumps(tree)]
             try:
                 return _supervise(argv, tail, job, env, workdir, limits, mode)
             finally:
@@ -709,15 +757,25 @@ def _bubblewrap_argv(python: str, env: dict[str, str], limits: _Limits, *, as_ro
     argv += ["--size", scratch, "--perms", "1777", "--tmpfs", "/tmp"]
     argv += ["--size", scratch, "--perms", "1777", "--tmpfs", "/dev/shm"]
     argv += ["--perms", "1777", "--dir", _SANDBOX_CWD, "--chdir", _SANDBOX_CWD]
-    argv += ["--ro-bind", "/usr", "/usr", "--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache"]
+    tree = _visible_tree(python)
+    for path in tree["binds"]:
+        argv += ["--ro-bind", path, path]
+    for link, target in tree["links"]:
+        argv += ["--symlink", target, link]
+    return argv
+
+
+def _visible_tree(python: str) -> dict[str, list[Any]]:
+    """What a sandbox with a root of its own sees of the host, read-only: /usr, the system directories (links into
+    /usr on merged-/usr hosts), the dynamic linker's cache and the interpreter's own directories."""
+    binds = ["/usr", *(["/etc/ld.so.cache"] if os.path.isfile("/etc/ld.so.cache") else [])]
+    links = []
     for top in _SYSTEM_DIRS:
         if os.path.islink(top):
-            argv += ["--symlink", os.readlink(top), top]
+            links.append([top, os.readlink(top)])
         elif os.path.isdir(top):
-            argv += ["--ro-bind", top, top]
-    for root in _interpreter_roots(python):
-        argv += ["--ro-bind", root, root]
-    return argv
+            binds.append(top)
+    return {"binds": [*binds, *_interpreter_roots(python)], "links": links}
 
 
 @functools.lru_cache(maxsize=16)
