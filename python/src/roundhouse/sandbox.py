@@ -450,7 +450,8 @@ def supervise(job_fd, status_fd, program_pid, job_write, report_read):
             except BlockingIOError:
                 continue
             if not data:
-                watching.remove(report_read) if report_read in watching else None
+                if report_read in watching:
+                    watching.remove(report_read)
                 continue
             reports += data
             if bytes(reports) == CODE_RAN and not tests_sent:
