@@ -131,10 +131,14 @@ def test_isolation_names_the_strongest_mode_and_unsafe_runs_only_when_asked(monk
             run("pass")
 
 
-def test_python_m_roundhouse_sandbox_prints_the_mode(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_python_m_roundhouse_sandbox_prints_the_mode_or_the_refusal(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ROUNDHOUSE_SANDBOX", "rlimits-unsafe")
     said = subprocess.run([sys.executable, "-m", "roundhouse", "sandbox"], capture_output=True, text=True, check=True)
     assert said.stdout.strip() == "sandbox isolation: rlimits-unsafe"
+    monkeypatch.setenv("ROUNDHOUSE_SANDBOX", "docker")
+    refused = subprocess.run([sys.executable, "-m", "roundhouse", "sandbox"], capture_output=True, text=True)
+    assert refused.returncode == 1
+    assert refused.stdout.startswith("sandbox isolation: refused: ROUNDHOUSE_SANDBOX='docker' is not a mode")
 
 
 def test_correct_code_passes_its_tests(mode: str) -> None:

@@ -43,15 +43,18 @@ def main(argv: list[str] | None = None) -> int:
         help=f"the task queue the spec names (default: $ROUNDHOUSE_PYTHON_TASK_QUEUE, else {DEFAULT_TASK_QUEUE})",
     )
     worker.add_argument("--max-concurrent-activities", type=int, default=100)
-    commands.add_parser("sandbox", help="say which sandbox isolation this host gives model-written code")
+    commands.add_parser(
+        "sandbox", help="say which sandbox mode runs model-written code on this host, or why run() refuses (exit 1)"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     if args.command == "sandbox":
         from roundhouse import sandbox
 
-        print(f"sandbox isolation: {sandbox.isolation()}")
-        return 0
+        mode = sandbox.isolation()
+        print(f"sandbox isolation: {mode}")
+        return 1 if mode.startswith(sandbox.REFUSED) else 0
     try:
         settings = settings_from_env(task_queue=args.task_queue)
     except ConfigError as err:
