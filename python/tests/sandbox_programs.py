@@ -1,8 +1,8 @@
 """Hostile programs for roundhouse.sandbox, shared by the worker-as-root tests and the unprivileged-user driver.
 
 Each is Python source with placeholders the runner fills: WORKER_PID (a process holding a planted secret in its
-environment), STORE_FILE (a file the artifact store wrote), MARKER (unique per run), PORT (a listening socket).
-Kept free of pytest and of roundhouse: the unprivileged driver imports it with the system interpreter.
+environment), SECRET_FILE (a file of the worker's, 0600, holding that secret), STORE_FILE (a file the artifact store
+wrote), MARKER (unique per run), PORT (a listening socket). The unprivileged driver gets them as text.
 """
 
 from __future__ import annotations
@@ -16,6 +16,13 @@ for path in ("/proc/WORKER_PID/environ", "/proc/1/environ", "/proc/self/environ"
     except OSError as error:
         print(path, "refused:", type(error).__name__)
 print(dict(os.environ))
+"""
+
+READ_WORKER_FILE = """
+try:
+    print("read:", open("SECRET_FILE").read())
+except OSError as error:
+    print("refused:", type(error).__name__)
 """
 
 READ_STORE_FILE = """

@@ -234,6 +234,7 @@ def test_the_artifact_store_is_out_of_reach(mode: str) -> None:
     if not ROOT:
         pytest.skip("a sandbox of a non-root worker runs as the worker's uid: only a mount namespace hides the store")
     # Outside /tmp (which the namespaced modes replace), under a world-readable directory, as a real store would be.
+    (REPO / ".roundhouse").mkdir(exist_ok=True)
     base = Path(tempfile.mkdtemp(prefix="store-", dir=REPO / ".roundhouse"))
     try:
         base.chmod(0o755)
@@ -399,6 +400,7 @@ def drive(command: list[str], cwd: Path, env: dict[str, str], cases: dict[str, d
 def hostile_cases(marker: str, answer: str, port: int) -> dict[str, dict[str, Any]]:
     return {
         "environ": {"code": programs.READ_WORKER_ENVIRON},
+        "files": {"code": programs.READ_WORKER_FILE},
         "network": {"code": programs.fill(programs.CONNECT, PORT=port), "tests": "assert True"},
         "daemon": {"code": programs.fill(programs.DAEMON_THEN_HANG, MARKER=marker), "timeout": 1.5},
         "frames": {"code": programs.FRAME_WALK, "tests": f"assert solve() == {answer!r}"},
@@ -433,6 +435,7 @@ def test_unprivileged_under_bubblewrap_every_hostile_program_is_contained(
     assert said["isolation"] == "bubblewrap"
     assert {result["isolation"] for result in results.values()} == {"bubblewrap"}
     assert secret not in results["environ"]["stdout"] and results["environ"]["passed"]
+    assert results["files"]["stdout"].startswith("refused:"), results["files"]["stdout"]
     assert "connected" not in results["network"]["stdout"] and not results["network"]["passed"]
     assert results["daemon"]["timed_out"] and processes_with(marker) == []
     for walk in ("frames", "gc"):
@@ -459,7 +462,9 @@ def test_unprivileged_without_bubblewrap_run_refuses_unless_rlimits_unsafe_is_as
     unsafe = drive(command, home, unprivileged_env(str(no_bwrap), secret, ROUNDHOUSE_SANDBOX="rlimits-unsafe"), cases)
     results = unsafe["results"]
     assert {result["isolation"] for result in results.values()} == {"rlimits-unsafe"}
-    assert secret in results["environ"]["stdout"]  # what "unsafe" means here: the worker's own environment shows
+    # What "unsafe" means here: the worker's own environment and files show.
+    assert secret in results["environ"]["stdout"]
+    assert results["files"]["stdout"] == f"read: {secret}\n"
     # What it still holds: the process tree, the nonce and tests, forks, memory.
     assert results["daemon"]["timed_out"] and processes_with(marker) == []
     for walk in ("frames", "gc"):
