@@ -125,6 +125,49 @@ for found in gc.get_objects():
 """,
 )
 
+# The supervisor's side: read its memory through /proc for the nonce and the tests, then write every 32-hex string
+# found into each of its descriptors (reopened through /proc/<pid>/fd), then exit 0 without running the tests.
+SUPERVISOR_MEMORY = r"""
+import os, re, sys
+supervisor = os.getppid()
+nonces = set()
+try:
+    with open(f"/proc/{supervisor}/maps") as maps, open(f"/proc/{supervisor}/mem", "rb", 0) as memory:
+        for line in maps.read().splitlines():
+            span, permissions = line.split()[:2]
+            start, end = (int(edge, 16) for edge in span.split("-"))
+            if not permissions.startswith("r") or end - start > 64 << 20:
+                continue
+            try:
+                memory.seek(start)
+                chunk = memory.read(end - start)
+            except (OSError, OverflowError, ValueError):
+                continue
+            nonces.update(found.decode() for found in re.findall(rb"[0-9a-f]{32}", chunk))
+            for tests in re.findall(rb"assert solve\(\) == '[^']*'", chunk):
+                print("found the tests:", tests.decode())
+    print("read the supervisor's memory")
+except OSError as error:
+    print("memory refused:", type(error).__name__)
+try:
+    descriptors = os.listdir(f"/proc/{supervisor}/fd")
+except OSError as error:
+    descriptors = []
+    print("descriptors refused:", type(error).__name__)
+for name in descriptors:
+    try:
+        fd = os.open(f"/proc/{supervisor}/fd/{name}", os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:
+        continue
+    for nonce in nonces:
+        try:
+            os.write(fd, nonce.encode())
+        except OSError:
+            break
+sys.stdout.flush()
+os._exit(0)
+"""
+
 FORK_BOMB = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
 MEMORY_HOG = "block = bytearray(4 * 1024**3)\nprint(len(block))"
 

@@ -163,7 +163,9 @@ def test_exiting_zero_before_the_tests_run_does_not_pass(mode: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "walk", [programs.FRAME_WALK, programs.TRACEBACK_WALK, programs.GC_WALK], ids=["frames", "traceback", "gc"]
+    "walk",
+    [programs.FRAME_WALK, programs.TRACEBACK_WALK, programs.GC_WALK, programs.SUPERVISOR_MEMORY],
+    ids=["frames", "traceback", "gc", "supervisor-memory"],
 )
 def test_walking_frames_or_the_heap_finds_neither_the_tests_nor_a_way_to_pass(mode: str, walk: str) -> None:
     answer = f"answer-{uuid.uuid4()}"
@@ -405,6 +407,7 @@ def hostile_cases(marker: str, answer: str, port: int) -> dict[str, dict[str, An
         "daemon": {"code": programs.fill(programs.DAEMON_THEN_HANG, MARKER=marker), "timeout": 1.5},
         "frames": {"code": programs.FRAME_WALK, "tests": f"assert solve() == {answer!r}"},
         "gc": {"code": programs.GC_WALK, "tests": f"assert solve() == {answer!r}"},
+        "supervisor": {"code": programs.SUPERVISOR_MEMORY, "tests": f"assert solve() == {answer!r}"},
         "fork bomb": {"code": programs.FORK_BOMB, "timeout": 1.5},
         "memory": {"code": programs.MEMORY_HOG, "tests": "assert True"},
         "correct": {"code": "def add(a, b):\n    return a + b", "tests": "assert add(2, 3) == 5"},
@@ -438,8 +441,9 @@ def test_unprivileged_under_bubblewrap_every_hostile_program_is_contained(
     assert results["files"]["stdout"].startswith("refused:"), results["files"]["stdout"]
     assert "connected" not in results["network"]["stdout"] and not results["network"]["passed"]
     assert results["daemon"]["timed_out"] and processes_with(marker) == []
-    for walk in ("frames", "gc"):
+    for walk in ("frames", "gc", "supervisor"):
         assert answer not in results[walk]["stdout"] and not results[walk]["passed"]
+    assert "memory refused" in results["supervisor"]["stdout"], results["supervisor"]["stdout"]
     assert results["fork bomb"]["timed_out"] and not results["fork bomb"]["passed"]
     assert "MemoryError" in results["memory"]["stderr"] and not results["memory"]["passed"]
     assert results["correct"]["passed"], results["correct"]["stderr"]
@@ -467,8 +471,9 @@ def test_unprivileged_without_bubblewrap_run_refuses_unless_rlimits_unsafe_is_as
     assert results["files"]["stdout"] == f"read: {secret}\n"
     # What it still holds: the process tree, the nonce and tests, forks, memory.
     assert results["daemon"]["timed_out"] and processes_with(marker) == []
-    for walk in ("frames", "gc"):
+    for walk in ("frames", "gc", "supervisor"):
         assert answer not in results[walk]["stdout"] and not results[walk]["passed"]
+    assert "memory refused" in results["supervisor"]["stdout"], results["supervisor"]["stdout"]
     assert results["fork bomb"]["timed_out"] and not results["fork bomb"]["passed"]
     assert "MemoryError" in results["memory"]["stderr"] and not results["memory"]["passed"]
     assert results["correct"]["passed"], results["correct"]["stderr"]
