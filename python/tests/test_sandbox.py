@@ -179,7 +179,8 @@ def test_walking_frames_or_the_heap_finds_neither_the_tests_nor_a_way_to_pass(mo
 def test_a_setsid_daemon_dies_with_the_run(mode: str, program: str) -> None:
     marker = daemon_marker()
     source = programs.DAEMON_LEFT_BEHIND if program == "left-behind" else programs.DAEMON_THEN_HANG
-    result = run(programs.fill(source, MARKER=marker), timeout=2)
+    # Left behind: time enough to exit on its own under load; at the deadline: killed while its daemon runs.
+    result = run(programs.fill(source, MARKER=marker), timeout=10 if program == "left-behind" else 1.2)
     assert result.timed_out == (program == "at-the-deadline"), result.stderr
     assert processes_with(marker) == []
 
@@ -195,10 +196,10 @@ def test_a_setsid_daemon_dies_with_the_run(mode: str, program: str) -> None:
 )
 def test_a_fork_bomb_is_contained_and_the_next_run_is_unharmed(mode: str, bomb: str) -> None:
     started = time.monotonic()
-    result = run(bomb, timeout=1.5)
+    result = run(bomb, timeout=1)
     assert not result.passed
     assert result.timed_out
-    assert time.monotonic() - started < 1.5 + 4
+    assert time.monotonic() - started < 1 + 4
 
     after = run("import os\nchild = os.fork()\nif child == 0:\n    os._exit(0)\nos.waitpid(child, 0)", "assert True")
     assert after.passed, after.stderr
@@ -410,11 +411,11 @@ def hostile_cases(marker: str, answer: str, port: int) -> dict[str, dict[str, An
         "environ": {"code": programs.READ_WORKER_ENVIRON},
         "files": {"code": programs.READ_WORKER_FILE},
         "network": {"code": programs.fill(programs.CONNECT, PORT=port), "tests": "assert True"},
-        "daemon": {"code": programs.fill(programs.DAEMON_THEN_HANG, MARKER=marker), "timeout": 1.5},
+        "daemon": {"code": programs.fill(programs.DAEMON_THEN_HANG, MARKER=marker), "timeout": 1.2},
         "frames": {"code": programs.FRAME_WALK, "tests": f"assert solve() == {answer!r}"},
         "gc": {"code": programs.GC_WALK, "tests": f"assert solve() == {answer!r}"},
         "supervisor": {"code": programs.SUPERVISOR_MEMORY, "tests": f"assert solve() == {answer!r}"},
-        "fork bomb": {"code": programs.FORK_BOMB, "timeout": 1.5},
+        "fork bomb": {"code": programs.FORK_BOMB, "timeout": 1},
         "memory": {"code": programs.MEMORY_HOG, "tests": "assert True"},
         "correct": {"code": "def add(a, b):\n    return a + b", "tests": "assert add(2, 3) == 5"},
     }
