@@ -1,9 +1,7 @@
 import { WorkflowExecutionAlreadyStartedError, WorkflowIdReusePolicy, type Client } from '@temporalio/client';
-import { readJson } from './files';
-import { championPath } from './promotion';
+import { readChampion } from './promotion';
 import type { CampaignInput } from '../workflows/campaign-contract';
 import type { NotificationInput } from '../workflows/notify-contract';
-import type { ChampionRecord } from '../workflows/promotion-contract';
 
 /**
  * Scheduled retraining, looked at from outside: per campaign schedule, its last run and how that run ended, the
@@ -39,7 +37,7 @@ export async function campaignSchedules(client: Client, taskQueue?: string): Pro
         .then((w) => w.status.name.toLowerCase())
         .catch(() => 'unknown');
     const line = input.spec.promotion?.line;
-    const champion = line ? await readJson<ChampionRecord>(championPath(input.reportRoot, line)).catch(() => undefined) : undefined;
+    const champion = line ? (await readChampion(input.reportRoot, line).catch(() => undefined))?.record : undefined;
     out.push({
       input,
       health: {

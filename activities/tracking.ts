@@ -426,3 +426,15 @@ export async function registerChampion(
   if ((await client.aliasVersion(record.line, CHAMPION_ALIAS)) !== version) await client.setAlias(record.line, CHAMPION_ALIAS, version);
   return { name: record.line, version };
 }
+
+/**
+ * Moves the `champion` alias to the version registered for `decisionId`, when there is one: the alias follows the
+ * champion recorded last, never the last registration to finish. No version yet: its own registration moves it.
+ */
+export async function pointChampionAlias(track: Tracked, line: string, decisionId: string): Promise<void> {
+  const target = trackingTarget(track);
+  if (!target) return;
+  const client = clientFor(target.uri);
+  const version = (await client.modelVersions(line)).find((v) => v.tags[DECISION_TAG] === decisionId)?.version;
+  if (version && (await client.aliasVersion(line, CHAMPION_ALIAS)) !== version) await client.setAlias(line, CHAMPION_ALIAS, version);
+}

@@ -1,7 +1,7 @@
 import { ParentClosePolicy, condition, log, startChild } from '@temporalio/workflow';
 import type { CampaignSpec, NotifyEvent } from '../config/io/spec';
 import type { ProvisioningWait } from '../config/rules/capacity';
-import type { CampaignResult } from './campaign-contract';
+import type { CampaignProgress, CampaignResult } from './campaign-contract';
 import { failureReasonOf, isCancellation } from './failures';
 import { notifyWorkflow } from './notify';
 
@@ -76,6 +76,18 @@ export class CampaignNotifier {
       }
       await condition(() => over() || waiting()?.sinceMs !== wait.sinceMs, left);
     }
+  }
+
+  /** The campaign's own failure (it threw: a data policy, its promotion, a summary write), told before it fails. */
+  async failed(error: string, progress: CampaignProgress): Promise<void> {
+    await this.notify('campaign.failed', `Roundhouse campaign ${this.campaignId} failed: ${error}`, {
+      status: 'failed',
+      error,
+      rounds: progress.rounds.length,
+      best: progress.best ?? null,
+      gpuMinutes: progress.gpuMinutes,
+      summaryPath: progress.summaryPath,
+    });
   }
 
   /** The campaign's own end, told: completed, failed, or stopped (by a limit or a request). */

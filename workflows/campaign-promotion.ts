@@ -1,7 +1,9 @@
-import { ParentClosePolicy, condition, executeChild, proxyActivities, setHandler } from '@temporalio/workflow';
+import { ParentClosePolicy, condition, executeChild, patched, proxyActivities, setHandler } from '@temporalio/workflow';
 import type { PromotionActivities } from '../activities/promotion';
 import type { CampaignSpec } from '../config/io/spec';
 import { checkpointRefsMemo } from '../config/rules/retention';
+import { stageSpecOf } from '../config/rules/stages';
+import { bestOf } from './best-round';
 import type { CampaignCarriedState, CampaignResult } from './campaign-contract';
 import type { CampaignNotifier } from './campaign-notify';
 import { failureReasonOf, isCancellation } from './failures';
@@ -11,6 +13,7 @@ import {
   validateApproval,
   type PromotionApproval,
   type PromotionDecision,
+  type PromotionMeasure,
   type PromotionState,
 } from './promotion-contract';
 import type { RoundInput } from './round-contract';
@@ -81,17 +84,24 @@ export class CampaignPromotion {
   }
 
   /**
-   * Champion and challenger: the campaign's best round (by eval) against the line's champion on the same rows (the
-   * champion re-scored by an evaluation-only round when its figures are for other rows), then, if it wins, an
-   * approval when the rule asks for one (waiting durably, at most `approvalTimeout`), then the record: the decision
-   * always, the new champion on a promotion, and its registry version and alias where the campaign is tracked.
+   * Champion and challenger: the campaign's best round (by eval; in a staged campaign, the last stage's) against the
+   * line's champion measured alike (the champion re-scored by an evaluation-only round when its figures are for other
+   * rows, scorer or sampling), then, if it wins, an approval when the rule asks for one (waiting durably, at most
+   * `approvalTimeout`), then the record: the decision always, the new champion on a promotion, and its registry
+   * version and alias where the campaign is tracked. The record is made only if the champion is still the one judged
+   * against; if another campaign crowned one meanwhile, the challenger is judged again against it (an approval given
+   * stands: it approved the challenger).
    */
   async promote(final: CampaignResult): Promise<void> {
     const rule = this.host.spec.promotion!;
     const line = rule.line;
-    const on = rule.on ?? (this.host.spec.data.test ? 'test' : 'eval');
-    const best = final.best;
-    const bestRound = best && this.host.carried.rounds.find((r) => r.round === best.round);
+    const { spec, carried } = this.host;
+    // A staged campaign's challenger is its last stage's best round, measured on that stage's sets.
+    const lastStage = spec.stages && patched('promotion-last-stage') ? spec.stages.length : undefined;
+    const measured = lastStage ? stageSpecOf(spec, lastStage - 1) : spec;
+    const on = rule.on ?? (measured.data.test ? 'test' : 'eval');
+    const best = lastStage ? bestOf(carried.rounds.filter((r) => r.stage === lastStage)).best : final.best;
+    const bestRound = best && carried.rounds.find((r) => r.round === best.round);
     if (!best?.checkpointId || !bestRound) {
       this.state = { line, status: 'skipped', reason: 'no completed round with a checkpoint to put forward' };
       return;
@@ -110,55 +120,30 @@ export class CampaignPromotion {
         rule: { on, minGain: rule.minGain },
         reportRoot: this.host.reportRoot,
         challenger,
+        measure: measureOf(measured),
         ...(rescoredChampion ? { rescoredChampion } : {}),
       });
     this.state = { line, status: 'deciding' };
-    let decision: PromotionDecision = await judge();
-    if (decision.verdict === 'rescore') {
-      this.state = { line, status: 'rescoring', decision, reason: decision.reason };
-      await this.host.saveProgress();
-      const rescored = await this.rescoreChampion(decision.champion!.checkpointId);
-      decision = rescored.reportPath
-        ? await judge({ reportPath: rescored.reportPath })
-        : { ...decision, verdict: 'keep', reason: `the champion could not be re-scored on the challenger's rows: ${rescored.error}` };
-      if (decision.verdict === 'rescore') decision = { ...decision, verdict: 'keep', reason: `after re-scoring, ${decision.reason}` };
-    }
+    let decision = await this.decide(line, judge, 0);
     let approval: PromotionApproval | undefined;
-    if (decision.verdict === 'promote' && rule.approval === 'manual') {
-      const since = Date.now();
-      this.state = {
-        line,
-        status: 'pending-approval',
-        decision,
-        reason: decision.reason,
-        pendingSinceMs: since,
-        timeoutAtMs: since + rule.approvalTimeout,
-      };
-      await this.host.saveProgress();
-      await this.host.notifier.notify(
-        'promotion.pending',
-        `Roundhouse: a challenger for ${line} waits for approval (${decision.reason}): roundhouse approve ${this.host.campaignId}, or roundhouse reject ${this.host.campaignId} --reason "…"; rejected at ${new Date(since + rule.approvalTimeout).toISOString()} without an answer`,
-        { line, decision, timeoutAt: new Date(since + rule.approvalTimeout).toISOString() },
-      );
-      // `roundhouse stop` while it waits ends the wait too: the challenger is not promoted.
-      const answered = await condition(() => this.approval !== undefined || this.host.carried.stop !== undefined, rule.approvalTimeout);
-      approval =
-        this.approval ??
-        (answered
-          ? { approved: false, by: 'stop', reason: 'the campaign was stopped while the promotion waited for approval', atMs: Date.now() }
-          : {
-              approved: false,
-              by: 'approvalTimeout',
-              reason: `no approval within ${formatDuration(rule.approvalTimeout)}`,
-              atMs: Date.now(),
-            });
+    if (decision.verdict === 'promote' && rule.approval === 'manual') approval = await this.awaitApproval(line, decision);
+    const recordOf = (d: PromotionDecision) =>
+      this.activities.recordPromotion({
+        reportRoot: this.host.reportRoot,
+        decision: d,
+        atMs: Date.now(),
+        ...(approval ? { approval } : {}),
+      });
+    let recorded = await recordOf(decision);
+    // Another campaign crowned a champion since the judgement: judged again, against that one, on the same rows.
+    for (let again = 1; recorded && 'changedSince' in recorded && patched('promotion-rejudge'); again++) {
+      const changed = recorded.changedSince;
+      this.state = { line, status: 'deciding', reason: changed };
+      decision = await this.decide(line, judge, again);
+      decision = { ...decision, reason: `${decision.reason} (judged again: ${changed})` };
+      recorded = await recordOf(decision);
     }
-    const record = await this.activities.recordPromotion({
-      reportRoot: this.host.reportRoot,
-      decision,
-      atMs: Date.now(),
-      ...(approval ? { approval } : {}),
-    });
+    const record = recorded && !('changedSince' in recorded) ? recorded : undefined;
     let registry: { name: string; version: string } | undefined;
     let registryError: string | undefined;
     if (record) {
@@ -190,21 +175,74 @@ export class CampaignPromotion {
     );
   }
 
+  /** A judgement, with the champion re-scored first when its figures are not like the challenger's. */
+  private async decide(
+    line: string,
+    judge: (rescoredChampion?: { reportPath: string }) => Promise<PromotionDecision>,
+    attempt: number,
+  ): Promise<PromotionDecision> {
+    let decision = await judge();
+    if (decision.verdict !== 'rescore') return decision;
+    this.state = { line, status: 'rescoring', decision, reason: decision.reason };
+    await this.host.saveProgress();
+    const rescored = await this.rescoreChampion(decision.champion!.checkpointId, attempt);
+    decision = rescored.reportPath
+      ? await judge({ reportPath: rescored.reportPath })
+      : { ...decision, verdict: 'keep', reason: `the champion could not be re-scored on the challenger's rows: ${rescored.error}` };
+    if (decision.verdict === 'rescore') decision = { ...decision, verdict: 'keep', reason: `after re-scoring, ${decision.reason}` };
+    return decision;
+  }
+
+  /** A person's approval of a winning challenger, waited for durably (at most `approvalTimeout`; a stop ends the wait). */
+  private async awaitApproval(line: string, decision: PromotionDecision): Promise<PromotionApproval> {
+    const rule = this.host.spec.promotion!;
+    const since = Date.now();
+    this.state = {
+      line,
+      status: 'pending-approval',
+      decision,
+      reason: decision.reason,
+      pendingSinceMs: since,
+      timeoutAtMs: since + rule.approvalTimeout,
+    };
+    await this.host.saveProgress();
+    await this.host.notifier.notify(
+      'promotion.pending',
+      `Roundhouse: a challenger for ${line} waits for approval (${decision.reason}): roundhouse approve ${this.host.campaignId}, or roundhouse reject ${this.host.campaignId} --reason "…"; rejected at ${new Date(since + rule.approvalTimeout).toISOString()} without an answer`,
+      { line, decision, timeoutAt: new Date(since + rule.approvalTimeout).toISOString() },
+    );
+    // `roundhouse stop` while it waits ends the wait too: the challenger is not promoted.
+    const answered = await condition(() => this.approval !== undefined || this.host.carried.stop !== undefined, rule.approvalTimeout);
+    return (
+      this.approval ??
+      (answered
+        ? { approved: false, by: 'stop', reason: 'the campaign was stopped while the promotion waited for approval', atMs: Date.now() }
+        : {
+            approved: false,
+            by: 'approvalTimeout',
+            reason: `no approval within ${formatDuration(rule.approvalTimeout)}`,
+            atMs: Date.now(),
+          })
+    );
+  }
+
   /** The champion measured on this campaign's rows: an evaluation-only round from its checkpoint (no step trained). */
-  private async rescoreChampion(checkpointId: string): Promise<{ reportPath?: string; error?: string }> {
+  private async rescoreChampion(checkpointId: string, attempt: number): Promise<{ reportPath?: string; error?: string }> {
+    // A re-judgement's re-scoring has ids (and idempotency keys) of its own: the first one's would be found again.
+    const again = attempt > 0 ? `-${attempt + 1}` : '';
     const input: RoundInput = {
       ...this.host.nextRoundInput(),
-      campaignId: `${this.host.campaignId}-champion`,
+      campaignId: `${this.host.campaignId}-champion${again}`,
       round: 1,
       startFrom: { checkpointId, loadOptimizer: false },
-      reportDir: `${this.host.dir}/champion`,
+      reportDir: `${this.host.dir}/champion${again}`,
       evaluateOnly: true,
       pool: undefined,
       pythonChecks: undefined,
     };
     try {
       const result = await executeChild(roundWorkflow, {
-        workflowId: `${this.host.campaignId}-champion-rescore`,
+        workflowId: `${this.host.campaignId}-champion-rescore${again}`,
         args: [input],
         parentClosePolicy: ParentClosePolicy.REQUEST_CANCEL,
         memo: checkpointRefsMemo([checkpointId]),
@@ -215,6 +253,21 @@ export class CampaignPromotion {
       return { error: failureReasonOf(err) ?? 'the round failed' };
     }
   }
+}
+
+/** How a campaign's figures are measured: its base model, scorer and sampling (what a python scorer's retries are is not). */
+function measureOf(spec: CampaignSpec): PromotionMeasure {
+  const { scorer, pattern, caseSensitive, normalizeWhitespace } = spec.evaluation;
+  return {
+    baseModel: spec.provider.model,
+    scorer: {
+      scorer: typeof scorer === 'string' ? scorer : { kind: 'python', name: scorer.name },
+      ...(pattern !== undefined ? { pattern } : {}),
+      caseSensitive,
+      normalizeWhitespace,
+    },
+    sampling: { ...spec.sampling },
+  };
 }
 
 /** 72h, 30m, 45s: how an approval timeout is said. */

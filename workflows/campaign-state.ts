@@ -46,6 +46,7 @@ import {
   roundSpecOf,
 } from './round-contract';
 import { roundWorkflow } from './round';
+import { bestOf } from './best-round';
 
 /**
  * What a campaign knows while it runs: what it carries across continue-as-new (summaries, limits, the next round's
@@ -475,26 +476,4 @@ function roundSummary(started: RoundSummary, result: RoundResult): RoundSummary 
 function pythonChecksFor(rounds: CampaignSpec['rounds']): { pythonChecks?: PythonCheck[] } {
   const call = nextDataCall(rounds.nextData);
   return call && rounds.max > 1 ? { pythonChecks: [{ field: 'rounds.nextData', role: 'data_policy', call }] } : {};
-}
-
-/**
- * The campaign's best round, as its best checkpoint is chosen (activities/checkpoints.ts): the highest eval accuracy,
- * then the lower eval loss, then the later round. Eval alone chooses; the round's test figure is shown beside it.
- */
-function bestOf(rounds: RoundSummary[]): { best?: CampaignProgress['best'] } {
-  let best: RoundSummary | undefined;
-  for (const r of rounds) {
-    if (r.status !== 'completed' || r.accuracy === undefined || !r.trainingCheckpointId) continue;
-    if (best === undefined || r.accuracy > best.accuracy!) best = r;
-    else if (r.accuracy === best.accuracy && (r.trainedLoss ?? Infinity) <= (best.trainedLoss ?? Infinity)) best = r;
-  }
-  if (!best) return {};
-  return {
-    best: {
-      round: best.round,
-      accuracy: best.accuracy!,
-      ...(best.trainingCheckpointId ? { checkpointId: best.trainingCheckpointId } : {}),
-      ...(best.test ? { test: best.test } : {}),
-    },
-  };
 }

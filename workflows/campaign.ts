@@ -1,6 +1,7 @@
-import { allHandlersFinished, condition, continueAsNew } from '@temporalio/workflow';
+import { ContinueAsNew, allHandlersFinished, condition, continueAsNew, patched } from '@temporalio/workflow';
 import type { CampaignInput, CampaignResult } from './campaign-contract';
 import { CampaignState } from './campaign-state';
+import { failureReasonOf, isCancellation } from './failures';
 
 /**
  * A campaign: rounds until the target metric, `rounds.max`, or a budget is reached. Each round is a child
@@ -10,6 +11,17 @@ import { CampaignState } from './campaign-state';
  */
 export async function campaignWorkflow(input: CampaignInput): Promise<CampaignResult> {
   const campaign = new CampaignState(input);
+  try {
+    return await runCampaign(campaign);
+  } catch (err) {
+    // The campaign's own failures (a data policy, a promotion, a summary write) are told too, then passed on.
+    if (!(err instanceof ContinueAsNew) && !isCancellation(err) && patched('campaign-failed-notified'))
+      await campaign.notifier.failed(failureReasonOf(err), campaign.progress());
+    throw err;
+  }
+}
+
+async function runCampaign(campaign: CampaignState): Promise<CampaignResult> {
   await campaign.unpaused();
   campaign.stopReason = campaign.reasonToStop();
   if (campaign.stopReason === undefined) {

@@ -1,5 +1,15 @@
 import { defineUpdate } from '@temporalio/workflow';
 
+/** How figures were measured: two compare only when their scorer and sampling are the same (and their rows). */
+export interface PromotionMeasure {
+  /** The provider's base model the adapter belongs to: an adapter of another base cannot be re-scored. */
+  baseModel: string;
+  /** The scorer's settings (`evaluation` without its training-time schedule). */
+  scorer: Record<string, unknown>;
+  /** The sampling settings (`sampling`). */
+  sampling: Record<string, unknown>;
+}
+
 /** A checkpoint's accuracy on a set of rows, and which rows (their sha256): figures compare only on the same rows. */
 export interface PromotionFigures {
   on: 'test' | 'eval';
@@ -8,6 +18,8 @@ export interface PromotionFigures {
   sha256: string;
   /** The round report they were read from. */
   reportPath: string;
+  /** How they were measured (absent in records made before it was recorded: such a champion is re-scored). */
+  measure?: PromotionMeasure;
 }
 
 export interface PromotionCandidate {
@@ -17,9 +29,11 @@ export interface PromotionCandidate {
   reportPath: string;
 }
 
-/** A model line's champion (`<root>/lines/<line>/champion.json`). */
+/** A model line's champion (`<root>/lines/<line>/champions/<version>.json`, the newest is the champion). */
 export interface ChampionRecord {
   line: string;
+  /** Its number on the line (1, 2, …); absent in the one unnumbered record of a line made before numbering. */
+  version?: number;
   checkpointId: string;
   campaignId: string;
   round: number;
@@ -39,6 +53,8 @@ export interface ChampionRecord {
     figures: PromotionFigures;
     reason: string;
     replaced?: string;
+    /** The champion it replaced could not be scored like the challenger (another base model): why it was retired. */
+    retired?: string;
     approvedBy?: string;
   }[];
 }
@@ -54,6 +70,8 @@ export interface PromotionJudgeInput {
   rule: PromotionRule;
   reportRoot: string;
   challenger: PromotionCandidate;
+  /** How the challenger was measured (a champion measured otherwise is re-scored); absent in older histories. */
+  measure: PromotionMeasure;
   /** The champion's own re-scoring on the challenger's rows (an evaluation-only round), once run. */
   rescoredChampion?: { reportPath: string };
 }
@@ -64,7 +82,17 @@ export interface PromotionDecision {
   on: 'test' | 'eval';
   minGain: number;
   challenger: Omit<PromotionCandidate, 'reportPath'> & { reportPath: string; figures: PromotionFigures };
-  champion?: { checkpointId: string; campaignId: string; round: number; figures: PromotionFigures; rescored?: boolean };
+  champion?: {
+    checkpointId: string;
+    campaignId: string;
+    round: number;
+    figures: PromotionFigures;
+    rescored?: boolean;
+    /** It cannot be scored like the challenger (another base model): this decision retires it, and says why. */
+    retired?: string;
+  };
+  /** The number of the champion judged against (absent: the line had none); recorded only if it is still the newest. */
+  championVersion?: number;
   /** `rescore`: the champion's figures are for other rows; it is measured on the challenger's first. */
   verdict: 'promote' | 'keep' | 'rescore';
   reason: string;
@@ -83,6 +111,9 @@ export interface PromotionRecordInput {
   approval?: PromotionApproval;
   atMs: number;
 }
+
+/** The champion recorded (or undefined: not promoted), or why the decision must be judged again first. */
+export type PromotionRecordResult = ChampionRecord | { changedSince: string } | undefined;
 
 /** What a campaign shows of its promotion: pending since when, then the outcome. */
 export interface PromotionState {

@@ -14,6 +14,8 @@ export interface ArtifactStore {
   /** The object's bytes, or undefined when there is none. */
   read(location: string): Promise<Buffer | undefined>;
   write(location: string, body: Buffer | string, contentType?: string): Promise<void>;
+  /** Writes only where nothing is yet (O_EXCL-like link on disk, `If-None-Match: *` on S3): false when one was first. */
+  create(location: string, body: Buffer | string, contentType?: string): Promise<boolean>;
   /** The locations of the objects directly or deeply under `prefix` (a "directory"), sorted. */
   list(prefix: string): Promise<string[]>;
   exists(location: string): Promise<boolean>;

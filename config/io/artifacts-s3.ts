@@ -59,6 +59,26 @@ export function s3Store(client: S3Client): ArtifactStore {
         }),
       );
     },
+    async create(location, body, contentType) {
+      const { bucket, key } = parseS3(location);
+      try {
+        await client.send(
+          new PutObjectCommand({
+            Bucket: bucket,
+            Key: key,
+            Body: typeof body === 'string' ? Buffer.from(body) : body,
+            ContentType: contentType,
+            IfNoneMatch: '*',
+          }),
+        );
+        return true;
+      } catch (err) {
+        // 412: the key exists; 409: a concurrent conditional write to it is in progress (it wins or fails; either way not ours).
+        const status = err instanceof S3ServiceException ? err.$metadata.httpStatusCode : undefined;
+        if (status === 412 || status === 409) return false;
+        throw err;
+      }
+    },
     async list(prefix) {
       const { bucket, key } = parseS3(prefix);
       const dir = key === '' || key.endsWith('/') ? key : `${key}/`;

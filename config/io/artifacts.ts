@@ -24,6 +24,9 @@ const fileStore: ArtifactStore = {
   async write(location, body) {
     writeFileAtomic(localPath(location), body);
   },
+  async create(location, body) {
+    return createFileOnce(localPath(location), body);
+  },
   async list(prefix) {
     const root = localPath(prefix);
     const out: string[] = [];
@@ -74,6 +77,28 @@ export function writeFileAtomic(file: string, body: Buffer | string): void {
   fs.renameSync(partial, file);
 }
 
+/** Temp file, fsync, then a hard link to the name: the link fails with EEXIST when another writer was first. */
+function createFileOnce(file: string, body: Buffer | string): boolean {
+  fs.mkdirSync(path.dirname(file), { recursive: true });
+  const partial = `${file}.${process.pid}.${Date.now()}.partial`;
+  const fd = fs.openSync(partial, 'w');
+  try {
+    fs.writeFileSync(fd, body);
+    fs.fsyncSync(fd);
+  } finally {
+    fs.closeSync(fd);
+  }
+  try {
+    fs.linkSync(partial, file);
+    return true;
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'EEXIST') return false;
+    throw err;
+  } finally {
+    fs.unlinkSync(partial);
+  }
+}
+
 let s3: Promise<ArtifactStore> | undefined;
 
 /** The S3 store, made once from the usual AWS environment; loaded on first use, so a deployment without S3 never loads the AWS SDK. */
@@ -86,6 +111,7 @@ const s3Store = (): Promise<ArtifactStore> =>
 const lazyS3: ArtifactStore = {
   read: async (location) => (await s3Store()).read(location),
   write: async (location, body, contentType) => (await s3Store()).write(location, body, contentType),
+  create: async (location, body, contentType) => (await s3Store()).create(location, body, contentType),
   list: async (prefix) => (await s3Store()).list(prefix),
   exists: async (location) => (await s3Store()).exists(location),
 };
@@ -107,6 +133,11 @@ export async function readJson<T>(location: string): Promise<T | undefined> {
 /** Writes JSON (reports, summaries, records) with every registered secret masked: what is stored is read by people. */
 export async function writeJson(location: string, value: unknown): Promise<void> {
   await storeFor(location).write(location, `${JSON.stringify(maskSecretsIn(value), null, 2)}\n`, 'application/json');
+}
+
+/** Writes JSON only where nothing is yet (secrets masked as `writeJson` does): false when another writer was first. */
+export async function createJson(location: string, value: unknown): Promise<boolean> {
+  return storeFor(location).create(location, `${JSON.stringify(maskSecretsIn(value), null, 2)}\n`, 'application/json');
 }
 
 /**

@@ -606,7 +606,10 @@ function roundKindProblems(spec: z.infer<typeof CampaignSpecBase>, ctx: z.Refine
   if (spec.promotion?.on === 'test' && !spec.data.test)
     problem(['promotion', 'on'], 'is test, but the campaign has no data.test: add a held-out test set, or compare on eval');
   if (spec.promotion && spec.round.kind === 'dpo')
-    problem(['promotion'], 'compares sampled-answer accuracy (sft and grpo rounds); a dpo campaign has none yet');
+    problem(
+      ['promotion'],
+      "compares sampled-answer accuracy (sft and grpo rounds); a dpo round has none (a staged campaign puts its last stage's best round forward: end it with an sft or grpo stage)",
+    );
   if (spec.tracking?.wandb && spec.provider.kind === 'baseten')
     problem(
       ['tracking', 'wandb'],

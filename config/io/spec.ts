@@ -166,7 +166,9 @@ function parseStaged(raw: Record<string, unknown>, dir: string, fail: (p: FieldP
   const handOver = "starts from the previous stage's final training checkpoint: only the first stage may set rounds.startFrom";
   const stages = (list.data as StageEntry[]).map((entry, i): { spec: CampaignSpec; stage: StageSpec } => {
     const own = STAGE_BLOCKS.filter((b) => entry[b] !== undefined);
-    const merged = { ...campaign, ...Object.fromEntries(own.map((b) => [b, entry[b]])) };
+    // Promotion puts the last stage's best round to the line: only the last stage is checked for it (its sets, its kind).
+    const unpromoted = Object.fromEntries(Object.entries(campaign).filter(([block]) => block !== 'promotion'));
+    const merged = { ...(i === list.data.length - 1 ? campaign : unpromoted), ...Object.fromEntries(own.map((b) => [b, entry[b]])) };
     const label = `stage ${i + 1}${entry.name ? ` (${entry.name})` : ''}`;
     const parsed = CampaignSpecSchema.safeParse(merged);
     if (!parsed.success)
@@ -217,7 +219,8 @@ function parseStaged(raw: Record<string, unknown>, dir: string, fail: (p: FieldP
       `'${names[repeated]}' names two stages${unnamed ? ' (a stage without a name is named after its round kind)' : ''}: give each stage its own name (stage names label its rounds)`,
     );
   }
-  return { ...stages[0]!.spec, stages: stages.map((s) => s.stage) };
+  const promotion = stages.at(-1)!.spec.promotion;
+  return { ...stages[0]!.spec, ...(promotion ? { promotion } : {}), stages: stages.map((s) => s.stage) };
 }
 
 /** Local paths are relative to the spec; an s3:// URI is taken as it is. */

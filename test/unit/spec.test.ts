@@ -452,3 +452,45 @@ describe('early stopping is a pure function of the evaluation curve', () => {
     expect(earlyStopState([...points, { step: 60, loss: 0.3, metric: 0.5 }], rule)).toMatchObject({ best: 30, stop: true });
   });
 });
+
+describe('promotion in a staged campaign (the last stage puts its best round forward)', () => {
+  const stages = (last: string) => `${valid}promotion: { line: tickets, on: test }
+stages:
+  - name: sft
+  - name: last
+${last}`;
+  const grpo = `    data: { train: rl/train.jsonl, eval: rl/eval.jsonl, test: rl/test.jsonl }
+    sampling: { maxTokens: 3, temperature: 1 }
+    round: { kind: grpo, grpo: { reward: { kind: numeric } } }
+`;
+  const lineOf = (text: string, needle: string) => text.split('\n').findIndex((l) => l.includes(needle)) + 1;
+
+  test('only the last stage needs what promotion compares on: stage 1 without a test set is fine', () => {
+    const spec = parseCampaignSpec(stages(grpo), '/work/x/campaign.yaml');
+    expect(spec.promotion).toMatchObject({ line: 'tickets', on: 'test' });
+    expect(spec.stages!.at(-1)!.data.test).toBe('/work/x/rl/test.jsonl');
+  });
+
+  test.each([
+    [
+      'a last stage without the test set promotion compares on',
+      stages(grpo.replace(', test: rl/test.jsonl', '')),
+      'promotion.on',
+      'promotion:',
+      /promotion\.on: is test, but the campaign has no data\.test.*\(in stage 2 \(last\), which inherits the campaign's promotion\)$/,
+    ],
+    [
+      'a last stage of dpo (its accuracy is preference accuracy, not a sampled answer’s)',
+      stages(`    data: { train: pairs.train.jsonl, eval: pairs.eval.jsonl, test: test.jsonl }
+    round: { kind: dpo }
+`),
+      'promotion',
+      'promotion:',
+      /promotion: compares sampled-answer accuracy .*a staged campaign puts its last stage's best round forward: end it with an sft or grpo stage/,
+    ],
+  ])('%s is refused before anything runs, naming the field', (_what, text, field, lineWith, problem) => {
+    const err = specError(text);
+    expect({ field: err.field, line: err.line }).toEqual({ field, line: lineOf(text, lineWith) });
+    expect(err.message).toMatch(problem);
+  });
+});

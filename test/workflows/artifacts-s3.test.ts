@@ -156,3 +156,18 @@ test('`roundhouse run` with ROUNDHOUSE_ARTIFACTS=s3://… stages the data there:
   expect((await storeFor(html).read(html))!.toString('utf8')).toContain(campaignId);
   expect(fs.readdirSync(elsewhere)).toEqual([]);
 });
+
+test('create() writes only where nothing is yet, on S3 and on disk alike: of two racing writers one wins, and the object is its', async () => {
+  const local = fs.mkdtempSync(path.join(os.tmpdir(), 'rh-create-'));
+  for (const root of [bucket, local]) {
+    const location = joinLocation(root, 'lines', 'race', 'champions', '000001.json');
+    const store = storeFor(location);
+    const won = await Promise.all(['a', 'b', 'c'].map((who) => store.create(location, who)));
+    expect(won.filter(Boolean)).toHaveLength(1);
+    const winner = ['a', 'b', 'c'][won.indexOf(true)]!;
+    expect((await store.read(location))!.toString()).toBe(winner);
+    expect(await store.create(location, 'late')).toBe(false);
+    expect((await store.read(location))!.toString()).toBe(winner);
+    expect(await store.list(joinLocation(root, 'lines', 'race'))).toEqual([location]); // no partial file left behind
+  }
+});

@@ -332,6 +332,50 @@ notify: { webhook: "http://127.0.0.1:9/hook", events: [promotion.pending, promot
     });
   });
 
+  test('two campaigns on one line approved together: the second judged again; a promotion that throws, told failed; a staged promotion', async () => {
+    const taskQueue = uniqueTaskQueue('rec-line');
+    const line = `rec-line-${taskQueue}`;
+    const campaign = (label: string, promotion: string) => {
+      const { spec, dir } = ticketCampaignSpec({
+        baseUrl: env.emulator.url,
+        trainRows: 30,
+        evalRows: 5,
+        yaml: `rounds: { max: 1 }\npromotion: ${promotion}\nnotify: { webhook: "http://127.0.0.1:9/hook", events: [campaign.failed] }`,
+      });
+      return { campaignId: `rec-${label}-${taskQueue}`, spec, reportRoot: path.join(dir, 'campaigns') } satisfies CampaignInput;
+    };
+    const first = campaign('line-a', `{ line: ${line}, on: eval, approval: manual, approvalTimeout: 1h }`);
+    const second = {
+      ...campaign('line-b', `{ line: ${line}, on: eval, approval: manual, approvalTimeout: 1h }`),
+      reportRoot: first.reportRoot,
+    };
+    const failing = campaign('line-fail', `{ line: ${line}-fail, on: eval }`);
+    const corrupt = path.join(path.dirname(failing.reportRoot), 'lines', `${line}-fail`, 'champions', '000001.json');
+    fs.mkdirSync(path.dirname(corrupt), { recursive: true });
+    fs.writeFileSync(corrupt, '{ "line": ');
+    const { spec: staged } = arithmeticStagesSpec({ baseUrl: env.emulator.url, stages: '  - name: a\n  - name: b\n' });
+    staged.promotion = { line: `${line}-staged`, metric: 'accuracy', minGain: 0, approval: 'auto', approvalTimeout: 3_600_000 };
+    const stagedInput = { campaignId: `rec-line-staged-${taskQueue}`, spec: staged, reportRoot: first.reportRoot } satisfies CampaignInput;
+    await withWorker(taskQueue, async () => {
+      const start = (input: CampaignInput) =>
+        env.temporal.client.workflow.start(campaignWorkflow, { taskQueue, workflowId: input.campaignId!, args: [input] });
+      const [a, b, failed, stagedRun] = await Promise.all([start(first), start(second), start(failing), start(stagedInput)]);
+      for (const handle of [a, b])
+        await until(async () => (await handle.query(campaignProgressQuery)).promotion?.status === 'pending-approval');
+      await a.executeUpdate(approvePromotionUpdate, { args: [{ by: 'recorder' }] });
+      await a.result();
+      await b.executeUpdate(approvePromotionUpdate, { args: [{ by: 'recorder' }] });
+      expect((await b.result()).promotion?.reason).toMatch(/judged again/);
+      await expect(failed.result()).rejects.toThrow();
+      expect((await stagedRun.result()).promotion?.decision?.challenger.round).toBe(2);
+      await saveCampaign('campaign-promotion-rejudged', second.campaignId, [1]);
+      await saveCampaign('campaign-promotion-failed', failing.campaignId, [1]);
+      await saveCampaign('staged-campaign-promotion', stagedInput.campaignId, [1, 2]);
+      for await (const w of env.temporal.client.workflow.list({ query: `WorkflowType = 'notifyWorkflow' AND ExecutionStatus = 'Running'` }))
+        if (w.workflowId.includes(taskQueue)) await env.temporal.client.workflow.getHandle(w.workflowId).terminate('recorded');
+    });
+  }, 600_000);
+
   test('a reaper pass', async () => {
     const taskQueue = uniqueTaskQueue('rec-reaper');
     await withWorker(taskQueue, async () => {

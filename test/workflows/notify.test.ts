@@ -5,7 +5,10 @@ import path from 'node:path';
 import type { AddressInfo } from 'node:net';
 import type { WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import { signatureOf } from '../../activities/notify';
-import { campaignProgressQuery, type CampaignInput, type CampaignResult } from '../../workflows/campaign-contract';
+import { campaignProgressQuery, stopCampaignUpdate, type CampaignInput, type CampaignResult } from '../../workflows/campaign-contract';
+import { championPath } from '../../activities/promotion';
+import { storeFor } from '../../config/io/artifacts';
+import { NOTIFY_EVENTS } from '../../config/io/spec-blocks';
 import { approvePromotionUpdate } from '../../workflows/promotion-contract';
 import { upsertCampaignSchedule, campaignSchedules } from '../../workers/schedules';
 import { renderScheduleHealth } from '../../cli/schedule';
@@ -301,3 +304,67 @@ notify: { webhook: "${hook.url}", events: [schedule.skipped] }`,
     await hook.close();
   }
 }, 180_000);
+
+test('the other events reach the webhook: pending, rejected and stopped (a stop while it waits), kept, and failed for the campaign’s own failure', async () => {
+  const hook = await receiver();
+  const taskQueue = uniqueTaskQueue('notify-other');
+  const stamp = Date.now();
+  const notify = `{ webhook: "${hook.url}" }`;
+  const stop = notifyingCampaign('stop', notify, `promotion: { line: stop-${stamp}, on: eval, approval: manual, approvalTimeout: 1h }`);
+  const failing = notifyingCampaign('fail', notify, `promotion: { line: fail-${stamp}, on: eval }`);
+  const champion = notifyingCampaign('champion', notify, `promotion: { line: kept-${stamp}, on: eval }`);
+  const kept = notifyingCampaign('kept', notify, `promotion: { line: kept-${stamp}, on: eval, minGain: 1 }`);
+  kept.reportRoot = champion.reportRoot; // one line, one store
+  // The promotion throws (the line's champion record is not JSON): the campaign fails, and says so first.
+  const corrupt = championPath(failing.reportRoot, `fail-${stamp}`, 1);
+  await storeFor(corrupt).write(corrupt, '{ "line": ');
+  const worker = await createRoundhouseWorker({
+    connection: temporal.nativeConnection,
+    namespace: temporal.settings.namespace,
+    taskQueue,
+    workflowBundle: bundle,
+    providers,
+  });
+  try {
+    const failure = await worker.runUntil(async () => {
+      const start = (i: CampaignInput) =>
+        temporal.client.workflow.start(campaignWorkflow, { taskQueue, workflowId: i.campaignId!, args: [i] });
+      const [stopped, failed, first] = await Promise.all([start(stop), start(failing), start(champion)]);
+      for (let i = 0; i < 1200 && (await stopped.query(campaignProgressQuery)).promotion?.status !== 'pending-approval'; i++)
+        await new Promise((r) => setTimeout(r, 250));
+      await stopped.executeUpdate(stopCampaignUpdate, { args: [{ mode: 'after-round' }] });
+      expect((await stopped.result()).status).toBe('stopped');
+      expect((await first.result()).promotion?.status).toBe('promoted');
+      expect((await (await start(kept)).result()).promotion?.status).toBe('kept');
+      const error = await failed.result().then(
+        () => undefined,
+        (err: Error) => err,
+      );
+      await until('every event told', () => hook.deduped().length >= 7);
+      return error;
+    });
+    expect(failure).toBeDefined();
+    const told = (id: string) =>
+      hook
+        .deduped()
+        .filter((r) => r.key.startsWith(`${id}/`))
+        .map((r) => r.event)
+        .sort();
+    expect(told(stop.campaignId!)).toEqual(['campaign.stopped', 'promotion.pending', 'promotion.rejected']);
+    expect(told(champion.campaignId!)).toEqual(['campaign.completed', 'promotion.promoted']);
+    expect(told(kept.campaignId!)).toEqual(['campaign.completed', 'promotion.kept']);
+    expect(told(failing.campaignId!)).toEqual(['campaign.failed']);
+    const failed = JSON.parse(hook.deduped().find((r) => r.event === 'campaign.failed')!.body) as {
+      text: string;
+      data: { status: string };
+    };
+    expect(failed.data.status).toBe('failed');
+    expect(failed.text).toContain("the line's champion record is not JSON");
+    // With the first test (completed, promoted), capacity.test.ts (capacity.waiting) and the schedule test
+    // (schedule.skipped), every event of the notify contract reaches a receiver.
+    const elsewhere = ['capacity.waiting', 'schedule.skipped'];
+    expect([...new Set([...hook.deduped().map((r) => r.event), ...elsewhere])].sort()).toEqual([...NOTIFY_EVENTS].sort());
+  } finally {
+    await hook.close();
+  }
+}, 300_000);

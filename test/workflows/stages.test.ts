@@ -198,3 +198,33 @@ test('stop after the round, asked in stage 1, ends the campaign stopped before s
   expect(result.stages).toHaveLength(1);
   expect((await ledger(emulator)).active).toEqual([]);
 });
+
+test('promotion in SFT→GRPO puts the last stage’s best round forward, compared on that stage’s test set', async () => {
+  const line = `stages-line-${Date.now()}`;
+  const { spec, dir } = arithmeticStagesSpec({
+    baseUrl: emulator.url,
+    stages: `  - name: warmup
+${GRPO_STAGE}
+    name: rl
+    data: { train: train.jsonl, eval: eval.jsonl, test: test.jsonl }`,
+  });
+  // Held-out sums (operands of 10 and 11) that neither stage trains or evaluates on; stage 1 has no test set at all.
+  const rows = [10, 11].flatMap((a) =>
+    [0, 1, 2, 3, 4].map((b) => JSON.stringify({ prompt: `What is ${a} + ${b}?`, answer: String(a + b) })),
+  );
+  fs.writeFileSync(path.join(dir, 'test.jsonl'), `${rows.join('\n')}\n`);
+  spec.promotion = { line, metric: 'accuracy', minGain: 0, approval: 'auto', approvalTimeout: 3_600_000 };
+  const result = await runCampaign('stages-promotion', spec);
+  expect(result.status).toBe('completed');
+  const [sft, grpo] = result.rounds;
+  expect(sft).toMatchObject({ stage: 1, kind: 'sft', status: 'completed' });
+  expect(sft!.test).toBeUndefined();
+  expect(grpo).toMatchObject({ stage: 2, kind: 'grpo', status: 'completed', test: { rows: 10 } });
+  expect(result.promotion).toMatchObject({ line, status: 'promoted', champion: { checkpointId: grpo!.trainingCheckpointId } });
+  expect(result.promotion!.decision!.challenger).toMatchObject({
+    round: 2,
+    checkpointId: grpo!.trainingCheckpointId,
+    figures: { on: 'test', rows: 10, sha256: grpo!.test!.sha256, measure: { sampling: { maxTokens: 3, temperature: 1 } } },
+  });
+  expect((await ledger(emulator)).active).toEqual([]);
+});
