@@ -14,16 +14,18 @@ export interface PythonWorker {
   /** Everything it printed so far. */
   output(): string;
   /** SIGKILL, and wait for the exit. */
-  kill(): Promise<WorkerExit>;
+  kill(): Promise<void>;
   /** SIGTERM (a graceful shutdown), and wait for the exit. */
-  stop(): Promise<WorkerExit>;
+  stop(): Promise<void>;
+  /** How the process ended, once it has. */
+  exit: Promise<WorkerExit>;
 }
 
-/** How a worker process ended, and how long after the signal. */
+/** How a worker process ended, and when (Date.now()). */
 export interface WorkerExit {
   code: number | null;
   signal: NodeJS.Signals | null;
-  ms: number;
+  at: number;
 }
 
 /** Starts a Python worker serving `sources` on `taskQueue` against `address`; resolves once it polls. */
@@ -43,9 +45,7 @@ export async function startPythonWorker(options: {
   let output = '';
   child.stdout!.on('data', (d) => (output += d));
   child.stderr!.on('data', (d) => (output += d));
-  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
-    child.once('exit', (code, signal) => resolve({ code, signal })),
-  );
+  const exited = new Promise<WorkerExit>((resolve) => child.once('exit', (code, signal) => resolve({ code, signal, at: Date.now() })));
   await new Promise<void>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`the Python worker did not start in 60 s:\n${output}`)), 60_000);
     const check = () => {
@@ -60,10 +60,16 @@ export async function startPythonWorker(options: {
       reject(new Error(`the Python worker exited (${code}) before it was ready:\n${output}`));
     });
   });
-  const signal = async (name: NodeJS.Signals): Promise<WorkerExit> => {
-    const sent = Date.now();
+  const signal = async (name: NodeJS.Signals): Promise<void> => {
     if (child.exitCode === null && child.signalCode === null) child.kill(name);
-    return { ...(await exited), ms: Date.now() - sent };
+    await exited;
   };
-  return { process: child, pid: child.pid!, output: () => output, kill: () => signal('SIGKILL'), stop: () => signal('SIGTERM') };
+  return {
+    process: child,
+    pid: child.pid!,
+    output: () => output,
+    kill: () => signal('SIGKILL'),
+    stop: () => signal('SIGTERM'),
+    exit: exited,
+  };
 }

@@ -1,5 +1,6 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { Client } from '@temporalio/client';
+import type { Payload } from '@temporalio/common';
 import { joinLocation, storeFor } from '../../config/io/artifacts';
 import { parseEncryptionKeys } from '../../config/io/worker-env';
 import { dataConverterFor } from '../../workers/encryption';
@@ -80,6 +81,29 @@ function samplesOf(result: RoundResult): Samples[] {
     .map((f) => JSON.parse(fs.readFileSync(path.join(dir, f), 'utf8')) as Samples);
 }
 
+/** Every payload of a workflow's history, decoded as the client decodes it (its codecs, then its payload converter). */
+async function decodedPayloads(client: Client, workflowId: string): Promise<unknown[]> {
+  const history = await client.workflow.getHandle(workflowId).fetchHistory();
+  const payloads: Payload[] = [];
+  const walk = (node: unknown): void => {
+    if (!node || typeof node !== 'object' || node instanceof Uint8Array) return;
+    if ('data' in node && 'metadata' in node) payloads.push(node as Payload);
+    else for (const v of Object.values(node)) walk(v);
+  };
+  walk(history);
+  const { payloadCodecs, payloadConverter } = client.workflow.options.loadedDataConverter;
+  let decoded = payloads;
+  for (const codec of [...payloadCodecs].reverse()) decoded = await codec.decode(decoded);
+  return decoded.map((p) => payloadConverter.fromPayload(p));
+}
+
+/** The strings inside decoded values, at any depth. */
+function stringsIn(node: unknown, out: string[] = []): string[] {
+  if (typeof node === 'string') out.push(node);
+  else if (node && typeof node === 'object') for (const v of Object.values(node)) stringsIn(v, out);
+  return out;
+}
+
 const sampleCount = (samples: Samples[]) => samples.reduce((a, s) => a + s.groups.reduce((b, g) => b + g.completions.length, 0), 0);
 
 test.each(['together', 'tinker'] as const)(
@@ -107,13 +131,17 @@ test.each(['together', 'tinker'] as const)(
         }),
       ),
     );
-    // Completions reach Python by store reference: none is in the calls' histories.
-    const callId = `python:${input.campaignId}/r1/s0/rewards`;
-    const history = JSON.stringify(await env.temporal.client.workflow.getHandle(callId).fetchHistory());
-    expect(history).toContain('roundhouse.rewards');
-    expect(
-      samples[0]!.groups[0]!.completions.some((c) => c.text.length > 1 && history.includes(Buffer.from(c.text).toString('base64'))),
-    ).toBe(false);
+    // Completions reach Python by store reference: every payload of every call's history, decoded, holds the batch's
+    // location and none of the completions that batch holds.
+    for (let step = 0; step < result.totalSteps!; step++) {
+      const strings = stringsIn(await decodedPayloads(env.temporal.client, `python:${input.campaignId}/r1/s${step}/rewards`));
+      const batch = strings.find((s) => s.endsWith(`s${String(step).padStart(7, '0')}.json`));
+      expect(batch).toBeDefined();
+      const texts = (JSON.parse(fs.readFileSync(batch!, 'utf8')) as { items: { completion: string }[] }).items.map((i) => i.completion);
+      expect(texts.sort()).toEqual(samples[step]!.groups.flatMap((g) => g.completions.map((c) => c.text)).sort());
+      const leaked = texts.filter((t) => t.trim() !== '' && strings.some((s) => s === t || (t.length >= 3 && s.includes(t))));
+      expect({ step, leaked }).toEqual({ step, leaked: [] });
+    }
     expect((await ledger(env.emulator)).active).toEqual([]);
     const steps = report(result).steps as { meanReward: number }[];
     process.stderr.write(`[python ${kind}] ${steps.length} steps; mean reward ${steps.map((s) => s.meanReward.toFixed(2)).join(' ')}\n`);
