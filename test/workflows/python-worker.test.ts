@@ -10,7 +10,9 @@ import os from 'node:os';
 import path from 'node:path';
 import type { RoundInput, RoundResult } from '../../workflows/round-contract';
 import type { CampaignInput, CampaignResult } from '../../workflows/campaign-contract';
-import { campaignWorkflow, roundWorkflow } from '../../workflows';
+import { campaignWorkflow, pythonCallWorkflow, roundWorkflow } from '../../workflows';
+import type { PythonCallInput } from '../../workflows/python-contract';
+import { pythonCallOf } from '../../config/rules/python-calls';
 import { ticketCampaignSpec } from '../helpers/campaign';
 import { ledger } from '../helpers/emulator';
 import { testReportDir } from '../helpers/artifacts';
@@ -147,6 +149,40 @@ test.each(['together', 'tinker'] as const)(
     process.stderr.write(`[python ${kind}] ${steps.length} steps; mean reward ${steps.map((s) => s.meanReward.toFixed(2)).join(' ')}\n`);
   },
 );
+
+test('long batches heartbeat: a batch three times the heartbeat timeout completes on its first attempt', async () => {
+  const taskQueue = uniqueTaskQueue('py-long-batch');
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rh-py-long-'));
+  const items = path.join(dir, 'items.json');
+  // 9 samples one at a time, 1 s each: 9 s of scoring under a 3 s heartbeat timeout.
+  const batch = Array.from({ length: 9 }, (_, i) => ({
+    key: `s0000000/p0-c${i}`,
+    completion: `${i}`,
+    answer: '1',
+    prompt: '0+1',
+    row: {},
+    context: { step: 1 },
+  }));
+  fs.writeFileSync(items, JSON.stringify({ items: batch }));
+  await pythonWorker(`${taskQueue}-py`, { ROUNDHOUSE_TEST_REWARD_DELAY: '1' });
+  const call: PythonCallInput = {
+    call: pythonCallOf({ name: 'digits_reward', taskQueue: `${taskQueue}-py`, heartbeatTimeoutSeconds: 3 }),
+    role: 'reward',
+    activity: 'roundhouse.rewards',
+    request: { function: 'digits_reward', items, records: path.join(dir, 'records'), concurrency: 1 },
+  };
+  call.call.retry.maxAttempts = 1; // a heartbeat timeout fails the call instead of retrying it
+  const workflowId = `py-long-${taskQueue}`;
+  const started = Date.now();
+  const result = await withWorker(taskQueue, () =>
+    env.temporal.client.workflow.execute(pythonCallWorkflow, { taskQueue, workflowId, args: [call] }),
+  );
+  expect(Date.now() - started).toBeGreaterThan(9_000);
+  expect(result).toMatchObject({ computed: 9, reused: 0 });
+  const events = (await env.temporal.client.workflow.getHandle(workflowId).fetchHistory()).events!;
+  expect(events.filter((e) => e.activityTaskStartedEventAttributes).map((e) => e.activityTaskStartedEventAttributes!.attempt)).toEqual([1]);
+  expect(events.some((e) => e.activityTaskTimedOutEventAttributes)).toBe(false);
+});
 
 test('the Python worker SIGKILLed mid-batch: the retry on another Python worker computes only what was not recorded', async () => {
   const taskQueue = uniqueTaskQueue('py-kill');
