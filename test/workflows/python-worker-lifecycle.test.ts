@@ -69,6 +69,7 @@ async function expectCleanStop(worker: PythonWorker): Promise<void> {
   const ms = exit.at - sent;
   const shown = `exit ${exit.code ?? exit.signal} after ${ms} ms:\n${worker.output().slice(-3000)}`;
   expect({ code: exit.code, signal: exit.signal, shown }).toEqual({ code: 0, signal: null, shown });
+  process.stderr.write(`[python stop] ${expect.getState().currentTestName}: exit ${exit.code} ${ms} ms after SIGTERM\n`);
   expect(ms).toBeLessThan(GRACE_MS + EXIT_MS);
   expect(worker.output()).not.toMatch(/Fatal Python error|Segmentation fault|Traceback/);
 }
