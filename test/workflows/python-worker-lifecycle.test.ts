@@ -25,6 +25,7 @@ const EXIT_MS = 5_000;
 const ROOT = path.resolve(__dirname, '../..');
 const VF_NUMBER_GAME = path.join(ROOT, 'test', 'python', 'vf_number_game.py');
 const TEST_FUNCTIONS = path.join(ROOT, 'test', 'python', 'functions.py');
+const STUBBORN = path.join(ROOT, 'test', 'python', 'stubborn.py');
 
 const workers: PythonWorker[] = [];
 afterEach(async () => {
@@ -38,16 +39,16 @@ async function pythonWorker(options: Parameters<typeof startPythonWorker>[0]): P
 }
 
 /** A one-sample reward batch in a fresh directory, as a round writes one (python-contract.ts), for the queue's worker. */
-function rewardCall(taskQueue: string): PythonCallInput {
+function rewardCall(taskQueue: string, name = 'digits_reward'): PythonCallInput {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rh-py-life-'));
   const items = path.join(dir, 'items.json');
   const item = { key: 's0000000/p0-c0', completion: '4', answer: '4', prompt: '2+2', row: {}, context: { step: 1 } };
   fs.writeFileSync(items, JSON.stringify({ items: [item] }));
   return {
-    call: pythonCallOf({ name: 'digits_reward', taskQueue, heartbeatTimeoutSeconds: 30, workerWaitSeconds: 60 }),
+    call: pythonCallOf({ name, taskQueue, heartbeatTimeoutSeconds: 30, workerWaitSeconds: 60 }),
     role: 'reward',
     activity: 'roundhouse.rewards',
-    request: { function: 'digits_reward', items, records: path.join(dir, 'records'), concurrency: 1 },
+    request: { function: name, items, records: path.join(dir, 'records'), concurrency: 1 },
   };
 }
 
@@ -154,4 +155,27 @@ test('SIGTERM after the Temporal server has gone: exit 0 within the grace period
   } finally {
     if (!stopped) await server.stop();
   }
+});
+
+test('a stop that cannot finish (a call that ignores cancellation) is ended by the watchdog: exit 1, 14 s after SIGTERM, saying why', async () => {
+  const taskQueue = uniqueTaskQueue('py-stubborn');
+  const worker = await pythonWorker({ address: env.temporal.settings.address!, taskQueue: `${taskQueue}-py`, sources: [STUBBORN] });
+  await withWorker(taskQueue, async () => {
+    const handle = await env.temporal.client.workflow.start(pythonCallWorkflow, {
+      taskQueue,
+      workflowId: `py-stubborn-${taskQueue}`,
+      args: [rewardCall(`${taskQueue}-py`, 'stubborn_reward')],
+    });
+    await untilStarted(handle);
+    const sent = Date.now();
+    await worker.stop();
+    const exit = await worker.exit;
+    process.stderr.write(`[python stop] watchdog: exit ${exit.code} ${exit.at - sent} ms after SIGTERM\n`);
+    expect({ code: exit.code, signal: exit.signal }).toEqual({ code: 1, signal: null });
+    expect(exit.at - sent).toBeGreaterThanOrEqual(GRACE_MS + 4_000);
+    expect(exit.at - sent).toBeLessThan(GRACE_MS + EXIT_MS + 2_000);
+    expect(worker.output()).toMatch(/did not stop within 14 s of the signal/);
+    expect(worker.output()).not.toMatch(/Fatal Python error|Segmentation fault/);
+    await handle.terminate('test over');
+  });
 });
