@@ -415,6 +415,15 @@ test('with encrypted payloads and an S3 artifact store, the Python worker decode
     const history = await env.temporal.client.workflow.getHandle(`python:${input.campaignId}/r1/s0/rewards`).fetchHistory();
     const scheduled = history.events!.find((e) => e.activityTaskScheduledEventAttributes)!.activityTaskScheduledEventAttributes!;
     expect(Buffer.from(scheduled.input!.payloads![0]!.metadata!.encoding!).toString()).toBe('binary/encrypted');
+    // Opened with the deployment's codec, the call's payloads name the batch and hold none of its completions.
+    const strings = stringsIn(await decodedPayloads(client, `python:${input.campaignId}/r1/s0/rewards`));
+    const batch = strings.find((s) => s.endsWith('s0000000.json'));
+    expect(batch).toBeDefined();
+    const texts = (JSON.parse((await storeFor(batch!).read(batch!))!.toString('utf8')) as { items: { completion: string }[] }).items.map(
+      (i) => i.completion,
+    );
+    expect(texts.length).toBeGreaterThan(0);
+    expect(texts.filter((t) => t.trim() !== '' && strings.some((s) => s === t || (t.length >= 3 && s.includes(t))))).toEqual([]);
     const records = await storeFor(bucket).list(result.reportPath.replace(/\.json$/, '.rewards'));
     const perSample = records.filter((r) => /\/s\d+\/p\d+-c\d+\.json$/.test(r));
     expect(perSample.length).toBe(calls(log, 'reward').length);
