@@ -2,6 +2,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import type { WorkflowHandle } from '@temporalio/client';
+import { tsToMs } from '@temporalio/common/lib/time';
 import { parseCampaignSpec, type CampaignSpec } from '../../config/io/spec';
 import { seededRandom } from '../../config/rules/random';
 import { writeArithmeticData } from '../../examples/arithmetic/generate';
@@ -119,6 +120,10 @@ test('SFT → GRPO: SIGKILL of the worker as the SFT round releases its trainer,
     );
     // The stage boundary: the SFT round recorded and the GRPO stage's record made, its round not yet trained (the
     // campaign continuing as new, starting the round, or the round provisioning a trainer from the SFT checkpoint).
+    // When the worker killed there died, proven below against the histories.
+    const atBoundary = worker;
+    let boundaryKilledAt: number | undefined;
+    atBoundary.child.once('exit', () => (boundaryKilledAt ??= Date.now()));
     await killAt<CampaignProgress>(
       {
         name: 'GRPO stage recorded, its round not yet trained',
@@ -160,6 +165,22 @@ test('SFT → GRPO: SIGKILL of the worker as the SFT round releases its trainer,
       { stage: 1, name: 'warmup', kind: 'sft', firstRound: 1, rounds: 1, passedOn: sftCheckpoint },
       { stage: 2, name: 'rl', kind: 'grpo', firstRound: 2, rounds: 1, startedFrom: sftCheckpoint, loadOptimizer: false },
     ]);
+    // The boundary kill landed between the stages: after the SFT round had closed, before the GRPO round opened its
+    // session from the SFT checkpoint (the hand-off); and the hand-off was made once: one openTrainingSession scheduled
+    // for the round's own session, which the ledger shows loading the SFT checkpoint (below).
+    const sftClosedAt = (await sftRound.describe()).closeTime!.getTime();
+    const grpoEvents = (await grpoRound.fetchHistory()).events!;
+    const opened = grpoEvents
+      .filter((e) => e.activityTaskScheduledEventAttributes?.activityType?.name === 'openTrainingSession')
+      .map((e) => ({ at: tsToMs(e.eventTime), input: JSON.stringify(e.activityTaskScheduledEventAttributes!.input) }));
+    const grpoStartedAt = tsToMs(grpoEvents[0]!.eventTime);
+    log(
+      `boundary kill: ${boundaryKilledAt! - sftClosedAt} ms after the SFT round closed, ${opened[0]!.at - boundaryKilledAt!} ms before the hand-off; ` +
+        `the GRPO round ${grpoStartedAt > boundaryKilledAt! ? 'not yet started' : `started ${boundaryKilledAt! - grpoStartedAt} ms before`}`,
+    );
+    expect(boundaryKilledAt).toBeGreaterThan(sftClosedAt);
+    expect(boundaryKilledAt).toBeLessThan(opened[0]!.at);
+    expect(opened.filter((o) => o.input === opened[0]!.input)).toHaveLength(1);
     // One round workflow per stage, never two.
     const rounds: string[] = [];
     for await (const w of temporal.client.workflow.list({ query: `WorkflowType = 'roundWorkflow' AND TaskQueue = '${taskQueue}'` }))

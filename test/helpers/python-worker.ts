@@ -17,6 +17,15 @@ export interface PythonWorker {
   kill(): Promise<void>;
   /** SIGTERM (a graceful shutdown), and wait for the exit. */
   stop(): Promise<void>;
+  /** How the process ended, once it has. */
+  exit: Promise<WorkerExit>;
+}
+
+/** How a worker process ended, and when (Date.now()). */
+export interface WorkerExit {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  at: number;
 }
 
 /** Starts a Python worker serving `sources` on `taskQueue` against `address`; resolves once it polls. */
@@ -25,8 +34,10 @@ export async function startPythonWorker(options: {
   taskQueue: string;
   sources?: string[];
   env?: Record<string, string>;
+  /** The interpreter (default: the Python side's venv, scripts/python-env.js). */
+  python?: string;
 }): Promise<PythonWorker> {
-  const python = ensurePythonEnv();
+  const python = options.python ?? ensurePythonEnv();
   const child = spawn(python, ['-m', 'roundhouse', 'worker', ...(options.sources ?? [TEST_FUNCTIONS]), '--task-queue', options.taskQueue], {
     env: { ...process.env, TEMPORAL_ADDRESS: options.address, ...options.env },
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -34,7 +45,7 @@ export async function startPythonWorker(options: {
   let output = '';
   child.stdout!.on('data', (d) => (output += d));
   child.stderr!.on('data', (d) => (output += d));
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  const exited = new Promise<WorkerExit>((resolve) => child.once('exit', (code, signal) => resolve({ code, signal, at: Date.now() })));
   await new Promise<void>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`the Python worker did not start in 60 s:\n${output}`)), 60_000);
     const check = () => {
@@ -49,9 +60,16 @@ export async function startPythonWorker(options: {
       reject(new Error(`the Python worker exited (${code}) before it was ready:\n${output}`));
     });
   });
-  const signal = async (name: NodeJS.Signals) => {
+  const signal = async (name: NodeJS.Signals): Promise<void> => {
     if (child.exitCode === null && child.signalCode === null) child.kill(name);
     await exited;
   };
-  return { process: child, pid: child.pid!, output: () => output, kill: () => signal('SIGKILL'), stop: () => signal('SIGTERM') };
+  return {
+    process: child,
+    pid: child.pid!,
+    output: () => output,
+    kill: () => signal('SIGKILL'),
+    stop: () => signal('SIGTERM'),
+    exit: exited,
+  };
 }

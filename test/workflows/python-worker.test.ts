@@ -1,5 +1,6 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { Client } from '@temporalio/client';
+import type { Payload } from '@temporalio/common';
 import { joinLocation, storeFor } from '../../config/io/artifacts';
 import { parseEncryptionKeys } from '../../config/io/worker-env';
 import { dataConverterFor } from '../../workers/encryption';
@@ -9,7 +10,9 @@ import os from 'node:os';
 import path from 'node:path';
 import type { RoundInput, RoundResult } from '../../workflows/round-contract';
 import type { CampaignInput, CampaignResult } from '../../workflows/campaign-contract';
-import { campaignWorkflow, roundWorkflow } from '../../workflows';
+import { campaignWorkflow, pythonCallWorkflow, roundWorkflow } from '../../workflows';
+import type { PythonCallInput } from '../../workflows/python-contract';
+import { pythonCallOf } from '../../config/rules/python-calls';
 import { ticketCampaignSpec } from '../helpers/campaign';
 import { ledger } from '../helpers/emulator';
 import { testReportDir } from '../helpers/artifacts';
@@ -80,6 +83,29 @@ function samplesOf(result: RoundResult): Samples[] {
     .map((f) => JSON.parse(fs.readFileSync(path.join(dir, f), 'utf8')) as Samples);
 }
 
+/** Every payload of a workflow's history, decoded as the client decodes it (its codecs, then its payload converter). */
+async function decodedPayloads(client: Client, workflowId: string): Promise<unknown[]> {
+  const history = await client.workflow.getHandle(workflowId).fetchHistory();
+  const payloads: Payload[] = [];
+  const walk = (node: unknown): void => {
+    if (!node || typeof node !== 'object' || node instanceof Uint8Array) return;
+    if ('data' in node && 'metadata' in node) payloads.push(node as Payload);
+    else for (const v of Object.values(node)) walk(v);
+  };
+  walk(history);
+  const { payloadCodecs, payloadConverter } = client.workflow.options.loadedDataConverter;
+  let decoded = payloads;
+  for (const codec of [...payloadCodecs].reverse()) decoded = await codec.decode(decoded);
+  return decoded.map((p) => payloadConverter.fromPayload(p));
+}
+
+/** The strings inside decoded values, at any depth. */
+function stringsIn(node: unknown, out: string[] = []): string[] {
+  if (typeof node === 'string') out.push(node);
+  else if (node && typeof node === 'object') for (const v of Object.values(node)) stringsIn(v, out);
+  return out;
+}
+
 const sampleCount = (samples: Samples[]) => samples.reduce((a, s) => a + s.groups.reduce((b, g) => b + g.completions.length, 0), 0);
 
 test.each(['together', 'tinker'] as const)(
@@ -107,18 +133,56 @@ test.each(['together', 'tinker'] as const)(
         }),
       ),
     );
-    // Completions reach Python by store reference: none is in the calls' histories.
-    const callId = `python:${input.campaignId}/r1/s0/rewards`;
-    const history = JSON.stringify(await env.temporal.client.workflow.getHandle(callId).fetchHistory());
-    expect(history).toContain('roundhouse.rewards');
-    expect(
-      samples[0]!.groups[0]!.completions.some((c) => c.text.length > 1 && history.includes(Buffer.from(c.text).toString('base64'))),
-    ).toBe(false);
+    // Completions reach Python by store reference: every payload of every call's history, decoded, holds the batch's
+    // location and none of the completions that batch holds.
+    for (let step = 0; step < result.totalSteps!; step++) {
+      const strings = stringsIn(await decodedPayloads(env.temporal.client, `python:${input.campaignId}/r1/s${step}/rewards`));
+      const batch = strings.find((s) => s.endsWith(`s${String(step).padStart(7, '0')}.json`));
+      expect(batch).toBeDefined();
+      const texts = (JSON.parse(fs.readFileSync(batch!, 'utf8')) as { items: { completion: string }[] }).items.map((i) => i.completion);
+      expect(texts.sort()).toEqual(samples[step]!.groups.flatMap((g) => g.completions.map((c) => c.text)).sort());
+      const leaked = texts.filter((t) => t.trim() !== '' && strings.some((s) => s === t || (t.length >= 3 && s.includes(t))));
+      expect({ step, leaked }).toEqual({ step, leaked: [] });
+    }
     expect((await ledger(env.emulator)).active).toEqual([]);
     const steps = report(result).steps as { meanReward: number }[];
     process.stderr.write(`[python ${kind}] ${steps.length} steps; mean reward ${steps.map((s) => s.meanReward.toFixed(2)).join(' ')}\n`);
   },
 );
+
+test('long batches heartbeat: a batch three times the heartbeat timeout completes on its first attempt', async () => {
+  const taskQueue = uniqueTaskQueue('py-long-batch');
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rh-py-long-'));
+  const items = path.join(dir, 'items.json');
+  // 9 samples one at a time, 1 s each: 9 s of scoring under a 3 s heartbeat timeout.
+  const batch = Array.from({ length: 9 }, (_, i) => ({
+    key: `s0000000/p0-c${i}`,
+    completion: `${i}`,
+    answer: '1',
+    prompt: '0+1',
+    row: {},
+    context: { step: 1 },
+  }));
+  fs.writeFileSync(items, JSON.stringify({ items: batch }));
+  await pythonWorker(`${taskQueue}-py`, { ROUNDHOUSE_TEST_REWARD_DELAY: '1' });
+  const call: PythonCallInput = {
+    call: pythonCallOf({ name: 'digits_reward', taskQueue: `${taskQueue}-py`, heartbeatTimeoutSeconds: 3 }),
+    role: 'reward',
+    activity: 'roundhouse.rewards',
+    request: { function: 'digits_reward', items, records: path.join(dir, 'records'), concurrency: 1 },
+  };
+  call.call.retry.maxAttempts = 1; // a heartbeat timeout fails the call instead of retrying it
+  const workflowId = `py-long-${taskQueue}`;
+  const started = Date.now();
+  const result = await withWorker(taskQueue, () =>
+    env.temporal.client.workflow.execute(pythonCallWorkflow, { taskQueue, workflowId, args: [call] }),
+  );
+  expect(Date.now() - started).toBeGreaterThan(9_000);
+  expect(result).toMatchObject({ computed: 9, reused: 0 });
+  const events = (await env.temporal.client.workflow.getHandle(workflowId).fetchHistory()).events!;
+  expect(events.filter((e) => e.activityTaskStartedEventAttributes).map((e) => e.activityTaskStartedEventAttributes!.attempt)).toEqual([1]);
+  expect(events.some((e) => e.activityTaskTimedOutEventAttributes)).toBe(false);
+});
 
 test('the Python worker SIGKILLed mid-batch: the retry on another Python worker computes only what was not recorded', async () => {
   const taskQueue = uniqueTaskQueue('py-kill');
@@ -355,6 +419,15 @@ test('with encrypted payloads and an S3 artifact store, the Python worker decode
     const history = await env.temporal.client.workflow.getHandle(`python:${input.campaignId}/r1/s0/rewards`).fetchHistory();
     const scheduled = history.events!.find((e) => e.activityTaskScheduledEventAttributes)!.activityTaskScheduledEventAttributes!;
     expect(Buffer.from(scheduled.input!.payloads![0]!.metadata!.encoding!).toString()).toBe('binary/encrypted');
+    // Opened with the deployment's codec, the call's payloads name the batch and hold none of its completions.
+    const strings = stringsIn(await decodedPayloads(client, `python:${input.campaignId}/r1/s0/rewards`));
+    const batch = strings.find((s) => s.endsWith('s0000000.json'));
+    expect(batch).toBeDefined();
+    const texts = (JSON.parse((await storeFor(batch!).read(batch!))!.toString('utf8')) as { items: { completion: string }[] }).items.map(
+      (i) => i.completion,
+    );
+    expect(texts.length).toBeGreaterThan(0);
+    expect(texts.filter((t) => t.trim() !== '' && strings.some((s) => s === t || (t.length >= 3 && s.includes(t))))).toEqual([]);
     const records = await storeFor(bucket).list(result.reportPath.replace(/\.json$/, '.rewards'));
     const perSample = records.filter((r) => /\/s\d+\/p\d+-c\d+\.json$/.test(r));
     expect(perSample.length).toBe(calls(log, 'reward').length);

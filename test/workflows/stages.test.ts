@@ -182,6 +182,80 @@ test('pause, resume and limits reach across stages: a round limit lowered in sta
   expect((await ledger(emulator)).active).toEqual([]);
 });
 
+test("a pause that lands at the hand-off holds stage 2 unstarted, a pause in stage 2 holds its training; resumed, the campaign completes every planned step from stage 1's checkpoint", async () => {
+  const spec = arithmeticStages(`  - name: a\n${GRPO_STAGE}`);
+  const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+  /** Polls `check` every `ms` until it returns true; past a minute, fails with what it saw last. */
+  const until = async (what: string, ms: number, check: () => Promise<unknown>) => {
+    let seen: unknown;
+    for (const deadline = Date.now() + 60_000; Date.now() < deadline; await sleep(ms)) if ((seen = await check()) === true) return;
+    throw new Error(`${what}: not within a minute; last seen ${JSON.stringify(seen)}`);
+  };
+  const exists = async (workflowId: string) =>
+    temporal.client.workflow
+      .getHandle(workflowId)
+      .describe()
+      .then(
+        () => true,
+        () => false,
+      );
+  let stage2StepWhilePaused: number | undefined;
+  const result = await runCampaign('stages-pause', spec, async (handle) => {
+    const [round1, round2] = [`${handle.workflowId}-round-1`, `${handle.workflowId}-round-2`];
+    // The hand-off: stage 1's round has closed; stage 2's has not started. Between them the campaign chooses the next
+    // data, writes its summary and continues as new: the pause is sent the moment stage 1's round closes.
+    await until('stage 1 round closed', 10, async () => {
+      const status = await temporal.client.workflow
+        .getHandle(round1)
+        .describe()
+        .then((d) => d.status.name)
+        .catch(() => 'NOT_STARTED');
+      expect(status).toMatch(/NOT_STARTED|RUNNING|COMPLETED/);
+      return status === 'COMPLETED' || status;
+    });
+    const paused = await handle.executeUpdate(pauseCampaignUpdate);
+    expect({ status: paused.status, rounds: paused.rounds.length, stage2Started: await exists(round2) }).toEqual({
+      status: 'paused',
+      rounds: 1,
+      stage2Started: false,
+    });
+    await sleep(2_000);
+    expect(await exists(round2)).toBe(false); // held at the boundary, not merely late
+    expect((await handle.query(campaignProgressQuery)).status).toBe('paused');
+    expect((await handle.executeUpdate(resumeCampaignUpdate)).status).toBe('running');
+
+    // In stage 2: paused while it trains, its steps hold still; resumed, it goes on.
+    await until('stage 2 training', 50, async () => {
+      const p = await handle.query(campaignProgressQuery);
+      expect(p.rounds.length).toBe(1);
+      return (p.currentRound?.round === 2 && p.currentRound.phase === 'training' && p.currentRound.step > 0) || p.currentRound;
+    });
+    expect((await handle.executeUpdate(pauseCampaignUpdate)).status).toBe('paused');
+    await until('stage 2 paused', 50, async () => {
+      const p = await handle.query(campaignProgressQuery);
+      return p.currentRound?.phase === 'paused' || p.currentRound;
+    });
+    stage2StepWhilePaused = (await handle.query(campaignProgressQuery)).currentRound!.step;
+    await sleep(2_000);
+    const still = (await handle.query(campaignProgressQuery)).currentRound!;
+    expect({ phase: still.phase, step: still.step }).toEqual({ phase: 'paused', step: stage2StepWhilePaused });
+    expect((await handle.executeUpdate(resumeCampaignUpdate)).status).toBe('running');
+  });
+  expect(result.status).toBe('completed');
+  const [first, second] = result.rounds;
+  expect(first).toMatchObject({ stage: 1, kind: 'sft', status: 'completed', stepsApplied: first!.totalSteps });
+  expect(second).toMatchObject({ stage: 2, kind: 'grpo', status: 'completed', stepsApplied: second!.totalSteps });
+  expect(stage2StepWhilePaused).toBeGreaterThan(0);
+  expect(stage2StepWhilePaused).toBeLessThan(second!.totalSteps);
+  expect(result.stages![1]).toMatchObject({ stage: 2, startedFrom: first!.trainingCheckpointId });
+  // The trainer applied exactly the planned steps, starting from stage 1's final checkpoint (the emulator's ledger).
+  const sessions = (await ledger(emulator)).sessions.filter((s) => s.displayName === `roundhouse:${second!.workflowId}`);
+  expect(sessions.length).toBeGreaterThan(0);
+  expect(sessions[0]!.resumedFromCheckpoint).toBe(first!.trainingCheckpointId);
+  expect(sessions.at(-1)!.step).toBe(second!.totalSteps);
+  expect((await ledger(emulator)).active).toEqual([]);
+});
+
 test('stop after the round, asked in stage 1, ends the campaign stopped before stage 2 starts', async () => {
   const spec = arithmeticStages(`  - name: a\n${GRPO_STAGE}`);
   const result = await runCampaign('stages-stop', spec, async (handle) => {

@@ -12,7 +12,7 @@ from typing import Any
 from roundhouse.codec import ConfigError
 from roundhouse.settings import DEFAULT_TASK_QUEUE, settings_from_env
 
-LEFTOVER_TASKS_SECONDS = 5.0
+LEFTOVER_TASKS_SECONDS = 2.0
 
 
 def _run(main_coroutine: Coroutine[Any, Any, None]) -> None:
@@ -60,13 +60,14 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"roundhouse: {err}", file=sys.stderr)
         return 2
-    from roundhouse.worker import serve  # the worker's imports are only needed to serve
+    from roundhouse.worker import end_process, serve  # the worker's imports are only needed to serve
 
     try:
         _run(serve(settings, args.sources, args.max_concurrent_activities))
     except (FileNotFoundError, ImportError) as err:
         print(f"roundhouse: {err}", file=sys.stderr)
         return 2
+    end_process(0)
     return 0
 
 

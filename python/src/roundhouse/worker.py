@@ -6,8 +6,10 @@ import asyncio
 import importlib
 import importlib.util
 import logging
+import os
 import signal
 import sys
+import threading
 from datetime import timedelta
 from pathlib import Path
 
@@ -18,6 +20,42 @@ from roundhouse.registry import ROLES, registry
 from roundhouse.settings import Settings, connect
 
 log = logging.getLogger("roundhouse.worker")
+
+GRACE_SECONDS = 10.0
+"""After SIGTERM or SIGINT, running activities get this long to finish; then they are cancelled."""
+EXIT_SECONDS = 4.0
+"""What the rest of a stop may take past the grace period; past it the process exits regardless."""
+
+
+def end_process(code: int) -> None:
+    """Ends a stopped worker's process without interpreter finalization. Finalization would wait for ever for threads
+    the user's code left running (a sync function still in `time.sleep` or a hung request), and can abort in the
+    Temporal SDK's own threads (`Fatal Python error: PyGILState_Release`, temporalio/sdk-python#300)."""
+    leftover = [t.name for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
+    if leftover:
+        log.warning(
+            "still running after the grace period: threads %s (the user's code); exiting without them", leftover
+        )
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _watchdog() -> None:
+    """The last resort: a stop that has not ended GRACE_SECONDS + EXIT_SECONDS after the signal ends the process."""
+
+    def expire() -> None:
+        log.error(
+            "the worker did not stop within %.0f s of the signal (threads: %s); exiting",
+            GRACE_SECONDS + EXIT_SECONDS,
+            [t.name for t in threading.enumerate()],
+        )
+        end_process(1)
+
+    timer = threading.Timer(GRACE_SECONDS + EXIT_SECONDS, expire)
+    timer.daemon = True
+    timer.start()
 
 
 def load(source: str) -> None:
@@ -61,12 +99,18 @@ async def serve(settings: Settings, sources: list[str], max_concurrent_activitie
         task_queue=settings.task_queue,
         activities=Activities().all(),
         max_concurrent_activities=max_concurrent_activities,
-        graceful_shutdown_timeout=timedelta(seconds=10),
+        graceful_shutdown_timeout=timedelta(seconds=GRACE_SECONDS),
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+
+    def on_signal() -> None:
+        if not stop.is_set():
+            stop.set()
+            _watchdog()
+
     for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
+        loop.add_signal_handler(signum, on_signal)
     async with worker:
         # One line tests and operators can wait for: the worker polls from here on.
         print(
