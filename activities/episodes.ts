@@ -9,6 +9,7 @@ import type { TokenizedRow } from './data';
 import { readTurns, sharedGateway, writeGatewayFile, type EpisodeAccess, type EpisodeSampler, type TurnRecord } from './gateway';
 import { writeJsonAtomic } from './files';
 import { callPython } from './python';
+import { tokensThroughStop } from './scoring';
 
 /**
  * Multi-turn GRPO: each group is `groupSize` episodes of the round's environment, run on a Python worker against
@@ -52,15 +53,22 @@ function extendsTokens(longer: number[], prefix: number[]): boolean {
   return true;
 }
 
-/** An episode's turns, checked: each turn's prompt should extend the previous turn's prompt and completion. */
-export function episodeOf(records: TurnRecord[]): EpisodeSamples {
-  const turns = records.map((r) => ({
-    id: r.id,
-    promptTokens: r.promptTokens,
-    tokens: r.choices[0]?.tokens ?? [],
-    logprobs: r.choices[0]?.logprobs ?? [],
-    ...(r.policyVersion !== undefined ? { policyVersion: r.policyVersion } : {}),
-  }));
+/**
+ * An episode's turns, checked: each turn's prompt should extend the previous turn's prompt and completion. A turn's
+ * tokens end at its stop string, where the text the environment was answered with ends (a Tinker sampler, which takes
+ * no stop strings, runs on past it; the record keeps what it drew).
+ */
+export function episodeOf(records: TurnRecord[], tokenizer: TextTokenizer): EpisodeSamples {
+  const turns = records.map((r) => {
+    const tokens = tokensThroughStop(tokenizer, r.choices[0]?.tokens ?? [], r.params.stop);
+    return {
+      id: r.id,
+      promptTokens: r.promptTokens,
+      tokens,
+      logprobs: (r.choices[0]?.logprobs ?? []).slice(0, tokens.length),
+      ...(r.policyVersion !== undefined ? { policyVersion: r.policyVersion } : {}),
+    };
+  });
   let prefixBreaks = 0;
   for (let i = 1; i < turns.length; i++) {
     const before = turns[i - 1]!;
@@ -209,7 +217,7 @@ export async function drawEpisodes(options: {
     await Promise.all(
       items.map(async (item, n) => {
         const records = await readTurns(recordsDir, result.turns[n]!);
-        const episode = episodeOf(records);
+        const episode = episodeOf(records, tokenizer);
         const first = episode.turns[0]?.policyVersion;
         if (first !== undefined) policyVersion = policyVersion === undefined ? first : Math.min(policyVersion, first);
         const last = records[records.length - 1]?.choices[0];

@@ -13,7 +13,7 @@ import { groupAdvantages, rewardFunction } from './rewards';
 import { scoreOnPython } from './python';
 import { pythonReward } from '../config/rules/python-calls';
 import type { ScoreItem } from '../workflows/python-contract';
-import { completionText } from './scoring';
+import { completionText, tokensThroughStop } from './scoring';
 import type { GrpoSegmentInput, GrpoSegmentResult } from '../workflows/round-contract';
 import { trainSegmentOf, type SegmentContext, type StepKind } from './segment';
 import { drawEpisodes, episodeDatums, type EpisodeSamples } from './episodes';
@@ -284,12 +284,16 @@ async function drawSamples(
   const results = await provider.awaitOperation(handle, { signal });
   const samples: StepSamples = { step, policyVersion: results[0]?.policyVersion, groups: [] };
   for (const [i, row] of prompts.entries()) {
-    const completions = (results[i]?.sequences ?? []).map((seq) => ({
-      tokens: seq.tokens,
-      logprobs: seq.logprobs ?? seq.tokens.map(() => 0),
-      text: completionText(data.tokenizer, seq.tokens, s.stop),
-      reward: null as number | null,
-    }));
+    const completions = (results[i]?.sequences ?? []).map((seq) => {
+      // Trained on exactly the tokens whose text the reward scores: through the stop, on every dialect.
+      const tokens = tokensThroughStop(data.tokenizer, seq.tokens, s.stop);
+      return {
+        tokens,
+        logprobs: (seq.logprobs ?? seq.tokens.map(() => 0)).slice(0, tokens.length),
+        text: completionText(data.tokenizer, tokens, s.stop),
+        reward: null as number | null,
+      };
+    });
     if (reward) for (const c of completions) c.reward = await reward(c.text, row.answer, row.prompt);
     samples.groups.push({ line: row.line, promptTokens: row.promptTokens, completions });
   }

@@ -10,7 +10,7 @@ import type { NextDataRequest, NextDataResult, PythonCallInput, ScoreItem, Score
  * Calling the user's Python functions from an activity. An activity cannot run activities, so each batch is a small
  * workflow (`pythonCallWorkflow`) on this worker's task queue that runs the Python worker's activity; its id is the
  * batch's business identity (campaign, round, lineage, step, what), so a retried activity attaches to the call its
- * first attempt started — running or finished — and never starts a second. The Python side records each result in
+ * first attempt started — running or completed — and never starts a second while it runs or after it answered. The Python side records each result in
  * the store under the sample's key, so a retried Python attempt computes only what was not recorded.
  */
 
@@ -23,8 +23,10 @@ export async function callPython<T>(workflowId: string, input: PythonCallInput, 
       workflowId,
       taskQueue: context.info.taskQueue,
       args: [input],
-      // A finished call keeps its id: the retry reads its result instead of calling the function again.
-      workflowIdReusePolicy: WorkflowIdReusePolicy.REJECT_DUPLICATE,
+      // A completed call keeps its id: the retry reads its result instead of calling the function again. One that
+      // failed, timed out or was cancelled while nobody waited (its round paused longer than its retries last) is
+      // started afresh under the same id, so a resumed round gets a working call, never that failure.
+      workflowIdReusePolicy: WorkflowIdReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY,
     });
   } catch (err) {
     if (!(err instanceof WorkflowExecutionAlreadyStartedError)) throw err;

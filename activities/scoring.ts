@@ -58,3 +58,30 @@ export function completionText(tokenizer: TextTokenizer, tokens: number[], stop?
   }
   return text;
 }
+
+/**
+ * A completion's tokens through the one that completes its first stop string, as a sampler that honours stop strings
+ * returns them; Tinker takes none (the client cuts in code), so its tokens run on past the stop. Cut here, the tokens
+ * trained on end where `completionText` cut the text the reward or the environment saw. No stop in the text (up to an
+ * end-of-sequence token): the tokens as they are.
+ */
+export function tokensThroughStop(tokenizer: TextTokenizer, tokens: number[], stop?: string[]): number[] {
+  if (!stop?.length) return tokens;
+  const eos = new Set(tokenizer.eosTokenIds);
+  const end = tokens.findIndex((t) => eos.has(t));
+  const searched = end >= 0 ? end : tokens.length;
+  const stopsWithin = (n: number) => {
+    const text = tokenizer.decode(tokens.slice(0, n), { skipSpecialTokens: true });
+    return stop.some((s) => s.length > 0 && text.includes(s));
+  };
+  if (!stopsWithin(searched)) return tokens;
+  // A prefix's text extends a shorter prefix's, so "holds a stop" turns true once: the first such prefix, by bisection.
+  let low = 1;
+  let high = searched;
+  while (low < high) {
+    const mid = (low + high) >> 1;
+    if (stopsWithin(mid)) high = mid;
+    else low = mid + 1;
+  }
+  return tokens.slice(0, low);
+}

@@ -77,6 +77,7 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Runn
   const control = new Router()
     .add('GET', '/_emulator/health', () => ({ body: { ok: true } }))
     .add('GET', '/_emulator/ledger', () => ({ body: engine.ledger() }))
+    .add('GET', '/_emulator/trained', () => ({ body: engine.trained() }))
     // Tinker's JWT mode: every token auth/token issued, so a test can look for each where no credential may be.
     .add('GET', '/_emulator/tinker/jwts', () => ({ body: { jwts: tinker.issuedJwts() } }))
     .add('GET', '/_emulator/faults', () => ({ body: engine.faults.report() }))

@@ -16,6 +16,7 @@ import { Resources, expiresAt, gpuSeconds, queuePosition, type ResourceFilter, t
 import { Sessions, type SessionFilter, type SessionInput } from './sessions';
 import { restoreInto, snapshotOf, type EngineSnapshot } from './snapshot';
 import { EngineState, type EngineOptions } from './state';
+import type { TrainedListing } from './trained';
 import { OperationWork } from './work';
 
 export * from './records';
@@ -30,6 +31,7 @@ export type {
   SessionFilter,
   SessionInput,
   SubmitOptions,
+  TrainedListing,
 };
 
 /**
@@ -232,6 +234,11 @@ export class Engine {
   ledger(): Ledger {
     this.lifecycle.refresh();
     return ledgerOf(this.state);
+  }
+
+  /** The datums each session's last training passes received (`trainedBatches`; empty when off). */
+  trained(): TrainedListing {
+    return this.state.trained.listing(this.state.sessions.values());
   }
 
   /** Everything needed to come back after a restart: records, learner states of live sessions, checkpoints. */

@@ -199,6 +199,7 @@ export class Operations {
   private async run(s: SessionRecord, rt: SessionRuntime, op: OperationRecord, input: OperationInput): Promise<void> {
     try {
       op.output = await this.work.run(s, rt, input);
+      this.state.trained.note(s, op.key, input);
       noteTrainer(s, rt.learner);
       op.status = 'COMPLETED';
       op.completedAt = this.state.now();

@@ -11,6 +11,7 @@ import type {
   SessionRecord,
   SessionStatus,
 } from './records';
+import { TrainedLog } from './trained';
 
 export interface EngineOptions {
   /** PENDING → CREATING → READY takes this long (half each). */
@@ -32,6 +33,8 @@ export interface EngineOptions {
    * once with deterministic figures (emulator/learner/zero-compute.ts), for measuring orchestration alone.
    */
   compute?: 'learner' | 'none';
+  /** How many training passes per session the trained-datums listing keeps (emulator/engine/trained.ts); 0 (default): none. */
+  trainedBatches?: number;
   now?: () => number;
 }
 
@@ -64,6 +67,8 @@ export class EngineState {
   /** Operations by `operationKey(session, idempotency key)`. */
   readonly operationsByKey = new Map<string, OperationRecord>();
   readonly runtimes = new Map<string, SessionRuntime>();
+  /** What training passes received, when the options ask for it. */
+  readonly trained: TrainedLog;
   /** What sessions train and sample with (`compute`). */
   readonly models: TrainerModels;
   private readonly listeners = new Set<() => void>();
@@ -81,7 +86,9 @@ export class EngineState {
       clockCycleMs: options.clockCycleMs ?? 0,
       defaultInactiveTimeoutMs: options.defaultInactiveTimeoutMs ?? 60 * 60 * 1000,
       compute: options.compute ?? 'learner',
+      trainedBatches: options.trainedBatches ?? 0,
     };
+    this.trained = new TrainedLog(this.options.trainedBatches);
     this.models = this.options.compute === 'none' ? ZERO_COMPUTE_MODELS : LEARNER_MODELS;
   }
 

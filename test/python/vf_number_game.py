@@ -31,8 +31,13 @@ def _role(message: Any) -> str:
 
 class NumberGame(vf.MultiTurnEnv):
     async def env_response(self, messages: Any, state: Any, **kwargs: Any) -> list[dict[str, str]]:
-        # ROUNDHOUSE_TEST_ENV_DELAY (seconds) slows each environment turn, for the crash tests to land mid-episode.
+        # ROUNDHOUSE_TEST_ENV_DELAY (seconds) slows each environment turn, for the crash tests to land mid-episode;
+        # ROUNDHOUSE_TEST_ENV_DELAY_FILE names a file holding the delay, which a test changes while the worker runs.
         delay = float(os.environ.get("ROUNDHOUSE_TEST_ENV_DELAY") or 0)
+        delay_file = os.environ.get("ROUNDHOUSE_TEST_ENV_DELAY_FILE")
+        if delay_file:
+            with open(delay_file) as f:
+                delay = float(f.read().strip() or 0)
         if delay:
             await asyncio.sleep(delay)
         return [{"role": "user", "content": "Another number?"}]

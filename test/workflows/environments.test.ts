@@ -14,7 +14,11 @@ import { uniqueTaskQueue } from '../helpers/temporal';
 // Multi-turn environments: a real `verifiers` environment (test/python/vf_number_game.py, written with verifiers' own
 // MultiTurnEnv and Rubric) runs its episodes on a real Python worker against the sampler gateway the round's
 // TypeScript worker serves; the sampler is the emulator's, over its Together and Tinker dialects.
-const { env, runRound } = roundTestEnvironment({}, { ...process.env, TOGETHER_API_KEY: 'tg-env-key', TINKER_API_KEY: 'tml-env-key' });
+// The emulator keeps what its trainer received in each forward_backward, to compare with the gateway's records.
+const { env, runRound } = roundTestEnvironment(
+  { trainedBatches: 200 },
+  { ...process.env, TOGETHER_API_KEY: 'tg-env-key', TINKER_API_KEY: 'tml-env-key' },
+);
 
 const workers: PythonWorker[] = [];
 afterEach(async () => {
@@ -52,9 +56,10 @@ test.each(['together', 'tinker'] as const)(
       expect(s.turnsSampled).toBe(Math.round(s.turnsPerEpisode * (i < 12 ? 4 : 3) * 4));
       expect(s.turnsReplayed).toBe(0);
     });
-    // The episodes trained on are the gateway's records, turn for turn, and the emulator drew each once.
-    const { trained, records } = expectTrainedAsRecorded(result);
-    expect(trained).toBe(records);
+    // What the trainer received is the gateway's records, turn for turn, and the emulator drew each once.
+    const { trained, records } = await expectTrainedAsRecorded(result, env.emulator, input.campaignId);
+    expect(trained).toBeGreaterThan(0);
+    expect(trained).toBeLessThanOrEqual(records);
     expect(repeatedDraws(await ledger(env.emulator))).toBe(before);
 
     const mean = (xs: { meanReward: number }[]) => xs.reduce((a, s) => a + s.meanReward, 0) / xs.length;
@@ -80,8 +85,9 @@ test('a registered Python rollout (`kind: python`) over the OpenAI client trains
   expect(result).toMatchObject({ status: 'completed', kind: 'grpo', stepsApplied: result.totalSteps });
   const steps = episodeSteps(result);
   for (const s of steps) expect(s).toMatchObject({ turnsPerEpisode: 2, turnsReplayed: 0 });
-  const { trained, records } = expectTrainedAsRecorded(result, 2);
-  expect(trained).toBe(records);
+  const { trained, records } = await expectTrainedAsRecorded(result, env.emulator, input.campaignId, 2);
+  expect(trained).toBeGreaterThan(0);
+  expect(trained).toBeLessThanOrEqual(records);
   expect(steps.every((s) => s.meanReward >= 0 && s.meanReward <= 1)).toBe(true);
 });
 
@@ -103,6 +109,7 @@ test('off-policy episodes (maxStepsOffPolicy: 1, ppo): the next step plays while
   const steps = episodeSteps(result) as (EpisodeStepRecord & { stepsOffPolicy: number; policyVersion: number })[];
   // The first step samples the starting weights; every later one the weights a step before the ones it trains.
   expect(steps.map((s) => s.stepsOffPolicy)).toEqual([0, ...Array(steps.length - 1).fill(1)]);
-  const { trained, records } = expectTrainedAsRecorded(result);
-  expect(trained).toBe(records);
+  const { trained, records } = await expectTrainedAsRecorded(result, env.emulator, input.campaignId);
+  expect(trained).toBeGreaterThan(0);
+  expect(trained).toBeLessThanOrEqual(records);
 });
