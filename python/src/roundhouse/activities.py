@@ -31,8 +31,8 @@ from roundhouse import __version__
 from roundhouse.episodes import (
     VERIFIERS_PREFIX,
     EpisodeRequest,
-    EpisodeTooLong,
     EpisodeResult,
+    EpisodeTooLong,
     GatewayTransport,
     episode_function,
     verifiers_problem,
