@@ -204,11 +204,9 @@ export class SamplerGateway {
     const token = /^Bearer\s+(\S+)$/i.exec(header ?? '')?.[1];
     if (!token || !timingSafeEqual(digestOf(token), episode.tokenDigest))
       throw new GatewayError(401, `the bearer token is not episode ${id}'s`, 'invalid_token');
-    // An episode ends when its record in the store is final: known after a restart too, and read by every worker.
-    if (
-      !episode.ended &&
-      (await readJson(joinLocation(episode.sampler.recordsDir, `${episode.binding.episode}.json`)).catch(() => undefined))
-    )
+    // An episode ends when its record in the store is final: known after a restart too. A store that cannot say fails
+    // the request (a 500: the episode is retried), never lets the token through.
+    if (!episode.ended && (await readJson(joinLocation(episode.sampler.recordsDir, `${episode.binding.episode}.json`))))
       episode.ended = true;
     if (episode.ended)
       throw new GatewayError(401, `episode ${episode.binding.episode} of step ${episode.binding.step + 1} has ended`, 'episode_ended');
