@@ -44,7 +44,7 @@ export interface EpisodeSampler {
   recordsDir: string;
   /** The spec's sampling: what a request that leaves a parameter out gets; its maxTokens is also the cap. */
   defaults: SamplingParams;
-  /** Completions served per episode (requests answered, replays included), whatever the request's messages say. */
+  /** Distinct completions served per episode, whatever the request's messages say (a replay is not a new one). */
   maxTurns: number;
   /** The round's training.maxSeqLen: a turn whose prompt and max_tokens do not fit could not be trained as played. */
   maxSeqLen?: number;
@@ -68,8 +68,8 @@ interface OpenEpisode {
   sampler: EpisodeSampler;
   tokenDigest: Buffer;
   ended: boolean;
-  /** Completions this episode's token was served (or is being served): what maxTurns counts. */
-  served: number;
+  /** The completions (record names) this episode's token was served or is being served: what maxTurns counts. */
+  served: Set<string>;
 }
 
 export interface EpisodeAccess {
@@ -127,7 +127,7 @@ export class SamplerGateway {
   open(binding: EpisodeBinding, sampler: EpisodeSampler): EpisodeAccess {
     const id = randomBytes(12).toString('hex');
     const token = `rhe_${randomBytes(32).toString('base64url')}`;
-    this.episodes.set(id, { binding, sampler, tokenDigest: digestOf(token), ended: false, served: 0 });
+    this.episodes.set(id, { binding, sampler, tokenDigest: digestOf(token), ended: false, served: new Set() });
     return { id, url: `${this.url}/episodes/${id}/v1`, token };
   }
 
@@ -140,7 +140,13 @@ export class SamplerGateway {
     for (const [episode, access] of Object.entries(earlier?.episodes ?? {})) {
       const id = /\/episodes\/([0-9a-f]{24})\/v1$/.exec(access.url)?.[1];
       if (!id || this.episodes.has(id) || !access.url.startsWith(`${this.url}/`)) continue;
-      this.episodes.set(id, { binding: { ...binding, episode }, sampler, tokenDigest: digestOf(access.token), ended: false, served: 0 });
+      this.episodes.set(id, {
+        binding: { ...binding, episode },
+        sampler,
+        tokenDigest: digestOf(access.token),
+        ended: false,
+        served: new Set(),
+      });
       this.end(id);
     }
   }
@@ -260,19 +266,20 @@ export class SamplerGateway {
           `${promptTokens.length} tokens and max_tokens ${params.maxTokens}`,
         'context_length_exceeded',
       );
-    // Counted when served, not read from the request: a request that leaves its history out is a turn all the same.
-    if (episode.served >= sampler.maxTurns)
-      throw new GatewayError(
-        400,
-        `episode ${binding.episode}: completion ${episode.served + 1} is past round.grpo.environment.maxTurns (${sampler.maxTurns})`,
-        'max_turns',
-      );
-    episode.served++;
     const digest = createHash('sha256')
       .update(JSON.stringify([promptTokens, params]))
       .digest('hex')
       .slice(0, 16);
     const name = `t${turn}-${digest}`;
+    // Counted as served, not read from the request (a request that leaves its history out is a turn all the same); a
+    // completion served again (an episode retried on the same token replays its turns) is not a new one.
+    if (!episode.served.has(name) && episode.served.size >= sampler.maxTurns)
+      throw new GatewayError(
+        400,
+        `episode ${binding.episode}: completion ${episode.served.size + 1} is past round.grpo.environment.maxTurns (${sampler.maxTurns})`,
+        'max_turns',
+      );
+    episode.served.add(name);
     const location = joinLocation(sampler.recordsDir, binding.episode, `${name}.json`);
     const recorded = await readJson<TurnRecord>(location).catch(() => undefined);
     if (recorded) {

@@ -115,14 +115,15 @@ test('maxTurns counts the completions served to the episode, not the assistant m
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rh-gateway-'));
   const episode = gateway.open({ round: 'campaign-turns/r1', step: 0, episode: 'p0-c0' }, sampler(dir));
   // Three requests that each look like a first turn (no assistant message): three completions, the maxTurns of 3.
-  for (const content of ['Say a number.', 'Say another number.', 'And one more.'])
-    expect((await chat(episode.url, episode.token, [{ role: 'user', content }])).status).toBe(200);
+  const asks = ['Say a number.', 'Say another number.', 'And one more.'];
+  for (const content of asks) expect((await chat(episode.url, episode.token, [{ role: 'user', content }])).status).toBe(200);
   const drawn = await drawnBy(sessionId);
   const fourth = await chat(episode.url, episode.token, [{ role: 'user', content: 'A fourth?' }]);
   expect(fourth).toMatchObject({ status: 400, body: { error: { code: 'max_turns' } } });
   expect(fourth.body.error.message).toMatch(/completion 4 is past round\.grpo\.environment\.maxTurns \(3\)/);
-  // A replay of an answered request is a completion served too.
-  expect((await chat(episode.url, episode.token, [{ role: 'user', content: 'Say a number.' }])).status).toBe(400);
+  // The episode retried on the same token replays its three completions (not new ones), and is again held at three.
+  for (const content of asks) expect((await chat(episode.url, episode.token, [{ role: 'user', content }])).status).toBe(200);
+  expect((await chat(episode.url, episode.token, [{ role: 'user', content: 'A fourth?' }])).status).toBe(400);
   expect(await drawnBy(sessionId)).toBe(drawn);
   gateway.end(episode.id);
 });
