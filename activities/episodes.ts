@@ -1,3 +1,4 @@
+import { Context } from '@temporalio/activity';
 import { joinLocation } from '../config/io/artifacts';
 import { RoundhouseFailure } from '../config/rules/failures';
 import { environmentName, PYTHON_ACTIVITIES, pythonEnvironment } from '../config/rules/python-calls';
@@ -147,6 +148,7 @@ export async function drawEpisodes(options: {
   if (!input.episodesDir) throw new RoundhouseFailure('InvalidInput', 'round.grpo.environment: the round names no episodes directory');
   const s = input.spec.sampling;
   const recordsDir = joinLocation(input.episodesDir, stepName(step));
+  const log = Context.current().log; // taken now: the gateway answers outside this activity's context
   const counts = { sampled: 0, replayed: 0 };
   const defaults: SamplingParams = { maxTokens: s.maxTokens, temperature: s.temperature, topP: s.topP, topK: s.topK, stop: s.stop };
   const sampler: EpisodeSampler = {
@@ -154,8 +156,10 @@ export async function drawEpisodes(options: {
     recordsDir,
     defaults,
     maxTurns: environment.maxTurns,
+    maxSeqLen: input.spec.training.maxSeqLen,
     model: input.spec.provider.model,
     counts,
+    log: (message, fields) => log.warn(message, fields),
     async sample(promptTokens, params, n, requestKey) {
       await weightsReady;
       const handle = await provider.submitSample(input.sessionId, key(`s${step}`, `episode:${requestKey}`), [promptTokens], params, {
@@ -187,6 +191,7 @@ export async function drawEpisodes(options: {
   const gatewayFile = joinLocation(input.episodesDir, 'gateways', `${lineage}${stepName(step)}.json`);
   const itemsLocation = joinLocation(input.episodesDir, 'batches', `${lineage}${stepName(step)}.json`);
   try {
+    await gateway.retire(gatewayFile, { round, step }, sampler);
     await writeGatewayFile(gatewayFile, access);
     await writeJsonAtomic(itemsLocation, { items });
     const result = await callPython<EpisodesResult>(

@@ -4,6 +4,7 @@ import type { AddressInfo } from 'node:net';
 import { joinLocation } from '../config/io/artifacts';
 import type { ChatMessage, TextTokenizer } from '../config/io/tokenizer';
 import type { SampleResult, SamplingParams } from '../providers/types';
+import { maskSecrets } from '../config/io/secrets';
 import { readJson, writeJsonAtomic } from './files';
 import { completionText } from './scoring';
 
@@ -11,7 +12,11 @@ import { completionText } from './scoring';
  * The sampler gateway: an OpenAI-compatible endpoint (`/v1/chat/completions`, `/v1/completions`) that this worker
  * serves for the episodes of the rounds it runs, backed by the round's own sampler (whatever its dialect). Each
  * episode has a URL and a bearer token of its own, bound to its round, step and episode; a token is refused on
- * another episode's URL and once its episode has ended. Every completion is recorded under the episode before it is
+ * another episode's URL and once its episode has ended (its record in the store is final, or its step ended). The spec
+ * bounds what a request may ask: `max_tokens` up to the round's sampling.maxTokens, `n` 1, `maxTurns` completions per
+ * episode, prompt + max_tokens within training.maxSeqLen; anything over is refused with an OpenAI-style 400 naming
+ * the field and the bound. A sampler failure reaches the episode as a generic 500 with a reference; its detail (secrets
+ * masked) goes to the worker's log. Every completion is recorded under the episode before it is
  * answered — the exact prompt tokens (the chat template rendered and tokenised here), completion tokens, logprobs and
  * the policy version that sampled them — and a request the episode has made before (same turn, same prompt tokens,
  * same parameters) is answered from its record, so a rollout retried after a crash replays its finished turns without
@@ -37,9 +42,14 @@ export interface EpisodeSampler {
   sample(promptTokens: number[], params: SamplingParams, n: number, key: string): Promise<SampleResult>;
   /** The step's folder of episode records: turns go under `<recordsDir>/<episode>/`. */
   recordsDir: string;
-  /** The spec's sampling: what a request that leaves a parameter out gets. */
+  /** The spec's sampling: what a request that leaves a parameter out gets; its maxTokens is also the cap. */
   defaults: SamplingParams;
+  /** Distinct completions served per episode, whatever the request's messages say (a replay is not a new one). */
   maxTurns: number;
+  /** The round's training.maxSeqLen: a turn whose prompt and max_tokens do not fit could not be trained as played. */
+  maxSeqLen?: number;
+  /** Where a sampler failure's detail goes (already masked): the episode itself gets only a reference to it. */
+  log: (message: string, fields: Record<string, unknown>) => void;
   model: string;
   /** Counts for the step's record. */
   counts: { sampled: number; replayed: number };
@@ -58,6 +68,8 @@ interface OpenEpisode {
   sampler: EpisodeSampler;
   tokenDigest: Buffer;
   ended: boolean;
+  /** The completions (record names) this episode's token was served or is being served: what maxTurns counts. */
+  served: Set<string>;
 }
 
 export interface EpisodeAccess {
@@ -78,6 +90,8 @@ class GatewayError extends Error {
 }
 
 const MAX_BODY = 16 * 1024 * 1024;
+/** Each episode is one sample of its group (round.grpo.groupSize episodes), and a turn trains on one choice. */
+const MAX_N = 1;
 const digestOf = (token: string) => createHash('sha256').update(token).digest();
 
 export class SamplerGateway {
@@ -113,8 +127,28 @@ export class SamplerGateway {
   open(binding: EpisodeBinding, sampler: EpisodeSampler): EpisodeAccess {
     const id = randomBytes(12).toString('hex');
     const token = `rhe_${randomBytes(32).toString('base64url')}`;
-    this.episodes.set(id, { binding, sampler, tokenDigest: digestOf(token), ended: false });
+    this.episodes.set(id, { binding, sampler, tokenDigest: digestOf(token), ended: false, served: new Set() });
     return { id, url: `${this.url}/episodes/${id}/v1`, token };
+  }
+
+  /**
+   * Takes over, ended, the accesses an earlier attempt of a step gave out (its gateway file in the store, `location`):
+   * when that attempt's worker was this one, restarted on the same address, their tokens get a clear `episode_ended`.
+   */
+  async retire(location: string, binding: Omit<EpisodeBinding, 'episode'>, sampler: EpisodeSampler): Promise<void> {
+    const earlier = await readJson<{ episodes?: Record<string, { url: string; token: string }> }>(location);
+    for (const [episode, access] of Object.entries(earlier?.episodes ?? {})) {
+      const id = /\/episodes\/([0-9a-f]{24})\/v1$/.exec(access.url)?.[1];
+      if (!id || this.episodes.has(id) || !access.url.startsWith(`${this.url}/`)) continue;
+      this.episodes.set(id, {
+        binding: { ...binding, episode },
+        sampler,
+        tokenDigest: digestOf(access.token),
+        ended: false,
+        served: new Set(),
+      });
+      this.end(id);
+    }
   }
 
   /** Ends an episode: its token is refused from now on. */
@@ -140,7 +174,7 @@ export class SamplerGateway {
     try {
       const match = /^\/episodes\/([0-9a-f]{24})\/v1\/(chat\/completions|completions|models)\/?$/.exec((req.url ?? '').split('?')[0]!);
       if (!match) throw new GatewayError(404, `no such route: ${req.method} ${req.url}`, 'not_found');
-      const episode = this.authorize(match[1]!, req.headers.authorization);
+      const episode = await this.authorize(match[1]!, req.headers.authorization);
       if (match[2] === 'models') return send(res, 200, { object: 'list', data: [{ id: episode.sampler.model, object: 'model' }] });
       if (req.method !== 'POST') throw new GatewayError(405, `${match[2]} takes POST`, 'method_not_allowed');
       const body = await readBody(req);
@@ -148,17 +182,38 @@ export class SamplerGateway {
       if (episode.ended) throw new GatewayError(401, 'the episode ended while this request was sampled', 'episode_ended');
       send(res, 200, answer);
     } catch (err) {
-      const e = err instanceof GatewayError ? err : new GatewayError(500, (err as Error).message, 'sampler_error');
+      const e = err instanceof GatewayError ? err : this.masked(err, req.url ?? '');
       send(res, e.status, { error: { message: e.message, type: e.code, code: e.code } });
     }
   }
 
-  private authorize(id: string, header: string | undefined): OpenEpisode {
+  /**
+   * A failure under the gateway (the provider's, or the store's) as the episode sees it: a generic message with a
+   * reference, never the provider's text (request ids, URLs, keys, raw bodies); the detail, masked, is logged.
+   */
+  private masked(err: unknown, url: string): GatewayError {
+    const reference = randomBytes(4).toString('hex');
+    const id = /^\/episodes\/([0-9a-f]{24})\//.exec(url)?.[1];
+    const episode = id ? this.episodes.get(id) : undefined;
+    const detail = maskSecrets(err instanceof Error ? `${err.name}: ${err.message}` : String(err));
+    episode?.sampler.log('the sampler gateway could not answer a turn', { reference, ...episode.binding, error: detail });
+    return new GatewayError(
+      500,
+      `the round's sampler failed on this turn (reference ${reference}, in the Roundhouse worker's log)`,
+      'sampler_error',
+    );
+  }
+
+  private async authorize(id: string, header: string | undefined): Promise<OpenEpisode> {
     const episode = this.episodes.get(id);
     if (!episode) throw new GatewayError(404, `unknown episode ${id} (its round is not running on this worker)`, 'unknown_episode');
     const token = /^Bearer\s+(\S+)$/i.exec(header ?? '')?.[1];
     if (!token || !timingSafeEqual(digestOf(token), episode.tokenDigest))
       throw new GatewayError(401, `the bearer token is not episode ${id}'s`, 'invalid_token');
+    // An episode ends when its record in the store is final: known after a restart too. A store that cannot say fails
+    // the request (a 500: the episode is retried), never lets the token through.
+    if (!episode.ended && (await readJson(joinLocation(episode.sampler.recordsDir, `${episode.binding.episode}.json`))))
+      episode.ended = true;
     if (episode.ended)
       throw new GatewayError(401, `episode ${episode.binding.episode} of step ${episode.binding.step + 1} has ended`, 'episode_ended');
     return episode;
@@ -169,11 +224,22 @@ export class SamplerGateway {
     const num = (v: unknown) => (typeof v === 'number' && Number.isFinite(v) ? v : undefined);
     const stop = typeof body.stop === 'string' ? [body.stop] : Array.isArray(body.stop) ? body.stop.map(String) : d.stop;
     const n = num(body.n) ?? 1;
-    if (!Number.isInteger(n) || n < 1 || n > 64)
-      throw new GatewayError(400, `n: ${String(body.n)} is not an integer from 1 to 64`, 'invalid_request');
+    if (!Number.isInteger(n) || n < 1 || n > MAX_N)
+      throw new GatewayError(
+        400,
+        `n: ${String(body.n)} is over the cap of ${MAX_N} (each episode is one sample of its group: round.grpo.groupSize)`,
+        'invalid_request',
+      );
+    const field = num(body.max_completion_tokens) !== undefined ? 'max_completion_tokens' : 'max_tokens';
     const maxTokens = num(body.max_completion_tokens) ?? num(body.max_tokens) ?? d.maxTokens;
     if (!Number.isInteger(maxTokens) || maxTokens < 1)
-      throw new GatewayError(400, `max_tokens: ${maxTokens} is not a positive integer`, 'invalid_request');
+      throw new GatewayError(400, `${field}: ${maxTokens} is not a positive integer`, 'invalid_request');
+    if (maxTokens > d.maxTokens)
+      throw new GatewayError(
+        400,
+        `${field}: ${maxTokens} is over the cap of ${d.maxTokens} (the round's sampling.maxTokens)`,
+        'invalid_request',
+      );
     return {
       n,
       maxTokens,
@@ -193,17 +259,27 @@ export class SamplerGateway {
     params: SamplingParams & { n: number },
   ): Promise<TurnRecord> {
     const { sampler, binding } = episode;
-    if (turn >= sampler.maxTurns)
+    if (sampler.maxSeqLen !== undefined && promptTokens.length + params.maxTokens > sampler.maxSeqLen)
       throw new GatewayError(
         400,
-        `episode ${binding.episode}: turn ${turn + 1} is past round.grpo.environment.maxTurns (${sampler.maxTurns})`,
-        'max_turns',
+        `This model's maximum context length is ${sampler.maxSeqLen} tokens (training.maxSeqLen): the prompt is ` +
+          `${promptTokens.length} tokens and max_tokens ${params.maxTokens}`,
+        'context_length_exceeded',
       );
     const digest = createHash('sha256')
       .update(JSON.stringify([promptTokens, params]))
       .digest('hex')
       .slice(0, 16);
     const name = `t${turn}-${digest}`;
+    // Counted as served, not read from the request (a request that leaves its history out is a turn all the same); a
+    // completion served again (an episode retried on the same token replays its turns) is not a new one.
+    if (!episode.served.has(name) && episode.served.size >= sampler.maxTurns)
+      throw new GatewayError(
+        400,
+        `episode ${binding.episode}: completion ${episode.served.size + 1} is past round.grpo.environment.maxTurns (${sampler.maxTurns})`,
+        'max_turns',
+      );
+    episode.served.add(name);
     const location = joinLocation(sampler.recordsDir, binding.episode, `${name}.json`);
     const recorded = await readJson<TurnRecord>(location).catch(() => undefined);
     if (recorded) {

@@ -48,6 +48,7 @@ export async function gatewayBenchmark(ctx: BenchContext, report: Report): Promi
         model: MODEL,
         counts: { sampled: 0, replayed: 0 },
         sample: (promptTokens, p, count, key) => sample(promptTokens, p, count, `gateway/${key}`),
+        log: (message, fields) => process.stderr.write(`${message} ${JSON.stringify(fields)}\n`),
       };
       const access = gateway.open({ round: 'bench', step: 0, episode: `e${i}` }, sampler);
       const res = await fetch(`${access.url}/chat/completions`, {

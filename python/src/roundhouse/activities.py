@@ -32,6 +32,7 @@ from roundhouse.episodes import (
     VERIFIERS_PREFIX,
     EpisodeRequest,
     EpisodeResult,
+    EpisodeTooLong,
     GatewayTransport,
     episode_function,
     verifiers_problem,
@@ -418,10 +419,13 @@ class Activities:
                 try:
                     reward = _score_of("environment", request.environment, await run(client, item))
                 except Exception as err:
-                    failures.append((item, err))
+                    failures.append((item, transport.failure or err))
                     return
                 finally:
                     await http.aclose()
+                if transport.failure is not None:  # a broken turn the environment scored anyway: never its reward
+                    failures.append((item, transport.failure))
+                    return
             await asyncio.to_thread(
                 write_json,
                 location,
@@ -440,14 +444,15 @@ class Activities:
 
         await _heartbeating(counts, [one(i, item) for i, item in enumerate(items)])
         if failures:
-            item, failure = failures[0]
+            # One that no retry can mend is the one reported: it decides that the step fails for good.
+            item, failure = next((f for f in failures if isinstance(f[1], _BadReturn | EpisodeTooLong)), failures[0])
             error = masked("".join(traceback.format_exception_only(type(failure), failure)).strip())
             raise ApplicationError(
                 f"environment {request.environment!r} failed on {_where(item)}: {error}"
                 f"{f' (and {len(failures) - 1} more of {len(items)})' if len(failures) > 1 else ''}",
                 {"environment": request.environment, "context": item.get("context"), "error": error},
                 type="EnvironmentFailed",
-                non_retryable=isinstance(failure, _BadReturn),
+                non_retryable=isinstance(failure, _BadReturn | EpisodeTooLong),
             )
         return EpisodeResult(
             rewards=[None if isinstance(v, Unscorable) else v for v in rewards],

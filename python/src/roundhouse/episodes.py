@@ -11,8 +11,11 @@ the file again and retry, so an episode outlives either worker dying.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import importlib
 import importlib.util
+import inspect
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -34,6 +37,17 @@ RETRYABLE_REFUSALS = {"invalid_token", "unknown_episode", "episode_ended"}
 
 class GatewayUnavailable(Exception):
     """The round's gateway did not come back within GATEWAY_WAIT_SECONDS: an infrastructure error, never a reward."""
+
+
+class GatewayFailed(Exception):
+    """The gateway answered a turn with a 5xx (the round's sampler failed under it): whatever the environment made of
+    that broken turn, the episode is an infrastructure failure (retried), never a reward."""
+
+
+class EpisodeTooLong(Exception):
+    """A turn's prompt and max_tokens do not fit the round's training.maxSeqLen (the gateway refused it as
+    `context_length_exceeded`): the episode could not be trained as played, so it fails by name; a retry would play
+    it the same way."""
 
 
 @dataclass
@@ -69,6 +83,8 @@ class GatewayTransport(httpx.AsyncBaseTransport):
         self.key = key
         self.wait_seconds = wait_seconds
         self.turns: list[str] = []
+        # The first answer that makes the episode unusable whatever the environment did with it (see `failure`).
+        self.failure: GatewayFailed | EpisodeTooLong | None = None
         self._inner = httpx.AsyncHTTPTransport()
         self._access: tuple[str, str] | None = None
 
@@ -107,6 +123,7 @@ class GatewayTransport(httpx.AsyncBaseTransport):
             if response.status_code in (401, 404) and _error_code(content) in RETRYABLE_REFUSALS:
                 stale = self._access
                 continue
+            self._note(response.status_code, content)
             if response.status_code == 200:
                 answer_id = json.loads(content).get("id")
                 if isinstance(answer_id, str):
@@ -117,17 +134,35 @@ class GatewayTransport(httpx.AsyncBaseTransport):
                 content=content,
             )
 
+    def _note(self, status: int, content: bytes) -> None:
+        """Keeps the first answer the episode cannot be scored after: an environment (or verifiers) may catch the
+        client's error and go on to a reward, which must not count."""
+        if self.failure is not None:
+            return
+        code, message = _error_of(content)
+        if status >= 500:
+            self.failure = GatewayFailed(f"turn {len(self.turns) + 1}: the gateway answered {status} {code}: {message}")
+        elif status == 400 and code == "context_length_exceeded":
+            self.failure = EpisodeTooLong(f"turn {len(self.turns) + 1}: {message}")
+
     async def aclose(self) -> None:
         await self._inner.aclose()
 
 
-def _error_code(content: bytes) -> str | None:
+def _error_of(content: bytes) -> tuple[str | None, str]:
+    """An OpenAI-style error body's code and message."""
     try:
         error = json.loads(content).get("error") or {}
     except (ValueError, AttributeError):
-        return None
-    code = error.get("code") if isinstance(error, dict) else None
-    return code if isinstance(code, str) else None
+        return None, content[:200].decode(errors="replace")
+    if not isinstance(error, dict):
+        return None, str(error)[:200]
+    code = error.get("code")
+    return (code if isinstance(code, str) else None), str(error.get("message") or "")
+
+
+def _error_code(content: bytes) -> str | None:
+    return _error_of(content)[0]
 
 
 Episode = Callable[[Any, dict[str, Any]], Awaitable[Any]]
@@ -188,6 +223,7 @@ def _verifiers_episode(module: str, args: dict[str, Any], model: str) -> Episode
     env = _loaded.get(cache_key)
     if env is None:
         env = vf.load_environment(module, **args)
+        _guard_rubric(env.rubric)
         _loaded[cache_key] = env
 
     async def run(client: Any, item: dict[str, Any]) -> Any:
@@ -198,7 +234,14 @@ def _verifiers_episode(module: str, args: dict[str, Any], model: str) -> Episode
             "example_id": int(context.get("line", 0)),
             "info": {"env_id": module},
         }
+        raised: list[str] = []
+        _rubric_errors.set(raised)  # this episode's task's own list: the rubric is shared by concurrent episodes
         output = await env.run_rollout(rollout_input, OpenAIChatCompletionsClient(client), model, {})
+        if raised:
+            raise EpisodeError(
+                f"the rubric's {raised[0]}{f' (and {len(raised) - 1} more)' if len(raised) > 1 else ''}; "
+                "verifiers would have scored it 0.0"
+            )
         error = output.get("error")
         if error and not _model_outcome(vf, error):
             raise EpisodeError(f"the verifiers rollout ended with an error: {error}")
@@ -218,3 +261,57 @@ def _model_outcome(vf: Any, error: Any) -> bool:
     found = getattr(vf, str(name), None)
     outcomes = tuple(c for c in (getattr(vf, n, None) for n in _MODEL_OUTCOMES) if isinstance(c, type))
     return isinstance(found, type) and issubclass(found, outcomes)
+
+
+# The rubric failures of the episode running in this task; verifiers' Rubric catches a reward function's exception and
+# scores it 0.0 (Rubric._call_individual_reward_func / _call_group_reward_func), so the failure is noted before it does.
+_rubric_errors: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("rubric_errors", default=None)
+
+
+def _note_rubric_error(func: Any, what: str) -> None:
+    raised = _rubric_errors.get()
+    if raised is not None:
+        raised.append(f"reward function {getattr(func, '__name__', repr(func))!r} {what}")
+
+
+def _guarded(func: Any) -> Any:
+    """`func` as the rubric calls it, noting an exception (or a None, which the rubric's float() turns into an
+    exception) before the rubric turns it into a 0.0. Its name and signature stay the function's: the rubric picks
+    the arguments it passes by them."""
+
+    async def awaited(result: Awaitable[Any]) -> Any:
+        try:
+            value = await result
+        except Exception as err:
+            _note_rubric_error(func, f"raised {type(err).__name__}: {err}")
+            raise
+        if value is None:
+            _note_rubric_error(func, "returned None")
+        return value
+
+    @functools.wraps(func)
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        try:
+            result = func(*args, **kwargs)
+        except Exception as err:
+            _note_rubric_error(func, f"raised {type(err).__name__}: {err}")
+            raise
+        if inspect.isawaitable(result):
+            return awaited(result)
+        if result is None:
+            _note_rubric_error(func, "returned None")
+        return result
+
+    return guarded
+
+
+def _guard_rubric(rubric: Any) -> None:
+    """Guards every reward function of a rubric, and of the rubrics a RubricGroup holds, once."""
+    if rubric is None or getattr(rubric, "_roundhouse_guarded", False):
+        return
+    funcs = getattr(rubric, "funcs", None)
+    if isinstance(funcs, list):
+        funcs[:] = [_guarded(f) for f in funcs]
+    for inner in getattr(rubric, "rubrics", None) or []:
+        _guard_rubric(inner)
+    rubric._roundhouse_guarded = True
