@@ -61,7 +61,7 @@ export async function checkPythonFunctions(checks: PythonCheck[]): Promise<Descr
     })[PYTHON_ACTIVITIES.describe]!;
     let result: DescribeResult;
     try {
-      result = await describe({ functions: here.map((c) => ({ role: c.role, name: c.call.name })) });
+      result = await describe({ functions: here.map((c) => ({ role: c.role, name: c.call.name, ...(c.args ? { args: c.args } : {}) })) });
     } catch (err) {
       if (!noWorkerTookIt(err)) throw err;
       throw ApplicationFailure.create({
@@ -76,7 +76,7 @@ export async function checkPythonFunctions(checks: PythonCheck[]): Promise<Descr
       const f = result.functions[i];
       return f && f.ok
         ? []
-        : [`${check.field}.name: ${f?.problem ?? 'not described'} (task queue '${taskQueue}', worker ${result.worker})`];
+        : [`${check.field}.${f?.field ?? 'name'}: ${f?.problem ?? 'not described'} (task queue '${taskQueue}', worker ${result.worker})`];
     });
     if (problems.length) throw ApplicationFailure.create({ type: 'InvalidInput', nonRetryable: true, message: problems.join('; ') });
     described.push(result);
