@@ -4,6 +4,7 @@ import { championPath } from './promotion';
 import type { CampaignInput } from '../workflows/campaign-contract';
 import type { NotificationInput } from '../workflows/notify-contract';
 import type { ChampionRecord } from '../workflows/promotion-contract';
+import { DEFAULT_WEBHOOK_SECRET_ENV } from '../config/rules/preflight';
 
 /**
  * Scheduled retraining, looked at from outside: per campaign schedule, its last run and how that run ended, the
@@ -96,7 +97,7 @@ export async function noticeSkippedRuns(client: Client, taskQueue: string): Prom
         ...(n.webhook ? { webhook: n.webhook } : {}),
         ...(n.webhookEnv ? { webhookEnv: n.webhookEnv } : {}),
         format: n.format,
-        secretEnv: n.secretEnv,
+        secretEnv: n.secretEnv ?? DEFAULT_WEBHOOK_SECRET_ENV,
       },
     };
     try {

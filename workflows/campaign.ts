@@ -1,6 +1,7 @@
-import { allHandlersFinished, condition, continueAsNew } from '@temporalio/workflow';
+import { allHandlersFinished, condition, continueAsNew, patched } from '@temporalio/workflow';
 import type { CampaignInput, CampaignResult } from './campaign-contract';
 import { CampaignState } from './campaign-state';
+import { checkCampaignBeforeSpend } from './preflight';
 
 /**
  * A campaign: rounds until the target metric, `rounds.max`, or a budget is reached. Each round is a child
@@ -10,6 +11,8 @@ import { CampaignState } from './campaign-state';
  */
 export async function campaignWorkflow(input: CampaignInput): Promise<CampaignResult> {
   const campaign = new CampaignState(input);
+  // Every stage's Python calls and the worker's variables, before the first round provisions (a scheduled run too).
+  if (!input.state && patched('campaign-checks-before-spend')) await checkCampaignBeforeSpend(input.spec);
   await campaign.unpaused();
   campaign.stopReason = campaign.reasonToStop();
   if (campaign.stopReason === undefined) {

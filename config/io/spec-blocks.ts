@@ -543,8 +543,11 @@ export const NotifySpecSchema = z
       .default([...NOTIFY_EVENTS]),
     /** `json`: `{id, type, campaignId, at, text, data}`; `slack`: `{text}` (Slack's incoming webhooks). */
     format: z.enum(['json', 'slack']).default('json'),
-    /** The worker's environment variable holding the HMAC key (`X-Roundhouse-Signature: sha256=<hex>`). */
-    secretEnv: envName.default('ROUNDHOUSE_WEBHOOK_SECRET'),
+    /**
+     * The worker's environment variable holding the HMAC key (`X-Roundhouse-Signature: sha256=<hex>`). Named here, it
+     * must be set on the worker (checked before the first round); unset, ROUNDHOUSE_WEBHOOK_SECRET signs when present.
+     */
+    secretEnv: envName.optional(),
     /** `capacity.waiting`: told once a round has waited this long for the provider's GPUs. */
     capacityWaitMinutes: z.number().positive().max(10_080).default(30),
   })
