@@ -1,6 +1,8 @@
 import os from 'node:os';
-import { ApplicationFailure, Context } from '@temporalio/activity';
+import { Context } from '@temporalio/activity';
+import { RoundhouseFailure } from '../config/rules/failures';
 import type { WorkerVariable } from '../config/rules/preflight';
+import { atBoundary } from './failures';
 
 export interface WorkerDescription {
   pid: number;
@@ -18,12 +20,14 @@ export async function describeWorker(greeting: string): Promise<WorkerDescriptio
  * worker, or WorkerEnvironmentMissing (not retried) names the field and the variable. Never their values.
  */
 export async function checkWorkerEnvironment(needed: WorkerVariable[]): Promise<{ worker: string }> {
-  const worker = `${os.hostname()}:${process.pid}`;
-  const missing = needed.filter((v) => !process.env[v.name]);
-  if (missing.length)
-    throw ApplicationFailure.nonRetryable(
-      missing.map((v) => `${v.field}: ${v.name} is not set on the worker (${worker}); set it there, or remove ${v.field}`).join('; '),
-      'WorkerEnvironmentMissing',
-    );
-  return { worker };
+  return atBoundary(async () => {
+    const worker = `${os.hostname()}:${process.pid}`;
+    const missing = needed.filter((v) => !process.env[v.name]);
+    if (missing.length)
+      throw new RoundhouseFailure(
+        'WorkerEnvironmentMissing',
+        missing.map((v) => `${v.field}: ${v.name} is not set on the worker (${worker}); set it there, or remove ${v.field}`).join('; '),
+      );
+    return { worker };
+  });
 }
