@@ -5,6 +5,7 @@ import { loadCampaignSpec, parseCampaignSpec, SpecError } from '../../config/io/
 import { learningRateAt, batchRows, planSteps } from '../../config/rules/schedule';
 import { earlyStopState } from '../../config/rules/early-stop';
 import { nextDataCall, pythonChecksOf } from '../../config/rules/python-calls';
+import { campaignPythonChecks, workerVariablesOf } from '../../config/rules/preflight';
 
 const valid = `name: tickets
 provider:
@@ -474,6 +475,41 @@ describe('python functions in the spec', () => {
     expect(specError(stray).message).toMatch(/rounds\.nextData\.name: is only for policy: python/);
     const scorer = valid.replace('scorer: exact', 'scorer: { kind: python, name: s, taskQueue: q, concurrency: 0 }');
     expect(specError(scorer).message).toMatch(/evaluation\.scorer/);
+  });
+});
+
+describe('what a campaign checks on its workers before its first round', () => {
+  test("every stage's Python calls, labelled by stage: rewards, environments with their args, scorers, and a data policy only where a stage has a round after the first", () => {
+    const spec = parseCampaignSpec(
+      `${valid}stages:
+  - name: warmup
+    evaluation: { scorer: { kind: python, name: correct, taskQueue: scorers } }
+    rounds: { max: 1, nextData: { policy: python, name: hardest, taskQueue: policies } }
+  - name: rl
+    sampling: { maxTokens: 3, temperature: 1 }
+    round: { kind: grpo, grpo: { environment: { kind: verifiers, name: vf-game, taskQueue: envs, args: { turns: 2 } } } }
+    rounds: { max: 2, nextData: { policy: python, name: hardest, taskQueue: policies } }
+`,
+      'campaign.yaml',
+    );
+    expect(campaignPythonChecks(spec).map((c) => [c.field, c.role, c.call.name, c.call.taskQueue, c.args])).toEqual([
+      ['stage 1 (warmup): evaluation.scorer', 'scorer', 'correct', 'scorers', undefined],
+      ['stage 2 (rl): round.grpo.environment', 'environment', 'verifiers:vf-game', 'envs', { turns: 2 }],
+      ['stage 2 (rl): rounds.nextData', 'data_policy', 'hardest', 'policies', undefined],
+    ]);
+    // A campaign without stages: its own calls, unlabelled.
+    const plain = parseCampaignSpec(valid.replace('scorer: exact', 'scorer: { kind: python, name: s, taskQueue: q }'), 'campaign.yaml');
+    expect(campaignPythonChecks(plain).map((c) => c.field)).toEqual(['evaluation.scorer']);
+  });
+
+  test('the worker variables notify names: webhookEnv, and secretEnv only when the spec names it', () => {
+    const withNotify = (notify: string) => parseCampaignSpec(`${valid}notify: ${notify}\n`, 'campaign.yaml');
+    expect(workerVariablesOf(withNotify('{ webhook: "https://hooks.example/x" }'))).toEqual([]);
+    expect(workerVariablesOf(withNotify('{ webhookEnv: HOOK_URL, secretEnv: HOOK_KEY }'))).toEqual([
+      { field: 'notify.webhookEnv', name: 'HOOK_URL' },
+      { field: 'notify.secretEnv', name: 'HOOK_KEY' },
+    ]);
+    expect(workerVariablesOf(parseCampaignSpec(valid, 'campaign.yaml'))).toEqual([]);
   });
 });
 
