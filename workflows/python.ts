@@ -56,7 +56,8 @@ export async function checkPythonFunctions(checks: PythonCheck[]): Promise<Descr
     const describe = proxyActivities<Record<string, (r: DescribeRequest) => Promise<DescribeResult>>>({
       taskQueue,
       scheduleToStartTimeout: `${wait} seconds`,
-      startToCloseTimeout: '1 minute',
+      // Loading a verifiers environment with its args may fetch its dataset: minutes, not seconds.
+      startToCloseTimeout: '10 minutes',
       retry: { maximumAttempts: 3, initialInterval: '1 second' },
     })[PYTHON_ACTIVITIES.describe]!;
     let result: DescribeResult;
