@@ -12,7 +12,7 @@ import { DEFAULT_WEBHOOK_SECRET_ENV } from '../config/rules/preflight';
  */
 export class CampaignNotifier {
   constructor(
-    private readonly campaignId: string,
+    readonly campaignId: string,
     private readonly spec: CampaignSpec,
   ) {}
 

@@ -1,7 +1,7 @@
 import { allHandlersFinished, condition, continueAsNew, patched } from '@temporalio/workflow';
 import type { CampaignInput, CampaignResult } from './campaign-contract';
 import { CampaignState } from './campaign-state';
-import { checkCampaignBeforeSpend } from './preflight';
+import { checkCampaignOrTell } from './preflight';
 
 /**
  * A campaign: rounds until the target metric, `rounds.max`, or a budget is reached. Each round is a child
@@ -12,7 +12,7 @@ import { checkCampaignBeforeSpend } from './preflight';
 export async function campaignWorkflow(input: CampaignInput): Promise<CampaignResult> {
   const campaign = new CampaignState(input);
   // Every stage's Python calls and the worker's variables, before the first round provisions (a scheduled run too).
-  if (!input.state && patched('campaign-checks-before-spend')) await checkCampaignBeforeSpend(input.spec);
+  if (!input.state && patched('campaign-checks-before-spend')) await checkCampaignOrTell(input.spec, campaign.notifier);
   await campaign.unpaused();
   campaign.stopReason = campaign.reasonToStop();
   if (campaign.stopReason === undefined) {

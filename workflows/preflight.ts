@@ -2,6 +2,8 @@ import { proxyActivities, workflowInfo } from '@temporalio/workflow';
 import type { Activities } from '../activities';
 import type { CampaignSpec } from '../config/io/spec';
 import { campaignPythonChecks, workerVariablesOf } from '../config/rules/preflight';
+import type { CampaignNotifier } from './campaign-notify';
+import { failureReasonOf, failureTypeOf, isCancellation } from './failures';
 import { checkPythonFunctions } from './python';
 
 const { describeWorker, checkWorkerEnvironment } = proxyActivities<Activities>({
@@ -34,6 +36,23 @@ export async function checkCampaignBeforeSpend(spec: CampaignSpec): Promise<void
   if (variables.length) await checkWorkerEnvironment(variables);
   const python = campaignPythonChecks(spec);
   if (python.length) await checkPythonFunctions(python);
+}
+
+/** The checks at a campaign's start: a refusal is told (`campaign.failed`, where the spec asks) and fails the campaign. */
+export async function checkCampaignOrTell(spec: CampaignSpec, notifier: CampaignNotifier): Promise<void> {
+  try {
+    await checkCampaignBeforeSpend(spec);
+  } catch (err) {
+    if (isCancellation(err)) throw err;
+    const reason = failureReasonOf(err);
+    await notifier.notify('campaign.failed', `Roundhouse campaign ${notifier.campaignId} failed before its first round: ${reason}`, {
+      status: 'failed',
+      stopReason: reason,
+      errorType: failureTypeOf(err),
+      rounds: 0,
+    });
+    throw err;
+  }
 }
 
 /** The same checks on their own, for `roundhouse run` to refuse a spec before it starts the campaign. */

@@ -1,4 +1,6 @@
 import fs from 'node:fs';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { ApplicationFailure, WorkflowFailedError, type WorkflowHandle } from '@temporalio/client';
@@ -95,6 +97,24 @@ describe('a campaign checks every stage before its first round provisions', () =
       `{ environment: { kind: verifiers, name: vf_checked_game, taskQueue: ${pythonQueue}, args: ${args} } }`;
     const missingHook = `RH_PREFLIGHT_HOOK_${process.pid}`;
     const missingSecret = `RH_PREFLIGHT_SECRET_${process.pid}`;
+    // A webhook on loopback: a refused campaign tells it campaign.failed with the reason.
+    const told: { event: string; body: string }[] = [];
+    const hook = http.createServer((req, res) => {
+      let body = '';
+      req.on('data', (d) => (body += d));
+      req.on('end', () => {
+        told.push({ event: String(req.headers['x-roundhouse-event']), body });
+        res.end();
+      });
+    });
+    await new Promise<void>((resolve) => hook.listen(0, '127.0.0.1', resolve));
+    const missingFunction = twoStages(`{ reward: { kind: python, name: no_such_reward, taskQueue: ${pythonQueue} } }`);
+    missingFunction.notify = {
+      webhook: `http://127.0.0.1:${(hook.address() as AddressInfo).port}/hook`,
+      events: ['campaign.failed'],
+      format: 'json',
+      capacityWaitMinutes: 30,
+    };
     const withNotify = twoStages(`{ reward: { kind: numeric } }`);
     withNotify.notify = {
       webhookEnv: missingHook,
@@ -106,7 +126,7 @@ describe('a campaign checks every stage before its first round provisions', () =
     const cases: [string, CampaignSpec, string, RegExp][] = [
       [
         'missing-function',
-        twoStages(`{ reward: { kind: python, name: no_such_reward, taskQueue: ${pythonQueue} } }`),
+        missingFunction,
         'InvalidInput',
         /^stage 2 \(rl\): round\.grpo\.reward\.name: no reward named 'no_such_reward' is registered \(registered: .*digits_reward/,
       ],
@@ -143,7 +163,8 @@ describe('a campaign checks every stage before its first round provisions', () =
       providers,
     });
     const reportRoot = testReportDir(fs.mkdtempSync(path.join(os.tmpdir(), 'rh-preflight-c-')));
-    await worker.runUntil(async () => {
+    // The hook closes on every path (an open server would keep jest from exiting).
+    const refusedEach = worker.runUntil(async () => {
       for (const [name, spec, type, message] of cases) {
         const started = Date.now();
         const campaignId = `preflight-${name}-${taskQueue}`;
@@ -165,6 +186,16 @@ describe('a campaign checks every stage before its first round provisions', () =
         expect(await refusal(checks)).toEqual({ type, message: expect.stringMatching(message) });
         process.stderr.write(`[preflight] ${name}: refused twice (campaign, checks) in ${((Date.now() - started) / 1000).toFixed(1)} s\n`);
       }
+      // The campaign refused for its stage 2 function told its webhook so (the checks alone, run by the CLI, tell nobody).
+      for (let i = 0; i < 200 && told.length === 0; i++) await new Promise((r) => setTimeout(r, 100));
+      expect(told.map((t) => t.event)).toEqual(['campaign.failed']);
+      expect(JSON.parse(told[0]!.body)).toMatchObject({
+        type: 'campaign.failed',
+        text: expect.stringMatching(
+          /failed before its first round: stage 2 \(rl\): round\.grpo\.reward\.name: no reward named 'no_such_reward'/,
+        ),
+        data: { status: 'failed', errorType: 'InvalidInput', rounds: 0 },
+      });
       // The same campaign with the arguments right and the variables set passes the checks.
       process.env[missingHook] = 'http://127.0.0.1:9/hook';
       process.env[missingSecret] = 'preflight-secret';
@@ -180,6 +211,7 @@ describe('a campaign checks every stage before its first round provisions', () =
         delete process.env[missingSecret];
       }
     });
+    await refusedEach.finally(() => hook.close());
     // The emulator's ledger: no trainer was created, no GPU-second billed.
     const l = await ledger(emulator);
     expect(l.resources).toEqual([]);
