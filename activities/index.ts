@@ -10,7 +10,7 @@ import { createReaperActivities } from './reaper';
 import { createRoundActivities } from './round';
 import { createSftActivities } from './sft';
 import { createTrainerActivities } from './trainer';
-import { describeWorker } from './worker-info';
+import { checkWorkerEnvironment, describeWorker } from './worker-info';
 
 export { describeWorker } from './worker-info';
 export type { ActivityDeps } from './deps';
@@ -20,6 +20,7 @@ export function createActivities(deps: ActivityDeps) {
   const dpo = createDpoActivities(deps);
   return {
     describeWorker,
+    checkWorkerEnvironment,
     ...round,
     ...createTrainerActivities(deps),
     ...createSftActivities(deps),

@@ -2,6 +2,7 @@ import { WorkflowExecutionAlreadyStartedError, WorkflowIdReusePolicy, type Clien
 import { readChampion } from './promotion';
 import type { CampaignInput } from '../workflows/campaign-contract';
 import type { NotificationInput } from '../workflows/notify-contract';
+import { DEFAULT_WEBHOOK_SECRET_ENV } from '../config/rules/preflight';
 
 /**
  * Scheduled retraining, looked at from outside: per campaign schedule, its last run and how that run ended, the
@@ -94,7 +95,7 @@ export async function noticeSkippedRuns(client: Client, taskQueue: string): Prom
         ...(n.webhook ? { webhook: n.webhook } : {}),
         ...(n.webhookEnv ? { webhookEnv: n.webhookEnv } : {}),
         format: n.format,
-        secretEnv: n.secretEnv,
+        secretEnv: n.secretEnv ?? DEFAULT_WEBHOOK_SECRET_ENV,
       },
     };
     try {

@@ -1,5 +1,7 @@
 import { Command, Option } from 'commander';
-import type { WorkflowHandle } from '@temporalio/client';
+import type { Client, WorkflowHandle } from '@temporalio/client';
+import type { CampaignSpec } from '../config/io/spec';
+import { DataValidationError } from '../config/rules/errors';
 import type * as Contract from '../workflows/campaign-contract';
 import type { CampaignInput, CampaignProgress } from '../workflows/campaign-contract';
 import { artifactRoot } from '../config/io/artifacts';
@@ -50,10 +52,11 @@ export function runCommand(): Command {
       const local = await withLocalData(given);
       const checked = validateCampaignLocally(local);
       warnAbout(checked.warnings);
-      const staged = await modules.campaignData().stageCampaignData(given, local, artifactRoot(process.env, settings.stateDir));
-      const campaignId = opts.id ?? campaignIdFor(staged.name);
+      const campaignId = opts.id ?? campaignIdFor(given.name);
       const { client, address, close } = await cliClient(settings);
       try {
+        await checkedOnWorker(client, settings.taskQueue, given, campaignId);
+        const staged = await modules.campaignData().stageCampaignData(given, local, artifactRoot(process.env, settings.stateDir));
         const input: CampaignInput = { campaignId, spec: staged, reportRoot: reportRoot(settings) };
         const handle = await client.workflow.start(modules.workflows().campaignWorkflow, {
           taskQueue: settings.taskQueue,
@@ -72,6 +75,20 @@ export function runCommand(): Command {
         await close();
       }
     });
+}
+
+/**
+ * The checks only a worker can make (every stage's Python functions and task queues, the worker's variables), before
+ * anything starts: a wrong spec is refused (exit 2), a missing worker or variable fails (exit 1); no worker answering
+ * is a warning, since the campaign checks the same before its first round.
+ */
+export async function checkedOnWorker(client: Client, taskQueue: string, spec: CampaignSpec, id: string): Promise<void> {
+  const outcome = await modules.validate().checkOnWorker(client, { taskQueue, spec, id });
+  if ('refused' in outcome) {
+    const { type, message } = outcome.refused;
+    throw type === 'InvalidInput' ? new DataValidationError([message]) : new CliFailure(`${message} (${type})`);
+  }
+  if ('warning' in outcome) modules.context().warnAbout([outcome.warning]);
 }
 
 export function statusCommand(): Command {

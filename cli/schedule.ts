@@ -3,6 +3,7 @@ import { ConfigError } from '../config/rules/errors';
 import type { OverlapName, ScheduleHealth } from '../workers/schedules';
 import type * as Context from './context';
 import { artifactRoot } from '../config/io/artifacts';
+import { checkedOnWorker } from './campaign';
 import { modules } from './modules';
 
 async function withClient<T>(body: (c: Context.CliClient) => Promise<T>): Promise<T> {
@@ -48,10 +49,12 @@ export function scheduleCommand(): Command {
       const given = modules.spec().loadCampaignSpec(specFile);
       const local = await withLocalData(given);
       warnAbout(validateCampaignLocally(local).warnings);
-      // The schedule's runs train on this copy of the data (unless data.reread), wherever and whenever they run.
-      const staged = await modules.campaignData().stageCampaignData(given, local, artifactRoot(process.env, settings.stateDir));
-      const scheduleId = opts.id ?? `${staged.name}-schedule`;
+      const scheduleId = opts.id ?? `${given.name}-schedule`;
       await withClient(async ({ client }) => {
+        // Each run checks the same before its first round; refused here, no schedule is made of a wrong spec.
+        await checkedOnWorker(client, settings.taskQueue, given, scheduleId);
+        // The schedule's runs train on this copy of the data (unless data.reread), wherever and whenever they run.
+        const staged = await modules.campaignData().stageCampaignData(given, local, artifactRoot(process.env, settings.stateDir));
         await modules.schedules().upsertCampaignSchedule(client, {
           scheduleId,
           spec: staged,

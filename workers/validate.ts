@@ -1,3 +1,5 @@
+import { randomUUID } from 'node:crypto';
+import { WorkflowFailedError, type Client } from '@temporalio/client';
 import { localCopy } from '../config/io/artifacts';
 import { DataValidationError } from '../config/rules/errors';
 import type { CampaignSpec } from '../config/io/spec';
@@ -14,6 +16,8 @@ import {
 import { rewardFunction } from '../activities/rewards';
 import { findModel } from '../emulator/models';
 import { stageSpecOf } from '../config/rules/stages';
+import { workerVariablesOf } from '../config/rules/preflight';
+import { campaignChecksWorkflow } from '../workflows/preflight';
 
 /** The spec with its data (every stage's) as local files (S3 objects downloaded), for validation before anything starts. */
 export async function withLocalData(spec: CampaignSpec): Promise<CampaignSpec> {
@@ -114,4 +118,48 @@ function checkCampaign(spec: CampaignSpec): { trainRows: number; evalRows: numbe
   if (spec.data.test) problems.push(...testSetProblems(train, evalSet, readDataset(spec.data.test, problems)));
   if (problems.length) throw new DataValidationError(problems);
   return { trainRows: train.rows.length, evalRows: evalSet.rows.length, tokenized: false };
+}
+
+/** How `checkOnWorker` ended: passed, refused (the failure's type and message), or not made (why, as a warning). */
+export type WorkerCheckOutcome = { passed: true } | { refused: { type: string; message: string } } | { warning: string };
+
+/**
+ * The checks only a worker can make, asked on the campaign's task queue before `run` or `schedule create` starts
+ * anything (campaignChecksWorkflow): every stage's Python functions, environments (loaded with their args) and task
+ * queues, and the worker variables the spec names. The campaign makes them again before its first round, so when no
+ * worker takes them within `pickupMs` the command is not held: it is told why, as a warning.
+ */
+export async function checkOnWorker(
+  client: Client,
+  options: { taskQueue: string; spec: CampaignSpec; id: string; pickupMs?: number },
+): Promise<WorkerCheckOutcome> {
+  const handle = await client.workflow.start(campaignChecksWorkflow, {
+    taskQueue: options.taskQueue,
+    workflowId: `checks:${options.id}:${randomUUID().slice(0, 8)}`,
+    args: [options.spec],
+  });
+  const deadline = Date.now() + (options.pickupMs ?? 10_000);
+  for (;;) {
+    const history = await handle.fetchHistory();
+    if (history.events?.some((e) => e.workflowTaskStartedEventAttributes)) break;
+    if (Date.now() >= deadline) {
+      await handle.terminate('no worker took the checks').catch(() => undefined);
+      const variables = workerVariablesOf(options.spec).map((v) => v.name);
+      return {
+        warning:
+          `no worker on task queue '${options.taskQueue}' took the spec's checks within ${Math.round((options.pickupMs ?? 10_000) / 1000)} s ` +
+          `(Python functions, environments${variables.length ? `, the worker's ${variables.join(', ')}` : ''}): the campaign makes them before its first round`,
+      };
+    }
+    await new Promise((r) => setTimeout(r, 250));
+  }
+  try {
+    await handle.result();
+    return { passed: true };
+  } catch (err) {
+    if (!(err instanceof WorkflowFailedError)) throw err;
+    let cause: Error | undefined = err.cause;
+    while (cause?.cause instanceof Error) cause = cause.cause;
+    return { refused: { type: (cause as { type?: string } | undefined)?.type ?? 'Failed', message: cause?.message ?? err.message } };
+  }
 }

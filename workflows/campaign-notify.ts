@@ -4,6 +4,7 @@ import type { ProvisioningWait } from '../config/rules/capacity';
 import type { CampaignProgress, CampaignResult } from './campaign-contract';
 import { failureReasonOf, isCancellation } from './failures';
 import { notifyWorkflow } from './notify';
+import { DEFAULT_WEBHOOK_SECRET_ENV } from '../config/rules/preflight';
 
 /**
  * A campaign's notifications (`notify`): its end, its promotion, a round waiting long for capacity. Each is a workflow
@@ -11,7 +12,7 @@ import { notifyWorkflow } from './notify';
  */
 export class CampaignNotifier {
   constructor(
-    private readonly campaignId: string,
+    readonly campaignId: string,
     private readonly spec: CampaignSpec,
   ) {}
 
@@ -39,7 +40,7 @@ export class CampaignNotifier {
               ...(n.webhook ? { webhook: n.webhook } : {}),
               ...(n.webhookEnv ? { webhookEnv: n.webhookEnv } : {}),
               format: n.format,
-              secretEnv: n.secretEnv,
+              secretEnv: n.secretEnv ?? DEFAULT_WEBHOOK_SECRET_ENV,
             },
           },
         ],

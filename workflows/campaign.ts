@@ -2,6 +2,7 @@ import { ContinueAsNew, allHandlersFinished, condition, continueAsNew, patched }
 import type { CampaignInput, CampaignResult } from './campaign-contract';
 import { CampaignState } from './campaign-state';
 import { failureReasonOf, isCancellation } from './failures';
+import { checkCampaignOrTell } from './preflight';
 
 /**
  * A campaign: rounds until the target metric, `rounds.max`, or a budget is reached. Each round is a child
@@ -11,6 +12,8 @@ import { failureReasonOf, isCancellation } from './failures';
  */
 export async function campaignWorkflow(input: CampaignInput): Promise<CampaignResult> {
   const campaign = new CampaignState(input);
+  // Every stage's Python calls and the worker's variables, before the first round provisions (a scheduled run too).
+  if (!input.state && patched('campaign-checks-before-spend')) await checkCampaignOrTell(input.spec, campaign.notifier);
   try {
     return await runCampaign(campaign);
   } catch (err) {

@@ -1,5 +1,5 @@
 // The one module the worker bundles: every workflow type is a named export here.
-export { preflightWorkflow } from './preflight';
+export { campaignChecksWorkflow, preflightWorkflow } from './preflight';
 export { roundWorkflow } from './round';
 export { campaignWorkflow } from './campaign';
 export { reaperWorkflow } from './reaper';

@@ -7,11 +7,13 @@ import type { PythonCall, PythonRole } from '../config/rules/python-calls';
  */
 
 export interface DescribeRequest {
-  functions: { role: PythonRole; name: string }[];
+  /** `args`: an environment's, which a verifiers environment is loaded with. */
+  functions: { role: PythonRole; name: string; args?: Record<string, unknown> }[];
 }
 
 export interface DescribeResult {
-  functions: { role: PythonRole; name: string; ok: boolean; problem?: string | null; signature?: string | null }[];
+  /** `field`: where under the function's spec block the problem is, `name` or `args` (absent from older workers: `name`). */
+  functions: { role: PythonRole; name: string; ok: boolean; problem?: string | null; signature?: string | null; field?: string }[];
   registered: Record<PythonRole, string[]>;
   worker: string;
   python: string;

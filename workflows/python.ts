@@ -63,12 +63,13 @@ export async function checkPythonFunctions(checks: PythonCheck[]): Promise<Descr
     const describe = proxyActivities<Record<string, (r: DescribeRequest) => Promise<DescribeResult>>>({
       taskQueue,
       scheduleToStartTimeout: `${wait} seconds`,
-      startToCloseTimeout: '1 minute',
+      // Loading a verifiers environment with its args may fetch its dataset: minutes, not seconds.
+      startToCloseTimeout: '10 minutes',
       retry: { maximumAttempts: 3, initialInterval: '1 second' },
     })[PYTHON_ACTIVITIES.describe]!;
     let result: DescribeResult;
     try {
-      result = await describe({ functions: here.map((c) => ({ role: c.role, name: c.call.name })) });
+      result = await describe({ functions: here.map((c) => ({ role: c.role, name: c.call.name, ...(c.args ? { args: c.args } : {}) })) });
     } catch (err) {
       if (!noWorkerTookIt(err)) throw err;
       throw ApplicationFailure.create({
@@ -83,7 +84,7 @@ export async function checkPythonFunctions(checks: PythonCheck[]): Promise<Descr
       const f = result.functions[i];
       return f && f.ok
         ? []
-        : [`${check.field}.name: ${f?.problem ?? 'not described'} (task queue '${taskQueue}', worker ${result.worker})`];
+        : [`${check.field}.${f?.field ?? 'name'}: ${f?.problem ?? 'not described'} (task queue '${taskQueue}', worker ${result.worker})`];
     });
     if (problems.length) throw ApplicationFailure.create({ type: 'InvalidInput', nonRetryable: true, message: problems.join('; ') });
     described.push(result);

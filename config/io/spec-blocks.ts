@@ -9,6 +9,12 @@ import { PYTHON_CALL_DEFAULTS } from '../rules/python-defaults';
 
 const positiveInt = z.number().int().min(1);
 
+/** Why a value is not a share in [0, 1], if it is not; a percentage such as `60` is shown as the fraction meant. */
+function fractionProblem(value: number): string | undefined {
+  if (value >= 0 && value <= 1) return undefined;
+  return value > 1 && value <= 100 ? `is a fraction: ${value / 100} (not ${value}%)` : `is a fraction between 0 and 1 (it is ${value})`;
+}
+
 /**
  * Segment bounds for hosted step times. A segment costs the same few history events however long it runs (steps
  * add none: their progress rides on heartbeats), and pause, budget and a worker's shutdown interrupt a running one,
@@ -299,7 +305,13 @@ export const RoundsSpecSchema = z
   .object({
     max: positiveInt.max(1000).default(1),
     target: z
-      .object({ metric: z.enum(['accuracy']), atLeast: z.number().min(0).max(1) })
+      .object({
+        metric: z.enum(['accuracy']),
+        atLeast: z.number().superRefine((v, ctx) => {
+          const problem = fractionProblem(v);
+          if (problem) ctx.addIssue({ code: 'custom', message: problem });
+        }),
+      })
       .strict()
       .optional(),
     nextData: z
@@ -445,7 +457,25 @@ export const GateSpecSchema = z
   .strict()
   .superRefine((g, ctx) => {
     if ((g.atLeast === undefined) === (g.atMost === undefined))
-      ctx.addIssue({ code: 'custom', path: [], message: 'needs exactly one bound: atLeast (accuracy, reward) or atMost (evalLoss)' });
+      return ctx.addIssue({
+        code: 'custom',
+        path: [],
+        message: 'needs exactly one bound: atLeast (accuracy, reward) or atMost (evalLoss)',
+      });
+    // A gate is a bar to clear: a loss from above, every other metric from below.
+    const lower = g.metric === 'evalLoss';
+    const wrong = lower ? 'atLeast' : 'atMost';
+    if (g[wrong] !== undefined)
+      return ctx.addIssue({
+        code: 'custom',
+        path: [wrong],
+        message: `${g.metric} ${lower ? 'is lower when better: bound it with atMost' : 'is higher when better: bound it with atLeast'}`,
+      });
+    if (g.metric === 'accuracy' || g.metric === 'preferenceAccuracy') {
+      const problem = fractionProblem(g.atLeast!);
+      if (problem) ctx.addIssue({ code: 'custom', path: ['atLeast'], message: problem });
+    }
+    if (lower && g.atMost! <= 0) ctx.addIssue({ code: 'custom', path: ['atMost'], message: 'a loss is above 0: give a positive bound' });
   });
 
 /** `72h`, `30m`, `45s`, `2d`: a duration, in milliseconds. */
@@ -513,8 +543,11 @@ export const NotifySpecSchema = z
       .default([...NOTIFY_EVENTS]),
     /** `json`: `{id, type, campaignId, at, text, data}`; `slack`: `{text}` (Slack's incoming webhooks). */
     format: z.enum(['json', 'slack']).default('json'),
-    /** The worker's environment variable holding the HMAC key (`X-Roundhouse-Signature: sha256=<hex>`). */
-    secretEnv: envName.default('ROUNDHOUSE_WEBHOOK_SECRET'),
+    /**
+     * The worker's environment variable holding the HMAC key (`X-Roundhouse-Signature: sha256=<hex>`). Named here, it
+     * must be set on the worker (checked before the first round); unset, ROUNDHOUSE_WEBHOOK_SECRET signs when present.
+     */
+    secretEnv: envName.optional(),
     /** `capacity.waiting`: told once a round has waited this long for the provider's GPUs. */
     capacityWaitMinutes: z.number().positive().max(10_080).default(30),
   })

@@ -28,6 +28,8 @@ export const FAILURE_TYPES = {
   EnvironmentFailed:
     "the user's environment (on a Python worker) raised past the spec's retry policy, hit an infrastructure error, or returned what is not a reward; never scored 0",
   PythonWorkerUnavailable: 'no Python worker polled the task queue the spec names within its workerWaitSeconds',
+  WorkerEnvironmentMissing:
+    "a variable the spec names (notify.webhookEnv, notify.secretEnv) is not set on the worker; found before the campaign's first round",
   Cancelled: 'the round or campaign was cancelled (stop now, or its parent closed)',
   Unknown: 'a failure outside this set (a bug): the message says what',
 } as const;

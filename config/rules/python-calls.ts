@@ -27,6 +27,8 @@ export interface PythonCheck {
   field: string;
   role: PythonRole;
   call: PythonCall;
+  /** An environment's `args`: the Python worker loads a verifiers environment with them to check it. */
+  args?: Record<string, unknown>;
 }
 
 /** The Python worker's activities, by name (python/src/roundhouse/activities.py). */
@@ -90,9 +92,12 @@ export function pythonChecksOf(spec: { round?: CampaignSpec['round']; evaluation
   const reward = pythonReward(spec);
   const scorer = pythonScorer(spec);
   const environment = pythonEnvironment(spec);
+  const args = spec.round?.kind === 'grpo' ? spec.round.grpo?.environment?.args : undefined;
   return [
     ...(reward ? [{ field: 'round.grpo.reward', role: 'reward' as const, call: reward }] : []),
-    ...(environment ? [{ field: 'round.grpo.environment', role: 'environment' as const, call: environment }] : []),
+    ...(environment
+      ? [{ field: 'round.grpo.environment', role: 'environment' as const, call: environment, ...(args ? { args } : {}) }]
+      : []),
     ...(scorer ? [{ field: 'evaluation.scorer', role: 'scorer' as const, call: scorer }] : []),
   ];
 }

@@ -143,6 +143,46 @@ def test_describe_says_what_is_missing_or_unfit(functions: Registry) -> None:
     assert result.sandbox == isolation()  # the mode this worker runs, or "refused: <why>"
 
 
+STRICT_ENVIRONMENT = """
+import verifiers as vf
+from datasets import Dataset
+
+
+def load_environment(turns: int = 3) -> vf.Environment:
+    if turns < 1:
+        raise ValueError(f"turns must be at least 1, not {turns}")
+    dataset = Dataset.from_list([{"question": "Say a number.", "answer": "0"}])
+    return vf.SingleTurnEnv(dataset=dataset, rubric=vf.Rubric(funcs=[]))
+"""
+
+
+def test_describe_loads_a_verifiers_environment_with_its_args(
+    tmp_path: Path, functions: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "vf_strict_args_game.py").write_text(STRICT_ENVIRONMENT)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    name = "verifiers:vf_strict_args_game"
+    request = DescribeRequest(
+        functions=[
+            FunctionRef("environment", name, {"turns": 2}),
+            FunctionRef("environment", name, {"turnz": 2}),
+            FunctionRef("environment", name, {"turns": 0}),
+            FunctionRef("environment", "verifiers:vf_no_such_game", {}),
+        ]
+    )
+    result = run(Activities(functions).describe, request)
+    assert [(f.ok, f.field) for f in result.functions] == [
+        (True, "args"),
+        (False, "args"),
+        (False, "args"),
+        (False, "name"),
+    ]
+    assert "unexpected keyword argument 'turnz'" in (result.functions[1].problem or "")
+    assert result.functions[1].problem.startswith('load_environment(**{"turnz": 2}) failed: ')  # type: ignore[union-attr]
+    assert "turns must be at least 1, not 0" in (result.functions[2].problem or "")
+    assert "no module named 'vf_no_such_game'" in (result.functions[3].problem or "")
+
+
 def test_a_data_policy_gets_pool_rows_with_their_results_and_its_rows_are_written_once(
     tmp_path: Path, functions: Registry
 ) -> None:

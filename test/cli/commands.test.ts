@@ -8,7 +8,7 @@ import { runCli, startCliStack, type CliRun, type CliStack } from '../helpers/cl
 import { ticketCampaignSpec } from '../helpers/campaign';
 import { distCli } from '../helpers/dist';
 import { uniqueTaskQueue, type TestTemporal } from '../helpers/temporal';
-import { ensurePythonEnv, TEST_FUNCTIONS } from '../helpers/python-worker';
+import { ensurePythonEnv, startPythonWorker, TEST_FUNCTIONS } from '../helpers/python-worker';
 
 // The compiled CLI, as an installed package runs it (exit-codes.test.ts covers bin/roundhouse.js's tsx path).
 const bin = distCli;
@@ -147,6 +147,35 @@ describe('bad input: documented exit codes and messages', () => {
     test("stage 2's eval file missing: the stage and the file", async () => {
       const { file } = twoStages('stages-missing-eval', '    data: { train: train.jsonl, eval: eval-missing.jsonl }\n');
       await expectRefusedBeforeStart(file, /roundhouse: stage 2 \(second\): \S*eval-missing\.jsonl: no such file/);
+    });
+
+    test("stage 2's Python scorer not registered on its worker, or a worker variable notify names missing: asked of the workers, refused", async () => {
+      const pythonQueue = uniqueTaskQueue('cli-stages-py');
+      const python = await startPythonWorker({ address: temporal.settings.address!, taskQueue: pythonQueue });
+      try {
+        const { file } = twoStages(
+          'stages-missing-scorer',
+          `    evaluation: { scorer: { kind: python, name: no_such_scorer, taskQueue: ${pythonQueue} } }\n`,
+        );
+        await expectRefusedBeforeStart(
+          file,
+          /roundhouse: stage 2 \(second\): evaluation\.scorer\.name: no scorer named 'no_such_scorer' is registered/,
+        );
+      } finally {
+        await python.stop();
+      }
+      const variable = `RH_CLI_NO_HOOK_${process.pid}`;
+      const { file } = twoStages('stages-missing-hook', '');
+      fs.appendFileSync(file, `notify: { webhookEnv: ${variable} }\n`);
+      const resourcesBefore = (await ledger(emulator)).resources.length;
+      const id = `cli-no-hook-${Date.now()}`;
+      const run = await roundhouse('run', file, '--id', id);
+      expect(run.code).toBe(1);
+      await expect(temporal.client.workflow.getHandle(id).describe()).rejects.toBeInstanceOf(WorkflowNotFoundError);
+      expect(run.stderr).toMatch(
+        new RegExp(`roundhouse: notify\\.webhookEnv: ${variable} is not set on the worker .*\\(WorkerEnvironmentMissing\\)`),
+      );
+      expect((await ledger(emulator)).resources.length).toBe(resourcesBefore);
     });
   });
 

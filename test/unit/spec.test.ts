@@ -5,6 +5,7 @@ import { loadCampaignSpec, parseCampaignSpec, SpecError } from '../../config/io/
 import { learningRateAt, batchRows, planSteps } from '../../config/rules/schedule';
 import { earlyStopState } from '../../config/rules/early-stop';
 import { nextDataCall, pythonChecksOf } from '../../config/rules/python-calls';
+import { campaignPythonChecks, workerVariablesOf } from '../../config/rules/preflight';
 
 const valid = `name: tickets
 provider:
@@ -349,6 +350,63 @@ describe('staged campaign spec', () => {
       /stages\.1\.training: is required \(stage 2 \(again\) sets no training and the campaign has none to inherit\)$/,
     ],
     [
+      'an accuracy gate given as a percentage',
+      staged.replace('atLeast: 0.5', 'atLeast: 60'),
+      'stages.0.gate.atLeast',
+      'atLeast: 60',
+      /^campaign\.yaml:\d+ stages\.0\.gate\.atLeast: is a fraction: 0\.6 \(not 60%\)$/,
+    ],
+    [
+      'an accuracy gate below 0',
+      staged.replace('atLeast: 0.5', 'atLeast: -0.1'),
+      'stages.0.gate.atLeast',
+      'atLeast: -0.1',
+      /is a fraction between 0 and 1 \(it is -0\.1\)$/,
+    ],
+    [
+      'a preference-accuracy gate above 1',
+      staged
+        .replace(
+          'round: { kind: grpo, grpo: { reward: { kind: numeric } } }',
+          'round: { kind: dpo }\n    gate: { metric: preferenceAccuracy, atLeast: 150 }',
+        )
+        .replace('    sampling: { maxTokens: 3, temperature: 1 }\n', ''),
+      'stages.1.gate.atLeast',
+      'atLeast: 150',
+      /is a fraction between 0 and 1 \(it is 150\)$/,
+    ],
+    [
+      'an evalLoss gate with atLeast',
+      staged.replace('metric: accuracy, atLeast: 0.5', 'metric: evalLoss, atLeast: 0.5'),
+      'stages.0.gate.atLeast',
+      'evalLoss',
+      /evalLoss is lower when better: bound it with atMost$/,
+    ],
+    [
+      'an accuracy gate with atMost',
+      staged.replace('atLeast: 0.5', 'atMost: 0.5'),
+      'stages.0.gate.atMost',
+      'atMost: 0.5',
+      /accuracy is higher when better: bound it with atLeast$/,
+    ],
+    [
+      'an evalLoss gate at or below 0',
+      staged.replace('metric: accuracy, atLeast: 0.5', 'metric: evalLoss, atMost: 0'),
+      'stages.0.gate.atMost',
+      'atMost: 0',
+      /a loss is above 0: give a positive bound$/,
+    ],
+    [
+      "a stage's accuracy target given as a percentage",
+      staged.replace(
+        '    loadOptimizer: true\n',
+        '    loadOptimizer: true\n    rounds: { max: 2, target: { metric: accuracy, atLeast: 80 } }\n',
+      ),
+      'stages.1.rounds.target.atLeast',
+      'atLeast: 80',
+      /rounds\.target\.atLeast: is a fraction: 0\.8 \(not 80%\)$/,
+    ],
+    [
       'a misspelt block in a stage',
       staged.replace('    sampling: {', '    samplng: {'),
       'stages.1.samplng',
@@ -359,6 +417,13 @@ describe('staged campaign spec', () => {
     const err = specError(text);
     expect({ field: err.field, line: err.line }).toEqual({ field, line: lineOf(text, lineWith) });
     expect(err.message).toMatch(problem);
+  });
+
+  test('gates within range parse: accuracy at its ends (0 and 1), evalLoss with atMost', () => {
+    for (const gate of ['metric: accuracy, atLeast: 0', 'metric: accuracy, atLeast: 1', 'metric: evalLoss, atMost: 2.5']) {
+      const spec = parseCampaignSpec(staged.replace('metric: accuracy, atLeast: 0.5', gate), '/work/x/campaign.yaml');
+      expect(spec.stages![0]!.gate).toBeDefined();
+    }
   });
 });
 
@@ -410,6 +475,41 @@ describe('python functions in the spec', () => {
     expect(specError(stray).message).toMatch(/rounds\.nextData\.name: is only for policy: python/);
     const scorer = valid.replace('scorer: exact', 'scorer: { kind: python, name: s, taskQueue: q, concurrency: 0 }');
     expect(specError(scorer).message).toMatch(/evaluation\.scorer/);
+  });
+});
+
+describe('what a campaign checks on its workers before its first round', () => {
+  test("every stage's Python calls, labelled by stage: rewards, environments with their args, scorers, and a data policy only where a stage has a round after the first", () => {
+    const spec = parseCampaignSpec(
+      `${valid}stages:
+  - name: warmup
+    evaluation: { scorer: { kind: python, name: correct, taskQueue: scorers } }
+    rounds: { max: 1, nextData: { policy: python, name: hardest, taskQueue: policies } }
+  - name: rl
+    sampling: { maxTokens: 3, temperature: 1 }
+    round: { kind: grpo, grpo: { environment: { kind: verifiers, name: vf-game, taskQueue: envs, args: { turns: 2 } } } }
+    rounds: { max: 2, nextData: { policy: python, name: hardest, taskQueue: policies } }
+`,
+      'campaign.yaml',
+    );
+    expect(campaignPythonChecks(spec).map((c) => [c.field, c.role, c.call.name, c.call.taskQueue, c.args])).toEqual([
+      ['stage 1 (warmup): evaluation.scorer', 'scorer', 'correct', 'scorers', undefined],
+      ['stage 2 (rl): round.grpo.environment', 'environment', 'verifiers:vf-game', 'envs', { turns: 2 }],
+      ['stage 2 (rl): rounds.nextData', 'data_policy', 'hardest', 'policies', undefined],
+    ]);
+    // A campaign without stages: its own calls, unlabelled.
+    const plain = parseCampaignSpec(valid.replace('scorer: exact', 'scorer: { kind: python, name: s, taskQueue: q }'), 'campaign.yaml');
+    expect(campaignPythonChecks(plain).map((c) => c.field)).toEqual(['evaluation.scorer']);
+  });
+
+  test('the worker variables notify names: webhookEnv, and secretEnv only when the spec names it', () => {
+    const withNotify = (notify: string) => parseCampaignSpec(`${valid}notify: ${notify}\n`, 'campaign.yaml');
+    expect(workerVariablesOf(withNotify('{ webhook: "https://hooks.example/x" }'))).toEqual([]);
+    expect(workerVariablesOf(withNotify('{ webhookEnv: HOOK_URL, secretEnv: HOOK_KEY }'))).toEqual([
+      { field: 'notify.webhookEnv', name: 'HOOK_URL' },
+      { field: 'notify.secretEnv', name: 'HOOK_KEY' },
+    ]);
+    expect(workerVariablesOf(parseCampaignSpec(valid, 'campaign.yaml'))).toEqual([]);
   });
 });
 

@@ -1,6 +1,7 @@
 """The activities the TypeScript workflows call on a Python worker's task queue, by name.
 
-- `roundhouse.describe`: before any spend, whether the named functions exist and can take their role's arguments.
+- `roundhouse.describe`: before any spend, whether the named functions exist and can take their role's arguments, and
+  whether a verifiers environment loads with its `args`.
 - `roundhouse.rewards` / `roundhouse.scores`: a batch of completions (by store location, never in the history)
   scored by a registered reward or scorer. Each result is recorded in the store under the sample's key (campaign,
   round, step, prompt, sample) with a digest of its inputs, so a retried attempt, a re-run step or a replayed
@@ -54,6 +55,8 @@ HEARTBEAT_SECONDS = 2.0
 class FunctionRef:
     role: str
     name: str
+    # An environment's keyword arguments (`round.grpo.environment.args`): a verifiers one is loaded with them.
+    args: dict[str, Any] | None = None
 
 
 @dataclass
@@ -69,6 +72,8 @@ class DescribedFunction:
     problem: str | None = None
     signature: str | None = None
     is_async: bool = False
+    # The spec field under the function's block that the problem is in: `name` (the default) or `args`.
+    field: str = "name"
 
 
 @dataclass
@@ -199,8 +204,15 @@ class Activities:
             if role == "environment" and ref.name.startswith(VERIFIERS_PREFIX):
                 module = ref.name.removeprefix(VERIFIERS_PREFIX)
                 problem = await asyncio.to_thread(verifiers_problem, module)
+                field = "name"
+                if problem is None:
+                    # On the event loop's thread, as the episodes load it: verifiers sets signal handlers as it loads.
+                    problem = self._load_problem(ref)
+                    field = "args"
                 described.append(
-                    DescribedFunction(role, ref.name, ok=problem is None, problem=problem, signature=ref.name)
+                    DescribedFunction(
+                        role, ref.name, ok=problem is None, problem=problem, signature=ref.name, field=field
+                    )
                 )
                 continue
             found = self.functions.get(role, ref.name) if role in ROLES else None
@@ -228,6 +240,17 @@ class Activities:
             roundhouse=__version__,
             sandbox=await asyncio.to_thread(_sandbox_isolation),
         )
+
+    def _load_problem(self, ref: FunctionRef) -> str | None:
+        """Why the environment does not load with the spec's args, or None: loaded as its episodes will load it (and
+        kept loaded for them), so wrong args are a described problem before any spend, not a failure at step 1."""
+        args = ref.args or {}
+        try:
+            episode_function(self.functions, ref.name, args, model="")
+        except Exception as err:
+            error = masked("".join(traceback.format_exception_only(type(err), err)).strip())
+            return f"load_environment(**{json.dumps(args, default=str)[:300]}) failed: {error}"
+        return None
 
     @activity.defn(name="roundhouse.rewards")
     async def rewards(self, request: ScoreRequest) -> ScoreResult:
