@@ -16,7 +16,7 @@ import {
 import { rewardFunction } from '../activities/rewards';
 import { findModel } from '../emulator/models';
 import { stageSpecOf } from '../config/rules/stages';
-import { workerVariablesOf } from '../config/rules/preflight';
+import { campaignPythonChecks, workerVariablesOf } from '../config/rules/preflight';
 import { campaignChecksWorkflow } from '../workflows/preflight';
 
 /** The spec with its data (every stage's) as local files (S3 objects downloaded), for validation before anything starts. */
@@ -133,6 +133,8 @@ export async function checkOnWorker(
   client: Client,
   options: { taskQueue: string; spec: CampaignSpec; id: string; pickupMs?: number },
 ): Promise<WorkerCheckOutcome> {
+  // A spec with no Python call and no worker variable has nothing only a worker can check: no round trip, no wait.
+  if (!campaignPythonChecks(options.spec).length && !workerVariablesOf(options.spec).length) return { passed: true };
   const handle = await client.workflow.start(campaignChecksWorkflow, {
     taskQueue: options.taskQueue,
     workflowId: `checks:${options.id}:${randomUUID().slice(0, 8)}`,

@@ -13,7 +13,7 @@ import {
   type CampaignInput,
   type CampaignResult,
 } from '../../workflows/campaign-contract';
-import { ledger, startTestEmulator, type RunningEmulator } from '../helpers/emulator';
+import { ledger, setFaults, startTestEmulator, type RunningEmulator } from '../helpers/emulator';
 import { readArtifact, testReportDir } from '../helpers/artifacts';
 import { loadCampaignSpec, type CampaignSpec } from '../../config/io/spec';
 import { arithmeticStagesSpec } from '../helpers/campaign';
@@ -224,7 +224,9 @@ test("a pause that lands at the hand-off holds stage 2 unstarted, a pause in sta
     expect((await handle.query(campaignProgressQuery)).status).toBe('paused');
     expect((await handle.executeUpdate(resumeCampaignUpdate)).status).toBe('running');
 
-    // In stage 2: paused while it trains, its steps hold still; resumed, it goes on.
+    // In stage 2: paused while it trains, its steps hold still; resumed, it goes on. Every request waits 150 ms
+    // meanwhile, so its steps take long enough for the pause to land among them, not after the last.
+    await setFaults(emulator, { latencyMs: 150 });
     await until('stage 2 training', 50, async () => {
       const p = await handle.query(campaignProgressQuery);
       expect(p.rounds.length).toBe(1);
@@ -239,8 +241,9 @@ test("a pause that lands at the hand-off holds stage 2 unstarted, a pause in sta
     await sleep(2_000);
     const still = (await handle.query(campaignProgressQuery)).currentRound!;
     expect({ phase: still.phase, step: still.step }).toEqual({ phase: 'paused', step: stage2StepWhilePaused });
+    await setFaults(emulator, {});
     expect((await handle.executeUpdate(resumeCampaignUpdate)).status).toBe('running');
-  });
+  }).finally(() => setFaults(emulator, {})); // no test after this one waits on the latency
   expect(result.status).toBe('completed');
   const [first, second] = result.rounds;
   expect(first).toMatchObject({ stage: 1, kind: 'sft', status: 'completed', stepsApplied: first!.totalSteps });
