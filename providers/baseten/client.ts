@@ -140,7 +140,7 @@ export class BasetenProvider implements TrainingProvider {
 
   // ── sessions (a run's trainer) ───────────────────────────────────────────────────────────────────
 
-  /** `init_trainer_server` (a fresh adapter of this rank), then the checkpoint when resuming. The run's seed was set at provisioning. */
+  /** `init_trainer_server` (a fresh adapter of this rank), then the checkpoint when resuming. The run's create sends no seed yet (#44). */
   async openSession(request: OpenSessionRequest): Promise<TrainingSessionInfo> {
     const run = await this.control.runInfo(request.resourceId);
     const init = await this.planes.submit(run.id, 'init_trainer_server', oneOffKey(), {
