@@ -36,6 +36,19 @@ export function s3StoreFromEnv(env: NodeJS.ProcessEnv): ArtifactStore {
 export function s3Store(client: S3Client): ArtifactStore {
   const missing = (err: unknown) =>
     err instanceof NoSuchKey || (err instanceof S3ServiceException && (err.$metadata.httpStatusCode === 404 || err.name === 'NotFound'));
+  /** One PUT of the whole object; `ifNoneMatch: '*'` makes it a create that a key already there refuses (412). */
+  const put = async (location: string, body: Buffer | string, contentType?: string, ifNoneMatch?: '*') => {
+    const { bucket, key } = parseS3(location);
+    await client.send(
+      new PutObjectCommand({
+        Bucket: bucket,
+        Key: key,
+        Body: typeof body === 'string' ? Buffer.from(body) : body,
+        ContentType: contentType,
+        ...(ifNoneMatch ? { IfNoneMatch: ifNoneMatch } : {}),
+      }),
+    );
+  };
   return {
     async read(location) {
       const { bucket, key } = parseS3(location);
@@ -48,29 +61,12 @@ export function s3Store(client: S3Client): ArtifactStore {
       }
     },
     async write(location, body, contentType) {
-      const { bucket, key } = parseS3(location);
       // One PUT: S3 never shows part of an object.
-      await client.send(
-        new PutObjectCommand({
-          Bucket: bucket,
-          Key: key,
-          Body: typeof body === 'string' ? Buffer.from(body) : body,
-          ContentType: contentType,
-        }),
-      );
+      await put(location, body, contentType);
     },
     async create(location, body, contentType) {
-      const { bucket, key } = parseS3(location);
       try {
-        await client.send(
-          new PutObjectCommand({
-            Bucket: bucket,
-            Key: key,
-            Body: typeof body === 'string' ? Buffer.from(body) : body,
-            ContentType: contentType,
-            IfNoneMatch: '*',
-          }),
-        );
+        await put(location, body, contentType, '*');
         return true;
       } catch (err) {
         // 412: the key exists; 409: a concurrent conditional write to it is in progress (it wins or fails; either way not ours).

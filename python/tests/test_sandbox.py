@@ -46,34 +46,23 @@ def bubblewrap_works_here() -> bool:
 BUBBLEWRAP_WORKS = bubblewrap_works_here()
 
 
-@pytest.fixture(
-    params=[
-        pytest.param(
-            "bubblewrap",
-            marks=pytest.mark.skipif(not BUBBLEWRAP_WORKS, reason="bwrap is missing or cannot create namespaces here"),
-        ),
-        pytest.param(
-            "namespaces", marks=pytest.mark.skipif(not ROOT, reason="the namespaces mode needs a root worker")
-        ),
-        "rlimits-unsafe",
-    ]
-)
+# The modes that contain a program, each where this host can give it.
+CONTAINING_MODES = [
+    pytest.param(
+        "bubblewrap",
+        marks=pytest.mark.skipif(not BUBBLEWRAP_WORKS, reason="bwrap is missing or cannot create namespaces here"),
+    ),
+    pytest.param("namespaces", marks=pytest.mark.skipif(not ROOT, reason="the namespaces mode needs a root worker")),
+]
+
+
+@pytest.fixture(params=[*CONTAINING_MODES, "rlimits-unsafe"])
 def mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.setenv("ROUNDHOUSE_SANDBOX", request.param)
     return str(request.param)
 
 
-@pytest.fixture(
-    params=[
-        pytest.param(
-            "bubblewrap",
-            marks=pytest.mark.skipif(not BUBBLEWRAP_WORKS, reason="bwrap is missing or cannot create namespaces here"),
-        ),
-        pytest.param(
-            "namespaces", marks=pytest.mark.skipif(not ROOT, reason="the namespaces mode needs a root worker")
-        ),
-    ]
-)
+@pytest.fixture(params=CONTAINING_MODES)
 def contained_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """The modes with a mount namespace of their own (rlimits-unsafe shares the host's files)."""
     monkeypatch.setenv("ROUNDHOUSE_SANDBOX", request.param)
