@@ -17,6 +17,7 @@ import { dpoLossAndGradients } from './dpo-loss';
 import { atBoundary } from './failures';
 import { readJson, writeJsonAtomic } from './files';
 import { lineageParts, roundKey } from '../config/rules/keys';
+import { lossPerToken } from '../config/rules/loss-units';
 import { createPreparer, type PreparedPairs } from './prepare';
 import { trainSegmentOf, type SegmentContext, type StepKind } from './segment';
 
@@ -38,9 +39,10 @@ interface ReferenceFile {
 
 export interface DpoStepRecord {
   step: number;
-  /** Mean DPO loss over the step's pairs (`tokens` is 1 so loss/tokens is that mean). */
+  /** Mean DPO loss over the step's pairs; it is also the step's `lossPerToken` (`tokens` is 1). */
   loss: number;
   tokens: 1;
+  lossPerToken: number;
   /** Mean of (policy − reference) chosen minus (policy − reference) rejected, in nats. */
   margin: number;
   /** Share of the step's pairs the policy prefers the chosen answer of, relative to the reference. */
@@ -255,7 +257,14 @@ function dpoStep(
       margin += dpo.margin / pairs.length;
       if (dpo.margin > PREFERENCE_EPSILON) preferred += 1;
     });
-    const record: DpoStepRecord = { step: step + 1, loss, tokens: 1, margin, accuracy: preferred / Math.max(1, pairs.length) };
+    const record: DpoStepRecord = {
+      step: step + 1,
+      loss,
+      tokens: 1,
+      lossPerToken: lossPerToken(input.spec.provider.kind, { type: 'dpo' }, loss, 1),
+      margin,
+      accuracy: preferred / Math.max(1, pairs.length),
+    };
     return { datums, gradients, record };
   };
   const stepOf = (step: number) => {

@@ -1,5 +1,6 @@
 import { joinLocation, storeFor } from '../config/io/artifacts';
 import { RoundhouseFailure } from '../config/rules/failures';
+import { DEFAULT_GRPO_AGGREGATION, lossPerToken } from '../config/rules/loss-units';
 import { batchRows } from '../config/rules/schedule';
 import type { GrpoSpec } from '../config/io/spec';
 import type { TextTokenizer } from '../config/io/tokenizer';
@@ -26,9 +27,10 @@ import { drawEpisodes, episodeDatums, type EpisodeSamples } from './episodes';
 
 export interface GrpoStepRecord {
   step: number;
-  /** Sum over trained tokens of the policy loss (as the provider reports it). */
+  /** The policy loss as the provider reports it: a sum, or under grpo a mean by its aggregation (config/rules/loss-units.ts). */
   loss: number;
   tokens: number;
+  lossPerToken: number;
   meanReward: number;
   /** Groups that taught something (not every reward equal) of all sampled. */
   groupsKept: number;
@@ -74,7 +76,9 @@ export function policyLossOf(grpo: GrpoSpec): PolicyLoss {
   const l = grpo.loss;
   if (l.type === 'importance_sampling') return { type: 'importance_sampling' };
   if (l.type === 'ppo') return { type: 'ppo', clipLow: l.clipLow, clipHigh: l.clipHigh };
-  return { type: 'grpo', clipLow: l.clipLow, clipHigh: l.clipHigh, beta: l.beta, aggregation: l.aggregation, ratio: l.ratio };
+  // Always an aggregation: the unit of the loss figure must not rest on the provider's undocumented default.
+  const aggregation = l.aggregation ?? DEFAULT_GRPO_AGGREGATION;
+  return { type: 'grpo', clipLow: l.clipLow, clipHigh: l.clipHigh, beta: l.beta, aggregation, ratio: l.ratio };
 }
 
 /** Datums of a step: each kept completion, trained on its own tokens with the sampler's logprobs and its advantage. */
@@ -220,10 +224,12 @@ function grpoStep(
       sampling.delete(step);
       const all = samples.groups.flatMap((g) => g.completions.map((c) => c.reward));
       const rewards = all.filter((r): r is number => r !== null);
+      const tokens = datums.reduce((a, d) => a + d.weights.filter((w) => w !== 0).length, 0);
       return {
         step: step + 1,
         loss: fb.loss,
-        tokens: datums.reduce((a, d) => a + d.weights.filter((w) => w !== 0).length, 0),
+        tokens,
+        lossPerToken: lossPerToken(input.spec.provider.kind, policyLossOf(grpo), fb.loss, tokens),
         meanReward: rewards.reduce((a, r) => a + r, 0) / Math.max(1, rewards.length),
         groupsKept,
         groups: samples.groups.length,

@@ -4,6 +4,7 @@ import path from 'node:path';
 import { joinLocation, readJson, storeFor } from '../config/io/artifacts';
 import { maskSecretsIn } from '../config/io/secrets';
 import { stageFacts, type ShownStage } from '../config/rules/stages';
+import { lossPerTokenOf } from './step-records';
 
 /**
  * The campaign report people look at: `report.html` (self-contained: Chart.js and the data inlined, no network)
@@ -29,7 +30,7 @@ interface RoundReportFile {
   /** SFT/GRPO: sampled answers scored; DPO: eval pairs with their margin. */
   evaluations: { line: number; prompt: string; expected?: string; completion?: string; chosen?: string; margin?: number; match: boolean }[];
   /** GRPO steps add `meanReward`; DPO steps add `margin` and `accuracy`. */
-  steps: { step: number; loss: number; tokens: number; meanReward?: number; margin?: number; accuracy?: number }[];
+  steps: { step: number; loss: number; tokens: number; lossPerToken?: number; meanReward?: number; margin?: number; accuracy?: number }[];
   kind?: 'sft' | 'grpo' | 'dpo';
   first_reward?: number | null;
   latest_reward?: number | null;
@@ -161,7 +162,7 @@ export function renderCampaignHtml(data: CampaignReportData): string {
     trained: data.rounds.map((r) => r.trained_loss),
     steps: data.rounds.map((r) => ({
       round: r.round,
-      points: r.steps.map((s) => ({ x: s.step, y: s.tokens ? s.loss / s.tokens : s.loss })),
+      points: r.steps.map((s) => ({ x: s.step, y: lossPerTokenOf(s) })),
     })),
     evalCurves: evalCurves(data),
     rewards: stepSeries(data, 'meanReward'),

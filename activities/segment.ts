@@ -10,7 +10,7 @@ import { providerFailureType } from './failures';
 import { lineageParts, roundKey } from '../config/rules/keys';
 import { recordLatestLoss, recordOptimizerSteps } from './metrics';
 import { HeartbeatPacer } from './heartbeat-pacer';
-import { StepRecords, type StepRecord } from './step-records';
+import { lossPerTokenOf, StepRecords, type StepRecord } from './step-records';
 import { trackSteps } from './tracking';
 
 /**
@@ -144,7 +144,7 @@ export async function trainSegmentOf<R extends StepRecord, F = ForwardResult>(
         if (records.due()) await trackSteps(input, await records.flush()); // long segments: records and tracker stay current
         report();
         recordOptimizerSteps(1, metricTags);
-        recordLatestLoss(record.loss / Math.max(1, record.tokens), metricTags);
+        recordLatestLoss(lossPerTokenOf(record), metricTags);
       }
       await kind.end?.();
     } finally {
@@ -259,12 +259,11 @@ export function segmentStopper(deps: ActivityDeps, drainMs = 30_000): { stopping
 
 /** What a segment says of the steps it confirmed: how many, and the loss per trained token (latest and mean). */
 export function lossSummary(steps: StepRecord[]): Omit<SegmentResult, 'cursor'> {
-  const perToken = (s: StepRecord) => s.loss / Math.max(1, s.tokens);
   const last = steps[steps.length - 1];
   return {
     stepsApplied: steps.length,
-    latestLoss: last ? perToken(last) : undefined,
-    meanLoss: steps.length ? steps.reduce((a, s) => a + perToken(s), 0) / steps.length : undefined,
+    latestLoss: last ? lossPerTokenOf(last) : undefined,
+    meanLoss: steps.length ? steps.reduce((a, s) => a + lossPerTokenOf(s), 0) / steps.length : undefined,
   };
 }
 

@@ -1,3 +1,4 @@
+import { lossPerToken } from '../config/rules/loss-units';
 import { batchRows } from '../config/rules/schedule';
 import type { Datum } from '../providers/types';
 import { toDatum } from './data';
@@ -26,11 +27,15 @@ export function createSftActivities(deps: ActivityDeps) {
               const data: Datum[] = rowsOf(step).map(toDatum);
               return provider.submitForwardBackward(input.sessionId, key(`s${step}`, 'forward-backward'), data);
             },
-            record: (step, fb) => ({
-              step: step + 1,
-              loss: fb.loss,
-              tokens: rowsOf(step).reduce((a, r) => a + r.completionTokens.length, 0),
-            }),
+            record: (step, fb) => {
+              const tokens = rowsOf(step).reduce((a, r) => a + r.completionTokens.length, 0);
+              return {
+                step: step + 1,
+                loss: fb.loss,
+                tokens,
+                lossPerToken: lossPerToken(input.spec.provider.kind, { type: 'cross_entropy' }, fb.loss, tokens),
+              };
+            },
           };
         });
         return result;

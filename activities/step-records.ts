@@ -7,15 +7,24 @@ import { readJson, writeJsonAtomic } from './files';
  * training segments in the round's steps directory and read back by the report and the experiment tracker.
  */
 
-/** What every kind's step record holds: its round step (1-based, after the step) and its summed loss over `tokens`. */
+/** What every kind's step record holds: its round step (1-based, after the step) and its loss over `tokens`. */
 export interface StepRecord {
   step: number;
+  /** The step's loss as the provider reported it (a sum or a mean by dialect and loss type: config/rules/loss-units.ts). */
   loss: number;
+  /** Trained tokens (weight ≠ 0); DPO: 1. */
   tokens: number;
+  /** The loss per trained token (`lossPerToken` of config/rules/loss-units.ts); absent in records written before it. */
+  lossPerToken?: number;
   /** The lineage that trained it, after a rollback (absent for the first). */
   lineage?: number;
   /** When it was confirmed (epoch ms): the time the tracker logs it with, the same on every retry. */
   at?: number;
+}
+
+/** A record's loss per trained token; a record written before `lossPerToken` had its loss read as a sum. */
+export function lossPerTokenOf(r: StepRecord): number {
+  return r.lossPerToken ?? r.loss / Math.max(1, r.tokens);
 }
 
 /** How often a running segment writes its confirmed steps' records and hands them to the tracker (default a minute). */

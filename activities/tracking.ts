@@ -7,7 +7,7 @@ import { credentialsFromEnv, MlflowClient, type MlflowMetric } from '../provider
 import type { RoundSpec } from '../workflows/round-contract';
 import { readJson, writeJsonAtomic } from './files';
 import type { Rollback } from '../config/rules/lineage';
-import { readStepRecords, type StepRecord } from './step-records';
+import { lossPerTokenOf, readStepRecords, type StepRecord } from './step-records';
 import { metricOf, stageFacts, type GatedRound, type ShownStage } from '../config/rules/stages';
 
 /**
@@ -169,7 +169,7 @@ function stepMetrics(r: StepRecord & Record<string, unknown>, spec: RoundSpec, t
   const add = (key: string, value: unknown) => {
     if (typeof value === 'number' && Number.isFinite(value)) out.push({ key, value, timestamp: at, step: r.step });
   };
-  add('train/loss_per_token', r.tokens > 0 ? r.loss / r.tokens : undefined);
+  add('train/loss_per_token', r.tokens > 0 ? lossPerTokenOf(r) : undefined);
   if (totalSteps > 0) add('train/learning_rate', learningRateOf(spec, r.step, totalSteps));
   add('train/mean_reward', r.meanReward);
   add('train/dpo_margin', r.margin);

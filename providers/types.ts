@@ -4,6 +4,8 @@
  * identity (campaign, round, step, op), so a retried call returns the original operation.
  */
 
+import type { GrpoAggregation } from '../config/rules/loss-units';
+
 export type ProviderKind = 'together' | 'baseten' | 'tinker';
 
 export interface ModelInfo {
@@ -133,7 +135,8 @@ export type PolicyLoss =
       clipHigh?: number;
       /** KL penalty against the reference policy; > 0 needs `referenceLogprobs` on every datum. */
       beta?: number;
-      aggregation?: 'token_mean' | 'sequence_mean' | 'fixed_horizon';
+      /** Unset: token_mean (config/rules/loss-units.ts); the loss is then a mean, not a sum. */
+      aggregation?: GrpoAggregation;
       ratio?: 'token' | 'sequence';
     };
 
@@ -147,7 +150,10 @@ export interface ForwardBackwardOptions {
 }
 
 export interface ForwardResult {
-  /** Sum over weighted target tokens of −logprob (as the providers report cross-entropy). */
+  /**
+   * The loss as the provider reports it: cross-entropy's is the sum over weighted target tokens of −logprob; a
+   * policy loss's is a sum or a mean by dialect and loss type (config/rules/loss-units.ts says which).
+   */
   loss: number;
   logprobs?: number[][];
 }

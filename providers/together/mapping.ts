@@ -1,3 +1,4 @@
+import { DEFAULT_GRPO_AGGREGATION } from '../../config/rules/loss-units';
 import { checkDatum, checkPolicyDatum } from '../datum';
 import { ProviderError } from '../errors';
 import type { Datum, OperationKind, PolicyLoss, ResourceState, SessionState, TrainerResource, TrainingSessionInfo } from '../types';
@@ -111,7 +112,8 @@ export function lossBody(loss: PolicyLoss, data: Datum[]): { loss: Record<string
       const grpoParams: Record<string, unknown> = {
         ...clipParams(loss),
         ...(loss.beta !== undefined ? { beta } : {}),
-        ...(loss.aggregation ? { agg_type: GRPO_AGGREGATION[loss.aggregation] } : {}),
+        // Always sent: Together does not document its default, and the loss's unit (sum or mean) follows it.
+        agg_type: GRPO_AGGREGATION[loss.aggregation ?? DEFAULT_GRPO_AGGREGATION],
         ...(loss.ratio ? { ratio_type: loss.ratio === 'sequence' ? 'GRPO_LOSS_RATIO_TYPE_SEQUENCE' : 'GRPO_LOSS_RATIO_TYPE_TOKEN' } : {}),
       };
       return { loss: { type: 'LOSS_TYPE_GRPO', grpo_params: grpoParams }, samples: data.map((d, i) => policySampleBody(d, i, beta > 0)) };
