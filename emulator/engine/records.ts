@@ -167,6 +167,8 @@ export type OperationOutput =
       /** Which positions the loss counted (weight ≠ 0); dialects report the others as 0 or null. */
       counted: boolean[][];
       tokens: number;
+      /** `mean`: the loss is divided by its aggregation's count (a GRPO loss); absent: a sum over the counted tokens. */
+      reduction?: 'mean';
       returnOutputs: boolean;
     }
   | { kind: 'custom-forward-backward'; loss: number; logprobs: number[][] }

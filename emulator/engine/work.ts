@@ -127,7 +127,16 @@ function forwardBackward(rt: SessionRuntime, input: Input<'forward-backward'>): 
   const weights = spec.type === 'cross_entropy' ? spec.weights : spec.type === 'policy_gradient' ? spec.config.weights : undefined;
   const tokens = weights ? weights.flat().filter((w) => w !== 0).length : 0;
   const counted = weights ? weights.map((w) => w.map((v) => v !== 0)) : result.logprobs.map((l) => l.map(() => true));
-  return { kind: 'forward-backward', loss: result.loss, logprobs: result.logprobs, counted, tokens, returnOutputs: input.returnOutputs };
+  const mean = spec.type === 'policy_gradient' && spec.config.aggregation !== 'sum';
+  return {
+    kind: 'forward-backward',
+    loss: result.loss,
+    logprobs: result.logprobs,
+    counted,
+    tokens,
+    returnOutputs: input.returnOutputs,
+    ...(mean ? { reduction: 'mean' as const } : {}),
+  };
 }
 
 /** The tokens an operation processed, on its session's count (what a per-token biller charges). */

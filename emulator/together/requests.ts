@@ -214,12 +214,22 @@ const ClipParams = z.object({
 const GrpoParams = ClipParams.extend({
   beta: z.number().min(0).optional(),
   agg_type: z
-    .enum(['GRPO_LOSS_AGGREGATION_TYPE_TOKEN_MEAN', 'GRPO_LOSS_AGGREGATION_TYPE_SEQUENCE_MEAN', 'GRPO_LOSS_AGGREGATION_TYPE_FIXED_HORIZON'])
+    .enum([
+      'GRPO_LOSS_AGGREGATION_TYPE_UNSPECIFIED',
+      'GRPO_LOSS_AGGREGATION_TYPE_TOKEN_MEAN',
+      'GRPO_LOSS_AGGREGATION_TYPE_SEQUENCE_MEAN',
+      'GRPO_LOSS_AGGREGATION_TYPE_FIXED_HORIZON',
+    ])
     .optional(),
   ratio_type: z.enum(['GRPO_LOSS_RATIO_TYPE_TOKEN', 'GRPO_LOSS_RATIO_TYPE_SEQUENCE']).optional(),
 });
 
+/**
+ * Together does not document what an unset (or UNSPECIFIED) `agg_type` means; every official example sets TOKEN_MEAN,
+ * and the emulator reads it so. Roundhouse always sends one.
+ */
 const AGGREGATION: Record<string, PolicyAggregation> = {
+  GRPO_LOSS_AGGREGATION_TYPE_UNSPECIFIED: 'token_mean',
   GRPO_LOSS_AGGREGATION_TYPE_TOKEN_MEAN: 'token_mean',
   GRPO_LOSS_AGGREGATION_TYPE_SEQUENCE_MEAN: 'sequence_mean',
   GRPO_LOSS_AGGREGATION_TYPE_FIXED_HORIZON: 'fixed_horizon',
@@ -228,7 +238,8 @@ const AGGREGATION: Record<string, PolicyAggregation> = {
 /**
  * The policy-gradient loss of a LossConfig, with the per-sample inputs it needs (`target_tokens`, `logprobs` and
  * `advantages`; `weights`|`mask` optional; `reference_logprobs` when GRPO's beta > 0). IMPORTANCE_SAMPLING, PPO and
- * CISPO sum over weighted tokens (like cross-entropy); GRPO aggregates by `agg_type`, TOKEN_MEAN by default.
+ * CISPO sum over weighted tokens, like cross-entropy (Together documents no unit for them; its SDK's Tinker shim
+ * labels every loss `loss:sum`); GRPO aggregates by `agg_type` (a mean), TOKEN_MEAN when unset.
  */
 function parsePolicyLoss(
   loss: z.infer<typeof LossConfig>,

@@ -150,7 +150,8 @@ function operationJson(engine: Engine, op: OperationRecord): Record<string, unkn
     case 'forward-backward':
       out.output = {
         loss: o.loss,
-        metrics: { 'loss:sum': o.loss, 'num_tokens:sum': o.tokens },
+        // `name:reduction` keys, as Tinker's: a GRPO loss under its aggregation is a mean and is not labelled a sum.
+        metrics: { [o.reduction === 'mean' ? 'loss:mean' : 'loss:sum']: o.loss, 'num_tokens:sum': o.tokens },
         ...(o.returnOutputs
           ? {
               loss_fn_outputs: o.logprobs.map((lp, i) => ({ tensors: { logprobs: tensor(lp.map((v, j) => (o.counted[i]![j] ? v : 0))) } })),

@@ -197,6 +197,33 @@ describe('policy-gradient losses on forward-backward', () => {
     expect((await grpo({ agg_type: 'GRPO_LOSS_AGGREGATION_TYPE_FIXED_HORIZON' })).loss).toBeCloseTo(total / (2 * 5), 4);
   });
 
+  test('metrics name the reduction: the summed losses report loss:sum, GRPO under every agg_type loss:mean (UNSPECIFIED as TOKEN_MEAN)', async () => {
+    const tokens = weights.flat().filter((w) => w !== 0).length;
+    const metricsOf = async (loss: object) => {
+      const out = await run(session, 'forward-backward', {
+        loss,
+        samples: policySamples(EXAMPLES, sampling, advantages),
+        forward_only: true,
+      });
+      return { loss: out.loss as number, metrics: out.metrics as Record<string, number> };
+    };
+    for (const loss of [
+      { type: 'LOSS_TYPE_IMPORTANCE_SAMPLING' },
+      { type: 'LOSS_TYPE_PPO', ppo_params: {} },
+      { type: 'LOSS_TYPE_CISPO', cispo_params: {} },
+    ]) {
+      const out = await metricsOf(loss);
+      expect(out.metrics).toEqual({ 'loss:sum': out.loss, 'num_tokens:sum': tokens });
+    }
+    const unset = await metricsOf({ type: 'LOSS_TYPE_GRPO', grpo_params: {} });
+    expect(unset.metrics).toEqual({ 'loss:mean': unset.loss, 'num_tokens:sum': tokens });
+    for (const agg of ['UNSPECIFIED', 'TOKEN_MEAN', 'SEQUENCE_MEAN', 'FIXED_HORIZON']) {
+      const out = await metricsOf({ type: 'LOSS_TYPE_GRPO', grpo_params: { agg_type: `GRPO_LOSS_AGGREGATION_TYPE_${agg}` } });
+      expect(out.metrics).toEqual({ 'loss:mean': out.loss, 'num_tokens:sum': tokens });
+      if (agg === 'UNSPECIFIED' || agg === 'TOKEN_MEAN') expect(out.loss).toBeCloseTo(unset.loss, 6);
+    }
+  });
+
   test('GRPO with the SEQUENCE ratio uses one ratio per sequence (the exp of its mean log-ratio)', async () => {
     const terms = handTerms('ppo', logp, sampling, advantages, weights, { sequenceRatio: true });
     const tokens = weights.flat().filter((w) => w !== 0).length;
