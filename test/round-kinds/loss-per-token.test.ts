@@ -1,6 +1,7 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { lossPerToken } from '../../config/rules/loss-units';
 import { ownerOf } from '../../emulator/engine';
 import { lossBody } from '../../providers/together/mapping';
 import { LOCAL_EMULATOR_KEY } from '../../workers/providers';
@@ -122,6 +123,14 @@ test('Roundhouse always sends GRPO an aggregation: token_mean when the spec sets
   expect(lossBody({ type: 'grpo', aggregation: 'fixed_horizon' }, [datum]).loss).toMatchObject({
     grpo_params: { agg_type: 'GRPO_LOSS_AGGREGATION_TYPE_FIXED_HORIZON' },
   });
+});
+
+test('by dialect: Tinker (loss:sum) and Baseten Loops (skip_token_normalization) hand back sums for every loss; DPO’s figure is per pair', () => {
+  for (const dialect of ['tinker', 'baseten'] as const) {
+    for (const type of ['cross_entropy', 'importance_sampling', 'ppo'] as const) expect(lossPerToken(dialect, { type }, 12, 4)).toBe(3);
+  }
+  expect(lossPerToken('together', { type: 'grpo', aggregation: 'fixed_horizon' }, 0.5, 4)).toBe(0.5);
+  expect(lossPerToken('local', { type: 'dpo' }, 0.7, 1)).toBe(0.7);
 });
 
 test('SFT (cross-entropy, a sum): loss per token is the result’s loss over its trained tokens', async () => {
