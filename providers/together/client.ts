@@ -253,7 +253,7 @@ export class TogetherProvider implements TrainingProvider {
     ]);
     const cap =
       capacity !== undefined
-        ? `${baseModel} accepts ${capacity} concurrent sessions per LoRA resource`
+        ? `${baseModel} accepts ${capacity} concurrent session${capacity === 1 ? '' : 's'} per LoRA resource`
         : 'a LoRA resource accepts up to 5 concurrent sessions by default, fewer for some models; a full-weight one accepts 1';
     const held = holding ? `; ${holding.length} active on it: ${holding.map((s) => s.id).join(', ') || 'none listed'}` : '';
     return new ProviderError(
