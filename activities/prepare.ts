@@ -140,6 +140,20 @@ function checkLoraRank(spec: RoundSpec, model: ModelInfo): void {
   }
 }
 
+/**
+ * The sessions a round holds on its trainer at once (GRPO with a KL penalty: the policy and its frozen reference)
+ * within the model's cap on concurrent sessions per resource, where the provider says it (Together: a 429 past it).
+ */
+export function checkSessionCapacity(spec: RoundSpec, model: ModelInfo): void {
+  const reference = spec.round?.grpo?.reference;
+  const capacity = model.adapterCapacity;
+  if (!reference || capacity === undefined || capacity >= 2) return;
+  throw new RoundhouseFailure(
+    'InvalidInput',
+    `round.grpo.reference: ${reference} opens a second session (the frozen reference) on the trainer, but ${model.name} accepts ${capacity} concurrent session per resource; set beta: 0 without a reference, or choose another model`,
+  );
+}
+
 /** Rows of a JSONL file, tokenised (for scoring files other than the round's train and eval sets). */
 export async function tokenizedFile(location: string, tokenizer: TextTokenizer): Promise<TokenizedRow[]> {
   const problems: string[] = [];

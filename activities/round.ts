@@ -17,7 +17,7 @@ import { atBoundary, keepingAlive, toActivityFailure } from './failures';
 import { readJson, writeJsonAtomic } from './files';
 import { lineageParts, roundKey } from '../config/rules/keys';
 import { recordRoundGpuMinutes } from './metrics';
-import { createPreparer, tokenizedFile } from './prepare';
+import { checkSessionCapacity, createPreparer, tokenizedFile } from './prepare';
 import { rewardFunction } from './rewards';
 import { completionText, scoreCompletion } from './scoring';
 import { meteredProvider, type TokenUsage } from './usage';
@@ -32,13 +32,16 @@ import { readStepRecords } from './step-records';
 const UNWRITABLE = new Set(['EISDIR', 'ENOTDIR', 'EACCES', 'EPERM', 'EROFS']);
 
 export function createRoundActivities(deps: ActivityDeps) {
-  const { prepared, preparedPairs } = createPreparer(deps);
+  const { modelInfo, prepared, preparedPairs } = createPreparer(deps);
 
   return {
     /** Every check that can be made before provisioning: schema was checked by the caller; data, tokens, model here. */
     async prepareRound(input: Pick<RoundInput, 'spec' | 'data'>): Promise<RoundPlan> {
       return atBoundary(async () => {
         const p = input.spec.round?.kind === 'dpo' ? await preparedPairs(input.spec, input.data) : await prepared(input.spec, input.data);
+        const provider = await deps.providerFor(input.spec.provider);
+        // Asked afresh: the prepared data is cached by content, and its model info with it, whichever provider it came from.
+        checkSessionCapacity(input.spec, await modelInfo(provider, input.spec.provider));
         const reward = input.spec.round?.grpo?.reward;
         if (reward?.kind === 'module') {
           try {
@@ -51,7 +54,6 @@ export function createRoundActivities(deps: ActivityDeps) {
           }
         }
         const plan = planSteps(p.train.length, input.spec.training.batchSize, input.spec.training.epochs);
-        const provider = await deps.providerFor(input.spec.provider);
         const quote = await provider
           .estimateCost?.(input.spec.provider.model, input.spec.provider.generatorReplicas)
           .catch(() => undefined);

@@ -13,5 +13,9 @@ export class EmulatorHttpError extends Error {
 
 export const badRequest = (message: string, code = 'INVALID_ARGUMENT') => new EmulatorHttpError(400, code, message);
 export const notFound = (what: string, id: string) => new EmulatorHttpError(404, 'NOT_FOUND', `${what} ${id} not found`);
+/** A 429 with the delay both ways the Stainless SDKs read it: `retry-after-ms` first, then `Retry-After` (whole seconds). */
 export const tooManyRequests = (message: string, retryAfterMs = 1000) =>
-  new EmulatorHttpError(429, 'RESOURCE_EXHAUSTED', message, { 'retry-after-ms': String(retryAfterMs) });
+  new EmulatorHttpError(429, 'RESOURCE_EXHAUSTED', message, {
+    'retry-after-ms': String(retryAfterMs),
+    'retry-after': String(Math.max(1, Math.ceil(retryAfterMs / 1000))),
+  });

@@ -20,10 +20,19 @@ export interface EmulatedModel {
   tokenizerFolder?: string;
   /** Tokens that end generation (models whose tokenizer ships with the emulator: their generation_config.json's). */
   eosTokenIds?: number[];
+  /**
+   * Concurrent sessions a LoRA resource of this model accepts (Together: "up to five concurrent sessions by default, and
+   * fewer for some models"; a full-weight resource accepts one). It stands in for the supported-models catalog's
+   * "adapter capacity" column, whose per-model figures our sources do not give.
+   */
+  loraSessionCap: number;
 }
 
-function model(m: Omit<EmulatedModel, 'seed'>): EmulatedModel {
-  return { ...m, seed: hashString(m.name) };
+/** Together's documented default of concurrent LoRA sessions per resource (docs.together.ai post-training/multi-lora). */
+export const DEFAULT_LORA_SESSION_CAP = 5;
+
+function model(m: Omit<EmulatedModel, 'seed' | 'loraSessionCap'> & { loraSessionCap?: number }): EmulatedModel {
+  return { loraSessionCap: DEFAULT_LORA_SESSION_CAP, ...m, seed: hashString(m.name) };
 }
 
 /** The Qwen3 vocabulary (151,643 ranks + 26 added tokens, padded to 151,936 ids); <|im_end|> and <|endoftext|> end generation. */
@@ -114,6 +123,8 @@ export const EMULATED_MODELS: readonly EmulatedModel[] = [
     pricePerGpuHour: 5.5,
     contextLength: 131_072,
     tokenizer: 'openai/gpt-oss-20b',
+    // One of the "fewer for some models": our choice of model and figure, not a published one.
+    loraSessionCap: 2,
   }),
 ];
 

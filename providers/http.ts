@@ -46,6 +46,8 @@ export interface RequestSpec<T> {
   passStatuses?: readonly number[];
   /** Whether resending after an ambiguous failure is safe. Default: GET, or any request with an idempotency key. */
   replaySafe?: boolean;
+  /** This request's retry budget, where its dialect's SDK gives it another than the client's (Together's session create: 7). */
+  maxRetries?: number;
   schema: z.ZodType<T>;
   signal?: AbortSignal;
   /** Absolute URL (presigned links), sent without Authorization. */
@@ -102,6 +104,7 @@ export class HttpClient {
     const replaySafe = spec.replaySafe ?? (spec.method === 'GET' || spec.idempotencyKey !== undefined);
     const url = spec.absoluteUrl ?? this.url(spec.path, spec.query);
     const where = `${spec.method} ${spec.path}`;
+    const maxRetries = spec.maxRetries ?? this.options.maxRetries;
     for (let attempt = 0; ; attempt++) {
       let response: Dispatcher.ResponseData;
       try {
@@ -126,7 +129,7 @@ export class HttpClient {
             { method: spec.method, path: spec.path, cause: err },
           );
         }
-        if (attempt < this.options.maxRetries) {
+        if (attempt < maxRetries) {
           await sleep(this.backoff(attempt), undefined, { signal: spec.signal });
           continue;
         }
@@ -151,7 +154,7 @@ export class HttpClient {
       // 429 and 503 are refusals before any work; other transient statuses may hide an applied request.
       const resendable = replaySafe || status === 429 || status === 503;
       const { message, code } = errorBody(text);
-      if (transient && resendable && attempt < this.options.maxRetries) {
+      if (transient && resendable && attempt < maxRetries) {
         await sleep(retryAfterMs ?? this.backoff(attempt), undefined, { signal: spec.signal });
         continue;
       }

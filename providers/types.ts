@@ -19,6 +19,8 @@ export interface ModelInfo {
   tokenizer?: string;
   /** GPUs a resource of this model holds, when the provider says. */
   gpuCount?: number;
+  /** Concurrent sessions a LoRA resource of this model accepts, when the provider says (Together's "adapter capacity"). */
+  adapterCapacity?: number;
 }
 
 /** Where a trainer resource is in its life, across dialects. */

@@ -1,4 +1,5 @@
 import { FaultInjector } from '../faults';
+import type { EmulatedModel } from '../models';
 import type {
   OperationInput,
   OperationKind,
@@ -135,6 +136,11 @@ export class Engine {
   }
 
   // ── sessions ─────────────────────────────────────────────────────────────────────────────────────
+
+  /** Concurrent sessions a LoRA resource of `model` accepts here (its `loraSessionCap`, unless the options override it). */
+  loraSessionCap(model: EmulatedModel): number {
+    return this.state.loraSessionCap(model);
+  }
 
   createSession(input: SessionInput): Promise<SessionRecord> {
     return this.sessions.create(input);

@@ -36,9 +36,7 @@ export class Sessions {
     if (r.status !== 'READY') {
       throw badRequest(`model resource ${r.id} is ${r.status.toLowerCase()}; sessions attach to a ready resource`, 'FAILED_PRECONDITION');
     }
-    const cap = r.loraEnabled ? this.state.options.sessionCap : 1;
-    const live = this.state.liveSessionsOn(r.id).length;
-    if (live >= cap) throw tooManyRequests(`model resource ${r.id} already has ${live} active sessions (limit ${cap})`);
+    this.checkSessionCap(r);
 
     const checkpoint = this.resumeCheckpoint(input, r);
     const rank = checkpoint?.loraRank ?? input.lora?.rank ?? 8;
@@ -80,6 +78,21 @@ export class Sessions {
     r.lastActivityAt = now;
     this.state.changed();
     return session;
+  }
+
+  /**
+   * Together's cap on concurrent sessions per resource: a LoRA resource takes its model's cap, a full-weight one takes
+   * 1; one more is refused with 429 and a Retry-After (the SDK's session client retries it, up to 7 times). A stopping
+   * session still holds its slot until it has stopped.
+   */
+  private checkSessionCap(r: ResourceRecord): void {
+    const cap = r.loraEnabled ? this.state.loraSessionCap(r.model) : 1;
+    const live = this.state.liveSessionsOn(r.id).length;
+    if (live < cap) return;
+    const kind = r.loraEnabled ? `a LoRA resource of ${r.model.name}` : 'a full-weight resource';
+    throw tooManyRequests(
+      `model resource ${r.id} already has ${live} active training session${live === 1 ? '' : 's'}; ${kind} accepts at most ${cap} concurrent session${cap === 1 ? '' : 's'} (limit ${cap}). Stop one first`,
+    );
   }
 
   /** The checkpoint a new session resumes from, checked against the resource and the resume flags. */

@@ -20,7 +20,10 @@ export interface EngineOptions {
   stopDelayMs?: number;
   /** A RUNNING session expires after this long without operations. */
   sessionIdleExpiryMs?: number;
-  /** Concurrent LoRA sessions per resource (a full-weight resource takes 1). */
+  /**
+   * Concurrent sessions per LoRA resource for every model, instead of each model's `loraSessionCap` (emulator/models.ts):
+   * a tight cap on the small model, for tests. A full-weight resource takes 1 regardless.
+   */
   sessionCap?: number;
   /** Simulated compute time of each operation. */
   operationLatencyMs?: number;
@@ -58,7 +61,7 @@ export interface SessionRuntime {
  * Only the engine's own modules hold it; dialects go through the `Engine` facade.
  */
 export class EngineState {
-  readonly options: Required<Omit<EngineOptions, 'now'>>;
+  readonly options: Required<Omit<EngineOptions, 'now' | 'sessionCap'>> & Pick<EngineOptions, 'sessionCap'>;
   readonly now: () => number;
   readonly resources = new Map<string, ResourceRecord>();
   readonly sessions = new Map<string, SessionRecord>();
@@ -81,7 +84,7 @@ export class EngineState {
       provisioningDelayMs: options.provisioningDelayMs ?? 0,
       stopDelayMs: options.stopDelayMs ?? 0,
       sessionIdleExpiryMs: options.sessionIdleExpiryMs ?? 60 * 60 * 1000,
-      sessionCap: options.sessionCap ?? 5,
+      sessionCap: options.sessionCap,
       operationLatencyMs: options.operationLatencyMs ?? 0,
       clockCycleMs: options.clockCycleMs ?? 0,
       defaultInactiveTimeoutMs: options.defaultInactiveTimeoutMs ?? 60 * 60 * 1000,
@@ -135,6 +138,11 @@ export class EngineState {
   /** The resource a session runs on (it exists for as long as the session does). */
   resourceOf(s: SessionRecord): ResourceRecord {
     return this.resources.get(s.resourceId)!;
+  }
+
+  /** Concurrent sessions a LoRA resource of `model` accepts. */
+  loraSessionCap(model: EmulatedModel): number {
+    return this.options.sessionCap ?? model.loraSessionCap;
   }
 
   /** Sessions on a resource that are not over yet. */

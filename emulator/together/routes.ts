@@ -262,6 +262,9 @@ export function addTogetherRoutes(router: Router, engine: Engine, ownerOf: Owner
         vocab_size: m.vocabSize,
         tokenizer: m.tokenizer,
         gpu_count: m.gpuCount,
+        // Stands in for the catalog's "adapter capacity" column: concurrent sessions on a LoRA resource (SDK 3.1.1's
+        // RlSupportedModel has no such field; a full-weight resource accepts one).
+        adapter_capacity: engine.loraSessionCap(m),
       })),
     },
   }));

@@ -52,6 +52,8 @@ export interface TogetherProviderOptions extends Omit<HttpClientOptions, 'baseUr
 
 const P = '/v1/rl';
 const anyJson = z.unknown();
+/** The SDK's session client retries a 429 up to 7 times, honouring Retry-After (`_MAX_RETRIES`, its README). */
+const SESSION_CREATE_RETRIES = 7;
 
 export class TogetherProvider implements TrainingProvider {
   readonly kind = 'together' as const;
@@ -82,6 +84,7 @@ export class TogetherProvider implements TrainingProvider {
         vocabSize: m.vocab_size,
         tokenizer: m.tokenizer ?? m.base_model,
         gpuCount: m.gpu_count,
+        adapterCapacity: m.adapter_capacity,
       };
     });
   }
@@ -200,7 +203,7 @@ export class TogetherProvider implements TrainingProvider {
     }
     if (request.displayName) body.display_name = request.displayName;
     if (request.metadata) body.metadata = request.metadata;
-    const created = toSession(await this.http.request({ method: 'POST', path: `${P}/training-sessions`, body, schema: SessionWire }));
+    const created = toSession(await this.createSession(request, body));
     if (created.state === 'running') return created;
     return poll(
       async () => {
@@ -212,6 +215,54 @@ export class TogetherProvider implements TrainingProvider {
       },
       `training session ${created.id} running`,
       { initialIntervalMs: 250, maxIntervalMs: 5_000, timeoutMs: 3_600_000 },
+    );
+  }
+
+  /**
+   * The session create, retried on 429 as the SDK's session client does (7 times, honouring Retry-After). A 429 that
+   * outlasts them is the resource's cap on concurrent sessions, the one 429 Together documents for it: a
+   * non-retryable error that names the cap and the sessions holding it.
+   */
+  private async createSession(request: OpenSessionRequest, body: Record<string, unknown>): Promise<SessionWire> {
+    const startedAt = Date.now();
+    try {
+      return await this.http.request({
+        method: 'POST',
+        path: `${P}/training-sessions`,
+        body,
+        schema: SessionWire,
+        maxRetries: SESSION_CREATE_RETRIES,
+      });
+    } catch (err) {
+      if (!(err instanceof ProviderError && err.status === 429)) throw err;
+      throw await this.sessionCapReached(request, err, Date.now() - startedAt);
+    }
+  }
+
+  private async sessionCapReached(request: OpenSessionRequest, refusal: ProviderError, waitedMs: number): Promise<ProviderError> {
+    const { resourceId, baseModel } = request;
+    const [holding, capacity] = await Promise.all([
+      this.listSessions(resourceId)
+        .then((all) => all.filter((s) => s.state === 'starting' || s.state === 'running' || s.state === 'stopping'))
+        .catch(() => undefined),
+      baseModel
+        ? this.supportedModels()
+            .then((models) => models.find((m) => m.name === baseModel)?.adapterCapacity)
+            .catch(() => undefined)
+        : undefined,
+    ]);
+    const cap =
+      capacity !== undefined
+        ? `${baseModel} accepts ${capacity} concurrent session${capacity === 1 ? '' : 's'} per LoRA resource`
+        : 'a LoRA resource accepts up to 5 concurrent sessions by default, fewer for some models; a full-weight one accepts 1';
+    const held = holding ? `; ${holding.length} active on it: ${holding.map((s) => s.id).join(', ') || 'none listed'}` : '';
+    return new ProviderError(
+      'SESSION_CAP_REACHED',
+      'non-retryable',
+      `model resource ${resourceId} refused a new training session with HTTP 429 for ${(waitedMs / 1000).toFixed(1)} s ` +
+        `(retried as the SDK does, honouring Retry-After): its cap on concurrent sessions is reached ` +
+        `(${cap}${held}). Stop a session on it, or use another resource. The provider said: ${refusal.message}`,
+      { status: 429, providerCode: refusal.providerCode, method: refusal.method, path: refusal.path, cause: refusal },
     );
   }
 

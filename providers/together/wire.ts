@@ -107,6 +107,8 @@ export const SupportedModelsWire = z
           vocab_size: z.number().optional(),
           gpu_count: z.number().optional(),
           tokenizer: z.string().optional(),
+          /** The catalog's "adapter capacity" (the emulator publishes it; SDK 3.1.1's RlSupportedModel has no such field). */
+          adapter_capacity: z.number().int().positive().optional(),
           compute_configs: z
             .array(
               z
