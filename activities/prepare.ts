@@ -78,6 +78,8 @@ export function createPreparer(deps: ActivityDeps) {
   ): Promise<T & Omit<PreparedData, 'train' | 'eval'>> {
     const provider = await deps.providerFor(spec.provider);
     const model = await modelInfo(provider, spec.provider);
+    // Checked on every call, against this provider's model: a cached tokenising may have been made for another.
+    checkLoraRank(spec, model);
     // Data in the artifact store (s3://) is read from a local copy; its hash is checked like a local file's.
     const data = {
       ...given,
@@ -100,11 +102,10 @@ export function createPreparer(deps: ActivityDeps) {
     if (cached) {
       cache.delete(key); // most recently used last
       cache.set(key, cached);
-      return cached;
+      return { ...cached, model };
     }
     const tokenizer = tokenizerFor(spec.provider.model, model.tokenizer, spec.provider.tokenizer);
     const loaded = load(tokenizer, { maxSeqLen: spec.training.maxSeqLen, modelMaxSeqLen: model.maxSeqLen }, data);
-    checkLoraRank(spec, model);
     const result = { tokenizer, model, ...loaded, trainSha256, evalSha256, ...(testSha256 ? { testSha256 } : {}) };
     cache.set(key, result);
     if (cache.size > PREPARED_CACHE_ENTRIES) cache.delete(cache.keys().next().value!);
