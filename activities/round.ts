@@ -52,8 +52,10 @@ export function createRoundActivities(deps: ActivityDeps) {
           }
         }
         // The trainer's shape: a generator where the round samples, and a step's batch within the model's limit.
-        const shapeProblem = generatorReplicasProblem(input.spec) ?? stepBatchProblem(input.spec, p.model);
-        if (shapeProblem) throw new RoundhouseFailure('InvalidInput', shapeProblem);
+        const generatorProblem = generatorReplicasProblem(input.spec);
+        if (generatorProblem) throw new RoundhouseFailure('InvalidInput', `provider.generatorReplicas: ${generatorProblem}`);
+        const batchProblem = stepBatchProblem(input.spec, p.model);
+        if (batchProblem) throw new RoundhouseFailure('InvalidInput', batchProblem);
         const plan = planSteps(p.train.length, input.spec.training.batchSize, input.spec.training.epochs);
         const provider = await deps.providerFor(input.spec.provider);
         const quote = await provider.estimateCost?.(input.spec.provider.model, generatorReplicasOf(input.spec)).catch(() => undefined);

@@ -669,7 +669,7 @@ function roundKindProblems(spec: z.infer<typeof CampaignSpecBase>, ctx: z.Refine
       'is not available on Tinker: its API takes no W&B settings; use tracking.mlflow, or the together dialect',
     );
   const generatorProblem = generatorReplicasProblem(spec);
-  if (generatorProblem) problem(['provider', 'generatorReplicas'], generatorProblem.replace(/^provider\.generatorReplicas: /, ''));
+  if (generatorProblem) problem(['provider', 'generatorReplicas'], generatorProblem);
   sampleAnswersProblems(spec, problem);
   const { earlyStop, sampleEvery } = spec.evaluation;
   if (kind === 'dpo' && sampleEvery !== undefined)

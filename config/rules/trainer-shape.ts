@@ -77,11 +77,11 @@ export function generatorReplicasOf(spec: TrainerShapeSpec): number {
   return spec.provider.generatorReplicas ?? (generatorNeedOf(spec) ? 1 : 0);
 }
 
-/** `provider.generatorReplicas: 0` on a round that samples: the refusal, naming the field and the reason. */
+/** `provider.generatorReplicas: 0` on a round that samples: what is wrong with the field's value, and why. */
 export function generatorReplicasProblem(spec: TrainerShapeSpec): string | undefined {
   const need = generatorNeedOf(spec);
   if (spec.provider.generatorReplicas !== 0 || !need) return undefined;
-  return `provider.generatorReplicas: 0 provisions a trainer-only resource, with no generator to sample on, but ${need}; set it to 1 or more (or leave it unset)`;
+  return `0 provisions a trainer-only resource, with no generator to sample on, but ${need}; set it to 1 or more (or leave it unset)`;
 }
 
 export function stepBatchOf(spec: TrainerShapeSpec): StepBatch {
