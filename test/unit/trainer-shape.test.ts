@@ -1,5 +1,7 @@
 import { parseCampaignSpec, SpecError } from '../../config/io/spec';
+import { DataValidationError } from '../../config/rules/errors';
 import { generatorReplicasOf, stepBatchProblem } from '../../config/rules/trainer-shape';
+import { validateCampaignLocally } from '../../workers/validate';
 
 /** What a round's spec asks of its trainer (issue #44, item 4): generator replicas, and a step's batch against the model's limit. */
 
@@ -80,5 +82,14 @@ test("a step's batch over the model's maximum is refused naming its fields: sft 
   expect(stepBatchProblem(spec(DPO), { name: 'm', maxBatchSize: 15 })).toContain('training.batchSize × 2');
   expect(stepBatchProblem(spec(GRPO), model)).toBe(
     "training.batchSize × round.grpo.groupSize: 8 × 4 = 32 sequences per forward-backward step, over m's maximum batch size of 16: make the batch smaller",
+  );
+});
+
+test("`roundhouse run`'s own checks refuse a step over the emulator model's max batch size before anything starts", () => {
+  const over = spec('round: { kind: grpo, grpo: { groupSize: 64, reward: { kind: numeric } } }');
+  expect(() => validateCampaignLocally(over)).toThrow(
+    new DataValidationError([
+      "training.batchSize × round.grpo.groupSize: 8 × 64 = 512 sequences per forward-backward step, over roundhouse/tiny-chat's maximum batch size of 256: make the batch smaller",
+    ]),
   );
 });
