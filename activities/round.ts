@@ -9,6 +9,7 @@ import { toDatum, type TokenizedRow } from './data';
 import { joinLocation } from '../config/io/artifacts';
 import { scoreOnPython } from './python';
 import { pythonScorer } from '../config/rules/python-calls';
+import { generatorReplicasOf, generatorReplicasProblem, stepBatchProblem } from '../config/rules/trainer-shape';
 import type { ScoreResult } from '../workflows/python-contract';
 import type { ActivityDeps } from './deps';
 import { roundCheckpoints } from './checkpoints';
@@ -53,10 +54,13 @@ export function createRoundActivities(deps: ActivityDeps) {
             );
           }
         }
+        // The trainer's shape: a generator where the round samples, and a step's batch within the model's limit.
+        const generatorProblem = generatorReplicasProblem(input.spec);
+        if (generatorProblem) throw new RoundhouseFailure('InvalidInput', `provider.generatorReplicas: ${generatorProblem}`);
+        const batchProblem = stepBatchProblem(input.spec, p.model);
+        if (batchProblem) throw new RoundhouseFailure('InvalidInput', batchProblem);
         const plan = planSteps(p.train.length, input.spec.training.batchSize, input.spec.training.epochs);
-        const quote = await provider
-          .estimateCost?.(input.spec.provider.model, input.spec.provider.generatorReplicas)
-          .catch(() => undefined);
+        const quote = await provider.estimateCost?.(input.spec.provider.model, generatorReplicasOf(input.spec)).catch(() => undefined);
         return {
           pricePerHour: quote?.currency === 'USD' ? quote.pricePerHour : undefined,
           trainSha256: p.trainSha256,

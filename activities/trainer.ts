@@ -13,6 +13,7 @@ import { HeartbeatPacer } from './heartbeat-pacer';
 import { ProvisionGateHold } from './provision-gate';
 import { recordResource } from './metrics';
 import { CapacityWatch } from './capacity';
+import { generatorReplicasOf } from '../config/rules/trainer-shape';
 
 /**
  * The trainer's lifecycle: provisioned (an unanswered create is adopted by listing, only if provably this round's;
@@ -335,7 +336,7 @@ async function createOrAdopt(
           await provider.provision({
             model,
             ownerTag: input.ownerTag,
-            generatorReplicas: input.spec.provider.generatorReplicas,
+            generatorReplicas: generatorReplicasOf(input.spec),
             inactiveTimeoutSeconds: input.spec.provider.inactiveTimeoutSeconds,
           })
         ).id;

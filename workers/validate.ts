@@ -16,6 +16,7 @@ import {
 import { rewardFunction } from '../activities/rewards';
 import { findModel } from '../emulator/models';
 import { stageSpecOf } from '../config/rules/stages';
+import { stepBatchProblem } from '../config/rules/trainer-shape';
 import { campaignPythonChecks, workerVariablesOf } from '../config/rules/preflight';
 import { campaignChecksWorkflow } from '../workflows/preflight';
 
@@ -74,6 +75,9 @@ function checkCampaign(spec: CampaignSpec): { trainRows: number; evalRows: numbe
   if (spec.provider.kind === 'local' && !spec.provider.baseUrl && !findModel(spec.provider.model)) {
     throw new DataValidationError([`provider.model: '${spec.provider.model}' is not one of the emulator's models`]);
   }
+  const emulated = spec.provider.kind === 'local' ? findModel(spec.provider.model) : undefined;
+  const batchProblem = emulated && stepBatchProblem(spec, emulated);
+  if (batchProblem) throw new DataValidationError([batchProblem]);
   const reward = spec.round.grpo?.reward;
   if (reward?.kind === 'module') {
     try {

@@ -30,51 +30,59 @@ const sampled: Pick<RoundKind, 'baseline' | 'evaluate'> = {
   async evaluate(trainer) {
     const { state, input } = trainer;
     const result = state.result;
-    await state.tell('sampling');
-    const evaluationsPath = state.file('evaluations.json');
-    const scored = await trainer.activities.onTrainer.sampleAndScore({
-      ...trainer.phaseInput(),
-      outputPath: evaluationsPath,
-      label: 'sample',
-    });
-    state.addUsage(scored.usage);
-    result.accuracy = scored.accuracy;
-    result.evaluationsPath = evaluationsPath;
-    if (input.pool) {
-      const poolEvaluationsPath = state.file('pool-evaluations.json');
-      const pool = await trainer.activities.onTrainer.sampleAndScore({
-        ...trainer.phaseInput(),
-        outputPath: poolEvaluationsPath,
-        label: 'pool',
-        dataset: input.pool,
-      });
-      state.addUsage(pool.usage);
-      result.poolEvaluationsPath = poolEvaluationsPath;
-      result.poolAccuracy = pool.accuracy;
-    }
-    if (input.data.test) {
-      // The final assessment: the same sampling and scorer as eval, on rows nothing was chosen by.
-      const testEvaluationsPath = state.file('test-evaluations.json');
-      const test = await trainer.activities.onTrainer.sampleAndScore({
-        ...trainer.phaseInput(),
-        outputPath: testEvaluationsPath,
-        label: 'test',
-        which: 'test',
-      });
-      state.addUsage(test.usage);
-      result.test = {
-        accuracy: test.accuracy,
-        rows: test.total,
-        ...(test.sha256 ? { sha256: test.sha256 } : {}),
-        evaluationsPath: testEvaluationsPath,
-      };
-    }
+    // Eval loss only (an sft round's `evaluation.sampleAnswers: false`): its trainer has no generator to sample on.
+    if (input.spec.evaluation.sampleAnswers !== false) await sampleAndScoreAll(trainer);
     await state.tell('evaluating');
     const trained = await trainer.activities.onTrainer.measureLoss({ ...trainer.phaseInput(), label: 'trained', which: 'eval' });
     state.addUsage(trained.usage);
     result.trainedLoss = trained.perToken;
   },
 };
+
+/** The trained weights' sampled answers, scored: the eval set's (the round's accuracy), the pool's, the test set's. */
+async function sampleAndScoreAll(trainer: RoundTrainer): Promise<void> {
+  const { state, input } = trainer;
+  const result = state.result;
+  await state.tell('sampling');
+  const evaluationsPath = state.file('evaluations.json');
+  const scored = await trainer.activities.onTrainer.sampleAndScore({
+    ...trainer.phaseInput(),
+    outputPath: evaluationsPath,
+    label: 'sample',
+  });
+  state.addUsage(scored.usage);
+  result.accuracy = scored.accuracy;
+  result.evaluationsPath = evaluationsPath;
+  if (input.pool) {
+    const poolEvaluationsPath = state.file('pool-evaluations.json');
+    const pool = await trainer.activities.onTrainer.sampleAndScore({
+      ...trainer.phaseInput(),
+      outputPath: poolEvaluationsPath,
+      label: 'pool',
+      dataset: input.pool,
+    });
+    state.addUsage(pool.usage);
+    result.poolEvaluationsPath = poolEvaluationsPath;
+    result.poolAccuracy = pool.accuracy;
+  }
+  if (input.data.test) {
+    // The final assessment: the same sampling and scorer as eval, on rows nothing was chosen by.
+    const testEvaluationsPath = state.file('test-evaluations.json');
+    const test = await trainer.activities.onTrainer.sampleAndScore({
+      ...trainer.phaseInput(),
+      outputPath: testEvaluationsPath,
+      label: 'test',
+      which: 'test',
+    });
+    state.addUsage(test.usage);
+    result.test = {
+      accuracy: test.accuracy,
+      rows: test.total,
+      ...(test.sha256 ? { sha256: test.sha256 } : {}),
+      evaluationsPath: testEvaluationsPath,
+    };
+  }
+}
 
 export const ROUND_KINDS: Record<NonNullable<RoundResult['kind']>, RoundKind> = {
   sft: {

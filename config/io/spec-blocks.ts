@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { billingOf, PROVIDER_KINDS } from '../rules/dialects';
 import { PYTHON_CALL_DEFAULTS } from '../rules/python-defaults';
+import { generatorReplicasProblem } from '../rules/trainer-shape';
 
 /**
  * The blocks a campaign spec is made of (spec.ts puts them together): each with its defaults. Every field is
@@ -53,8 +54,12 @@ export const ProviderSpecSchema = z
     model: z.string().min(1),
     /** A folder or tokenizer.json to tokenise with, when the model's tokenizer is not bundled or cached. */
     tokenizer: z.string().min(1).optional(),
-    /** Sampler replicas to provision (sampling needs at least 1). */
-    generatorReplicas: z.number().int().min(1).max(16).default(1),
+    /**
+     * Generator (sampler) replicas to provision. Unset: 1 where the round samples, 0 (a trainer-only resource, no idle
+     * generator billed) where it never does: dpo, and sft with `evaluation.sampleAnswers: false`. 0 is refused for a
+     * round that samples.
+     */
+    generatorReplicas: z.number().int().min(0).max(16).optional(),
     /** Provider-side auto-stop after this much idleness: a safety net behind the reaper. */
     inactiveTimeoutSeconds: z.number().int().min(300).max(86_400).default(1800),
     /**
@@ -172,6 +177,11 @@ export const EvaluationSpecSchema = z
      * every this many optimizer steps, between segments. The round's start and end are measured anyway.
      */
     every: positiveInt.max(1_000_000).optional(),
+    /**
+     * SFT: sample an answer for every eval row after training and score it (the round's accuracy); default true.
+     * false: the round measures eval loss only and samples nothing, so its trainer is provisioned without a generator.
+     */
+    sampleAnswers: z.boolean().optional(),
     /** SFT and GRPO: every k-th of those passes also samples the eval set and scores it (the metric's curve). */
     sampleEvery: positiveInt.max(1000).optional(),
     /**
@@ -658,6 +668,9 @@ function roundKindProblems(spec: z.infer<typeof CampaignSpecBase>, ctx: z.Refine
       ['tracking', 'wandb'],
       'is not available on Tinker: its API takes no W&B settings; use tracking.mlflow, or the together dialect',
     );
+  const generatorProblem = generatorReplicasProblem(spec);
+  if (generatorProblem) problem(['provider', 'generatorReplicas'], generatorProblem);
+  sampleAnswersProblems(spec, problem);
   const { earlyStop, sampleEvery } = spec.evaluation;
   if (kind === 'dpo' && sampleEvery !== undefined)
     problem(
@@ -676,6 +689,33 @@ function roundKindProblems(spec: z.infer<typeof CampaignSpecBase>, ctx: z.Refine
       );
     }
   }
+}
+
+/** `evaluation.sampleAnswers`: false is for an sft round, and leaves nothing that needs sampled answers. */
+function sampleAnswersProblems(
+  spec: z.infer<typeof CampaignSpecBase>,
+  problem: (path: (string | number)[], message: string) => void,
+): void {
+  const { kind } = spec.round;
+  const sampleAnswers = spec.evaluation.sampleAnswers;
+  if (sampleAnswers === true && kind === 'dpo')
+    problem(['evaluation', 'sampleAnswers'], 'is for sft rounds: a dpo round measures preference accuracy, and samples nothing');
+  if (sampleAnswers !== false) return;
+  if (kind !== 'sft') {
+    problem(
+      ['evaluation', 'sampleAnswers'],
+      `false is for sft rounds (this one is ${kind}): ${kind === 'grpo' ? 'a grpo round samples to train' : 'a dpo round samples nothing anyway'}`,
+    );
+    return;
+  }
+  const needs = (path: string[], what: string) => problem(path, `${what}, and evaluation.sampleAnswers is false: remove one of them`);
+  if (spec.data.test) needs(['data', 'test'], 'is scored by sampled answers');
+  if (spec.evaluation.sampleEvery !== undefined) needs(['evaluation', 'sampleEvery'], 'samples the eval set during training');
+  if (spec.rounds.target) needs(['rounds', 'target'], 'is an accuracy, measured from sampled answers');
+  const policy = spec.rounds.nextData.policy;
+  if (spec.rounds.max > 1 && (policy === 'mistakes' || policy === 'python'))
+    needs(['rounds', 'nextData', 'policy'], `${policy} chooses the next round's rows by the pool's sampled answers`);
+  if (spec.promotion) needs(['promotion'], 'compares the accuracy of sampled answers');
 }
 
 export type TrainingSpec = z.infer<typeof TrainingSpecSchema>;

@@ -1,6 +1,7 @@
 import type {
   Engine,
   CheckpointRecord,
+  OperationInput,
   OperationKind,
   OperationRecord,
   ResourceRecord,
@@ -10,7 +11,7 @@ import type {
 } from '../engine';
 import { EmulatorHttpError, badRequest } from '../errors';
 import type { EmulatorRequest, Router } from '../http';
-import { EMULATED_MODELS, findModel } from '../models';
+import { EMULATED_MODELS, findModel, type EmulatedModel } from '../models';
 import { bundledTokenizer } from '../tokenizer';
 import {
   ExtendExpiryBody,
@@ -33,6 +34,27 @@ import {
 
 const iso = (ms: number) => new Date(ms).toISOString();
 const i64 = (n: number) => String(n);
+
+/** `trainer_config.<lora|full>.max_batch_size` of the supported-models listing: the sequences one forward-backward takes. */
+function maxBatchSizeOf(m: EmulatedModel, loraEnabled: boolean): number {
+  return loraEnabled ? m.maxBatchSize : Math.max(1, m.maxBatchSize / 4);
+}
+
+/**
+ * "Maximum global batch size accepted by a forward-backward step" (the SDK's `max_batch_size`). How the service
+ * refuses a larger one is not documented: the emulator answers 400 INVALID_INPUT naming the limit.
+ */
+function withinBatchLimit(op: OperationInput, resource: ResourceRecord): OperationInput {
+  const limit = maxBatchSizeOf(resource.model, resource.loraEnabled);
+  if ('sequences' in op && op.sequences.length > limit) {
+    const config = resource.loraEnabled ? 'lora' : 'full';
+    throw badRequest(
+      `samples has ${op.sequences.length} sequences; ${resource.model.name} accepts at most ${limit} per forward-backward step (trainer_config.${config}.max_batch_size)`,
+      'INVALID_INPUT',
+    );
+  }
+  return op;
+}
 
 const OPERATION_KINDS: readonly OperationKind[] = [
   'forward-backward',
@@ -253,8 +275,8 @@ export function addTogetherRoutes(router: Router, engine: Engine, ownerOf: Owner
               sampling_defaults: { logprobs: 0, max_tokens: 256, n: 1, temperature: 1 },
             },
             trainer_config: {
-              lora: { max_batch_size: m.maxBatchSize, max_rank: m.maxLoraRank, max_seq_length: m.maxSeqLen },
-              full: { max_batch_size: Math.max(1, m.maxBatchSize / 4), max_seq_length: m.maxSeqLen },
+              lora: { max_batch_size: maxBatchSizeOf(m, true), max_rank: m.maxLoraRank, max_seq_length: m.maxSeqLen },
+              full: { max_batch_size: maxBatchSizeOf(m, false), max_seq_length: m.maxSeqLen },
             },
           },
         ],
@@ -374,17 +396,22 @@ export function addTogetherRoutes(router: Router, engine: Engine, ownerOf: Owner
     const op = engine.submitOperation(session.id, owner, key, req.rawBody, () => {
       switch (kind) {
         case 'forward-backward':
-          return parseForwardBackward(req.body, model.vocabSize);
+          return withinBatchLimit(parseForwardBackward(req.body, model.vocabSize), resource);
         case 'custom-forward-backward':
-          return parseCustomForwardBackward(req.body, model.vocabSize);
+          return withinBatchLimit(parseCustomForwardBackward(req.body, model.vocabSize), resource);
         case 'optim-step':
           return parseOptimStep(req.body);
         case 'weights-sync':
           parseBody(WeightsSyncBody, req.body, 'weights-sync');
           return { kind: 'weights-sync' };
         case 'sample':
+          // The SDK raises before sending ("does not have generator capability"); what the service answers is not
+          // documented, so the emulator refuses as invalid input, naming the setting.
           if (resource.numGeneratorReplicas === 0) {
-            throw badRequest('this model resource has no generator replicas (num_generator_replicas is 0)', 'FAILED_PRECONDITION');
+            throw badRequest(
+              'this model resource has no generator: it was created with num_generator_replicas 0 (trainer only)',
+              'INVALID_INPUT',
+            );
           }
           return parseSample(req.body, model.vocabSize, stopEncoder(model.name));
         case 'training-checkpoint':

@@ -96,7 +96,10 @@ export class TinkerSessions {
               name: m.model_name,
               ...(m.max_lora_rank ? { maxLoraRank: m.max_lora_rank } : {}), // not every server says (SkyRL does not)
               maxSeqLen: m.max_context_length ?? 32_768,
-              maxBatchSize: 1024, // the SDK's chunk of datums per request; larger batches are several requests
+              // Tinker documents no batch limit. The SDK splits a forward_backward into requests of at most 1024
+              // datums (`fwdbwd_max_chunk_len`, WIRE.md); this client sends a step as one request, so 1024 per step is
+              // our assumption (checked before provisioning), not a documented limit of the service.
+              maxBatchSize: 1024,
               vocabSize: m.vocab_size ?? undefined,
               tokenizer: m.model_name,
               gpuCount: 0, // no GPU is held: Tinker bills tokens
