@@ -337,6 +337,8 @@ async function createOrAdopt(
             ownerTag: input.ownerTag,
             generatorReplicas: input.spec.provider.generatorReplicas,
             inactiveTimeoutSeconds: input.spec.provider.inactiveTimeoutSeconds,
+            trainer: { seed: input.spec.training.seed, maxSeqLen: input.spec.training.maxSeqLen, loraRank: input.spec.training.loraRank },
+            ...(input.spec.provider.baseten ? { baseten: input.spec.provider.baseten } : {}),
           })
         ).id;
       } catch (err) {

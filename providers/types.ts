@@ -55,6 +55,17 @@ export interface ProvisionRequest {
   generatorReplicas?: number;
   /** Provider-side auto-stop after this much inactivity (a safety net beyond the reaper). */
   inactiveTimeoutSeconds?: number;
+  /** The trainer's seed, longest sequence and LoRA rank, where the dialect fixes them at creation (Baseten Loops' run). */
+  trainer?: { seed: number; maxSeqLen: number; loraRank: number };
+  /** Baseten Loops' run settings (spec `provider.baseten`); absent, the service's defaults. */
+  baseten?: BasetenRunOptions;
+}
+
+export interface BasetenRunOptions {
+  availabilityModel: 'dedicated' | 'spot';
+  replicas: number;
+  reuseFromRunId?: string;
+  scaleDownDelaySeconds: number;
 }
 
 export type SessionState = 'starting' | 'running' | 'stopping' | 'stopped' | 'failed' | 'expired';

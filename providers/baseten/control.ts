@@ -1,7 +1,7 @@
 import type { z } from 'zod';
 import { ProviderError } from '../errors';
 import type { HttpClient } from '../http';
-import type { ModelInfo, ProvisionRequest, ResourceState, SessionState, TrainerResource } from '../types';
+import type { BasetenRunOptions, ModelInfo, ProvisionRequest, ResourceState, SessionState, TrainerResource } from '../types';
 import {
   AnyJson,
   CapabilitiesWire,
@@ -56,15 +56,8 @@ export class LoopsControlPlane {
     }
     // An empty session holds no GPUs, so resending its create after a lost answer is harmless.
     const session = await this.http.request({ method: 'POST', path: '/v1/loops/sessions', replaySafe: true, schema: SessionEnvelope });
-    const body: Record<string, unknown> = {
-      session_id: session.session.id,
-      base_model: request.model,
-      name: request.ownerTag,
-      availability_model: 'dedicated',
-      replicas: 1,
-    };
-    if (request.inactiveTimeoutSeconds !== undefined)
-      body.scale_down_delay_seconds = Math.min(3600, Math.max(1, Math.round(request.inactiveTimeoutSeconds)));
+    const model = request.trainer ? (await this.supportedModels()).find((m) => m.name === request.model) : undefined;
+    const body = createRunBody(session.session.id, request, model?.maxSeqLen);
     // `/runs` pairs a sampler with the trainer; `/trainers` is the trainer alone (a sampler can be paired later).
     const path = (request.generatorReplicas ?? 1) > 0 ? '/v1/loops/runs' : '/v1/loops/trainers';
     let run: RunWire;
@@ -272,6 +265,31 @@ export class LoopsControlPlane {
     return info;
   }
 }
+
+/**
+ * What the run is created with (`CreateLoopsRunRequest`): the round's seed, longest sequence and LoRA rank, and the
+ * spec's run settings, each sent explicitly so the run is what was asked for, not the service's defaults (lora_rank 64).
+ */
+function createRunBody(sessionId: string, request: ProvisionRequest, modelMaxSeqLen: number | undefined): Record<string, unknown> {
+  const run = request.baseten ?? BASETEN_RUN_DEFAULTS;
+  const trainer = request.trainer;
+  return {
+    session_id: sessionId,
+    base_model: request.model,
+    name: request.ownerTag,
+    availability_model: run.availabilityModel,
+    replicas: run.replicas,
+    scale_down_delay_seconds: run.scaleDownDelaySeconds,
+    ...(run.reuseFromRunId ? { reuse_from_run_id: run.reuseFromRunId } : {}),
+    // The data was checked against the smaller of training.maxSeqLen and the model's; a longer max_seq_len is refused.
+    ...(trainer
+      ? { seed: trainer.seed, max_seq_len: Math.min(trainer.maxSeqLen, modelMaxSeqLen ?? Infinity), lora_rank: trainer.loraRank }
+      : {}),
+  };
+}
+
+/** The service's documented defaults (a dedicated run of one replica, scaled to zero after 15 idle minutes). */
+export const BASETEN_RUN_DEFAULTS: BasetenRunOptions = { availabilityModel: 'dedicated', replicas: 1, scaleDownDelaySeconds: 900 };
 
 const RunDeactivated = RunEnvelope.shape.run.pick({ id: true }).passthrough();
 
