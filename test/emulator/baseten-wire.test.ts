@@ -142,7 +142,7 @@ describe('control plane', () => {
   test("reuse_from_run_id: a run of the same base model and team is reused; not with replicas > 1, nor a dedicated run by a spot one; another model's or team's is refused", async () => {
     const dedicated = await newRun();
     const spot = await newRun({ availability_model: 'spot' });
-    const reused = async (body: object) => (await newRun(body)).reused_from_run_id;
+    const reused = async (body: Record<string, unknown>) => (await newRun(body)).reused_from_run_id;
     expect(await reused({ reuse_from_run_id: dedicated.id })).toBe(dedicated.id);
     expect(await reused({ reuse_from_run_id: spot.id, availability_model: 'spot' })).toBe(spot.id);
     expect(await reused({ reuse_from_run_id: dedicated.id, availability_model: 'spot' })).toBeNull();
