@@ -145,6 +145,7 @@ export function createTrainerActivities(deps: ActivityDeps) {
               loraRank: input.spec.training.loraRank,
               loraAlpha: input.spec.training.loraAlpha,
               seed: input.spec.training.seed,
+              ...(input.spec.retention?.ttl !== undefined ? { checkpointTtlSeconds: input.spec.retention.ttl } : {}),
               fromCheckpoint: input.startFrom && { id: input.startFrom.checkpointId, loadOptimizer: input.startFrom.loadOptimizer },
               displayName,
               ...wandbMetadata(input.spec, input.ownerTag, input.campaignId),

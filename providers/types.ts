@@ -92,6 +92,8 @@ export interface OpenSessionRequest {
   displayName?: string;
   /** Session metadata where the dialect has it (Together: `{ wandb: { project, entity, group, run_name } }`). */
   metadata?: Record<string, unknown>;
+  /** How long each checkpoint the session saves lives at the provider, where the dialect has a TTL (Tinker); unset: forever. */
+  checkpointTtlSeconds?: number;
 }
 
 /**
