@@ -514,7 +514,8 @@ const durationMs = z
 
 /**
  * A Tinker checkpoint's TTL, in seconds: a number of seconds or a duration (`1h`, `30d`). Tinker's SDK documents
- * "between 1 hour (3600) and 10 years"; the service is taken to refuse less (#44), so it is refused here first.
+ * "between 1 hour (3600) and 10 years"; "the service refuses less" is #44's wording (the SDK checks nothing), so it
+ * is refused here, before anything runs.
  */
 const checkpointTtlSeconds = z
   .union([

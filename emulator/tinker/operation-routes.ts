@@ -13,8 +13,9 @@ const CheckpointName = z
   .min(1, 'path is required')
   .regex(/^[^/]+$/, 'a checkpoint name cannot contain "/" (it becomes tinker://<model>/weights/<name>)');
 /**
- * `ttl_seconds`: tinker 0.38.0 documents "between 1 hour (3600) and 10 years (None = never expires)"; the service is
- * taken to refuse others with a 400 (#44: its status and message are not documented).
+ * `ttl_seconds`: tinker 0.38.0 documents "between 1 hour (3600) and 10 years (None = never expires)". That the service
+ * refuses less is #44's wording ("the service refuses less"); the SDK checks nothing, and the status and message are
+ * not documented, so this 400 is ours.
  */
 const TtlSeconds = z
   .number()
