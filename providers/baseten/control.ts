@@ -54,6 +54,7 @@ export class LoopsControlPlane {
         `ownerTag must be 1 to 255 characters (it is the run's name), got ${request.ownerTag.length}`,
       );
     }
+    if (request.baseten?.reuseFromRunId) await this.checkReusable(request.model, request.baseten.reuseFromRunId);
     // An empty session holds no GPUs, so resending its create after a lost answer is harmless.
     const session = await this.http.request({ method: 'POST', path: '/v1/loops/sessions', replaySafe: true, schema: SessionEnvelope });
     const model = request.trainer ? (await this.supportedModels()).find((m) => m.name === request.model) : undefined;
@@ -71,6 +72,21 @@ export class LoopsControlPlane {
     }
     this.runs.set(run.id, run);
     return this.describe(run);
+  }
+
+  /** A run to reuse must be the team's and of the same base model (the docs): said of the spec's field before any create. */
+  private async checkReusable(model: string, runId: string): Promise<void> {
+    const refuse = (why: string) =>
+      new ProviderError('INVALID_INPUT', 'non-retryable', `provider.baseten.reuseFromRunId: run ${runId} ${why}; nothing was created`);
+    let prior: RunWire;
+    try {
+      prior = await this.fetchRun(runId);
+    } catch (err) {
+      if (err instanceof ProviderError && err.status === 404) throw refuse('is not a run of this team');
+      throw err;
+    }
+    if (prior.base_model !== model)
+      throw refuse(`is a run of ${prior.base_model}, not ${model}: a run reuses only one of the same base model`);
   }
 
   /** The run as a trainer resource, as the control plane sees it now. */

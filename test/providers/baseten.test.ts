@@ -173,6 +173,32 @@ test("the run is created with the round's seed, max_seq_len and lora_rank, and t
   await provider.close();
 });
 
+test("a run to reuse that is not the team's, or is of another base model, is refused naming provider.baseten.reuseFromRunId before anything is created; a good one is reused", async () => {
+  const apiKey = testApiKey();
+  const provider = basetenProvider(emulator, apiKey);
+  const other = await provider.provision({ model: 'Qwen/Qwen3-8B', ownerTag: 'wf-other-model' });
+  const before = (await ownLedger(apiKey)).resources.length;
+  const reusing = (reuseFromRunId: string) =>
+    provider.provision({ model: MODEL, ownerTag: 'wf-reuse', baseten: { ...BASETEN_RUN_DEFAULTS, reuseFromRunId } });
+  await expect(reusing('nosuchrun')).rejects.toMatchObject({
+    errorClass: 'non-retryable',
+    message: expect.stringMatching(/^provider\.baseten\.reuseFromRunId: run nosuchrun is not a run of this team/),
+  });
+  await expect(reusing(other.id)).rejects.toMatchObject({
+    errorClass: 'non-retryable',
+    message: expect.stringMatching(/provider\.baseten\.reuseFromRunId: .* is a run of Qwen\/Qwen3-8B, not roundhouse\/tiny-chat/),
+  });
+  expect((await ownLedger(apiKey)).resources).toHaveLength(before);
+
+  const warm = await provider.provision({ model: MODEL, ownerTag: 'wf-warm' });
+  const reused = await reusing(warm.id);
+  expect((await raw(emulator, 'GET', `/v1/loops/runs/${reused.id}`, { apiKey, scheme: 'Api-Key' })).json.run.reused_from_run_id).toBe(
+    warm.id,
+  );
+  for (const id of [other.id, warm.id, reused.id]) await provider.deactivate(id);
+  await provider.close();
+});
+
 test('a run idle past its scale-down delay stops billing and reads as stopped, its session as expired', async () => {
   const provider = basetenProvider(emulator);
   const run = await provider.provision({
