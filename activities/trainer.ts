@@ -146,6 +146,7 @@ export function createTrainerActivities(deps: ActivityDeps) {
               loraRank: input.spec.training.loraRank,
               loraAlpha: input.spec.training.loraAlpha,
               seed: input.spec.training.seed,
+              ...(input.spec.retention?.ttl !== undefined ? { checkpointTtlSeconds: input.spec.retention.ttl } : {}),
               fromCheckpoint: input.startFrom && { id: input.startFrom.checkpointId, loadOptimizer: input.startFrom.loadOptimizer },
               displayName,
               ...wandbMetadata(input.spec, input.ownerTag, input.campaignId),
@@ -338,6 +339,8 @@ async function createOrAdopt(
             ownerTag: input.ownerTag,
             generatorReplicas: generatorReplicasOf(input.spec),
             inactiveTimeoutSeconds: input.spec.provider.inactiveTimeoutSeconds,
+            trainer: { seed: input.spec.training.seed, maxSeqLen: input.spec.training.maxSeqLen, loraRank: input.spec.training.loraRank },
+            ...(input.spec.provider.baseten ? { baseten: input.spec.provider.baseten } : {}),
           })
         ).id;
       } catch (err) {

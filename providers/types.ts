@@ -59,6 +59,17 @@ export interface ProvisionRequest {
   generatorReplicas?: number;
   /** Provider-side auto-stop after this much inactivity (a safety net beyond the reaper). */
   inactiveTimeoutSeconds?: number;
+  /** The trainer's seed, longest sequence and LoRA rank, where the dialect fixes them at creation (Baseten Loops' run). */
+  trainer?: { seed: number; maxSeqLen: number; loraRank: number };
+  /** Baseten Loops' run settings (spec `provider.baseten`); absent, the service's defaults. */
+  baseten?: BasetenRunOptions;
+}
+
+export interface BasetenRunOptions {
+  availabilityModel: 'dedicated' | 'spot';
+  replicas: number;
+  reuseFromRunId?: string;
+  scaleDownDelaySeconds: number;
 }
 
 export type SessionState = 'starting' | 'running' | 'stopping' | 'stopped' | 'failed' | 'expired';
@@ -85,6 +96,8 @@ export interface OpenSessionRequest {
   displayName?: string;
   /** Session metadata where the dialect has it (Together: `{ wandb: { project, entity, group, run_name } }`). */
   metadata?: Record<string, unknown>;
+  /** How long each checkpoint the session saves lives at the provider, where the dialect has a TTL (Tinker); unset: forever. */
+  checkpointTtlSeconds?: number;
 }
 
 /**

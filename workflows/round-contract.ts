@@ -15,6 +15,8 @@ export type RoundSpec = Pick<CampaignSpec, 'name' | 'provider' | 'training' | 's
   Partial<Pick<CampaignSpec, 'round' | 'tracking'>> & {
     /** Staged campaigns: the stage the round runs in (1-based), and its name; the tracker nests the round under it. */
     stage?: RoundStage;
+    /** The checkpoints' TTL at the provider (Tinker), where the campaign's `retention.ttl` sets one. */
+    retention?: { ttl?: number };
   };
 
 export interface RoundStage {
@@ -24,7 +26,7 @@ export interface RoundStage {
 
 /** What every round of a campaign runs with: its part of the campaign's spec (a staged campaign's: its stage's). */
 export function roundSpecOf(spec: CampaignSpec, stage?: RoundStage): RoundSpec {
-  const { name, provider, training, sampling, evaluation, advanced, round, tracking } = spec;
+  const { name, provider, training, sampling, evaluation, advanced, round, tracking, retention } = spec;
   return {
     name,
     provider,
@@ -34,6 +36,7 @@ export function roundSpecOf(spec: CampaignSpec, stage?: RoundStage): RoundSpec {
     advanced,
     round,
     ...(tracking ? { tracking } : {}),
+    ...(retention?.ttl !== undefined ? { retention: { ttl: retention.ttl } } : {}),
     ...(stage ? { stage } : {}),
   };
 }

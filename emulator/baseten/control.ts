@@ -1,4 +1,5 @@
-import type { CheckpointRecord, Engine } from '../engine';
+import type { z } from 'zod';
+import type { CheckpointRecord, Engine, ResourceRecord } from '../engine';
 import { EmulatorHttpError, badRequest, notFound } from '../errors';
 import { errorReply, type EmulatorRequest, type Handler, type JsonReply, type Router } from '../http';
 import { EMULATED_MODELS, findModel } from '../models';
@@ -78,6 +79,7 @@ export function addLoopsControlRoutes(router: Router, engine: Engine, state: Loo
           throw badRequest(`path '${b.path}' is not a trainer checkpoint of yours (bt://loops:<run>/weights/<name>)`);
         }
       }
+      const reusedFrom = b.reuse_from_run_id ? reusableRun(owner, b) : undefined;
       const id = state.newId();
       const now = Date.now();
       const extra: RunExtra = {
@@ -92,6 +94,7 @@ export function addLoopsControlRoutes(router: Router, engine: Engine, state: Loo
         availabilityModel: b.availability_model,
         scaleDownDelaySeconds: b.scale_down_delay_seconds,
         ...(b.path ? { path: b.path } : {}),
+        ...(reusedFrom ? { reusedFromRunId: reusedFrom.id } : {}),
         ...(withSampler
           ? {
               sampler: {
@@ -122,6 +125,23 @@ export function addLoopsControlRoutes(router: Router, engine: Engine, state: Loo
       });
       return { body: { run: runJson(req, r) } };
     };
+
+  /**
+   * The run a create may reuse (`reuse_from_run_id`), as baseten-loops 0.32.0 documents it: a run of the same base
+   * model and team (another's, or another model's, is refused here: the service's answer is not documented); a run of
+   * more than one replica starts new deployments, and a spot run reuses only a spot one (both: not reused).
+   */
+  const reusableRun = (owner: string, b: z.infer<typeof CreateRunBody>): ResourceRecord | undefined => {
+    const prior = state.runs(owner).find((r) => r.id === b.reuse_from_run_id);
+    if (!prior) throw badRequest(`reuse_from_run_id '${b.reuse_from_run_id}' is not a run of your team`);
+    if (prior.model.name !== b.base_model)
+      throw badRequest(
+        `reuse_from_run_id '${prior.id}' is a run of ${prior.model.name}, not ${b.base_model}: a run reuses only one of the same base model`,
+      );
+    if (b.replicas > 1) return undefined;
+    if (b.availability_model === 'spot' && runExtra(prior).availabilityModel !== 'spot') return undefined;
+    return prior;
+  };
 
   const createSampler = (req: EmulatorRequest): JsonReply => {
     const owner = loopsOwner(req);

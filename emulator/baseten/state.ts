@@ -37,6 +37,8 @@ export interface RunExtra {
   availabilityModel: 'dedicated' | 'spot';
   scaleDownDelaySeconds: number;
   path?: string;
+  /** The prior run whose warm trainer this one reused (`reuse_from_run_id`, where it applied). */
+  reusedFromRunId?: string;
   sampler?: SamplerInfo;
   /** Set when deactivated (or replaced by a newer run of the session); a stop without it is a scale-down. */
   deactivatedAt?: number;

@@ -117,6 +117,7 @@ export function runJson(req: EmulatorRequest, r: ResourceRecord): Record<string,
     scale_down_delay_seconds: x.scaleDownDelaySeconds,
     deployment_status: deploymentStatus(r),
     ...(x.path ? { path: x.path } : {}),
+    reused_from_run_id: x.reusedFromRunId ?? null,
     ...(x.replacedBy ? { replaced_by: x.replacedBy } : {}),
     ...(r.error ? { error: { code: r.error.code, message: r.error.message } } : {}),
   };

@@ -42,7 +42,13 @@ export class Checkpoints {
   }
 
   /** Saves the session's trainer weights (with the optimizer for a training checkpoint). */
-  save(s: SessionRecord, rt: SessionRuntime, type: 'training' | 'inference', name: string | undefined): CheckpointRecord {
+  save(
+    s: SessionRecord,
+    rt: SessionRuntime,
+    type: 'training' | 'inference',
+    name: string | undefined,
+    ttlSeconds?: number,
+  ): CheckpointRecord {
     const training = type === 'training';
     const checkpoint: CheckpointRecord = {
       id: shortId(training ? 'ckpt-train' : 'ckpt-infer'),
@@ -58,6 +64,7 @@ export class Checkpoints {
       lineageEmptyOptimizerSteps: rt.learner.emptyOptimizerSteps,
       state: rt.learner.exportState({ withOptimizer: training }),
       name,
+      ...(ttlSeconds !== undefined ? { ttlSeconds } : {}),
     };
     this.state.checkpoints.set(checkpoint.id, checkpoint);
     s.checkpointIds.push(checkpoint.id);

@@ -126,6 +126,8 @@ export interface CheckpointRecord {
   state: LearnerState;
   /** Dialect-specific naming (e.g. a path or URI). */
   name?: string;
+  /** The TTL the save asked for (Tinker's `ttl_seconds`): shown as its expiry; the emulator deletes nothing for it. */
+  ttlSeconds?: number;
 }
 
 /** A checkpoint named by id, or by the name it was saved under on a resource (latest first). */
@@ -151,9 +153,9 @@ export type OperationInput =
       /** Sample from this checkpoint's weights instead of the weights the generators serve. */
       fromCheckpoint?: CheckpointRef;
     }
-  | { kind: 'training-checkpoint'; name?: string }
+  | { kind: 'training-checkpoint'; name?: string; ttlSeconds?: number }
   /** `publish`: the generators also start serving these weights (a weights sync in the same operation). */
-  | { kind: 'inference-checkpoint'; name?: string; publish?: boolean }
+  | { kind: 'inference-checkpoint'; name?: string; publish?: boolean; ttlSeconds?: number }
   /** The trainer starts over from a fresh adapter (the generators keep serving what they served). */
   | { kind: 'trainer-reset'; lora: LoraSettings }
   /** The trainer loads a checkpoint in place: weights, and with `optimizer` the Adam moments and step. */

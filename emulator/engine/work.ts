@@ -44,7 +44,8 @@ export class OperationWork {
         return this.loadCheckpoint(s, rt, input);
       case 'training-checkpoint':
       case 'inference-checkpoint': {
-        const checkpoint = this.checkpoints.save(s, rt, input.kind === 'training-checkpoint' ? 'training' : 'inference', input.name);
+        const type = input.kind === 'training-checkpoint' ? 'training' : 'inference';
+        const checkpoint = this.checkpoints.save(s, rt, type, input.name, input.ttlSeconds);
         if (input.kind === 'inference-checkpoint' && input.publish) await this.syncWeights(s, rt);
         return { kind: input.kind, checkpointId: checkpoint.id };
       }

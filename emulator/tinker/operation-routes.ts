@@ -12,7 +12,18 @@ const CheckpointName = z
   .string()
   .min(1, 'path is required')
   .regex(/^[^/]+$/, 'a checkpoint name cannot contain "/" (it becomes tinker://<model>/weights/<name>)');
-const SaveWeightsBody = SeqOp.extend({ path: CheckpointName, ttl_seconds: z.number().int().nullish() });
+/**
+ * `ttl_seconds`: tinker 0.38.0 documents "between 1 hour (3600) and 10 years (None = never expires)". That the service
+ * refuses less is #44's wording ("the service refuses less"); the SDK checks nothing, and the status and message are
+ * not documented, so this 400 is ours.
+ */
+const TtlSeconds = z
+  .number()
+  .int()
+  .min(3600, 'ttl_seconds must be at least 3600 (1 hour)')
+  .max(10 * 365 * 86_400, 'ttl_seconds must be at most 10 years')
+  .nullish();
+const SaveWeightsBody = SeqOp.extend({ path: CheckpointName, ttl_seconds: TtlSeconds });
 const LoadWeightsBody = z
   .object({
     path: z.string().min(1, 'path is required'),
@@ -26,7 +37,7 @@ const LoadWeightsBody = z
 const SamplerWeightsBody = SeqOp.extend({
   path: CheckpointName.nullish(),
   sampling_session_seq_id: z.number().int().min(0).nullish(),
-  ttl_seconds: z.number().int().nullish(),
+  ttl_seconds: TtlSeconds,
 });
 const CreateSamplingSessionBody = z
   .object({
@@ -36,6 +47,8 @@ const CreateSamplingSessionBody = z
     base_model: z.string().nullish(),
   })
   .passthrough();
+const ttlOf = (b: { ttl_seconds?: number | null }) => (typeof b.ttl_seconds === 'number' ? { ttlSeconds: b.ttl_seconds } : {});
+
 /** Training operations (each in its model's `seq_id` order) and sampling. */
 export function addOperationRoutes(ctx: TinkerContext): void {
   const { engine, bySeq, samplers, add, session, model, future, sequenced, createModel } = ctx;
@@ -101,7 +114,7 @@ export function addOperationRoutes(ctx: TinkerContext): void {
         b.seq_id,
         'SaveWeights',
         `save_weights\n${req.rawBody}`,
-        () => ({ kind: 'training-checkpoint', name: b.path }),
+        () => ({ kind: 'training-checkpoint', name: b.path, ...ttlOf(b) }),
         () => ({ json: { path: `tinker://${r.id}/weights/${b.path}`, type: 'save_weights' } }),
       ),
     };
@@ -177,7 +190,7 @@ export function addOperationRoutes(ctx: TinkerContext): void {
         b.seq_id,
         'SaveWeightsForSampler',
         `save_weights_for_sampler\n${req.rawBody}`,
-        () => ({ kind: 'inference-checkpoint', name }),
+        () => ({ kind: 'inference-checkpoint', name, ...ttlOf(b) }),
         (op) => {
           const o = op.output;
           if (o?.kind !== 'inference-checkpoint') return { error: 'no checkpoint', category: 'server' };

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import type { ResourceRecord } from '../engine';
+import type { CheckpointRecord, ResourceRecord } from '../engine';
 import { badRequest, notFound } from '../errors';
 import type { EmulatorRequest } from '../http';
 import { parseBody } from '../together/requests';
@@ -28,7 +28,7 @@ export function addRestRoutes(ctx: TinkerContext): void {
   // ── REST: runs, their checkpoints, sessions ─────────────────────────────────────────────────────────
 
   const iso = (ms: number) => new Date(ms).toISOString();
-  const checkpointJson = (c: { type: 'training' | 'inference'; name?: string; id: string; resourceId: string; createdAt: number }) => {
+  const checkpointJson = (c: CheckpointRecord) => {
     const kind = c.type === 'training' ? 'weights' : 'sampler_weights';
     const name = c.name ?? c.id;
     return {
@@ -37,6 +37,7 @@ export function addRestRoutes(ctx: TinkerContext): void {
       time: iso(c.createdAt),
       tinker_path: `tinker://${c.resourceId}/${kind}/${name}`,
       public: false,
+      expires_at: c.ttlSeconds !== undefined ? iso(c.createdAt + c.ttlSeconds * 1000) : null,
     };
   };
   const checkpointsOf = (r: ResourceRecord, owner: string) =>

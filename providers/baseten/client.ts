@@ -140,7 +140,10 @@ export class BasetenProvider implements TrainingProvider {
 
   // ── sessions (a run's trainer) ───────────────────────────────────────────────────────────────────
 
-  /** `init_trainer_server` (a fresh adapter of this rank), then the checkpoint when resuming. The run's create sends no seed yet (#44). */
+  /**
+   * `init_trainer_server` (a fresh adapter of this rank), then the checkpoint when resuming. The seed, max_seq_len and
+   * the same rank were given to the run's create (control.ts): the run is the trainer, so it is seeded there.
+   */
   async openSession(request: OpenSessionRequest): Promise<TrainingSessionInfo> {
     const run = await this.control.runInfo(request.resourceId);
     const init = await this.planes.submit(run.id, 'init_trainer_server', oneOffKey(), {

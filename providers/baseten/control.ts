@@ -1,7 +1,7 @@
 import type { z } from 'zod';
 import { ProviderError } from '../errors';
 import type { HttpClient } from '../http';
-import type { ModelInfo, ProvisionRequest, ResourceState, SessionState, TrainerResource } from '../types';
+import type { BasetenRunOptions, ModelInfo, ProvisionRequest, ResourceState, SessionState, TrainerResource } from '../types';
 import {
   AnyJson,
   CapabilitiesWire,
@@ -54,17 +54,11 @@ export class LoopsControlPlane {
         `ownerTag must be 1 to 255 characters (it is the run's name), got ${request.ownerTag.length}`,
       );
     }
+    if (request.baseten?.reuseFromRunId) await this.checkReusable(request.model, request.baseten.reuseFromRunId);
     // An empty session holds no GPUs, so resending its create after a lost answer is harmless.
     const session = await this.http.request({ method: 'POST', path: '/v1/loops/sessions', replaySafe: true, schema: SessionEnvelope });
-    const body: Record<string, unknown> = {
-      session_id: session.session.id,
-      base_model: request.model,
-      name: request.ownerTag,
-      availability_model: 'dedicated',
-      replicas: 1,
-    };
-    if (request.inactiveTimeoutSeconds !== undefined)
-      body.scale_down_delay_seconds = Math.min(3600, Math.max(1, Math.round(request.inactiveTimeoutSeconds)));
+    const model = request.trainer ? (await this.supportedModels()).find((m) => m.name === request.model) : undefined;
+    const body = createRunBody(session.session.id, request, model?.maxSeqLen);
     // `/runs` pairs a sampler with the trainer; `/trainers` is the trainer alone (a sampler can be paired later).
     const path = (request.generatorReplicas ?? 1) > 0 ? '/v1/loops/runs' : '/v1/loops/trainers';
     let run: RunWire;
@@ -78,6 +72,21 @@ export class LoopsControlPlane {
     }
     this.runs.set(run.id, run);
     return this.describe(run);
+  }
+
+  /** A run to reuse must be the team's and of the same base model (the docs): said of the spec's field before any create. */
+  private async checkReusable(model: string, runId: string): Promise<void> {
+    const refuse = (why: string) =>
+      new ProviderError('INVALID_INPUT', 'non-retryable', `provider.baseten.reuseFromRunId: run ${runId} ${why}; nothing was created`);
+    let prior: RunWire;
+    try {
+      prior = await this.fetchRun(runId);
+    } catch (err) {
+      if (err instanceof ProviderError && err.status === 404) throw refuse('is not a run of this team');
+      throw err;
+    }
+    if (prior.base_model !== model)
+      throw refuse(`is a run of ${prior.base_model}, not ${model}: a run reuses only one of the same base model`);
   }
 
   /** The run as a trainer resource, as the control plane sees it now. */
@@ -272,6 +281,31 @@ export class LoopsControlPlane {
     return info;
   }
 }
+
+/**
+ * What the run is created with (`CreateLoopsRunRequest`): the round's seed, longest sequence and LoRA rank, and the
+ * spec's run settings, each sent explicitly so the run is what was asked for, not the service's defaults (lora_rank 64).
+ */
+function createRunBody(sessionId: string, request: ProvisionRequest, modelMaxSeqLen: number | undefined): Record<string, unknown> {
+  const run = request.baseten ?? BASETEN_RUN_DEFAULTS;
+  const trainer = request.trainer;
+  return {
+    session_id: sessionId,
+    base_model: request.model,
+    name: request.ownerTag,
+    availability_model: run.availabilityModel,
+    replicas: run.replicas,
+    scale_down_delay_seconds: run.scaleDownDelaySeconds,
+    ...(run.reuseFromRunId ? { reuse_from_run_id: run.reuseFromRunId } : {}),
+    // The data was checked against the smaller of training.maxSeqLen and the model's; a longer max_seq_len is refused.
+    ...(trainer
+      ? { seed: trainer.seed, max_seq_len: Math.min(trainer.maxSeqLen, modelMaxSeqLen ?? Infinity), lora_rank: trainer.loraRank }
+      : {}),
+  };
+}
+
+/** The service's documented defaults (a dedicated run of one replica, scaled to zero after 15 idle minutes). */
+export const BASETEN_RUN_DEFAULTS: BasetenRunOptions = { availabilityModel: 'dedicated', replicas: 1, scaleDownDelaySeconds: 900 };
 
 const RunDeactivated = RunEnvelope.shape.run.pick({ id: true }).passthrough();
 

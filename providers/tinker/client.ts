@@ -24,7 +24,7 @@ import type {
 } from '../types';
 import { TinkerApi } from './auth';
 import { canonicalPath, checkpointStep, deleteCheckpoint, save, savedPath } from './checkpoints';
-import { Future, fingerprintOf, nextStep, retrieve, sequenced, type ModelState } from './futures';
+import { Future, checkpointTtl, fingerprintOf, nextStep, retrieve, sequenced, type ModelState } from './futures';
 import { TinkerModels } from './models';
 import { TinkerSampling } from './sampling';
 import { TinkerSessions } from './sessions';
@@ -266,7 +266,7 @@ export class TinkerProvider implements TrainingProvider {
       fingerprintOf('save_weights', {}),
       (seq) =>
         save(`tinker://${m.id}/weights/${name}`, () =>
-          this.api.post('/save_weights', { model_id: m.id, path: name, seq_id: seq, type: 'save_weights' }, Future, {
+          this.api.post('/save_weights', { model_id: m.id, path: name, seq_id: seq, type: 'save_weights', ...checkpointTtl(m) }, Future, {
             key: operationKey(m.id, key),
           }),
         ),
@@ -288,7 +288,7 @@ export class TinkerProvider implements TrainingProvider {
         save(`tinker://${m.id}/sampler_weights/${name}`, () =>
           this.api.post(
             '/save_weights_for_sampler',
-            { model_id: m.id, path: name, seq_id: seq, kind: 'snapshot', type: 'save_weights_for_sampler' },
+            { model_id: m.id, path: name, seq_id: seq, kind: 'snapshot', type: 'save_weights_for_sampler', ...checkpointTtl(m) },
             Future,
             { key: operationKey(m.id, key) },
           ),

@@ -32,6 +32,13 @@ export interface ModelState {
   failed?: boolean;
   /** `unload_model` answered: nothing of it is left to release. */
   unloaded?: boolean;
+  /** Sent as `ttl_seconds` on every save; unset, the saves never expire. */
+  checkpointTtlSeconds?: number;
+}
+
+/** A save's `ttl_seconds`, where the session was opened with one (the service's default is never to expire). */
+export function checkpointTtl(m: ModelState): { ttl_seconds?: number } {
+  return m.checkpointTtlSeconds !== undefined ? { ttl_seconds: m.checkpointTtlSeconds } : {};
 }
 
 /** The handle of a save found already made (its 409): `listed:<tinker path>`, settled from the checkpoint listing. */

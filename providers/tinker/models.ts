@@ -44,6 +44,7 @@ export class TinkerModels {
       pendingOptims: new Map(),
       failedOptims: new Map(),
       keys: new Map(),
+      ...(request.checkpointTtlSeconds !== undefined ? { checkpointTtlSeconds: request.checkpointTtlSeconds } : {}),
     });
     return { id, resourceId: s.id, state: 'running', step: baseStep, trainingCheckpointIds: [], displayName: request.displayName };
   }

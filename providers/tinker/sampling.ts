@@ -4,7 +4,7 @@ import { operationKey } from '../keys';
 import type { AwaitOptions, OperationHandle, SampleResult, SamplingParams, WeightsSyncResult } from '../types';
 import type { TinkerApi } from './auth';
 import { listed, save } from './checkpoints';
-import { Future, LISTED, fingerprintOf, nextStep, retrieve, sequenced, type ModelState } from './futures';
+import { Future, LISTED, checkpointTtl, fingerprintOf, nextStep, retrieve, sequenced, type ModelState } from './futures';
 import type { TinkerModels } from './models';
 import type { TinkerSessions } from './sessions';
 import { decodeSampleResponse } from './wire';
@@ -43,7 +43,14 @@ export class TinkerSampling {
         return save(`tinker://${m.id}/sampler_weights/ss${samplerSeq}_seq${seq}`, () =>
           this.api.post(
             '/save_weights_for_sampler',
-            { model_id: m.id, seq_id: seq, sampling_session_seq_id: samplerSeq, kind: 'snapshot', type: 'save_weights_for_sampler' },
+            {
+              model_id: m.id,
+              seq_id: seq,
+              sampling_session_seq_id: samplerSeq,
+              kind: 'snapshot',
+              type: 'save_weights_for_sampler',
+              ...checkpointTtl(m),
+            },
             Future,
             { key: operationKey(m.id, key) },
           ),

@@ -108,6 +108,61 @@ describe('control plane', () => {
     });
   });
 
+  test("a run is created with what it was asked for, read back by GET: seed, max_seq_len, lora_rank, replicas, spot, scale-down; over the model's limits is refused", async () => {
+    const run = await newRun({
+      seed: 11,
+      max_seq_len: 1024,
+      lora_rank: 16,
+      replicas: 2,
+      availability_model: 'spot',
+      scale_down_delay_seconds: 3600,
+    });
+    expect((await loops('GET', `/v1/loops/runs/${run.id}`)).json.run).toMatchObject({
+      seed: 11,
+      max_seq_len: 1024,
+      lora_rank: 16,
+      replicas: 2,
+      availability_model: 'spot',
+      scale_down_delay_seconds: 3600,
+      reused_from_run_id: null,
+    });
+    const session = (await loops('POST', '/v1/loops/sessions')).json.session.id;
+    for (const [field, value] of [
+      ['lora_rank', 65], // tiny-chat's maximum is 64
+      ['max_seq_len', 4096], // and its longest sequence 2048
+      ['replicas', 0],
+      ['seed', 'x'],
+    ] as const) {
+      const res = await loops('POST', '/v1/loops/trainers', { body: { session_id: session, base_model: MODEL, [field]: value } });
+      expect(res.status).toBe(400);
+      expect(res.json.detail).toContain(field);
+    }
+  });
+
+  test("reuse_from_run_id: a run of the same base model and team is reused; not with replicas > 1, nor a dedicated run by a spot one; another model's or team's is refused", async () => {
+    const dedicated = await newRun();
+    const spot = await newRun({ availability_model: 'spot' });
+    const reused = async (body: Record<string, unknown>) => (await newRun(body)).reused_from_run_id;
+    expect(await reused({ reuse_from_run_id: dedicated.id })).toBe(dedicated.id);
+    expect(await reused({ reuse_from_run_id: spot.id, availability_model: 'spot' })).toBe(spot.id);
+    expect(await reused({ reuse_from_run_id: dedicated.id, availability_model: 'spot' })).toBeNull();
+    expect(await reused({ reuse_from_run_id: dedicated.id, replicas: 2 })).toBeNull();
+
+    const session = (await loops('POST', '/v1/loops/sessions')).json.session.id;
+    const create = (body: object) => loops('POST', '/v1/loops/trainers', { body: { session_id: session, base_model: MODEL, ...body } });
+    const otherModel = await newRun({ base_model: 'Qwen/Qwen3-8B' });
+    const refused = await create({ reuse_from_run_id: otherModel.id });
+    expect(refused.status).toBe(400);
+    expect(refused.json.detail).toMatch(/reuse_from_run_id .* is a run of Qwen\/Qwen3-8B/);
+    const theirs = await raw(emulator, 'POST', '/v1/loops/sessions', { apiKey: 'another-team', scheme: 'Api-Key' });
+    const theirRun = await raw(emulator, 'POST', '/v1/loops/trainers', {
+      apiKey: 'another-team',
+      scheme: 'Api-Key',
+      body: { session_id: theirs.json.session.id, base_model: MODEL },
+    });
+    expect((await create({ reuse_from_run_id: theirRun.json.run.id })).json.detail).toMatch(/not a run of your team/);
+  });
+
   test('runs are listed newest first, by run, base model or session; a newer run of the same session and model replaces the older', async () => {
     const a = await newRun();
     const b = await newRun({ base_model: 'Qwen/Qwen3-8B' });

@@ -112,3 +112,42 @@ test('operations run in seq_id order: an optim_step sent before its forward_back
   book = await ledger(emulator);
   expect(book.active).not.toContain(modelId);
 });
+
+test("a checkpoint TTL under an hour is refused (400 naming ttl_seconds); a valid one is recorded and listed as the checkpoint's expires_at; none never expires", async () => {
+  const session = (await call('/create_session', { tags: [], user_metadata: {}, type: 'create_session' })).json.session_id as string;
+  const created = await call('/create_model', {
+    session_id: session,
+    model_seq_id: 0,
+    base_model: 'roundhouse/tiny-chat',
+    lora_config: { rank: 4 },
+  });
+  await settle(created.json.request_id);
+  const modelId = created.json.model_id as string;
+
+  for (const [route, body] of [
+    ['/save_weights', { path: 'short' }],
+    ['/save_weights_for_sampler', { path: 'short-sampler' }],
+  ] as const) {
+    const refused = await call(route, { model_id: modelId, seq_id: 1, ...body, ttl_seconds: 60, type: route.slice(1) });
+    expect(refused.status).toBe(400);
+    expect(JSON.stringify(refused.json)).toMatch(/ttl_seconds.*3600/);
+  }
+  // The refused saves took no seq_id: the next save is seq 1.
+  const kept = await call('/save_weights', { model_id: modelId, seq_id: 1, path: 'kept', ttl_seconds: 7200, type: 'save_weights' });
+  expect((await settle(kept.json.request_id)).json).toMatchObject({ path: `tinker://${modelId}/weights/kept` });
+  const forever = await call('/save_weights_for_sampler', {
+    model_id: modelId,
+    seq_id: 2,
+    path: 'forever',
+    type: 'save_weights_for_sampler',
+  });
+  await settle(forever.json.request_id);
+
+  const res = await fetch(`${emulator.url}/api/v1/training_runs/${encodeURIComponent(modelId)}/checkpoints`, {
+    headers: { 'x-api-key': key },
+  });
+  const { checkpoints } = (await res.json()) as { checkpoints: { checkpoint_id: string; time: string; expires_at: string | null }[] };
+  const byId = Object.fromEntries(checkpoints.map((c) => [c.checkpoint_id, c]));
+  expect(Date.parse(byId['weights/kept']!.expires_at!) - Date.parse(byId['weights/kept']!.time)).toBe(7200 * 1000);
+  expect(byId['sampler_weights/forever']!.expires_at).toBeNull();
+});

@@ -2,6 +2,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { ownerOf } from '../../emulator/engine';
+import { BASETEN_RUN_DEFAULTS } from '../../providers/baseten/control';
 import { fromLoopsLogprobs, toLoopsDatum } from '../../providers/baseten/wire';
 import { basetenProvider, ledger, raw, setFaults, startTestEmulator, testApiKey, type RunningEmulator } from '../helpers/emulator';
 
@@ -137,9 +138,74 @@ test("a resent sampler create the service applied twice leaves no sampler billin
   await provider.close();
 });
 
+test("the run is created with the round's seed, max_seq_len and lora_rank, and the documented scale-down default of 900 s; the spec's run settings as given", async () => {
+  const apiKey = testApiKey();
+  const provider = basetenProvider(emulator, apiKey);
+  const created = async (id: string) => (await raw(emulator, 'GET', `/v1/loops/runs/${id}`, { apiKey, scheme: 'Api-Key' })).json.run;
+
+  // tiny-chat takes at most 2048 tokens: a longer training.maxSeqLen is sent as the model's maximum.
+  const plain = await provider.provision({ model: MODEL, ownerTag: 'wf-fields', trainer: { seed: 17, maxSeqLen: 4096, loraRank: 8 } });
+  expect(await created(plain.id)).toMatchObject({
+    seed: 17,
+    max_seq_len: 2048,
+    lora_rank: 8,
+    scale_down_delay_seconds: 900,
+    availability_model: 'dedicated',
+    replicas: 1,
+  });
+
+  const spot = await provider.provision({
+    model: MODEL,
+    ownerTag: 'wf-fields-spot',
+    trainer: { seed: 3, maxSeqLen: 512, loraRank: 16 },
+    baseten: { availabilityModel: 'spot', replicas: 2, scaleDownDelaySeconds: 120 },
+  });
+  expect(await created(spot.id)).toMatchObject({
+    seed: 3,
+    max_seq_len: 512,
+    lora_rank: 16,
+    scale_down_delay_seconds: 120,
+    availability_model: 'spot',
+    replicas: 2,
+  });
+  await provider.deactivate(plain.id);
+  await provider.deactivate(spot.id);
+  await provider.close();
+});
+
+test("a run to reuse that is not the team's, or is of another base model, is refused naming provider.baseten.reuseFromRunId before anything is created; a good one is reused", async () => {
+  const apiKey = testApiKey();
+  const provider = basetenProvider(emulator, apiKey);
+  const other = await provider.provision({ model: 'Qwen/Qwen3-8B', ownerTag: 'wf-other-model' });
+  const before = (await ownLedger(apiKey)).resources.length;
+  const reusing = (reuseFromRunId: string) =>
+    provider.provision({ model: MODEL, ownerTag: 'wf-reuse', baseten: { ...BASETEN_RUN_DEFAULTS, reuseFromRunId } });
+  await expect(reusing('nosuchrun')).rejects.toMatchObject({
+    errorClass: 'non-retryable',
+    message: expect.stringMatching(/^provider\.baseten\.reuseFromRunId: run nosuchrun is not a run of this team/),
+  });
+  await expect(reusing(other.id)).rejects.toMatchObject({
+    errorClass: 'non-retryable',
+    message: expect.stringMatching(/provider\.baseten\.reuseFromRunId: .* is a run of Qwen\/Qwen3-8B, not roundhouse\/tiny-chat/),
+  });
+  expect((await ownLedger(apiKey)).resources).toHaveLength(before);
+
+  const warm = await provider.provision({ model: MODEL, ownerTag: 'wf-warm' });
+  const reused = await reusing(warm.id);
+  expect((await raw(emulator, 'GET', `/v1/loops/runs/${reused.id}`, { apiKey, scheme: 'Api-Key' })).json.run.reused_from_run_id).toBe(
+    warm.id,
+  );
+  for (const id of [other.id, warm.id, reused.id]) await provider.deactivate(id);
+  await provider.close();
+});
+
 test('a run idle past its scale-down delay stops billing and reads as stopped, its session as expired', async () => {
   const provider = basetenProvider(emulator);
-  const run = await provider.provision({ model: MODEL, ownerTag: 'wf-idle', inactiveTimeoutSeconds: 1 });
+  const run = await provider.provision({
+    model: MODEL,
+    ownerTag: 'wf-idle',
+    baseten: { ...BASETEN_RUN_DEFAULTS, scaleDownDelaySeconds: 1 },
+  });
   await provider.waitReady(run.id, { pollIntervalMs: 10 });
   await new Promise((r) => setTimeout(r, 1_300));
   expect(await provider.getResource(run.id)).toMatchObject({ state: 'stopped', providerStatus: 'INACTIVE/SCALED_TO_ZERO' });

@@ -183,10 +183,78 @@ describe('campaign spec', () => {
       'evaluation.sampleEvery',
       /a dpo round has none/,
     ],
+    ...(() => {
+      const baseten = (block: string) =>
+        valid
+          .replace('kind: local', 'kind: baseten')
+          .replace('  model: roundhouse/tiny-chat\n', `  model: roundhouse/tiny-chat\n  baseten:\n${block}`);
+      const tinker = valid.replace('kind: local', 'kind: tinker');
+      return [
+        [
+          'a Baseten scale-down delay over an hour',
+          baseten('    scaleDownDelaySeconds: 3601\n'),
+          6,
+          'provider.baseten.scaleDownDelaySeconds',
+          /3600/,
+        ],
+        ['a Baseten scale-down delay of 0', baseten('    scaleDownDelaySeconds: 0\n'), 6, 'provider.baseten.scaleDownDelaySeconds', /1/],
+        [
+          'an unknown Baseten availability model',
+          baseten('    availabilityModel: cheap\n'),
+          6,
+          'provider.baseten.availabilityModel',
+          /dedicated|spot/,
+        ],
+        ['Baseten replicas of 0', baseten('    replicas: 0\n'), 6, 'provider.baseten.replicas', /1/],
+        [
+          'a Baseten reuse with more than one replica',
+          baseten('    replicas: 2\n    reuseFromRunId: abc1234\n'),
+          7,
+          'provider.baseten.reuseFromRunId',
+          /more than one replica always starts new deployments/,
+        ],
+        [
+          'Baseten run settings on another provider',
+          valid.replace('  model: roundhouse/tiny-chat\n', '  model: roundhouse/tiny-chat\n  baseten:\n    replicas: 1\n'),
+          6,
+          'provider.baseten',
+          /is for kind baseten/,
+        ],
+        [
+          'a Tinker checkpoint TTL under an hour',
+          `${tinker}retention:\n  ttl: 60\n`,
+          19,
+          'retention.ttl',
+          /minimum checkpoint TTL of 3600 s/,
+        ],
+        [
+          'a Tinker checkpoint TTL of 30 minutes',
+          `${tinker}retention:\n  ttl: 30m\n`,
+          19,
+          'retention.ttl',
+          /minimum checkpoint TTL of 3600 s/,
+        ],
+        ['a checkpoint TTL on a provider without one', `${valid}retention:\n  ttl: 2h\n`, 19, 'retention.ttl', /takes none/],
+      ] as [string, string, number, string, RegExp][];
+    })(),
   ])('%s is refused with file, line and field', (_what, text, line, field, problem) => {
     const err = specError(text);
     expect({ field: err.field, line: err.line }).toEqual({ field, line });
     expect(err.message).toMatch(problem);
+  });
+
+  test("Baseten's run settings get the service's defaults; a Tinker TTL is seconds, or a duration in seconds", () => {
+    const baseten = parseCampaignSpec(
+      valid
+        .replace('kind: local', 'kind: baseten')
+        .replace('  model: roundhouse/tiny-chat\n', '  model: roundhouse/tiny-chat\n  baseten:\n    availabilityModel: spot\n'),
+      'campaign.yaml',
+    );
+    expect(baseten.provider.baseten).toEqual({ availabilityModel: 'spot', replicas: 1, scaleDownDelaySeconds: 900 });
+    const tinker = valid.replace('kind: local', 'kind: tinker');
+    expect(parseCampaignSpec(`${tinker}retention:\n  ttl: 30d\n`, 'campaign.yaml').retention?.ttl).toBe(30 * 86_400);
+    expect(parseCampaignSpec(`${tinker}retention:\n  ttl: 3600\n`, 'campaign.yaml').retention?.ttl).toBe(3600);
+    expect(parseCampaignSpec(tinker, 'campaign.yaml').retention).toBeUndefined(); // no TTL: checkpoints never expire
   });
 
   test('broken YAML names the line', () => {
