@@ -14,7 +14,7 @@ import type { CampaignActivities } from '../activities/campaign';
 import { CampaignNotifier } from './campaign-notify';
 import { CampaignPromotion } from './campaign-promotion';
 import type { CampaignSpec } from '../config/io/spec';
-import { checkpointRefsMemo } from '../config/rules/retention';
+import { checkpointRefsMemo, deletionRuleOf } from '../config/rules/retention';
 import { describeVerdict, gateVerdict, headlineMetric, metricOf, stageSpecOf } from '../config/rules/stages';
 import {
   campaignProgressQuery,
@@ -327,12 +327,14 @@ export class CampaignState {
       // The challenger put to its line (and the champion it may become) is never deleted under it.
       this.promotion.state?.decision?.challenger.checkpointId,
     ].filter((id): id is string => Boolean(id));
+    // A `retention` block with only a TTL deletes nothing (histories before the TTL had keepBest/keepLast: the same rule).
+    const deletionRule = deletionRuleOf(spec.retention);
     await this.activities.writeCampaignSummary({
       path: this.summaryPath,
       summary,
       // Where the campaign is tracked (MLflow): the spec's settings or the worker's environment.
       track: { name: spec.name, ...(spec.tracking ? { tracking: spec.tracking } : {}) },
-      retention: spec.retention ? { rule: spec.retention, provider: spec.provider, own } : undefined,
+      retention: deletionRule ? { rule: deletionRule, provider: spec.provider, own } : undefined,
     });
   }
 

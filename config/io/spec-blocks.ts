@@ -627,8 +627,10 @@ const CampaignSpecBase = z
      */
     retention: z
       .object({
-        keepBest: z.number().int().min(0).max(100).default(1),
-        keepLast: z.number().int().min(1).max(100).default(2),
+        /** Default 1 (config/rules/retention.ts deletionRuleOf); with only `ttl` set, nothing is deleted. */
+        keepBest: z.number().int().min(0).max(100).optional(),
+        /** Default 2. */
+        keepLast: z.number().int().min(1).max(100).optional(),
         /** Tinker: how long each saved checkpoint lives at the provider, in seconds. Unset: it never expires. */
         ttl: checkpointTtlSeconds.optional(),
       })
