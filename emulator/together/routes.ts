@@ -261,6 +261,9 @@ export function addTogetherRoutes(router: Router, engine: Engine, ownerOf: Owner
         vocab_size: m.vocabSize,
         tokenizer: m.tokenizer,
         gpu_count: m.gpuCount,
+        // Not in the SDK's RlSupportedModel either: the emulator's stand-in for the stop-string column of Together's
+        // supported-models catalog table (docs.together.ai/docs/post-training/supported-models).
+        supports_stop_strings: m.stopStrings,
       })),
     },
   }));
@@ -382,7 +385,10 @@ export function addTogetherRoutes(router: Router, engine: Engine, ownerOf: Owner
           if (resource.numGeneratorReplicas === 0) {
             throw badRequest('this model resource has no generator replicas (num_generator_replicas is 0)', 'FAILED_PRECONDITION');
           }
-          return parseSample(req.body, model.vocabSize, stopEncoder(model.name));
+          return parseSample(req.body, model.vocabSize, stopEncoder(model.name), {
+            stopStrings: model.stopStrings !== false, // a resource restored from an older snapshot has no flag: as before
+            generatorReplicas: resource.numGeneratorReplicas,
+          });
         case 'training-checkpoint':
           return { kind: 'training-checkpoint' };
         case 'inference-checkpoint':
