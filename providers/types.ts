@@ -17,6 +17,8 @@ export interface ModelInfo {
   tokenizer?: string;
   /** GPUs a resource of this model holds, when the provider says. */
   gpuCount?: number;
+  /** Whether its sampler takes stop strings, where the provider's listing says (config/rules/sampling.ts: stopToSend). */
+  stopStrings?: boolean;
 }
 
 /** Where a trainer resource is in its life, across dialects. */

@@ -82,6 +82,7 @@ export class TogetherProvider implements TrainingProvider {
         vocabSize: m.vocab_size,
         tokenizer: m.tokenizer ?? m.base_model,
         gpuCount: m.gpu_count,
+        ...(m.supports_stop_strings !== undefined ? { stopStrings: m.supports_stop_strings } : {}),
       };
     });
   }

@@ -107,6 +107,8 @@ export const SupportedModelsWire = z
           vocab_size: z.number().optional(),
           gpu_count: z.number().optional(),
           tokenizer: z.string().optional(),
+          // Not in the SDK's RlSupportedModel: our emulator's stand-in for the catalog table's stop-string column.
+          supports_stop_strings: z.boolean().optional(),
           compute_configs: z
             .array(
               z
