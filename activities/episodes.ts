@@ -2,6 +2,7 @@ import { Context } from '@temporalio/activity';
 import { joinLocation } from '../config/io/artifacts';
 import { RoundhouseFailure } from '../config/rules/failures';
 import { environmentName, PYTHON_ACTIVITIES, pythonEnvironment } from '../config/rules/python-calls';
+import { seedBase, stopToSend } from '../config/rules/sampling';
 import type { TextTokenizer } from '../config/io/tokenizer';
 import type { Datum, SamplingParams, TrainingProvider } from '../providers/types';
 import type { EpisodeItem, EpisodesResult } from '../workflows/python-contract';
@@ -136,12 +137,14 @@ export async function drawEpisodes(options: {
   step: number;
   prompts: TokenizedRow[];
   tokenizer: TextTokenizer;
+  /** The model's listing: whether its sampler takes stop strings (else the records cut at them). */
+  model: { stopStrings?: boolean };
   key: (...parts: (string | number)[]) => string;
   signal: AbortSignal;
   /** Every completion waits for this first (the weights it must sample being synced): episodes may start before. */
   weightsReady?: Promise<unknown>;
 }): Promise<DrawnEpisodes> {
-  const { input, provider, step, prompts, tokenizer, key, signal, weightsReady } = options;
+  const { input, provider, step, prompts, tokenizer, model, key, signal, weightsReady } = options;
   const grpo = input.spec.round!.grpo!;
   const environment = grpo.environment!;
   const call = pythonEnvironment(input.spec)!;
@@ -158,11 +161,13 @@ export async function drawEpisodes(options: {
     maxTurns: environment.maxTurns,
     maxSeqLen: input.spec.training.maxSeqLen,
     model: input.spec.provider.model,
+    seedBase: seedBase(input.spec),
     counts,
     log: (message, fields) => log.warn(message, fields),
     async sample(promptTokens, params, n, requestKey) {
       await weightsReady;
-      const handle = await provider.submitSample(input.sessionId, key(`s${step}`, `episode:${requestKey}`), [promptTokens], params, {
+      const sent = { ...params, stop: stopToSend(input.spec.provider.kind, model, params.stop) };
+      const handle = await provider.submitSample(input.sessionId, key(`s${step}`, `episode:${requestKey}`), [promptTokens], sent, {
         numSamples: n,
       });
       const [result] = await provider.awaitOperation(handle, { signal });

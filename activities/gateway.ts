@@ -51,6 +51,11 @@ export interface EpisodeSampler {
   /** Where a sampler failure's detail goes (already masked): the episode itself gets only a reference to it. */
   log: (message: string, fields: Record<string, unknown>) => void;
   model: string;
+  /**
+   * What each turn's seed derives from (with the turn's identity), or undefined: turns send no seed, and a request's
+   * own `seed` is not passed on (config/rules/sampling.ts: seedBase; a seed fails Together's multi-replica generators).
+   */
+  seedBase?: number;
   /** Counts for the step's record. */
   counts: { sampled: number; replayed: number };
 }
@@ -247,7 +252,7 @@ export class SamplerGateway {
       ...((num(body.top_p) ?? d.topP) !== undefined ? { topP: num(body.top_p) ?? d.topP } : {}),
       ...(d.topK !== undefined ? { topK: d.topK } : {}),
       ...(stop?.length ? { stop } : {}),
-      ...(num(body.seed) !== undefined ? { seed: num(body.seed) } : {}),
+      ...(num(body.seed) !== undefined && episode.sampler.seedBase !== undefined ? { seed: num(body.seed) } : {}),
     };
   }
 
@@ -286,13 +291,20 @@ export class SamplerGateway {
       sampler.counts.replayed++;
       return recorded;
     }
-    // A request without a seed gets one from its identity (round, step, episode, turn, request), so a re-sampled turn
-    // (its record lost) draws the same, and the episodes of a group, alike so far, still draw apart.
+    // Where turns are seeded, a request without a seed gets one from its identity (round, step, episode, turn,
+    // request), so the episodes of a group, alike so far, draw apart. A turn sampled again (its record lost) returns
+    // what was drawn by its key (`${episode}/${name}`), seeded or not.
     const identity = createHash('sha256')
       .update(JSON.stringify([binding.round, binding.step, binding.episode, name]))
       .digest('hex');
-    const seed = params.seed ?? Number.parseInt(identity.slice(0, 8), 16);
-    const result = await sampler.sample(promptTokens, { ...params, seed }, params.n, `${binding.episode}/${name}`);
+    const seed =
+      params.seed ?? (sampler.seedBase === undefined ? undefined : (sampler.seedBase + Number.parseInt(identity.slice(0, 8), 16)) >>> 0);
+    const result = await sampler.sample(
+      promptTokens,
+      { ...params, ...(seed !== undefined ? { seed } : {}) },
+      params.n,
+      `${binding.episode}/${name}`,
+    );
     const record: TurnRecord = {
       id: `${binding.episode}/${name}`,
       turn,

@@ -2,6 +2,7 @@ import { joinLocation, storeFor } from '../config/io/artifacts';
 import { RoundhouseFailure } from '../config/rules/failures';
 import { DEFAULT_GRPO_AGGREGATION, lossPerToken } from '../config/rules/loss-units';
 import { batchRows } from '../config/rules/schedule';
+import { drawSeed, stopToSend } from '../config/rules/sampling';
 import type { GrpoSpec } from '../config/io/spec';
 import type { TextTokenizer } from '../config/io/tokenizer';
 import type { Datum, PolicyLoss, TrainingProvider } from '../providers/types';
@@ -252,7 +253,7 @@ function grpoStep(
 async function drawSamples(
   provider: TrainingProvider,
   input: GrpoSegmentInput,
-  data: { train: TokenizedRow[]; tokenizer: TextTokenizer },
+  data: { train: TokenizedRow[]; tokenizer: TextTokenizer; model: { stopStrings?: boolean } },
   step: number,
   key: (...parts: (string | number)[]) => string,
   reward: ReturnType<typeof rewardFunction> | undefined,
@@ -270,7 +271,17 @@ async function drawSamples(
   const { rows } = batchRows(step, data.train.length, t.batchSize, t.seed);
   const prompts = rows.map((r) => data.train[r]!);
   if (grpo.environment) {
-    const drawn = await drawEpisodes({ input, provider, step, prompts, tokenizer: data.tokenizer, key, signal, weightsReady });
+    const drawn = await drawEpisodes({
+      input,
+      provider,
+      step,
+      prompts,
+      tokenizer: data.tokenizer,
+      model: data.model,
+      key,
+      signal,
+      weightsReady,
+    });
     const samples: StepSamples = {
       step,
       policyVersion: drawn.policyVersion,
@@ -284,7 +295,14 @@ async function drawSamples(
     input.sessionId,
     key(`s${step}`, 'sample'),
     prompts.map((r) => r.promptTokens),
-    { maxTokens: s.maxTokens, temperature: s.temperature, topP: s.topP, topK: s.topK, stop: s.stop, seed: t.seed * 1_000_003 + step },
+    {
+      maxTokens: s.maxTokens,
+      temperature: s.temperature,
+      topP: s.topP,
+      topK: s.topK,
+      stop: stopToSend(input.spec.provider.kind, data.model, s.stop),
+      seed: drawSeed(input.spec, (base) => base * 1_000_003 + step),
+    },
     { numSamples: grpo.groupSize },
   );
   const results = await provider.awaitOperation(handle, { signal });

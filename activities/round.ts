@@ -1,6 +1,7 @@
 import { Context } from '@temporalio/activity';
 import { RoundhouseFailure } from '../config/rules/failures';
 import { planSteps } from '../config/rules/schedule';
+import { drawSeed, stopToSend } from '../config/rules/sampling';
 import { maskSecretsIn } from '../config/io/secrets';
 import type { ForwardResult, OperationHandle } from '../providers/types';
 import type { Rollback } from '../config/rules/lineage';
@@ -168,8 +169,8 @@ export function createRoundActivities(deps: ActivityDeps) {
               temperature: s.temperature,
               topP: s.topP,
               topK: s.topK,
-              stop: s.stop,
-              seed: input.spec.training.seed + i,
+              stop: stopToSend(input.spec.provider.kind, p.model, s.stop),
+              seed: drawSeed(input.spec, (base) => base + i),
             },
           );
           const results = await provider.awaitOperation(handle, { signal: Context.current().cancellationSignal });

@@ -26,21 +26,31 @@ export interface EmulatedModel {
    * "adapter capacity" column, whose per-model figures our sources do not give.
    */
   loraSessionCap: number;
+  /**
+   * Whether Together's sampler takes stop strings for this model. Together's guide (as issue #44 quotes it): for
+   * models without stop-string support, omit `stop` and truncate in your code; an unsupported stop string fails as
+   * invalid input. Which models those are is the supported-models catalog table's to say (its column was not seen:
+   * docs/research/provider-caveats-2026-12.md §2); the emulator has models of both kinds.
+   */
+  stopStrings: boolean;
 }
 
 /** Together's documented default of concurrent LoRA sessions per resource (docs.together.ai post-training/multi-lora). */
 export const DEFAULT_LORA_SESSION_CAP = 5;
 
-function model(m: Omit<EmulatedModel, 'seed' | 'loraSessionCap'> & { loraSessionCap?: number }): EmulatedModel {
-  return { loraSessionCap: DEFAULT_LORA_SESSION_CAP, ...m, seed: hashString(m.name) };
+function model(
+  m: Omit<EmulatedModel, 'seed' | 'loraSessionCap' | 'stopStrings'> & { loraSessionCap?: number; stopStrings?: boolean },
+): EmulatedModel {
+  return { loraSessionCap: DEFAULT_LORA_SESSION_CAP, ...m, stopStrings: m.stopStrings ?? true, seed: hashString(m.name) };
 }
 
 /** The Qwen3 vocabulary (151,643 ranks + 26 added tokens, padded to 151,936 ids); <|im_end|> and <|endoftext|> end generation. */
 const QWEN3_TOKENIZER = { tokenizerFolder: 'qwen3', eosTokenIds: [151_645, 151_643] };
 
 /** A Qwen3.5-family model (248,320-id vocabulary, 262,144-token context) on H100s. */
-function qwen35(name: string, gpuCount: number): EmulatedModel {
+function qwen35(name: string, gpuCount: number, stopStrings = true): EmulatedModel {
   return model({
+    stopStrings,
     name,
     vocabSize: 248_320,
     maxSeqLen: 32_768,
@@ -86,7 +96,7 @@ export const EMULATED_MODELS: readonly EmulatedModel[] = [
   }),
   // The models the providers' own guides train: Together's "write a training loop" and Baseten's "programmatic training".
   qwen35('Qwen/Qwen3.8-27B', 8),
-  qwen35('Qwen/Qwen3.5-2B', 1),
+  qwen35('Qwen/Qwen3.5-2B', 1, false), // a model without stop-string support: `stop` is refused (400)
   model({
     name: 'Qwen/Qwen3-4B-Instruct-2507',
     vocabSize: 151_936,

@@ -21,6 +21,8 @@ export interface ModelInfo {
   gpuCount?: number;
   /** Concurrent sessions a LoRA resource of this model accepts, when the provider says (Together's "adapter capacity"). */
   adapterCapacity?: number;
+  /** Whether its sampler takes stop strings, where the provider's listing says (config/rules/sampling.ts: stopToSend). */
+  stopStrings?: boolean;
 }
 
 /** Where a trainer resource is in its life, across dialects. */

@@ -2,6 +2,7 @@ import { z } from 'zod';
 import { billingOf, PROVIDER_KINDS } from '../rules/dialects';
 import { PYTHON_CALL_DEFAULTS } from '../rules/python-defaults';
 import { generatorReplicasProblem } from '../rules/trainer-shape';
+import { seedProblem } from '../rules/sampling';
 
 /**
  * The blocks a campaign spec is made of (spec.ts puts them together): each with its defaults. Every field is
@@ -137,6 +138,11 @@ export const SamplingSpecSchema = z
     topP: z.number().gt(0).max(1).optional(),
     topK: z.number().int().min(0).optional(),
     stop: z.array(z.string().min(1)).max(16).optional(),
+    /**
+     * Seeds the draws (each derives its own: a step's, a batch's, a turn's). Unset: the dialect decides (Together
+     * sends none; Tinker and Baseten derive them from training.seed). Refused on Together with generatorReplicas > 1.
+     */
+    seed: z.number().int().min(0).max(2_147_483_647).optional(),
   })
   .strict();
 
@@ -693,6 +699,8 @@ function roundKindProblems(spec: z.infer<typeof CampaignSpecBase>, ctx: z.Refine
       );
     }
   }
+  const seed = seedProblem(spec);
+  if (seed) problem(['sampling', 'seed'], seed);
   if (spec.promotion?.on === 'test' && !spec.data.test)
     problem(['promotion', 'on'], 'is test, but the campaign has no data.test: add a held-out test set, or compare on eval');
   if (spec.promotion && spec.round.kind === 'dpo')

@@ -99,8 +99,9 @@ export interface SessionRecord {
   tokens?: { prefill: number; sample: number; train: number };
   /**
    * Sample operations drawn (duplicates absorbed by their key not counted), the sequences they returned, and how many
-   * repeated a draw this session had already made: the same prompts and parameters (seed included) from the same
-   * weights, i.e. a completion paid for twice.
+   * repeated a seeded draw this session had already made: the same prompts and parameters (seed included) from the
+   * same weights, i.e. a completion paid for twice. An unseeded draw is a new draw however alike its request (the
+   * episodes of a group ask the same first turn), so it is never counted here.
    */
   sampling?: { operations: number; sequences: number; repeated: number };
   /** Policy version the generator replicas serve (the trainer step at the last weights sync). */
@@ -152,6 +153,11 @@ export type OperationInput =
       promptLogprobs: boolean;
       /** Sample from this checkpoint's weights instead of the weights the generators serve. */
       fromCheckpoint?: CheckpointRef;
+      /**
+       * A rule of the dialect's that the service enforces when the sample runs, not when it is submitted: the
+       * operation fails with this (Together: a seed on a generator of more than one replica, INTERNAL_ERROR).
+       */
+      failsWith?: { code: OperationErrorCode; message: string };
     }
   | { kind: 'training-checkpoint'; name?: string; ttlSeconds?: number }
   /** `publish`: the generators also start serving these weights (a weights sync in the same operation). */

@@ -65,6 +65,7 @@ export class OperationWork {
   }
 
   private async sample(s: SessionRecord, rt: SessionRuntime, input: Input<'sample'>): Promise<Output<'sample'>> {
+    if (input.failsWith) throw Object.assign(new Error(input.failsWith.message), { code: input.failsWith.code });
     const eosTokenIds = this.state.resourceOf(s).model.eosTokenIds;
     const params = eosTokenIds && !input.params.eosTokenIds ? { ...input.params, eosTokenIds } : input.params;
     const pinned = input.fromCheckpoint ? await this.checkpoints.pinnedLearner(s, rt, input.fromCheckpoint) : undefined;
@@ -79,7 +80,7 @@ export class OperationWork {
       .update(JSON.stringify([input.prompts, params, input.numSamples, input.fromCheckpoint ?? null, results[0]?.policyVersion]))
       .digest('hex');
     rt.sampled ??= new Set();
-    if (rt.sampled.has(digest)) sampling.repeated++;
+    if (params.seed !== undefined && rt.sampled.has(digest)) sampling.repeated++;
     rt.sampled.add(digest);
     sampling.operations++;
     sampling.sequences += results.reduce((a, r) => a + r.sequences.length, 0);

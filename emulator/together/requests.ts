@@ -354,8 +354,24 @@ export function parseOptimStep(body: unknown): OperationInput {
   };
 }
 
-export function parseSample(body: unknown, vocabSize: number, encodeStop: ((text: string) => number[]) | undefined): OperationInput {
+/**
+ * A sample request, with two of Together's documented rules (the guide's, as issue #44 quotes it): a stop string on a
+ * model without stop-string support fails as invalid input (400, here at submit); a seed on a generator of more than
+ * one replica ("inference engine") fails the operation with an internal error when it runs.
+ */
+export function parseSample(
+  body: unknown,
+  vocabSize: number,
+  encodeStop: ((text: string) => number[]) | undefined,
+  resource: { stopStrings: boolean; generatorReplicas: number },
+): OperationInput {
   const b = parseBody(SampleBody, body, 'sample');
+  const stop = b.sampling_params?.stop ?? [];
+  if (stop.length > 0 && !resource.stopStrings)
+    throw badRequest(
+      'sampling_params.stop: this model does not support stop strings; omit stop and truncate the completion in your code',
+      'INVALID_INPUT',
+    );
   const prompts = b.model_inputs.map((m, i) => {
     const tokens = tokensOf(m);
     if (tokens.length === 0) throw badRequest(`model_inputs[${i}] has no tokens`);
@@ -371,5 +387,14 @@ export function parseSample(body: unknown, vocabSize: number, encodeStop: ((text
     seed: sp.seed,
     stopTokenSequences: encodeStop ? (sp.stop ?? []).map(encodeStop).filter((s) => s.length > 0) : undefined,
   };
-  return { kind: 'sample', prompts, numSamples: b.num_samples ?? 1, params, promptLogprobs: b.prompt_logprobs ?? false };
+  const seedRefused =
+    sp.seed !== undefined && resource.generatorReplicas > 1
+      ? {
+          failsWith: {
+            code: 'INTERNAL_ERROR' as const,
+            message: `sampling_params.seed is not supported when the generator uses more than one inference engine (num_generator_replicas is ${resource.generatorReplicas}); leave seed unset`,
+          },
+        }
+      : {};
+  return { kind: 'sample', prompts, numSamples: b.num_samples ?? 1, params, promptLogprobs: b.prompt_logprobs ?? false, ...seedRefused };
 }

@@ -287,6 +287,9 @@ export function addTogetherRoutes(router: Router, engine: Engine, ownerOf: Owner
         // Stands in for the catalog's "adapter capacity" column: concurrent sessions on a LoRA resource (SDK 3.1.1's
         // RlSupportedModel has no such field; a full-weight resource accepts one).
         adapter_capacity: engine.loraSessionCap(m),
+        // Not in the SDK's RlSupportedModel either: the emulator's stand-in for the stop-string column of Together's
+        // supported-models catalog table (docs.together.ai/docs/post-training/supported-models).
+        supports_stop_strings: m.stopStrings,
       })),
     },
   }));
@@ -413,7 +416,10 @@ export function addTogetherRoutes(router: Router, engine: Engine, ownerOf: Owner
               'INVALID_INPUT',
             );
           }
-          return parseSample(req.body, model.vocabSize, stopEncoder(model.name));
+          return parseSample(req.body, model.vocabSize, stopEncoder(model.name), {
+            stopStrings: model.stopStrings !== false, // a resource restored from an older snapshot has no flag: as before
+            generatorReplicas: resource.numGeneratorReplicas,
+          });
         case 'training-checkpoint':
           return { kind: 'training-checkpoint' };
         case 'inference-checkpoint':

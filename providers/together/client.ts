@@ -85,6 +85,7 @@ export class TogetherProvider implements TrainingProvider {
         tokenizer: m.tokenizer ?? m.base_model,
         gpuCount: m.gpu_count,
         adapterCapacity: m.adapter_capacity,
+        ...(m.supports_stop_strings !== undefined ? { stopStrings: m.supports_stop_strings } : {}),
       };
     });
   }

@@ -109,6 +109,8 @@ export const SupportedModelsWire = z
           tokenizer: z.string().optional(),
           /** The catalog's "adapter capacity" (the emulator publishes it; SDK 3.1.1's RlSupportedModel has no such field). */
           adapter_capacity: z.number().int().positive().optional(),
+          // Not in the SDK's RlSupportedModel: our emulator's stand-in for the catalog table's stop-string column.
+          supports_stop_strings: z.boolean().optional(),
           compute_configs: z
             .array(
               z

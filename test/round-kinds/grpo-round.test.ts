@@ -33,7 +33,7 @@ function grpoInput(dir: string, campaignId: string, training: string, grpo: stri
     campaignId,
     dir,
     yaml: `training: { batchSize: 8, loraRank: 8, maxSeqLen: 64, ${training} }
-sampling: { maxTokens: 3, temperature: 1 }
+sampling: { maxTokens: 3, temperature: 1, seed: 0 }
 round: { kind: grpo, grpo: { groupSize: 8, reward: { kind: numeric }, ${grpo} } }`,
   });
   if (startFrom) input.startFrom = { checkpointId: startFrom.trainingCheckpointId!, loadOptimizer: false };
@@ -64,7 +64,7 @@ test('a GRPO round on arithmetic, warm-started by a short SFT round, raises the 
   const r = report(result);
   const steps: GrpoStep[] = r.steps;
   expect(steps.map((s) => s.step)).toEqual(Array.from({ length: 30 }, (_v, i) => i + 1));
-  // Each epoch covers all 80 prompts once: compare whole epochs (the run is seeded, so this is reproducible).
+  // Each epoch covers all 80 prompts once: compare whole epochs (sampling.seed seeds the draws, so this is reproducible).
   const epoch = (e: number) => mean(steps.slice(e * 10, (e + 1) * 10).map((s) => s.meanReward));
   console.log(
     `GRPO mean reward by epoch: ${[0, 1, 2].map((e) => epoch(e).toFixed(3)).join(' → ')}; eval accuracy ${sft.accuracy} (sft) → ${result.accuracy} (grpo)`,
