@@ -100,9 +100,9 @@ export interface SessionRecord {
   /**
    * Sample operations drawn (duplicates absorbed by their key not counted), the sequences they returned, and how many
    * repeated a draw this session had already made: the same prompts and parameters (seed included) from the same
-   * weights, i.e. a completion paid for twice.
+   * weights, i.e. a completion paid for twice; and how many were drawn greedily (temperature 0).
    */
-  sampling?: { operations: number; sequences: number; repeated: number };
+  sampling?: { operations: number; sequences: number; repeated: number; greedy?: number };
   /** Policy version the generator replicas serve (the trainer step at the last weights sync). */
   weightsVersion: number;
   checkpointIds: string[];
