@@ -39,6 +39,7 @@ const sampled: Pick<RoundKind, 'baseline' | 'evaluate'> = {
     });
     state.addUsage(scored.usage);
     result.accuracy = scored.accuracy;
+    if (scored.passAtK) result.passAtK = scored.passAtK;
     result.evaluationsPath = evaluationsPath;
     if (input.pool) {
       const poolEvaluationsPath = state.file('pool-evaluations.json');
