@@ -692,6 +692,8 @@ function roundKindProblems(spec: z.infer<typeof CampaignSpecBase>, ctx: z.Refine
       ['evaluation', 'sampleEvery'],
       'is for sampled answers, which a dpo round has none of (its evaluations measure preference accuracy anyway)',
     );
+  if (kind === 'dpo' && spec.evaluation.sampling)
+    problem(['evaluation', 'sampling'], 'is for sampled answers, which a dpo round has none of (it measures preference accuracy)');
   if (kind !== 'dpo' && earlyStop?.on === 'metric' && sampleEvery === undefined)
     problem(['evaluation', 'earlyStop', 'on'], 'metric needs evaluation.sampleEvery: the metric is measured from sampled answers');
   if (kind === 'dpo') {

@@ -37,6 +37,21 @@ describe('evaluation.sampling', () => {
     expect((err as SpecError).message).toMatch(/must be above 0 when n is 4/);
   });
 
+  test('on a dpo round it is refused, naming the field: a dpo round samples no answers', () => {
+    let err: unknown;
+    try {
+      parseCampaignSpec(
+        spec('{ maxTokens: 5 }', '{ scorer: exact, sampling: { temperature: 0.5 } }', 'round: { kind: dpo }'),
+        'campaign.yaml',
+      );
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(SpecError);
+    expect((err as SpecError).field).toBe('evaluation.sampling');
+    expect((err as SpecError).message).toMatch(/a dpo round has none of/);
+  });
+
   test("in a staged spec, a stage that sets only sampling keeps the campaign's evaluation, measured with its own maxTokens", () => {
     const s = parseCampaignSpec(
       spec(
