@@ -1,6 +1,7 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { renderCampaignMarkdown } from '../../activities/report';
 import type { RoundResult } from '../../workflows/round-contract';
 import { ledger } from '../helpers/emulator';
 import { arithmeticRoundInput, roundTestEnvironment } from '../helpers/round';
@@ -77,6 +78,17 @@ sampling: { maxTokens: 3 }`,
   // With k = n, 1 − C(n−c, n)/C(n, n) is 1 for any right answer: pass@4 is the share of rows with one.
   expect(r.pass_at_k).toEqual({ k: 4, value: expect.closeTo(passAt4, 12) });
   expect(result.passAtK).toEqual(r.pass_at_k);
+  // summary.md shows it beside the accuracy.
+  const summary = renderCampaignMarkdown({
+    campaignId: 'c',
+    status: 'completed',
+    rounds: [r],
+    flips: [],
+    gpuMinutes: 0,
+    temporalUiUrl: '',
+    namespace: '',
+  });
+  expect(summary).toContain(`| ${(r.accuracy * 100).toFixed(1)}% (pass@4 ${(passAt4 * 100).toFixed(1)}%) |`);
   const session = (await ledger(env.emulator)).sessions.find((s) => s.id === r.session_id)!;
   expect(session.sampling).toMatchObject({ operations: 1, greedy: 0, sequences: 4 * evaluations.length });
 });
