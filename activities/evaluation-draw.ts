@@ -14,7 +14,7 @@ import { completionText, scoreCompletion } from './scoring';
  * `EVAL_PROMPTS_PER_REQUEST` go in several requests, all submitted before any is awaited. Keys name the request's
  * part of the set, so a retried activity gets the same operations back and nothing is sampled twice.
  */
-/** Our bound on one request's prompts (no provider documents one for sampling): keeps one response's size in reason. */
+/** Our bound on one request's prompts (we found no documented sampling batch limit): keeps a response's size in reason. */
 export const EVAL_PROMPTS_PER_REQUEST = 1024;
 
 /** One answer drawn for one row; `score` only with a python scorer (null: unscorable). */
