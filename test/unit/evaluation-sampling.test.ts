@@ -37,6 +37,17 @@ describe('evaluation.sampling', () => {
     expect((err as SpecError).message).toMatch(/must be above 0 when n is 4/);
   });
 
+  test("more than 128 answers per prompt is refused, naming the field (the emulator's sample request takes num_samples up to 128)", () => {
+    let err: unknown;
+    try {
+      parseCampaignSpec(spec('{ maxTokens: 5 }', '{ scorer: exact, sampling: { n: 129, temperature: 1 } }'), 'campaign.yaml');
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(SpecError);
+    expect((err as SpecError).field).toBe('evaluation.sampling.n');
+  });
+
   test('on a dpo round it is refused, naming the field: a dpo round samples no answers', () => {
     let err: unknown;
     try {
