@@ -16,6 +16,8 @@ interface RoundReportFile {
   workflow_id: string;
   status: string;
   accuracy: number | null;
+  /** With `evaluation.sampling.n` > 1: pass@n beside `accuracy` (pass@1). */
+  pass_at_k?: { k: number; value: number } | null;
   /** `data.test`: the final weights on the held-out test set. */
   test?: { accuracy: number; rows: number } | null;
   baseline_loss: number | null;
@@ -144,6 +146,8 @@ const escapeHtml = (text: string) =>
   text.replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!);
 const fmt = (v: number | null | undefined, digits = 3) => (v === null || v === undefined ? '–' : v.toFixed(digits));
 const pct = (v: number | null | undefined) => (v === null || v === undefined ? '–' : `${(v * 100).toFixed(1)}%`);
+/** Beside a round's accuracy (pass@1), its pass@n when evaluation drew n > 1 answers per prompt. */
+const passAtKNote = (r: Pick<RoundReportFile, 'pass_at_k'>) => (r.pass_at_k ? ` (pass@${r.pass_at_k.k} ${pct(r.pass_at_k.value)})` : '');
 
 function uiLink(data: CampaignReportData, workflowId: string): string {
   return `${data.temporalUiUrl.replace(/\/$/, '')}/namespaces/${encodeURIComponent(data.namespace)}/workflows/${encodeURIComponent(workflowId)}`;
@@ -182,7 +186,7 @@ export function renderCampaignHtml(data: CampaignReportData): string {
   const rows = data.rounds
     .map(
       (r) =>
-        `<tr><td>${r.round}</td><td class="${r.status}">${escapeHtml(r.status)}${r.error_type ? ` (${escapeHtml(r.error_type)})` : ''}${earlyStopNote(r)}</td><td>${pct(r.accuracy)}</td>${tested ? `<td>${pct(r.test?.accuracy ?? null)}</td>` : ''}` +
+        `<tr><td>${r.round}</td><td class="${r.status}">${escapeHtml(r.status)}${r.error_type ? ` (${escapeHtml(r.error_type)})` : ''}${earlyStopNote(r)}</td><td>${pct(r.accuracy)}${passAtKNote(r)}</td>${tested ? `<td>${pct(r.test?.accuracy ?? null)}</td>` : ''}` +
         `<td>${fmt(r.baseline_loss)} → ${fmt(r.trained_loss)}</td><td>${r.steps_applied}/${r.steps_planned}</td><td>${fmt(r.gpu_minutes, 2)}</td>` +
         `<td>${r.estimated_cost_usd === null ? '–' : `$${r.estimated_cost_usd.toFixed(2)}`}</td>` +
         `<td><a href="${escapeHtml(uiLink(data, r.workflow_id))}">${escapeHtml(r.workflow_id)}</a></td><td><code>${escapeHtml(r.train_sha256.slice(0, 12))}</code></td></tr>`,
@@ -366,7 +370,7 @@ export function renderCampaignMarkdown(data: CampaignReportData): string {
     `|---|---|---|${tested ? '---|' : ''}---|---|---|---|`,
     ...data.rounds.map(
       (r) =>
-        `| ${r.round} | ${r.status}${r.error_type ? ` (${r.error_type})` : ''} | ${pct(r.accuracy)}${tested ? ` | ${pct(r.test?.accuracy ?? null)}` : ''} | ${fmt(r.baseline_loss)} → ${fmt(r.trained_loss)} | ${r.steps_applied}/${r.steps_planned} | ${fmt(r.gpu_minutes, 2)} | ${r.estimated_cost_usd === null ? '–' : `$${r.estimated_cost_usd.toFixed(2)}`} |`,
+        `| ${r.round} | ${r.status}${r.error_type ? ` (${r.error_type})` : ''} | ${pct(r.accuracy)}${passAtKNote(r)}${tested ? ` | ${pct(r.test?.accuracy ?? null)}` : ''} | ${fmt(r.baseline_loss)} → ${fmt(r.trained_loss)} | ${r.steps_applied}/${r.steps_planned} | ${fmt(r.gpu_minutes, 2)} | ${r.estimated_cost_usd === null ? '–' : `$${r.estimated_cost_usd.toFixed(2)}`} |`,
     ),
     '',
     ...data.rounds

@@ -6,7 +6,7 @@ import { maskSecretsIn } from '../config/io/secrets';
 import type { ForwardResult, OperationHandle } from '../providers/types';
 import type { Rollback } from '../config/rules/lineage';
 import type { PhaseInput, RoundData, RoundInput, RoundPlan, RoundSpec } from '../workflows/round-contract';
-import { toDatum, type TokenizedRow } from './data';
+import { toDatum } from './data';
 import { joinLocation } from '../config/io/artifacts';
 import { scoreOnPython } from './python';
 import { pythonScorer } from '../config/rules/python-calls';
@@ -21,7 +21,8 @@ import { lineageParts, roundKey } from '../config/rules/keys';
 import { recordRoundGpuMinutes } from './metrics';
 import { checkSessionCapacity, createPreparer, tokenizedFile } from './prepare';
 import { rewardFunction } from './rewards';
-import { completionText, scoreCompletion } from './scoring';
+import { evaluationSampling } from '../config/rules/evaluation-sampling';
+import { drawAnswers, evaluationsOf, type SampledAnswer } from './evaluation-draw';
 import { meteredProvider, type TokenUsage } from './usage';
 import { readStepRecords } from './step-records';
 
@@ -147,63 +148,45 @@ export function createRoundActivities(deps: ActivityDeps) {
       dataset?: string;
       /** ...or the round's test set (`data.test`, checked with train and eval before the round provisioned). */
       which?: 'test';
-    }): Promise<{ correct: number; total: number; accuracy: number; unscorable?: number; usage: TokenUsage; sha256?: string }> {
+    }): Promise<{
+      /** Right answers (of total × n). */
+      correct: number;
+      /** Rows scored. */
+      total: number;
+      /** pass@1: the share of answers right (python scorer: their mean score). */
+      accuracy: number;
+      /** With `evaluation.sampling.n` > 1: pass@n, the unbiased estimate averaged over the rows. */
+      passAtK?: { k: number; value: number };
+      unscorable?: number;
+      usage: TokenUsage;
+      sha256?: string;
+    }> {
       const meter = meteredProvider(await deps.providerFor(input.spec.provider));
       const provider = meter.provider;
       return atBoundary(async () => {
         const p = await prepared(input.spec, input.data);
         if (input.which === 'test' && !p.test) throw new RoundhouseFailure('InvalidInput', 'data.test: the round has no test set');
         const rowsToScore = input.which === 'test' ? p.test! : input.dataset ? await tokenizedFile(input.dataset, p.tokenizer) : p.eval;
-        const s = input.spec.sampling;
-        const batch = 16;
-        const evaluations: Evaluation[] = [];
-        const rows: TokenizedRow[] = [];
-        for (let i = 0; i * batch < rowsToScore.length; i++) {
-          const batchRows = rowsToScore.slice(i * batch, (i + 1) * batch);
-          const handle = await provider.submitSample(
-            input.sessionId,
-            roundKey(input.campaignId, input.round, ...lineageParts(input.lineage), input.label, `b${i}`),
-            batchRows.map((r) => r.promptTokens),
-            {
-              maxTokens: s.maxTokens,
-              temperature: s.temperature,
-              topP: s.topP,
-              topK: s.topK,
-              stop: stopToSend(input.spec.provider.kind, p.model, s.stop),
-              seed: drawSeed(input.spec, (base) => base + i),
-            },
-          );
-          const results = await provider.awaitOperation(handle, { signal: Context.current().cancellationSignal });
-          batchRows.forEach((row, j) => {
-            const tokens = results[j]?.sequences[0]?.tokens ?? [];
-            const completion = completionText(p.tokenizer, tokens, s.stop);
-            const scorer = input.spec.evaluation.scorer;
-            evaluations.push({
-              line: row.line,
-              prompt: row.prompt,
-              expected: row.answer,
-              completion,
-              match: typeof scorer === 'object' ? false : scoreCompletion(input.spec.evaluation, completion, row.answer),
-            });
-            rows.push(row);
-          });
-          Context.current().heartbeat(i);
-        }
-        const python = await scoreOnPythonScorer(input, evaluations, rows);
+        const sampling = evaluationSampling(input.spec);
+        const answers = await drawAnswers({
+          provider,
+          sessionId: input.sessionId,
+          keyOf: (part) => roundKey(input.campaignId, input.round, ...lineageParts(input.lineage), input.label, `p${part}`),
+          rows: rowsToScore,
+          tokenizer: p.tokenizer,
+          sampling,
+          stopSent: stopToSend(input.spec.provider.kind, p.model, sampling.stop),
+          seedOf: (part) => drawSeed(input.spec, (base) => base + part),
+          evaluation: input.spec.evaluation,
+        });
+        const python = await scoreOnPythonScorer(input, answers, sampling.n);
+        const { evaluations, correct, accuracy, passAtK } = evaluationsOf(answers, sampling.n, python !== undefined);
         await writeJsonAtomic(input.outputPath, evaluations);
-        const scored = evaluations.filter((e) => typeof e.score === 'number');
-        const correct = evaluations.filter((e) => e.match).length;
         return {
           correct,
           total: evaluations.length,
-          // A python scorer's figure is its mean score over the samples it could score (bool scores: the share right).
-          accuracy: python
-            ? scored.length
-              ? scored.reduce((a, e) => a + (e.score ?? 0), 0) / scored.length
-              : 0
-            : evaluations.length
-              ? correct / evaluations.length
-              : 0,
+          accuracy,
+          ...(passAtK ? { passAtK } : {}),
           ...(python?.unscorable ? { unscorable: python.unscorable } : {}),
           usage: meter.usage(),
           ...(input.which === 'test' ? { sha256: p.testSha256 } : {}),
@@ -259,25 +242,15 @@ async function writeRoundReport(input: RoundReportInput): Promise<string> {
 
 export type RoundActivities = ReturnType<typeof createRoundActivities>;
 
-/** One sampled answer as the evaluations file keeps it; `score` only with a python scorer (null: unscorable). */
-interface Evaluation {
-  line: number;
-  prompt: string;
-  expected: string;
-  completion: string;
-  match: boolean;
-  score?: number | null;
-}
-
 /**
- * With a python scorer (`evaluation.scorer: { kind: python }`): every answer scored on its Python worker, each score
- * recorded under the round's `scores/` (a retried pass reads them back). A sample counts as right at a score of 0.5
- * or more (bool scores: True), which is what the `mistakes` policy reads.
+ * With a python scorer (`evaluation.scorer: { kind: python }`): every answer scored on its Python worker (each of a
+ * row's n answers on its own), each score recorded under the round's `scores/` (a retried pass reads them back). An
+ * answer counts as right at a score of 0.5 or more (bool scores: True), which is what the `mistakes` policy reads.
  */
 async function scoreOnPythonScorer(
   input: { campaignId: string; round: number; lineage?: number; label: string; outputPath: string; spec: RoundSpec },
-  evaluations: Evaluation[],
-  rows: TokenizedRow[],
+  answers: SampledAnswer[],
+  n: number,
 ): Promise<ScoreResult | undefined> {
   const call = pythonScorer(input.spec);
   if (!call) return undefined;
@@ -289,19 +262,20 @@ async function scoreOnPythonScorer(
     workflowId: `python:${roundKey(input.campaignId, input.round, ...lineageParts(input.lineage), input.label, 'scores')}`,
     itemsLocation: joinLocation(dir, 'batches', `${pass}.json`),
     recordsDir: dir,
-    items: evaluations.map((e, i) => ({
-      key: `${pass}/l${e.line}`,
-      completion: e.completion,
-      answer: e.expected,
-      prompt: e.prompt,
-      row: rows[i]!.fields ?? { prompt: e.prompt, answer: e.expected },
-      context: { pass: input.label, line: e.line },
+    items: answers.map(({ row, sample, completion }) => ({
+      // With n = 1 the keys rounds always had.
+      key: `${pass}/l${row.line}${n > 1 ? `/s${sample}` : ''}`,
+      completion,
+      answer: row.answer,
+      prompt: row.prompt,
+      row: row.fields ?? { prompt: row.prompt, answer: row.answer },
+      context: { pass: input.label, line: row.line, ...(n > 1 ? { sample } : {}) },
     })),
     signal: Context.current().cancellationSignal,
   });
-  evaluations.forEach((e, i) => {
-    e.score = scored.values[i] ?? null;
-    e.match = e.score !== null && e.score >= 0.5;
+  answers.forEach((a, i) => {
+    a.score = scored.values[i] ?? null;
+    a.match = a.score !== null && a.score >= 0.5;
   });
   return scored;
 }

@@ -275,6 +275,8 @@ export async function trackRoundEnd(
     add('eval/dpo_margin', report.baseline_margin, 0);
     add('eval/dpo_margin', report.trained_margin, measured);
     add('eval/metric', report.accuracy, measured);
+    const passAtK = report.pass_at_k as { k: number; value: number } | null | undefined;
+    if (passAtK) add(`eval/pass_at_${passAtK.k}`, passAtK.value, measured);
     add('eval/pool_metric', report.pool_accuracy, measured);
     // The held-out test set's own key: never confused with eval's in a chart or a comparison.
     add('test/metric', (report.test as { accuracy?: number } | null | undefined)?.accuracy, measured);

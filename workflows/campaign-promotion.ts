@@ -1,6 +1,7 @@
 import { ParentClosePolicy, condition, executeChild, patched, proxyActivities, setHandler } from '@temporalio/workflow';
 import type { PromotionActivities } from '../activities/promotion';
 import type { CampaignSpec } from '../config/io/spec';
+import { evaluationSampling } from '../config/rules/evaluation-sampling';
 import { checkpointRefsMemo } from '../config/rules/retention';
 import { stageSpecOf } from '../config/rules/stages';
 import { bestOf } from './best-round';
@@ -255,7 +256,10 @@ export class CampaignPromotion {
   }
 }
 
-/** How a campaign's figures are measured: its base model, scorer and sampling (what a python scorer's retries are is not). */
+/**
+ * How a campaign's figures are measured: its base model, scorer and evaluation's sampling (what a python scorer's
+ * retries are is not; nor the training draws' sampling, which evaluation no longer uses).
+ */
 function measureOf(spec: CampaignSpec): PromotionMeasure {
   const { scorer, pattern, caseSensitive, normalizeWhitespace } = spec.evaluation;
   return {
@@ -266,7 +270,7 @@ function measureOf(spec: CampaignSpec): PromotionMeasure {
       caseSensitive,
       normalizeWhitespace,
     },
-    sampling: { ...spec.sampling },
+    sampling: { ...evaluationSampling(spec) },
   };
 }
 

@@ -6,7 +6,7 @@ export interface PromotionMeasure {
   baseModel: string;
   /** The scorer's settings (`evaluation` without its training-time schedule). */
   scorer: Record<string, unknown>;
-  /** The sampling settings (`sampling`). */
+  /** How evaluation sampled (`evaluation.sampling` over its defaults; records before it: the `sampling` block). */
   sampling: Record<string, unknown>;
 }
 

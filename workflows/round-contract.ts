@@ -158,7 +158,10 @@ export interface RoundResult {
   /** Set when the report could not be written (the round's result stands; the message says why). */
   reportError?: string;
   evaluationsPath?: string;
+  /** SFT and GRPO: pass@1 of the eval set's answers (DPO: preference accuracy). */
   accuracy?: number;
+  /** With `evaluation.sampling.n` > 1: pass@n of the eval set (the unbiased estimate, averaged over its rows). */
+  passAtK?: { k: number; value: number };
   baselineLoss?: number;
   trainedLoss?: number;
   trainingCheckpointId?: string;

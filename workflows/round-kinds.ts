@@ -52,6 +52,7 @@ async function sampleAndScoreAll(trainer: RoundTrainer): Promise<void> {
   });
   state.addUsage(scored.usage);
   result.accuracy = scored.accuracy;
+  if (scored.passAtK) result.passAtK = scored.passAtK;
   result.evaluationsPath = evaluationsPath;
   if (input.pool) {
     const poolEvaluationsPath = state.file('pool-evaluations.json');

@@ -41,6 +41,8 @@ export function roundReport(
     baseline_margin: result.baselineMargin ?? null,
     trained_margin: result.trainedMargin ?? null,
     accuracy: result.accuracy ?? null,
+    // Sampled rounds: accuracy is pass@1; with evaluation.sampling.n > 1, pass@n beside it (k = n).
+    pass_at_k: result.passAtK ? { k: result.passAtK.k, value: result.passAtK.value } : null,
     pool_accuracy: result.poolAccuracy ?? null,
     // `data.test`: the final weights on the held-out test set; shown, never used for a choice.
     test_path: data.test ?? null,

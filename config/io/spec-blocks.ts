@@ -146,6 +146,30 @@ export const SamplingSpecSchema = z
   })
   .strict();
 
+/**
+ * How evaluation samples (the eval, pool and test sets): greedy and one answer per prompt unless set; `maxTokens` and
+ * `stop` default to the top-level `sampling` block's (config/rules/evaluation-sampling.ts resolves it).
+ */
+export const EvaluationSamplingSchema = z
+  .object({
+    temperature: z.number().min(0).max(10).default(0),
+    maxTokens: positiveInt.max(32_768).optional(),
+    topP: z.number().gt(0).max(1).optional(),
+    topK: z.number().int().min(0).optional(),
+    stop: z.array(z.string().min(1)).max(16).optional(),
+    /** Answers drawn per prompt: with n > 1 the round reports pass@n beside pass@1 (the accuracy). */
+    n: positiveInt.max(128).default(1),
+  })
+  .strict()
+  .superRefine((s, ctx) => {
+    if (s.n > 1 && s.temperature === 0)
+      ctx.addIssue({
+        code: 'custom',
+        path: ['temperature'],
+        message: `must be above 0 when n is ${s.n}: greedy answers to one prompt are all alike, so pass@${s.n} would equal pass@1`,
+      });
+  });
+
 /** A call to the user's function on a Python worker (python/: `python -m roundhouse worker my_env.py`). */
 export const PythonRetrySchema = z
   .object({
@@ -197,6 +221,8 @@ export const EvaluationSpecSchema = z
     caseSensitive: z.boolean().default(false),
     /** Trim and collapse whitespace before comparing. */
     normalizeWhitespace: z.boolean().default(true),
+    /** How the answers scored are drawn (default: greedy, one per prompt), apart from the training draws' `sampling`. */
+    sampling: EvaluationSamplingSchema.optional(),
     /**
      * Evaluation during training: an eval-loss pass (forward only; DPO: the eval pairs' loss and preference accuracy)
      * every this many optimizer steps, between segments. The round's start and end are measured anyway.
@@ -741,6 +767,8 @@ function roundKindProblems(spec: z.infer<typeof CampaignSpecBase>, ctx: z.Refine
       ['evaluation', 'sampleEvery'],
       'is for sampled answers, which a dpo round has none of (its evaluations measure preference accuracy anyway)',
     );
+  if (kind === 'dpo' && spec.evaluation.sampling)
+    problem(['evaluation', 'sampling'], 'is for sampled answers, which a dpo round has none of (it measures preference accuracy)');
   if (kind !== 'dpo' && earlyStop?.on === 'metric' && sampleEvery === undefined)
     problem(['evaluation', 'earlyStop', 'on'], 'metric needs evaluation.sampleEvery: the metric is measured from sampled answers');
   if (kind === 'dpo') {

@@ -38,8 +38,11 @@ export interface Ledger {
     duplicatesAbsorbed: number;
     /** Tokens processed (what Tinker bills): prefill (forward-only passes, prompts), sample (generated), train. */
     tokens: { prefill: number; sample: number; train: number };
-    /** Sample operations drawn, their sequences, and draws that repeated one already made (same request, same weights). */
-    sampling: { operations: number; sequences: number; repeated: number };
+    /**
+     * Sample operations drawn, their sequences, draws that repeated one already made (same request, same weights),
+     * and operations drawn at temperature 0.
+     */
+    sampling: { operations: number; sequences: number; repeated: number; greedy: number };
   }[];
   checkpoints: {
     id: string;
@@ -87,7 +90,7 @@ export function ledgerOf(state: EngineState): Ledger {
     operationsSubmitted: s.operationsSubmitted,
     duplicatesAbsorbed: s.duplicatesAbsorbed,
     tokens: { prefill: 0, sample: 0, train: 0, ...s.tokens },
-    sampling: { operations: 0, sequences: 0, repeated: 0, ...s.sampling },
+    sampling: { operations: 0, sequences: 0, repeated: 0, greedy: 0, ...s.sampling },
   }));
   const checkpoints = [...state.checkpoints.values()].map((c) => ({
     id: c.id,

@@ -101,9 +101,9 @@ export interface SessionRecord {
    * Sample operations drawn (duplicates absorbed by their key not counted), the sequences they returned, and how many
    * repeated a seeded draw this session had already made: the same prompts and parameters (seed included) from the
    * same weights, i.e. a completion paid for twice. An unseeded draw is a new draw however alike its request (the
-   * episodes of a group ask the same first turn), so it is never counted here.
+   * episodes of a group ask the same first turn), so it is never counted here; and how many were drawn greedily (temperature 0).
    */
-  sampling?: { operations: number; sequences: number; repeated: number };
+  sampling?: { operations: number; sequences: number; repeated: number; greedy?: number };
   /** Policy version the generator replicas serve (the trainer step at the last weights sync). */
   weightsVersion: number;
   checkpointIds: string[];

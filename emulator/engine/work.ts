@@ -75,7 +75,7 @@ export class OperationWork {
       promptLogprobs: input.promptLogprobs ? generator.promptLogprobs(prompt) : undefined,
       policyVersion: pinned ? pinned.step : s.weightsVersion,
     }));
-    const sampling = (s.sampling ??= { operations: 0, sequences: 0, repeated: 0 });
+    const sampling = (s.sampling ??= { operations: 0, sequences: 0, repeated: 0, greedy: 0 });
     const digest = createHash('sha256')
       .update(JSON.stringify([input.prompts, params, input.numSamples, input.fromCheckpoint ?? null, results[0]?.policyVersion]))
       .digest('hex');
@@ -83,6 +83,7 @@ export class OperationWork {
     if (params.seed !== undefined && rt.sampled.has(digest)) sampling.repeated++;
     rt.sampled.add(digest);
     sampling.operations++;
+    if (params.temperature === 0) sampling.greedy = (sampling.greedy ?? 0) + 1;
     sampling.sequences += results.reduce((a, r) => a + r.sequences.length, 0);
     return { kind: 'sample', results };
   }

@@ -3,9 +3,13 @@ import type { SampleResult, SamplingParams } from '../types';
 import { runHeaders, type LoopsDataPlanes } from './planes';
 import { CompletionWire } from './wire';
 
+/** Requests sent to one sampler at once: an eval set's thousand prompts wait here, not in the sampler's queue. */
+export const SAMPLER_CONCURRENCY = 32;
+
 /**
  * Samples every prompt on a run's dedicated sampler (at `baseUrl`), which answers synchronously: one request per
- * prompt, each under a key of its own, asking for at least the policy version last published to it (`floor`).
+ * prompt (at most `SAMPLER_CONCURRENCY` at once), each under a key of its own, asking for at least the policy version
+ * last published to it (`floor`).
  */
 export async function sampleOnSampler(
   planes: LoopsDataPlanes,
@@ -33,30 +37,48 @@ export async function sampleOnSampler(
     ...(params.stop?.length ? { stop: params.stop } : {}),
     ...(options.promptLogprobs ? { prompt_logprobs: 0 } : {}),
   };
-  return Promise.all(
-    prompts.map(async (prompt, i) => {
-      let policyVersion: number | undefined;
+  return mapBounded(prompts, SAMPLER_CONCURRENCY, async (prompt, i) => {
+    let policyVersion: number | undefined;
+    try {
+      const res = await sampler.request({
+        method: 'POST',
+        path: '/sample',
+        idempotencyKey: operationKey(sessionId, prompts.length === 1 ? key : `${key}#${i}`),
+        body: { prompt, ...body },
+        headers: { ...runHeaders(sessionId), ...(floor ? { 'x-min-policy-version': String(floor) } : {}) },
+        onResponseHeaders: (h) => {
+          const v = Number(
+            Array.isArray(h['x-trainers-policy-version']) ? h['x-trainers-policy-version'][0] : h['x-trainers-policy-version'],
+          );
+          if (Number.isFinite(v)) policyVersion = v;
+        },
+        schema: CompletionWire,
+      });
+      return toSampleResult(prompt, res, policyVersion);
+    } catch (err) {
+      throw await planes.dataPlaneError(sessionId, err);
+    }
+  });
+}
+
+/** `fn` over `items`, at most `limit` running at once, results in order; after a failure nothing more is started. */
+async function mapBounded<T, R>(items: T[], limit: number, fn: (item: T, index: number) => Promise<R>): Promise<R[]> {
+  const results = new Array<R>(items.length);
+  let next = 0;
+  let failed = false;
+  const lane = async () => {
+    while (!failed && next < items.length) {
+      const i = next++;
       try {
-        const res = await sampler.request({
-          method: 'POST',
-          path: '/sample',
-          idempotencyKey: operationKey(sessionId, prompts.length === 1 ? key : `${key}#${i}`),
-          body: { prompt, ...body },
-          headers: { ...runHeaders(sessionId), ...(floor ? { 'x-min-policy-version': String(floor) } : {}) },
-          onResponseHeaders: (h) => {
-            const v = Number(
-              Array.isArray(h['x-trainers-policy-version']) ? h['x-trainers-policy-version'][0] : h['x-trainers-policy-version'],
-            );
-            if (Number.isFinite(v)) policyVersion = v;
-          },
-          schema: CompletionWire,
-        });
-        return toSampleResult(prompt, res, policyVersion);
+        results[i] = await fn(items[i]!, i);
       } catch (err) {
-        throw await planes.dataPlaneError(sessionId, err);
+        failed = true;
+        throw err;
       }
-    }),
-  );
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, lane));
+  return results;
 }
 
 function toSampleResult(prompt: number[], res: CompletionWire, policyVersion: number | undefined): SampleResult {

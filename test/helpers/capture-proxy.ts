@@ -5,6 +5,8 @@ export interface CapturedRequest {
   method: string;
   path: string;
   headers: http.IncomingHttpHeaders;
+  /** How many requests (this one included) were open at the proxy when it arrived. */
+  openOnArrival: number;
 }
 
 export interface CaptureProxy {
@@ -30,8 +32,11 @@ export async function startCaptureProxy(target: string): Promise<CaptureProxy> {
   const upstream = new URL(target);
   const requests: CapturedRequest[] = [];
   const sockets = new Set<Socket>();
+  let open = 0;
   const server = http.createServer((req, res) => {
-    requests.push({ method: req.method ?? 'GET', path: req.url ?? '/', headers: { ...req.headers } });
+    open++;
+    res.on('close', () => open--);
+    requests.push({ method: req.method ?? 'GET', path: req.url ?? '/', headers: { ...req.headers }, openOnArrival: open });
     const forwarded = http.request(
       {
         host: upstream.hostname,

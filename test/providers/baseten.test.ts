@@ -3,7 +3,10 @@ import os from 'node:os';
 import path from 'node:path';
 import { ownerOf } from '../../emulator/engine';
 import { BASETEN_RUN_DEFAULTS } from '../../providers/baseten/control';
+import { BasetenProvider } from '../../providers/baseten/client';
+import { SAMPLER_CONCURRENCY } from '../../providers/baseten/sampling';
 import { fromLoopsLogprobs, toLoopsDatum } from '../../providers/baseten/wire';
+import { startCaptureProxy } from '../helpers/capture-proxy';
 import { basetenProvider, ledger, raw, setFaults, startTestEmulator, testApiKey, type RunningEmulator } from '../helpers/emulator';
 
 /** What only the Baseten provider does (the shared behaviour is in contract.test.ts). */
@@ -197,6 +200,34 @@ test("a run to reuse that is not the team's, or is of another base model, is ref
   );
   for (const id of [other.id, warm.id, reused.id]) await provider.deactivate(id);
   await provider.close();
+});
+
+test('a hundred prompts in one sample request reach the sampler a bounded number at a time, and every one is answered', async () => {
+  const proxy = await startCaptureProxy(emulator.url);
+  const provider = new BasetenProvider({ baseUrl: proxy.url, apiKey: testApiKey(), pollIntervalMs: 5, maxPollIntervalMs: 50 });
+  try {
+    const run = await provider.provision({ model: MODEL, ownerTag: 'wf-sample-bound', generatorReplicas: 0 });
+    await provider.waitReady(run.id, { pollIntervalMs: 10 });
+    const session = await provider.openSession({ resourceId: run.id, loraRank: 8, seed: 7 });
+    const prompts = Array.from({ length: 100 }, (_v, i) => [1 + (i % 7), 2, 3]);
+
+    const samples = await provider.awaitOperation(
+      await provider.submitSample(session.id, 'bound/sample', prompts, { maxTokens: 2, temperature: 0 }, { numSamples: 2 }),
+    );
+
+    expect(samples).toHaveLength(100);
+    expect(samples.every((s) => s.sequences.length === 2)).toBe(true);
+    const sent = proxy.requests.filter((r) => r.method === 'POST' && /\/sample$/.test(r.path));
+    expect(sent).toHaveLength(100);
+    const peak = Math.max(...sent.map((r) => r.openOnArrival));
+    console.log(`sampler requests open at once: at most ${peak} (bound ${SAMPLER_CONCURRENCY})`);
+    expect(peak).toBeLessThanOrEqual(SAMPLER_CONCURRENCY);
+    expect(peak).toBeGreaterThan(1); // still concurrent, not one by one
+    await provider.deactivate(run.id);
+  } finally {
+    await provider.close();
+    await proxy.close();
+  }
 });
 
 test('a run idle past its scale-down delay stops billing and reads as stopped, its session as expired', async () => {

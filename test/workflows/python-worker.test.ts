@@ -396,6 +396,40 @@ test("a Python scorer drives evaluation and the campaign's target; a Python data
   expect((await ledger(env.emulator)).active).toEqual([]);
 });
 
+test('with evaluation.sampling n 3 a Python scorer scores each answer once; pass@1 is the mean score, pass@3 the rows with a right answer', async () => {
+  const taskQueue = uniqueTaskQueue('py-passk');
+  const pythonQueue = `${taskQueue}-py`;
+  const log = callsLog();
+  await pythonWorker(pythonQueue, { ROUNDHOUSE_TEST_CALLS: log });
+  const input = arithmeticRoundInput({
+    baseUrl: env.emulator.url,
+    campaignId: `py-passk-${taskQueue}`,
+    limit: 8,
+    yaml: `training: { epochs: 1, batchSize: 8, learningRate: 0.01, loraRank: 8, maxSeqLen: 64 }
+sampling: { maxTokens: 3 }`,
+    evaluation: `{ scorer: { kind: python, name: has_answer_digit, taskQueue: ${pythonQueue} }, sampling: { n: 3, temperature: 1 } }`,
+  });
+
+  const result = await runRound(input, taskQueue);
+
+  expect(result.status).toBe('completed');
+  const evaluations = JSON.parse(fs.readFileSync(result.evaluationsPath!, 'utf8')) as {
+    line: number;
+    expected: string;
+    samples: { completion: string; score: number; match: boolean }[];
+    correct: number;
+  }[];
+  const hasDigit = (completion: string, expected: string) => [...expected].some((c) => /[A-Za-z0-9]/.test(c) && completion.includes(c));
+  const scores = evaluations.flatMap((e) => e.samples.map((a) => a.score));
+  expect(scores).toEqual(evaluations.flatMap((e) => e.samples.map((a) => (hasDigit(a.completion, e.expected) ? 1 : 0))));
+  // One call per answer, each under its own key (row and sample).
+  const keys = calls(log, 'scorer').map((c) => c.key);
+  expect(keys).toHaveLength(3 * evaluations.length);
+  expect(new Set(keys)).toEqual(new Set(evaluations.flatMap((e) => [0, 1, 2].map((j) => `sample/l${e.line}/s${j}`))));
+  expect(result.accuracy).toBeCloseTo(scores.reduce((a, x) => a + x, 0) / scores.length, 12);
+  expect(result.passAtK).toEqual({ k: 3, value: expect.closeTo(evaluations.filter((e) => e.correct > 0).length / evaluations.length, 12) });
+});
+
 test('with encrypted payloads and an S3 artifact store, the Python worker decodes the calls and reads and records in the same bucket', async () => {
   const keys = `k1=${randomBytes(32).toString('base64')}`;
   const dataConverter = dataConverterFor({ encryption: parseEncryptionKeys(keys, 'ROUNDHOUSE_ENCRYPTION_KEYS') })!;

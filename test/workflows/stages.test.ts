@@ -301,7 +301,8 @@ ${GRPO_STAGE}
   expect(result.promotion!.decision!.challenger).toMatchObject({
     round: 2,
     checkpointId: grpo!.trainingCheckpointId,
-    figures: { on: 'test', rows: 10, sha256: grpo!.test!.sha256, measure: { sampling: { maxTokens: 3, temperature: 1 } } },
+    // Measured as evaluation samples (greedy, one answer per prompt), not at the GRPO stage's training temperature of 1.
+    figures: { on: 'test', rows: 10, sha256: grpo!.test!.sha256, measure: { sampling: { maxTokens: 3, temperature: 0, n: 1 } } },
   });
   expect((await ledger(emulator)).active).toEqual([]);
 });
