@@ -27,9 +27,7 @@ export interface RetentionRule {
  * The deletion rule a spec's `retention` block asks for. `keepBest`/`keepLast` default to 1 and 2; a block that sets
  * only `ttl` (a provider-side expiry) asks for no deletion, so none is made. Unset: none.
  */
-export function deletionRuleOf(
-  retention: { keepBest?: number; keepLast?: number; ttl?: number } | undefined,
-): RetentionRule | undefined {
+export function deletionRuleOf(retention: { keepBest?: number; keepLast?: number; ttl?: number } | undefined): RetentionRule | undefined {
   if (!retention) return undefined;
   if (retention.ttl !== undefined && retention.keepBest === undefined && retention.keepLast === undefined) return undefined;
   return { keepBest: retention.keepBest ?? 1, keepLast: retention.keepLast ?? 2 };
