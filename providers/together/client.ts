@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { DEFAULT_GRPO_AGGREGATION } from '../../config/rules/loss-units';
 import { accountFingerprint } from '../account';
 import { ProviderError, classifyOperationError, notReady } from '../errors';
 import { HttpClient, poll, type HttpClientOptions } from '../http';
@@ -327,11 +328,21 @@ export class TogetherProvider implements TrainingProvider {
     data: Datum[],
     options: ForwardBackwardOptions = {},
   ): Promise<OperationHandle<ForwardResult>> {
-    return this.submit('forward-backward', sessionId, key, {
+    const body = {
       ...lossBody(options.loss ?? { type: 'cross_entropy' }, data),
       ...(options.forwardOnly ? { forward_only: true } : {}),
       ...(options.returnLogprobs ? { return_loss_fn_outputs: true } : {}),
-    });
+    };
+    try {
+      return await this.submit<ForwardResult>('forward-backward', sessionId, key, body);
+    } catch (err) {
+      // A GRPO step submitted by a worker from before agg_type was always sent (#44), resent under its key after a
+      // deploy: the service refuses the key with today's body. The body it was sent with then is today's without the
+      // default agg_type; resent as it was, the key answers the step's original operation (no second gradient).
+      const legacy = legacyGrpoBody(body, options.loss);
+      if (!(err instanceof ProviderError && err.providerCode === 'IDEMPOTENCY_KEY_REUSED' && legacy)) throw err;
+      return this.submit<ForwardResult>('forward-backward', sessionId, key, legacy);
+    }
   }
 
   async submitCustomForwardBackward(
@@ -495,4 +506,12 @@ export class TogetherProvider implements TrainingProvider {
   close(): Promise<void> {
     return this.http.close();
   }
+}
+
+/** A GRPO forward-backward body as Roundhouse sent it before #44: without the default `agg_type` (undefined: not GRPO, or not the default). */
+function legacyGrpoBody<B extends { loss: Record<string, unknown> }>(body: B, loss: ForwardBackwardOptions['loss']): B | undefined {
+  if (loss?.type !== 'grpo' || (loss.aggregation ?? DEFAULT_GRPO_AGGREGATION) !== DEFAULT_GRPO_AGGREGATION) return undefined;
+  const params = { ...(body.loss.grpo_params as Record<string, unknown>) };
+  delete params.agg_type;
+  return { ...body, loss: { ...body.loss, grpo_params: params } };
 }
