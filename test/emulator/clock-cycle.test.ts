@@ -2,7 +2,7 @@ import { ownerOf } from '../../emulator/engine';
 import type { OperationHandle } from '../../providers/types';
 import { startTestEmulator, testApiKey, togetherProvider, type RunningEmulator } from '../helpers/emulator';
 
-const CYCLE_MS = 200;
+const CYCLE_MS = 400;
 const ADAM = { learningRate: 0.001, beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0, gradClipNorm: 1 };
 const DATUM = { modelInput: [10, 11, 12, 13], targetTokens: [11, 12, 13, 14], weights: [0, 0, 1, 1] };
 
@@ -33,7 +33,8 @@ test('in clock-cycle mode operations submitted back to back run in one tick; awa
     const fb1 = await provider.submitForwardBackward(session.id, 'pipelined/fb', [DATUM]);
     const opt1 = await provider.submitOptimStep(session.id, 'pipelined/opt', ADAM);
     await provider.awaitOperation(opt1);
-    expect(completedAt(opt1) - completedAt(fb1)).toBeLessThan(CYCLE_MS / 2);
+    // No tick waited between them: the gap is optim_step's own compute (a loaded CI machine took 147 ms).
+    expect(completedAt(opt1) - completedAt(fb1)).toBeLessThan((CYCLE_MS * 3) / 4);
 
     // Awaited first: optim_step is submitted after the tick that ran forward_backward, so it waits for the next.
     const fb2 = await provider.submitForwardBackward(session.id, 'naive/fb', [DATUM]);

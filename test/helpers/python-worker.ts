@@ -69,7 +69,15 @@ export async function startPythonWorker(options: {
     pid: child.pid!,
     output: () => output,
     kill: () => signal('SIGKILL'),
-    stop: () => signal('SIGTERM'),
+    // SIGTERM lets the worker drain; one still draining after 30 s (an activity that will not end) is killed.
+    stop: async () => {
+      const timer = setTimeout(() => void signal('SIGKILL'), 30_000);
+      try {
+        await signal('SIGTERM');
+      } finally {
+        clearTimeout(timer);
+      }
+    },
     exit: exited,
   };
 }
