@@ -14,6 +14,23 @@ afterAll(async () => {
   await emulator.close();
 });
 
+/** One GRPO datum: a 3-token prompt and a 2-token completion with its sampler logprobs and advantages. */
+const datum = {
+  modelInput: [10, 11, 12, 13, 40],
+  targetTokens: [11, 12, 13, 40, 41],
+  weights: [0, 0, 0, 1, 1],
+  logprobs: [0, 0, 0, -1, -1],
+  advantages: [0, 0, 0, 1, 1],
+};
+
+/** A ready tiny-chat resource and a session on it. */
+async function grpoSession(provider: ReturnType<typeof togetherProvider>, ownerTag: string) {
+  const resource = await provider.provision({ model: 'roundhouse/tiny-chat', ownerTag });
+  await provider.waitReady(resource.id, { pollIntervalMs: 20 });
+  const session = await provider.openSession({ resourceId: resource.id, loraRank: 8, seed: 7 });
+  return { resource, session };
+}
+
 test('Together quotes an hourly price for a resource before it is created', async () => {
   const provider = togetherProvider(emulator);
   const quote = await provider.estimateCost('Qwen/Qwen3-8B');
@@ -24,16 +41,7 @@ test('Together quotes an hourly price for a resource before it is created', asyn
 
 test('GRPO with beta > 0 and no reference logprobs is refused as non-retryable', async () => {
   const provider = togetherProvider(emulator);
-  const resource = await provider.provision({ model: 'roundhouse/tiny-chat', ownerTag: 'test-grpo' });
-  await provider.waitReady(resource.id, { pollIntervalMs: 20 });
-  const session = await provider.openSession({ resourceId: resource.id, loraRank: 8, seed: 7 });
-  const datum = {
-    modelInput: [10, 11, 12, 13, 40],
-    targetTokens: [11, 12, 13, 40, 41],
-    weights: [0, 0, 0, 1, 1],
-    logprobs: [0, 0, 0, -1, -1],
-    advantages: [0, 0, 0, 1, 1],
-  };
+  const { resource, session } = await grpoSession(provider, 'test-grpo');
   const refused = provider.submitForwardBackward(session.id, 'grpo/fb', [datum], { loss: { type: 'grpo', beta: 0.1 } });
   await expect(refused).rejects.toBeInstanceOf(ProviderError);
   await expect(refused).rejects.toMatchObject({ errorClass: 'non-retryable' });
@@ -44,16 +52,7 @@ test('GRPO with beta > 0 and no reference logprobs is refused as non-retryable',
 test('a GRPO step sent before agg_type was always sent, resent under its key after a deploy, answers its original operation', async () => {
   const apiKey = testApiKey();
   const provider = togetherProvider(emulator, apiKey);
-  const resource = await provider.provision({ model: 'roundhouse/tiny-chat', ownerTag: 'test-grpo-legacy' });
-  await provider.waitReady(resource.id, { pollIntervalMs: 20 });
-  const session = await provider.openSession({ resourceId: resource.id, loraRank: 8, seed: 7 });
-  const datum = {
-    modelInput: [10, 11, 12, 13, 40],
-    targetTokens: [11, 12, 13, 40, 41],
-    weights: [0, 0, 0, 1, 1],
-    logprobs: [0, 0, 0, -1, -1],
-    advantages: [0, 0, 0, 1, 1],
-  };
+  const { resource, session } = await grpoSession(provider, 'test-grpo-legacy');
   // What the worker of before sent: the GRPO loss without agg_type.
   const legacyParams = { ...(lossBody({ type: 'grpo' }, [datum]).loss.grpo_params as Record<string, unknown>) };
   delete legacyParams.agg_type;
