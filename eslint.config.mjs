@@ -18,11 +18,15 @@ const folder = (...names) => `^(\\.\\./)+(${names.join('|')})(/|$)`;
 const temporal = (...packages) => `^@temporalio/(${packages.join('|')})(/|$)`;
 const wall = (regex, message, { types = false } = {}) => ({ regex, message, allowTypeImports: types });
 
-/** What a workflow may import at runtime: the workflow SDK, sibling workflows and config/rules/ (pure, workflow-safe). */
+/**
+ * What a workflow may import at runtime: the workflow SDK, other workflow modules (a sibling, or one folder over from a
+ * workflow's own folder such as workflows/round/) and config/rules/ (pure, workflow-safe).
+ */
 const workflowRuntimeAllowed = [
   '@temporalio/workflow$',
   '\\./', // sibling workflow modules
-  '\\.\\./config/rules/[^/]+$',
+  '\\.\\./(?!\\.\\.|config/)[^/]+(/[^/]+)?$', // workflows/<folder>/ importing workflows/<module> or workflows/<other folder>/<module>
+  '(\\.\\./)+config/rules/[^/]+$',
 ];
 const ORCHESTRATOR = ['activities', 'providers', 'emulator', 'workers', 'cli'];
 
@@ -80,8 +84,8 @@ const walls = {
       'cli/ reaches activities/, emulator/ and providers/ only through workers/ entry points (DESIGN.md layout).',
     ),
     wall(
-      '^(\\.\\./)+workflows/(?![^/]+-contract$).*$',
-      'cli/ imports workflows/ at runtime from the index (workflow functions, to start them by typed reference) and the contracts (workflows/*-contract.ts); other workflow modules only as types.',
+      '^(\\.\\./)+workflows/(?!([^/]+/)?[^/]*contract$).*$',
+      'cli/ imports workflows/ at runtime from the index (workflow functions, to start them by typed reference) and the contracts (workflows/<folder>/contract.ts, workflows/*-contract.ts); other workflow modules only as types.',
       { types: true },
     ),
     wall(

@@ -12,7 +12,7 @@ import type { ActivityDeps } from './deps';
 import { applyRetention } from './retention';
 import type { RetentionRule } from '../config/rules/retention';
 import type { ProviderSpec } from '../config/io/spec';
-import type { NextDataInput, NextDataPolicy, NextTrainingData } from '../workflows/campaign-contract';
+import type { NextDataInput, NextDataPolicy, NextTrainingData } from '../workflows/campaign/contract';
 
 /**
  * Next-data policies, by name:

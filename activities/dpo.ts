@@ -10,7 +10,7 @@ import type {
   DpoSegmentResult,
   PhaseInput,
   RoundSpec,
-} from '../workflows/round-contract';
+} from '../workflows/round/contract';
 import { toDatum, type TokenizedPair } from './data';
 import type { ActivityDeps } from './deps';
 import { dpoLossAndGradients } from './dpo-loss';

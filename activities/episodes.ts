@@ -5,8 +5,8 @@ import { environmentName, PYTHON_ACTIVITIES, pythonEnvironment } from '../config
 import { seedBase, stopToSend } from '../config/rules/sampling';
 import type { TextTokenizer } from '../config/io/tokenizer';
 import type { Datum, SamplingParams, TrainingProvider } from '../providers/types';
-import type { EpisodeItem, EpisodesResult } from '../workflows/python-contract';
-import type { GrpoSegmentInput } from '../workflows/round-contract';
+import type { EpisodeItem, EpisodesResult } from '../workflows/python/contract';
+import type { GrpoSegmentInput } from '../workflows/round/contract';
 import type { TokenizedRow } from './data';
 import { readTurns, sharedGateway, writeGatewayFile, type EpisodeAccess, type EpisodeSampler, type TurnRecord } from './gateway';
 import { writeJsonAtomic } from './files';

@@ -2,7 +2,7 @@ import { addUsage, type TokenUsage } from './usage';
 import { joinLocation } from '../config/io/artifacts';
 import { lineageParts, roundKey } from '../config/rules/keys';
 import { writeJsonAtomic } from './files';
-import type { DpoEvaluation, EvaluateDuringInput, EvaluationPoint, PhaseInput } from '../workflows/round-contract';
+import type { DpoEvaluation, EvaluateDuringInput, EvaluationPoint, PhaseInput } from '../workflows/round/contract';
 import { trackEvaluation, type RoundTracking } from './tracking';
 
 /**

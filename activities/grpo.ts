@@ -14,9 +14,9 @@ import { createPreparer, type PreparedData } from './prepare';
 import { groupAdvantages, rewardFunction } from './rewards';
 import { scoreOnPython } from './python';
 import { pythonReward } from '../config/rules/python-calls';
-import type { ScoreItem } from '../workflows/python-contract';
+import type { ScoreItem } from '../workflows/python/contract';
 import { completionText, tokensThroughStop } from './scoring';
-import type { GrpoSegmentInput, GrpoSegmentResult } from '../workflows/round-contract';
+import type { GrpoSegmentInput, GrpoSegmentResult } from '../workflows/round/contract';
 import { trainSegmentOf, type SegmentContext, type StepKind } from './segment';
 import { drawEpisodes, episodeDatums, type EpisodeSamples } from './episodes';
 

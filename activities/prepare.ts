@@ -4,7 +4,7 @@ import { DataValidationError } from '../config/rules/errors';
 import { RoundhouseFailure } from '../config/rules/failures';
 import { tokenizerFor, type TextTokenizer } from '../config/io/tokenizer';
 import type { ModelInfo, TrainingProvider } from '../providers/types';
-import type { RoundInput, RoundSpec } from '../workflows/round-contract';
+import type { RoundInput, RoundSpec } from '../workflows/round/contract';
 import { loadPreferenceData, loadRoundData, readDataset, sha256File, tokenizeRow, type TokenizedPair, type TokenizedRow } from './data';
 import type { ActivityDeps } from './deps';
 

@@ -11,7 +11,7 @@ import type {
   PromotionMeasure,
   PromotionRecordInput,
   PromotionRecordResult,
-} from '../workflows/promotion-contract';
+} from '../workflows/campaign/promotion-contract';
 import { pointChampionAlias, registerChampion } from './tracking';
 import type { CampaignSpec } from '../config/io/spec';
 

@@ -10,7 +10,7 @@ import {
   provisionGateWorkflowId,
   type ProvisionGateKey,
 } from '../config/rules/provision-gate';
-import type { provisionGateWorkflow } from '../workflows/provision-gate';
+import type { provisionGateWorkflow } from '../workflows/provision-gate/provision-gate';
 import type {
   AcquireGateRequest,
   AcquireGateResult,
@@ -18,7 +18,7 @@ import type {
   NoteListingRequest,
   OthersSince,
   ReleaseGateRequest,
-} from '../workflows/provision-gate-contract';
+} from '../workflows/provision-gate/contract';
 
 /** gRPC status codes (google.rpc.Code) the server answers a turned-away update with. */
 const GRPC_RESOURCE_EXHAUSTED = 8;
@@ -31,7 +31,7 @@ const MAX_POLL_MS = 2000;
 const HOLDER_RETRY_MS = 20_000;
 
 /**
- * A held provision gate (workflows/provision-gate.ts): trainer creates on this account and model are this owner's
+ * A held provision gate (workflows/provision-gate/provision-gate.ts): trainer creates on this account and model are this owner's
  * alone until it is released. The lease is renewed in the background, so it runs out only if this process stops.
  */
 export class ProvisionGateHold {

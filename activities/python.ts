@@ -4,7 +4,7 @@ import { WorkflowExecutionAlreadyStartedError, WorkflowFailedError } from '@temp
 import { isFailureType, RoundhouseFailure } from '../config/rules/failures';
 import { writeJsonAtomic } from './files';
 import { PYTHON_ACTIVITIES, pythonFailureType, type PythonCall, type PythonRole } from '../config/rules/python-calls';
-import type { NextDataRequest, NextDataResult, PythonCallInput, ScoreItem, ScoreResult } from '../workflows/python-contract';
+import type { NextDataRequest, NextDataResult, PythonCallInput, ScoreItem, ScoreResult } from '../workflows/python/contract';
 
 /**
  * Calling the user's Python functions from an activity. An activity cannot run activities, so each batch is a small

@@ -1,6 +1,6 @@
 import { WorkflowExecutionAlreadyStartedError, WorkflowIdReusePolicy, type Client } from '@temporalio/client';
 import { readChampion } from './promotion';
-import type { CampaignInput } from '../workflows/campaign-contract';
+import type { CampaignInput } from '../workflows/campaign/contract';
 import type { NotificationInput } from '../workflows/notify-contract';
 import { DEFAULT_WEBHOOK_SECRET_ENV } from '../config/rules/preflight';
 

@@ -4,7 +4,7 @@ import { learningRateAt } from '../config/rules/schedule';
 import { isRecoverableFailure, RoundhouseFailure } from '../config/rules/failures';
 import { ProviderError } from '../providers/errors';
 import type { AdamParams, ForwardResult, OperationHandle, OptimStepResult, TrainingProvider } from '../providers/types';
-import type { RoundSpec, SegmentInput, SegmentResult, TrainingCheckpoint } from '../workflows/round-contract';
+import type { RoundSpec, SegmentInput, SegmentResult, TrainingCheckpoint } from '../workflows/round/contract';
 import type { ActivityDeps } from './deps';
 import { providerFailureType } from './failures';
 import { lineageParts, roundKey } from '../config/rules/keys';

@@ -5,7 +5,7 @@ import { toDatum } from './data';
 import type { ActivityDeps } from './deps';
 import { atBoundary } from './failures';
 import { createPreparer } from './prepare';
-import type { SegmentInput, SegmentResult } from '../workflows/round-contract';
+import type { SegmentInput, SegmentResult } from '../workflows/round/contract';
 import { trainSegmentOf } from './segment';
 import type { StepRecord } from './step-records';
 

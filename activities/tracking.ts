@@ -4,7 +4,7 @@ import { learningRateAt } from '../config/rules/schedule';
 import { maskSecrets } from '../config/io/secrets';
 import type { CampaignSpec } from '../config/io/spec';
 import { credentialsFromEnv, MlflowClient, type MlflowMetric } from '../providers/mlflow/client';
-import type { RoundSpec } from '../workflows/round-contract';
+import type { RoundSpec } from '../workflows/round/contract';
 import { readJson, writeJsonAtomic } from './files';
 import type { Rollback } from '../config/rules/lineage';
 import { lossPerTokenOf, readStepRecords, type StepRecord } from './step-records';

@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { joinLocation, putContentAddressed } from '../config/io/artifacts';
-import type { RoundInput, RoundResult } from '../workflows/round-contract';
+import type { RoundInput, RoundResult } from '../workflows/round/contract';
 import { arithmeticRoundInput } from '../test/helpers/round';
 import { startS3Server } from '../test/helpers/s3-server';
 import { benchRoundInput, note, startBenchEmulator, trainingPhase, withWorker, type BenchContext, type Report } from './harness';

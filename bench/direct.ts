@@ -6,7 +6,7 @@ import { TinkerProvider } from '../providers/tinker/client';
 import { TogetherProvider } from '../providers/together/client';
 import type { AdamParams, Datum, TrainingProvider } from '../providers/types';
 import { LOCAL_EMULATOR_KEY } from '../workers/providers';
-import type { RoundInput } from '../workflows/round-contract';
+import type { RoundInput } from '../workflows/round/contract';
 
 /**
  * The training of a round written as a plain script, the way the providers' guides write it: the comparison

@@ -7,7 +7,7 @@ import { NUMBER_GAME } from '../test/helpers/episodes';
 import { startPythonWorker, type PythonWorker } from '../test/helpers/python-worker';
 import { arithmeticRoundInput } from '../test/helpers/round';
 import { roundWorkflow } from '../workflows';
-import type { RoundResult } from '../workflows/round-contract';
+import type { RoundResult } from '../workflows/round/contract';
 import { directProvider } from './direct';
 import { note, startBenchEmulator, trainingPhase, withWorker, type BenchContext, type Report } from './harness';
 

@@ -10,7 +10,7 @@ import { startEmulator, type EmulatorOptions, type RunningEmulator } from '../em
 import { ProviderRegistry } from '../workers/providers';
 import { connectClient, connectWorker, startTemporal, type TemporalServer } from '../workers/temporal-server';
 import { createRoundhouseWorker } from '../workers/worker';
-import type { RoundInput } from '../workflows/round-contract';
+import type { RoundInput } from '../workflows/round/contract';
 import { ticketRoundInput } from '../test/helpers/round';
 import { ensureDist } from '../test/helpers/dist';
 import { bundleToFile } from '../test/helpers/worker-process';

@@ -5,8 +5,8 @@ import { DEFAULT_SEGMENT_SECONDS, DEFAULT_SEGMENT_STEPS, parseCampaignSpec } fro
 import { TogetherProvider } from '../providers/together/client';
 import type { TrainingProvider } from '../providers/types';
 import { LOCAL_EMULATOR_KEY, ProviderRegistry } from '../workers/providers';
-import type { CampaignInput, CampaignResult } from '../workflows/campaign-contract';
-import type { RoundResult } from '../workflows/round-contract';
+import type { CampaignInput, CampaignResult } from '../workflows/campaign/contract';
+import type { RoundResult } from '../workflows/round/contract';
 import { benchRoundInput, note, startBenchEmulator, trainingPhase, withWorker, type BenchContext, type Report } from './harness';
 import { campaignWorkflow, roundWorkflow } from '../workflows';
 

@@ -1,4 +1,4 @@
-import type { RoundResult } from '../workflows/round-contract';
+import type { RoundResult } from '../workflows/round/contract';
 import fs from 'node:fs';
 import path from 'node:path';
 import { ProviderRegistry } from '../workers/providers';

@@ -5,7 +5,7 @@ import type { AddressInfo } from 'node:net';
 import type { temporal } from '@temporalio/proto';
 import { parseCampaignSpec } from '../config/io/spec';
 import { writeTicketData, writeTicketTestSet } from '../examples/support-tickets/generate';
-import type { CampaignInput, CampaignResult } from '../workflows/campaign-contract';
+import type { CampaignInput, CampaignResult } from '../workflows/campaign/contract';
 import { campaignWorkflow } from '../workflows';
 import { note, startBenchEmulator, withWorker, type BenchContext, type Report } from './harness';
 

@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import type { temporal } from '@temporalio/proto';
-import type { RoundResult } from '../workflows/round-contract';
+import type { RoundResult } from '../workflows/round/contract';
 import { arithmeticRoundInput } from '../test/helpers/round';
 import { readArtifact } from '../test/helpers/artifacts';
 import { startPythonWorker, type PythonWorker } from '../test/helpers/python-worker';

@@ -1,6 +1,6 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import type { RoundResult } from '../workflows/round-contract';
+import type { RoundResult } from '../workflows/round/contract';
 import { startWorkerProcess, type WorkerProcess } from '../test/helpers/worker-process';
 import { benchRoundInput, note, sleep, startBenchEmulator, waitFor, type BenchContext, type Report } from './harness';
 import { roundWorkflow } from '../workflows';

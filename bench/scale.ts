@@ -1,6 +1,6 @@
 import fs from 'node:fs';
 import type { WorkflowStartOptions } from '@temporalio/client';
-import type { RoundResult } from '../workflows/round-contract';
+import type { RoundResult } from '../workflows/round/contract';
 import { startWorkerProcess } from '../test/helpers/worker-process';
 import { BENCH_BASETEN_KEY, runDirectLoop } from './direct';
 import { benchRoundInput, childPids, cpuMeter, note, startBenchEmulator, trainingPhase, type BenchContext, type Report } from './harness';

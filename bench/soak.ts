@@ -7,7 +7,7 @@ import { arithmeticRoundInput } from '../test/helpers/round';
 import { bundleToFile, crashTestWorkerEnv, startWorkerProcess, type WorkerProcess } from '../test/helpers/worker-process';
 import { attemptWasInterrupted, runningActivities, TRAINING_ACTIVITY } from '../test/helpers/running-activities';
 import { roundWorkflow } from '../workflows';
-import type { RoundInput, RoundResult } from '../workflows/round-contract';
+import type { RoundInput, RoundResult } from '../workflows/round/contract';
 
 /**
  * The soak: N randomized rounds (every kind, both dialects where the kind exists) against the emulator, each under

@@ -1,7 +1,7 @@
 import path from 'node:path';
 import { Command } from 'commander';
 import type * as Worker from '../workers/worker';
-import type { CampaignInput, CampaignResult } from '../workflows/campaign-contract';
+import type { CampaignInput, CampaignResult } from '../workflows/campaign/contract';
 import { modules } from './modules';
 
 const HEADLINE_NAMES = {

@@ -14,8 +14,8 @@ import type * as TemporalServer from '../workers/temporal-server';
 import type * as Validate from '../workers/validate';
 import type * as Worker from '../workers/worker';
 import type * as Workflows from '../workflows';
-import type * as Contract from '../workflows/campaign-contract';
-import type * as PromotionContract from '../workflows/promotion-contract';
+import type * as Contract from '../workflows/campaign/contract';
+import type * as PromotionContract from '../workflows/campaign/promotion-contract';
 import type * as Context from './context';
 import type * as Progress from './progress';
 import type * as TemporalClient from '@temporalio/client';
@@ -43,8 +43,8 @@ export const modules = {
   validate: lazy(() => require('../workers/validate') as typeof Validate),
   worker: lazy(() => require('../workers/worker') as typeof Worker),
   workflows: lazy(() => require('../workflows') as typeof Workflows),
-  contract: lazy(() => require('../workflows/campaign-contract') as typeof Contract),
-  promotionContract: lazy(() => require('../workflows/promotion-contract') as typeof PromotionContract),
+  contract: lazy(() => require('../workflows/campaign/contract') as typeof Contract),
+  promotionContract: lazy(() => require('../workflows/campaign/promotion-contract') as typeof PromotionContract),
   context: lazy(() => require('./context') as typeof Context),
   progress: lazy(() => require('./progress') as typeof Progress),
   temporalClient: lazy(() => require('@temporalio/client') as typeof TemporalClient),

@@ -3,7 +3,7 @@ import { stageFacts } from '../config/rules/stages';
 import { WorkflowFailedError, type WorkflowExecutionDescription, type WorkflowHandle } from '@temporalio/client';
 import { decodeArrayFromPayloads } from '@temporalio/common/lib/internal-non-workflow';
 import { redactText } from '../config/io/logging';
-import { campaignProgressQuery, type CampaignProgress } from '../workflows/campaign-contract';
+import { campaignProgressQuery, type CampaignProgress } from '../workflows/campaign/contract';
 import { CliFailure } from './failure';
 
 const pct = (v: number | undefined) => (v === undefined ? '   –  ' : `${(v * 100).toFixed(1).padStart(5)}%`);

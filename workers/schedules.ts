@@ -2,7 +2,7 @@ import { ScheduleNotFoundError, ScheduleOverlapPolicy, type Client, type Schedul
 import type { Duration } from '@temporalio/common';
 import type { CampaignSpec, ProviderSpec } from '../config/io/spec';
 import type { ReaperInput } from '../activities/reaper';
-import type { CampaignInput } from '../workflows/campaign-contract';
+import type { CampaignInput } from '../workflows/campaign/contract';
 import { campaignWorkflow, reaperWorkflow } from '../workflows';
 
 export { campaignSchedules, type ScheduleHealth } from '../activities/schedule-health';

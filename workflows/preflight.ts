@@ -2,9 +2,9 @@ import { proxyActivities, workflowInfo } from '@temporalio/workflow';
 import type { Activities } from '../activities';
 import type { CampaignSpec } from '../config/io/spec';
 import { campaignPythonChecks, workerVariablesOf } from '../config/rules/preflight';
-import type { CampaignNotifier } from './campaign-notify';
+import type { CampaignNotifier } from './campaign/notify';
 import { failureReasonOf, failureTypeOf, isCancellation } from './failures';
-import { checkPythonFunctions } from './python';
+import { checkPythonFunctions } from './python/python';
 
 const { describeWorker, checkWorkerEnvironment } = proxyActivities<Activities>({
   startToCloseTimeout: '30 seconds',

@@ -3,7 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { createActivities } from '../../activities';
-import type { SegmentInput } from '../../workflows/round-contract';
+import type { SegmentInput } from '../../workflows/round/contract';
 import { ProviderRegistry } from '../../workers/providers';
 import { ledger, startTestEmulator, type RunningEmulator } from '../helpers/emulator';
 import { arithmeticRoundInput } from '../helpers/round';

@@ -7,7 +7,7 @@ import { createActivities } from '../../activities';
 import { ProvisionGateHold } from '../../activities/provision-gate';
 import { ownerTagFor } from '../../config/rules/owner-tag';
 import { readStepRecords } from '../../activities/step-records';
-import type { SegmentInput } from '../../workflows/round-contract';
+import type { SegmentInput } from '../../workflows/round/contract';
 import { ProviderRegistry } from '../../workers/providers';
 import { createRoundhouseWorker } from '../../workers/worker';
 import { ledger, setFaults, startTestEmulator, type RunningEmulator } from '../helpers/emulator';

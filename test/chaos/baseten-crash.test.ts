@@ -1,6 +1,6 @@
 import fs from 'node:fs';
 import { seededRandom } from '../../config/rules/random';
-import type { RoundProgress, RoundResult } from '../../workflows/round-contract';
+import type { RoundProgress, RoundResult } from '../../workflows/round/contract';
 import { ledger, setFaults, startTestEmulator, type RunningEmulator } from '../helpers/emulator';
 import { arithmeticRoundInput, progressOf } from '../helpers/round';
 import { TRAINING_ACTIVITY } from '../helpers/running-activities';

@@ -1,5 +1,5 @@
 import { roundWorkflow } from '../../workflows';
-import type { RoundInput, RoundResult } from '../../workflows/round-contract';
+import type { RoundInput, RoundResult } from '../../workflows/round/contract';
 import { ledger } from '../helpers/emulator';
 import { episodeSteps, expectTrainedAsRecorded, NUMBER_GAME, numberGameInput, repeatedDraws, turnsRecorded } from '../helpers/episodes';
 import { startPythonWorker, type PythonWorker } from '../helpers/python-worker';

@@ -4,11 +4,11 @@ import path from 'node:path';
 import { seededRandom } from '../../config/rules/random';
 import { ProviderRegistry } from '../../workers/providers';
 import { createRoundhouseWorker } from '../../workers/worker';
-import type { RoundProgress, RoundResult } from '../../workflows/round-contract';
+import type { RoundProgress, RoundResult } from '../../workflows/round/contract';
 import { firedFaults, ledger, setFaults, startTestEmulator, tenPercentFaults, type RunningEmulator } from '../helpers/emulator';
 import { progressOf, ticketRoundInput } from '../helpers/round';
 import { ticketCampaignSpec } from '../helpers/campaign';
-import { campaignProgressQuery, type CampaignInput, type CampaignResult } from '../../workflows/campaign-contract';
+import { campaignProgressQuery, type CampaignInput, type CampaignResult } from '../../workflows/campaign/contract';
 import { connectTestTemporal, uniqueTaskQueue, type TestTemporal } from '../helpers/temporal';
 import {
   bundleToFile,

@@ -4,7 +4,7 @@ import path from 'node:path';
 import { seededRandom } from '../../config/rules/random';
 import { ProviderRegistry } from '../../workers/providers';
 import { createRoundhouseWorker } from '../../workers/worker';
-import type { RoundInput, RoundProgress, RoundResult } from '../../workflows/round-contract';
+import type { RoundInput, RoundProgress, RoundResult } from '../../workflows/round/contract';
 import { firedFaults, ledger, setFaults, startTestEmulator, tenPercentFaults, type RunningEmulator } from '../helpers/emulator';
 import { arithmeticRoundInput, progressOf } from '../helpers/round';
 import { connectTestTemporal, uniqueTaskQueue, type TestTemporal } from '../helpers/temporal';

@@ -4,7 +4,7 @@ import path from 'node:path';
 import { seededRandom } from '../../config/rules/random';
 import { ProviderRegistry } from '../../workers/providers';
 import { createRoundhouseWorker } from '../../workers/worker';
-import type { RoundProgress, RoundResult } from '../../workflows/round-contract';
+import type { RoundProgress, RoundResult } from '../../workflows/round/contract';
 import { roundWorkflow } from '../../workflows';
 import { firedFaults, ledger, setFaults, startTestEmulator, tenPercentFaults, type RunningEmulator } from '../helpers/emulator';
 import { progressOf, ticketRoundInput } from '../helpers/round';

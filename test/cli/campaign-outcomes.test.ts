@@ -1,6 +1,6 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import { campaignProgressQuery, type CampaignInput } from '../../workflows/campaign-contract';
+import { campaignProgressQuery, type CampaignInput } from '../../workflows/campaign/contract';
 import { campaignWorkflow } from '../../workflows';
 import type { RunningEmulator } from '../helpers/emulator';
 import { runCli, startCliStack, type CliRun, type CliStack } from '../helpers/cli-stack';

@@ -1,6 +1,6 @@
 import { liveSegmentStep, renderProgress, withLiveStep } from '../../cli/progress';
 import { campaignWorkflow } from '../../workflows';
-import { campaignProgressQuery, type CampaignInput, type CampaignResult } from '../../workflows/campaign-contract';
+import { campaignProgressQuery, type CampaignInput, type CampaignResult } from '../../workflows/campaign/contract';
 import { testReportDir } from '../helpers/artifacts';
 import { ticketCampaignSpec } from '../helpers/campaign';
 import { roundTestEnvironment } from '../helpers/round';

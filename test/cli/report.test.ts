@@ -4,7 +4,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { LOCAL_EMULATOR_KEY, ProviderRegistry } from '../../workers/providers';
 import { createRoundhouseWorker } from '../../workers/worker';
-import type { CampaignInput, CampaignResult } from '../../workflows/campaign-contract';
+import type { CampaignInput, CampaignResult } from '../../workflows/campaign/contract';
 import { startTestEmulator, togetherProvider } from '../helpers/emulator';
 import { ticketCampaignSpec } from '../helpers/campaign';
 import { parseCampaignSpec } from '../../config/io/spec';

@@ -3,7 +3,7 @@ import path from 'node:path';
 import type { Ledger } from '../../emulator/engine/ledger';
 import type { TrainedListing } from '../../emulator/engine/trained';
 import { ledger, type RunningEmulator } from './emulator';
-import type { RoundInput, RoundResult } from '../../workflows/round-contract';
+import type { RoundInput, RoundResult } from '../../workflows/round/contract';
 import { arithmeticRoundInput } from './round';
 
 /** The multi-turn game the environment tests play (verifiers' own MultiTurnEnv and Rubric). */

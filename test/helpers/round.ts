@@ -8,7 +8,7 @@ import { ProviderRegistry } from '../../workers/providers';
 import { createRoundhouseWorker } from '../../workers/worker';
 import type { WorkflowHandle } from '@temporalio/client';
 import type { DataConverter } from '@temporalio/common';
-import { roundProgressQuery, roundSpecOf, type RoundInput, type RoundProgress, type RoundResult } from '../../workflows/round-contract';
+import { roundProgressQuery, roundSpecOf, type RoundInput, type RoundProgress, type RoundResult } from '../../workflows/round/contract';
 import { startTestEmulator, type RunningEmulator } from './emulator';
 import { bundleWorkflows, connectTestTemporal, type TestTemporal } from './temporal';
 import { writeTicketData, writeTicketPreferences } from '../../examples/support-tickets/generate';

@@ -5,7 +5,7 @@ import path from 'node:path';
 import { joinLocation, readJson, storeFor } from '../../config/io/artifacts';
 import { writeArithmeticData } from '../../examples/arithmetic/generate';
 import { writeTicketPreferences } from '../../examples/support-tickets/generate';
-import type { CampaignResult } from '../../workflows/campaign-contract';
+import type { CampaignResult } from '../../workflows/campaign/contract';
 import { distCli } from '../helpers/dist';
 import { ledger, startTestEmulator, type RunningEmulator } from '../helpers/emulator';
 import { startS3Server, type RunningS3 } from '../helpers/s3-server';

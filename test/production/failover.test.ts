@@ -1,7 +1,7 @@
 import { execFileSync } from 'node:child_process';
 import path from 'node:path';
 import fs from 'node:fs';
-import type { RoundResult } from '../../workflows/round-contract';
+import type { RoundResult } from '../../workflows/round/contract';
 import { ledger, startTestEmulator, type RunningEmulator } from '../helpers/emulator';
 import { arithmeticRoundInput, ticketRoundInput } from '../helpers/round';
 import { readArtifact } from '../helpers/artifacts';

@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import type { RoundResult } from '../../workflows/round-contract';
+import type { RoundResult } from '../../workflows/round/contract';
 import { ownerTagFor } from '../../config/rules/owner-tag';
 import { LOCAL_EMULATOR_KEY } from '../../workers/providers';
 import { setFaults, startTestEmulator, togetherProvider } from '../helpers/emulator';

@@ -6,7 +6,7 @@ import { ownerOf } from '../../emulator/engine';
 import { lossBody } from '../../providers/together/mapping';
 import { LOCAL_EMULATOR_KEY } from '../../workers/providers';
 import { roundWorkflow } from '../../workflows';
-import { roundProgressQuery, type RoundInput, type RoundProgress, type RoundResult } from '../../workflows/round-contract';
+import { roundProgressQuery, type RoundInput, type RoundProgress, type RoundResult } from '../../workflows/round/contract';
 import { raw } from '../helpers/emulator';
 import { arithmeticRoundInput, roundTestEnvironment } from '../helpers/round';
 import { uniqueTaskQueue } from '../helpers/temporal';

@@ -1,6 +1,6 @@
 import { WorkflowFailedError } from '@temporalio/client';
 import { LOCAL_EMULATOR_KEY } from '../../workers/providers';
-import type { RoundInput } from '../../workflows/round-contract';
+import type { RoundInput } from '../../workflows/round/contract';
 import { joinLocation } from '../../config/io/artifacts';
 import { readArtifact } from '../helpers/artifacts';
 import { ledger, raw } from '../helpers/emulator';

@@ -1,6 +1,6 @@
 import { renderProgress } from '../../cli/progress';
-import type { CampaignProgress } from '../../workflows/campaign-contract';
-import type { RoundProgress } from '../../workflows/round-contract';
+import type { CampaignProgress } from '../../workflows/campaign/contract';
+import type { RoundProgress } from '../../workflows/round/contract';
 
 const progress = (current: Partial<RoundProgress>): CampaignProgress => ({
   campaignId: 'c1',

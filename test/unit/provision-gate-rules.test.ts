@@ -1,4 +1,4 @@
-import { ProvisionGate } from '../../workflows/provision-gate';
+import { ProvisionGate } from '../../workflows/provision-gate/provision-gate';
 
 /**
  * The gate's rules without a server, where timing decides: a waiter's acquire that reaches the gate in the same

@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { writeCampaignReports } from '../../activities/report';
-import type { CampaignProgress, RoundSummary, StageProgress } from '../../workflows/campaign-contract';
+import type { CampaignProgress, RoundSummary, StageProgress } from '../../workflows/campaign/contract';
 
 // summary.md and report.html of a staged campaign (SFT, then DPO), written from campaign.json and the round reports
 // as the campaign leaves them: a Stages section with the facts `status` shows; a campaign without stages has none.

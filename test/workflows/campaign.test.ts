@@ -12,7 +12,7 @@ import {
   stopCampaignUpdate,
   type CampaignInput,
   type CampaignResult,
-} from '../../workflows/campaign-contract';
+} from '../../workflows/campaign/contract';
 import { ledger, startTestEmulator, type RunningEmulator } from '../helpers/emulator';
 import { readArtifact, testReportDir } from '../helpers/artifacts';
 import { joinLocation } from '../../config/io/artifacts';

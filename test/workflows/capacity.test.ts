@@ -5,7 +5,7 @@ import path from 'node:path';
 import { WorkflowFailedError } from '@temporalio/client';
 import { renderProgress } from '../../cli/progress';
 import { campaignWorkflow } from '../../workflows';
-import { campaignProgressQuery, type CampaignInput } from '../../workflows/campaign-contract';
+import { campaignProgressQuery, type CampaignInput } from '../../workflows/campaign/contract';
 import { ticketCampaignSpec } from '../helpers/campaign';
 import { ledger, setFaults } from '../helpers/emulator';
 import { roundTestEnvironment, ticketRoundInput } from '../helpers/round';

@@ -4,7 +4,7 @@ import { MockActivityEnvironment } from '@temporalio/testing';
 import { createActivities } from '../../activities';
 import { ownerTagFor } from '../../config/rules/owner-tag';
 import { roundWorkflow } from '../../workflows';
-import { roundProgressQuery, type RoundResult } from '../../workflows/round-contract';
+import { roundProgressQuery, type RoundResult } from '../../workflows/round/contract';
 import { ledger, setFaults } from '../helpers/emulator';
 import { roundTestEnvironment, ticketRoundInput } from '../helpers/round';
 import { uniqueTaskQueue } from '../helpers/temporal';

@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import type { RoundInput, RoundResult } from '../../workflows/round-contract';
+import type { RoundInput, RoundResult } from '../../workflows/round/contract';
 import { ledger, setFaults } from '../helpers/emulator';
 import { episodesDirOf, NUMBER_GAME, numberGameInput } from '../helpers/episodes';
 import { startPythonWorker, type PythonWorker } from '../helpers/python-worker';

@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { roundWorkflow } from '../../workflows';
-import { pauseRoundSignal, resumeRoundSignal, roundProgressQuery, type RoundResult } from '../../workflows/round-contract';
+import { pauseRoundSignal, resumeRoundSignal, roundProgressQuery, type RoundResult } from '../../workflows/round/contract';
 import { ledger } from '../helpers/emulator';
 import { episodeSteps, NUMBER_GAME, numberGameInput, turnsRecorded } from '../helpers/episodes';
 import { startPythonWorker, type PythonWorker } from '../helpers/python-worker';

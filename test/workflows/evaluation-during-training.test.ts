@@ -3,7 +3,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { joinLocation, storeFor } from '../../config/io/artifacts';
-import type { CampaignInput, CampaignResult } from '../../workflows/campaign-contract';
+import type { CampaignInput, CampaignResult } from '../../workflows/campaign/contract';
 import { campaignWorkflow } from '../../workflows';
 import { readArtifact, testReportDir } from '../helpers/artifacts';
 import { ticketCampaignSpec } from '../helpers/campaign';

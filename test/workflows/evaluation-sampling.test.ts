@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { renderCampaignMarkdown } from '../../activities/report';
-import type { RoundResult } from '../../workflows/round-contract';
+import type { RoundResult } from '../../workflows/round/contract';
 import { ledger } from '../helpers/emulator';
 import { arithmeticRoundInput, roundTestEnvironment } from '../helpers/round';
 import { uniqueTaskQueue } from '../helpers/temporal';

@@ -3,8 +3,8 @@ import path from 'node:path';
 import { historyToJSON } from '@temporalio/common/lib/proto-utils';
 import type { WorkflowHandle } from '@temporalio/client';
 import { createRoundhouseWorker } from '../../workers/worker';
-import { campaignProgressQuery, pauseCampaignUpdate, resumeCampaignUpdate, type CampaignInput } from '../../workflows/campaign-contract';
-import { roundProgressQuery } from '../../workflows/round-contract';
+import { campaignProgressQuery, pauseCampaignUpdate, resumeCampaignUpdate, type CampaignInput } from '../../workflows/campaign/contract';
+import { roundProgressQuery } from '../../workflows/round/contract';
 import { campaignWorkflow, reaperWorkflow, roundWorkflow } from '../../workflows';
 import { arithmeticStagesSpec, ticketCampaignSpec } from '../helpers/campaign';
 import { arithmeticRoundInput, roundTestEnvironment, ticketRoundInput } from '../helpers/round';
@@ -12,7 +12,7 @@ import { uniqueTaskQueue } from '../helpers/temporal';
 import { setFaults } from '../helpers/emulator';
 import { startPythonWorker } from '../helpers/python-worker';
 import { provisionGateWorkflowId } from '../../config/rules/provision-gate';
-import { approvePromotionUpdate } from '../../workflows/promotion-contract';
+import { approvePromotionUpdate } from '../../workflows/campaign/promotion-contract';
 
 /**
  * Records the histories that test/workflows/history-fixtures.test.ts replays: `npm run record-histories` (not part of

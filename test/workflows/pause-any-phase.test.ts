@@ -6,7 +6,7 @@ import {
   resumeCampaignUpdate,
   type CampaignInput,
   type CampaignResult,
-} from '../../workflows/campaign-contract';
+} from '../../workflows/campaign/contract';
 import { ticketCampaignSpec } from '../helpers/campaign';
 import { ledger, setFaults } from '../helpers/emulator';
 import { roundTestEnvironment } from '../helpers/round';

@@ -8,7 +8,7 @@ import type { WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import type { CampaignSpec } from '../../config/io/spec';
 import { ProviderRegistry } from '../../workers/providers';
 import { createRoundhouseWorker } from '../../workers/worker';
-import type { CampaignInput } from '../../workflows/campaign-contract';
+import type { CampaignInput } from '../../workflows/campaign/contract';
 import { campaignChecksWorkflow, campaignWorkflow, preflightWorkflow } from '../../workflows';
 import { testReportDir } from '../helpers/artifacts';
 import { arithmeticStagesSpec } from '../helpers/campaign';

@@ -17,13 +17,13 @@ import {
   type CampaignInput,
   type CampaignProgress,
   type CampaignResult,
-} from '../../workflows/campaign-contract';
+} from '../../workflows/campaign/contract';
 import {
   approvePromotionUpdate,
   rejectPromotionUpdate,
   type ChampionRecord,
   type PromotionRecordInput,
-} from '../../workflows/promotion-contract';
+} from '../../workflows/campaign/promotion-contract';
 import { startTestEmulator, type RunningEmulator } from '../helpers/emulator';
 import { readArtifact, testReportDir } from '../helpers/artifacts';
 import { startMlflowServer, type RunningMlflow } from '../helpers/mlflow-server';

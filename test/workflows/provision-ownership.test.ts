@@ -10,8 +10,8 @@ import {
   releaseGateUpdate,
   type AcquireGateRequest,
   type GateLease,
-} from '../../workflows/provision-gate-contract';
-import type { RoundResult } from '../../workflows/round-contract';
+} from '../../workflows/provision-gate/contract';
+import type { RoundResult } from '../../workflows/round/contract';
 import { ledger, setFaults } from '../helpers/emulator';
 import { roundTestEnvironment, ticketRoundInput } from '../helpers/round';
 import { uniqueTaskQueue } from '../helpers/temporal';

@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { loadCampaignSpec } from '../../config/io/spec';
-import type { CampaignInput, CampaignResult } from '../../workflows/campaign-contract';
+import type { CampaignInput, CampaignResult } from '../../workflows/campaign/contract';
 import { campaignWorkflow } from '../../workflows';
 import { ledger } from '../helpers/emulator';
 import { readArtifact, testReportDir } from '../helpers/artifacts';

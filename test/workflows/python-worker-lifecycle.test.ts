@@ -8,7 +8,7 @@ import { loadWorkerSettings } from '../../config/io/worker-env';
 import { pythonCallOf } from '../../config/rules/python-calls';
 import { startTemporal } from '../../workers/temporal-server';
 import { pythonCallWorkflow } from '../../workflows';
-import type { PythonCallInput } from '../../workflows/python-contract';
+import type { PythonCallInput } from '../../workflows/python/contract';
 import { findPython } from '../helpers/python-venv';
 import { startPythonWorker, type PythonWorker, type WorkerExit } from '../helpers/python-worker';
 import { roundTestEnvironment } from '../helpers/round';

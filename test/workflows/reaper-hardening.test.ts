@@ -1,5 +1,5 @@
 import { reaperWorkflow, roundWorkflow } from '../../workflows';
-import { roundProgressQuery } from '../../workflows/round-contract';
+import { roundProgressQuery } from '../../workflows/round/contract';
 import type { ReaperInput, ReaperResult } from '../../activities/reaper';
 import { registeredTrainers } from '../../config/rules/trainer-registry';
 import { ownerTagFor } from '../../config/rules/owner-tag';

@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { WorkflowFailedError } from '@temporalio/client';
 import { loadCampaignReportData, renderCampaignHtml } from '../../activities/report';
-import type { RoundInput, RoundResult } from '../../workflows/round-contract';
+import type { RoundInput, RoundResult } from '../../workflows/round/contract';
 import { ledger, setFaults } from '../helpers/emulator';
 import { roundTestEnvironment, ticketRoundInput } from '../helpers/round';
 import { uniqueTaskQueue } from '../helpers/temporal';

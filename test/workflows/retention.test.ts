@@ -7,7 +7,7 @@ import { joinLocation, writeJson } from '../../config/io/artifacts';
 import { checkpointRefsMemo } from '../../config/rules/retention';
 import { LOCAL_EMULATOR_KEY } from '../../workers/providers';
 import { campaignWorkflow } from '../../workflows';
-import type { CampaignInput, CampaignResult } from '../../workflows/campaign-contract';
+import type { CampaignInput, CampaignResult } from '../../workflows/campaign/contract';
 import { readArtifact, testReportDir } from '../helpers/artifacts';
 import { ticketCampaignSpec } from '../helpers/campaign';
 import { ledger, togetherProvider } from '../helpers/emulator';

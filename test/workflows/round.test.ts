@@ -11,7 +11,7 @@ import {
   roundProgressQuery,
   type RoundProgress,
   type RoundResult,
-} from '../../workflows/round-contract';
+} from '../../workflows/round/contract';
 import { ledger, setFaults, startTestEmulator, type RunningEmulator } from '../helpers/emulator';
 import { ticketRoundInput } from '../helpers/round';
 import { readArtifact } from '../helpers/artifacts';

@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { completionText } from '../../activities/scoring';
 import { tokenizerFor } from '../../config/io/tokenizer';
-import type { RoundResult } from '../../workflows/round-contract';
+import type { RoundResult } from '../../workflows/round/contract';
 import { ledger } from '../helpers/emulator';
 import { NUMBER_GAME, numberGameInput, turnRecords, trainedBatches, trainedRuns } from '../helpers/episodes';
 import { startPythonWorker, type PythonWorker } from '../helpers/python-worker';

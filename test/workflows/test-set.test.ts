@@ -9,7 +9,7 @@ import { createRoundhouseWorker } from '../../workers/worker';
 import { validateCampaignLocally } from '../../workers/validate';
 import { DataValidationError } from '../../config/rules/errors';
 import { renderProgress } from '../../cli/progress';
-import type { CampaignInput, CampaignResult } from '../../workflows/campaign-contract';
+import type { CampaignInput, CampaignResult } from '../../workflows/campaign/contract';
 import { startTestEmulator, type RunningEmulator } from '../helpers/emulator';
 import { testReportDir } from '../helpers/artifacts';
 import { ticketCampaignSpec } from '../helpers/campaign';

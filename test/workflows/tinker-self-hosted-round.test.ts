@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import type { RoundResult } from '../../workflows/round-contract';
-import type { CampaignInput, CampaignResult } from '../../workflows/campaign-contract';
+import type { RoundResult } from '../../workflows/round/contract';
+import type { CampaignInput, CampaignResult } from '../../workflows/campaign/contract';
 import { campaignWorkflow } from '../../workflows';
 import { ticketCampaignSpec } from '../helpers/campaign';
 import { ledger, setFaults } from '../helpers/emulator';

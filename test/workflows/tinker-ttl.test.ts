@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseCampaignSpec } from '../../config/io/spec';
-import { roundSpecOf, type RoundResult } from '../../workflows/round-contract';
+import { roundSpecOf, type RoundResult } from '../../workflows/round/contract';
 import { ledger } from '../helpers/emulator';
 import { arithmeticRoundInput, roundTestEnvironment } from '../helpers/round';
 import { uniqueTaskQueue } from '../helpers/temporal';

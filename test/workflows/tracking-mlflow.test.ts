@@ -1,8 +1,8 @@
 import { MlflowClient } from '../../providers/mlflow/client';
 import { trackCampaign } from '../../activities/tracking';
 import { campaignWorkflow } from '../../workflows';
-import type { CampaignInput, CampaignResult } from '../../workflows/campaign-contract';
-import { campaignProgressQuery } from '../../workflows/campaign-contract';
+import type { CampaignInput, CampaignResult } from '../../workflows/campaign/contract';
+import { campaignProgressQuery } from '../../workflows/campaign/contract';
 import { readArtifact, testReportDir } from '../helpers/artifacts';
 import { ticketCampaignSpec } from '../helpers/campaign';
 import { ledger, startTestEmulator, type RunningEmulator } from '../helpers/emulator';

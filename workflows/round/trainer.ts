@@ -1,10 +1,10 @@
-import { checkPythonFunctions, sandboxOf } from './python';
-import { pythonChecksOf } from '../config/rules/python-calls';
+import { checkPythonFunctions, sandboxOf } from '../python/python';
+import { pythonChecksOf } from '../../config/rules/python-calls';
 import { condition, patched, workflowInfo } from '@temporalio/workflow';
-import { lineageParts, roundKey } from '../config/rules/keys';
-import { failureDetail, failureMessageOf, failureTypeOf, recoverable } from './failures';
-import { untilInterrupted } from './interrupt';
-import type { RoundActivities } from './round-activities';
+import { lineageParts, roundKey } from '../../config/rules/keys';
+import { failureDetail, failureMessageOf, failureTypeOf, recoverable } from '../failures';
+import { untilInterrupted } from '../interrupt';
+import type { RoundActivities } from './activities';
 import {
   ownerTagFor,
   referenceTagFor,
@@ -17,8 +17,8 @@ import {
   type SegmentInput,
   type TrainingCheckpoint,
   type TrainingCursor,
-} from './round-contract';
-import type { RoundState } from './round-state';
+} from './contract';
+import type { RoundState } from './state';
 
 /** A training checkpoint the round can reopen its trainer from (none: the round's start), and its round step. */
 export interface Checkpoint {
@@ -58,7 +58,7 @@ export class RoundTrainer {
   readonly checkpoints: TrainingCheckpoint[] = [];
   /** Each rollback: from lineage L on, training resumed from step `toStep`. */
   readonly rollbacks: Rollback[] = [];
-  /** Evaluations during training so far, every lineage's (workflows/evaluation.ts keeps the kept weights' curve). */
+  /** Evaluations during training so far, every lineage's (workflows/round/evaluation.ts keeps the kept weights' curve). */
   readonly evaluations: EvaluationPoint[] = [];
   /** When the phase running now started (GPU time lost by a rollback outside training counts from here). */
   phaseStartedAtMs = 0;

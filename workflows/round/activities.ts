@@ -1,5 +1,5 @@
 import { proxyActivities } from '@temporalio/workflow';
-import type { Activities } from '../activities';
+import type { Activities } from '../../activities';
 
 /**
  * The round's activity proxies, named for what they do; they differ in timeouts, retries and what a cancellation

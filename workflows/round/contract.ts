@@ -1,9 +1,9 @@
-import type { PythonCheck } from '../config/rules/python-calls';
+import type { PythonCheck } from '../../config/rules/python-calls';
 import { defineQuery, defineSignal } from '@temporalio/workflow';
-import type { CampaignSpec } from '../config/io/spec';
-import { ROUND_WAITING_SIGNAL, type ProvisioningWait } from '../config/rules/capacity';
-import type { Rollback } from '../config/rules/lineage';
-import type { TokenUsage } from '../config/rules/usage';
+import type { CampaignSpec } from '../../config/io/spec';
+import { ROUND_WAITING_SIGNAL, type ProvisioningWait } from '../../config/rules/capacity';
+import type { Rollback } from '../../config/rules/lineage';
+import type { TokenUsage } from '../../config/rules/usage';
 
 /**
  * The round's contract: its input and result, its messages, and the payloads its workflow and activities exchange.
@@ -391,7 +391,7 @@ export interface EvaluateDuringInput extends PhaseInput {
 }
 
 // Owner tags live in config/rules/owner-tag.ts (pure), so the reaper activity reads them without importing workflow code.
-export { ownerTagFor, referenceTagFor } from '../config/rules/owner-tag';
+export { ownerTagFor, referenceTagFor } from '../../config/rules/owner-tag';
 
 export const roundProgressQuery = defineQuery<RoundProgress>('roundProgress');
 /** Interrupt the running segment (its in-flight steps land), save a training checkpoint, release the GPU, and wait. */

@@ -1,10 +1,10 @@
 import { ParentClosePolicy, condition, log, startChild } from '@temporalio/workflow';
-import type { CampaignSpec, NotifyEvent } from '../config/io/spec';
-import type { ProvisioningWait } from '../config/rules/capacity';
-import type { CampaignProgress, CampaignResult } from './campaign-contract';
-import { failureReasonOf, isCancellation } from './failures';
-import { notifyWorkflow } from './notify';
-import { DEFAULT_WEBHOOK_SECRET_ENV } from '../config/rules/preflight';
+import type { CampaignSpec, NotifyEvent } from '../../config/io/spec';
+import type { ProvisioningWait } from '../../config/rules/capacity';
+import type { CampaignProgress, CampaignResult } from './contract';
+import { failureReasonOf, isCancellation } from '../failures';
+import { notifyWorkflow } from '../notify';
+import { DEFAULT_WEBHOOK_SECRET_ENV } from '../../config/rules/preflight';
 
 /**
  * A campaign's notifications (`notify`): its end, its promotion, a round waiting long for capacity. Each is a workflow

@@ -1,5 +1,5 @@
 import { defineQuery, defineUpdate } from '@temporalio/workflow';
-import { ACQUIRE_GATE_UPDATE, NOTE_LISTING_UPDATE, RELEASE_GATE_UPDATE } from '../config/rules/provision-gate';
+import { ACQUIRE_GATE_UPDATE, NOTE_LISTING_UPDATE, RELEASE_GATE_UPDATE } from '../../config/rules/provision-gate';
 
 /** One grant of the gate: `epoch` names this gate's life (a gate started anew has another), `generation` the grant. */
 export interface GateLease {

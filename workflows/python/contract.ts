@@ -1,4 +1,4 @@
-import type { PythonCall, PythonRole } from '../config/rules/python-calls';
+import type { PythonCall, PythonRole } from '../../config/rules/python-calls';
 
 /**
  * The wire between the TypeScript workflows and a Python worker (python/src/roundhouse/activities.py): activity

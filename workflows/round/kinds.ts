@@ -1,6 +1,6 @@
-import type { RoundActivities } from './round-activities';
-import type { RoundInput, RoundResult, SegmentInput, SegmentOutcome } from './round-contract';
-import type { RoundTrainer } from './round-trainer';
+import type { RoundActivities } from './activities';
+import type { RoundInput, RoundResult, SegmentInput, SegmentOutcome } from './contract';
+import type { RoundTrainer } from './trainer';
 
 /**
  * What changes with the round kind (`spec.round.kind`): how the round is measured before and after training, and

@@ -1,6 +1,6 @@
 import { ActivityFailure, ApplicationFailure, proxyActivities, TimeoutFailure, type ActivityOptions } from '@temporalio/workflow';
-import { PYTHON_ACTIVITIES, type PythonCall, type PythonCheck } from '../config/rules/python-calls';
-import type { DescribeRequest, DescribeResult, PythonCallInput } from './python-contract';
+import { PYTHON_ACTIVITIES, type PythonCall, type PythonCheck } from '../../config/rules/python-calls';
+import type { DescribeRequest, DescribeResult, PythonCallInput } from './contract';
 
 /**
  * The user's functions on a Python worker, called by name on its task queue (Temporal is polyglot: the Python

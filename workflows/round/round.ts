@@ -1,13 +1,13 @@
 import { ApplicationFailure, CancellationScope, log, patched } from '@temporalio/workflow';
 import { evaluateDuring, evaluationDue, restoreBest } from './evaluation';
-import { failureMessageOf, failureReasonOf, failureTypeOf, isCancellation, recoverable } from './failures';
-import { untilInterrupted } from './interrupt';
-import { roundActivities } from './round-activities';
-import type { RoundInput, RoundResult, SegmentOutcome, TrainingCursor } from './round-contract';
-import { ROUND_KINDS, type RoundKind } from './round-kinds';
-import { roundReport } from './round-report';
-import { RoundState } from './round-state';
-import { RoundTrainer } from './round-trainer';
+import { failureMessageOf, failureReasonOf, failureTypeOf, isCancellation, recoverable } from '../failures';
+import { untilInterrupted } from '../interrupt';
+import { roundActivities } from './activities';
+import type { RoundInput, RoundResult, SegmentOutcome, TrainingCursor } from './contract';
+import { ROUND_KINDS, type RoundKind } from './kinds';
+import { roundReport } from './report';
+import { RoundState } from './state';
+import { RoundTrainer } from './trainer';
 
 /**
  * One round, as durable steps:

@@ -1,13 +1,13 @@
 import { ParentClosePolicy, condition, executeChild, patched, proxyActivities, setHandler } from '@temporalio/workflow';
-import type { PromotionActivities } from '../activities/promotion';
-import type { CampaignSpec } from '../config/io/spec';
-import { evaluationSampling } from '../config/rules/evaluation-sampling';
-import { checkpointRefsMemo } from '../config/rules/retention';
-import { stageSpecOf } from '../config/rules/stages';
+import type { PromotionActivities } from '../../activities/promotion';
+import type { CampaignSpec } from '../../config/io/spec';
+import { evaluationSampling } from '../../config/rules/evaluation-sampling';
+import { checkpointRefsMemo } from '../../config/rules/retention';
+import { stageSpecOf } from '../../config/rules/stages';
 import { bestOf } from './best-round';
-import type { CampaignCarriedState, CampaignResult } from './campaign-contract';
-import type { CampaignNotifier } from './campaign-notify';
-import { failureReasonOf, isCancellation } from './failures';
+import type { CampaignCarriedState, CampaignResult } from './contract';
+import type { CampaignNotifier } from './notify';
+import { failureReasonOf, isCancellation } from '../failures';
 import {
   approvePromotionUpdate,
   rejectPromotionUpdate,
@@ -17,8 +17,8 @@ import {
   type PromotionMeasure,
   type PromotionState,
 } from './promotion-contract';
-import type { RoundInput } from './round-contract';
-import { roundWorkflow } from './round';
+import type { RoundInput } from '../round/contract';
+import { roundWorkflow } from '../round/round';
 
 /** What a campaign's promotion needs of the campaign. */
 export interface PromotionHost {

@@ -1,5 +1,5 @@
 import { allHandlersFinished, ApplicationFailure, condition, continueAsNew, setHandler, uuid4, workflowInfo } from '@temporalio/workflow';
-import { GATE_BUSY } from '../config/rules/provision-gate';
+import { GATE_BUSY } from '../../config/rules/provision-gate';
 import {
   acquireGateUpdate,
   provisionGateStateQuery,
@@ -13,7 +13,7 @@ import {
   type ProvisionGateState,
   type NoteListingRequest,
   type ReleaseGateRequest,
-} from './provision-gate-contract';
+} from './contract';
 
 /** Grants remembered for `othersSince`: far more than can pass while one round's provision is retried. */
 const REMEMBERED_GRANTS = 256;

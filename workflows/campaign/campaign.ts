@@ -1,8 +1,8 @@
 import { ContinueAsNew, allHandlersFinished, condition, continueAsNew, patched } from '@temporalio/workflow';
-import type { CampaignInput, CampaignResult } from './campaign-contract';
-import { CampaignState } from './campaign-state';
-import { failureReasonOf, isCancellation } from './failures';
-import { checkCampaignOrTell } from './preflight';
+import type { CampaignInput, CampaignResult } from './contract';
+import { CampaignState } from './state';
+import { failureReasonOf, isCancellation } from '../failures';
+import { checkCampaignOrTell } from '../preflight';
 
 /**
  * A campaign: rounds until the target metric, `rounds.max`, or a budget is reached. Each round is a child

@@ -1,6 +1,6 @@
 import { workflowInfo } from '@temporalio/workflow';
-import { billingOf } from '../config/rules/dialects';
-import type { RoundInput, RoundProgress, RoundResult } from './round-contract';
+import { billingOf } from '../../config/rules/dialects';
+import type { RoundInput, RoundProgress, RoundResult } from './contract';
 
 /** The round's report (round-N.json) as the workflow knows it; the report activity merges in evaluations and steps. */
 export function roundReport(

@@ -1,4 +1,4 @@
-import { nextDataCall, type PythonCheck } from '../config/rules/python-calls';
+import { nextDataCall, type PythonCheck } from '../../config/rules/python-calls';
 import {
   CancellationScope,
   ParentClosePolicy,
@@ -10,12 +10,12 @@ import {
   workflowInfo,
   type ChildWorkflowHandle,
 } from '@temporalio/workflow';
-import type { CampaignActivities } from '../activities/campaign';
-import { CampaignNotifier } from './campaign-notify';
-import { CampaignPromotion } from './campaign-promotion';
-import type { CampaignSpec } from '../config/io/spec';
-import { checkpointRefsMemo, deletionRuleOf } from '../config/rules/retention';
-import { describeVerdict, gateVerdict, headlineMetric, metricOf, stageSpecOf } from '../config/rules/stages';
+import type { CampaignActivities } from '../../activities/campaign';
+import { CampaignNotifier } from './notify';
+import { CampaignPromotion } from './promotion';
+import type { CampaignSpec } from '../../config/io/spec';
+import { checkpointRefsMemo, deletionRuleOf } from '../../config/rules/retention';
+import { describeVerdict, gateVerdict, headlineMetric, metricOf, stageSpecOf } from '../../config/rules/stages';
 import {
   campaignProgressQuery,
   pauseCampaignUpdate,
@@ -32,8 +32,8 @@ import {
   type RoundSummary,
   type StageProgress,
   type StageRecord,
-} from './campaign-contract';
-import { childRoundResultOf, failureReasonOf, failureTypeOf, isCancellation } from './failures';
+} from './contract';
+import { childRoundResultOf, failureReasonOf, failureTypeOf, isCancellation } from '../failures';
 import {
   pauseRoundSignal,
   resumeRoundSignal,
@@ -44,8 +44,8 @@ import {
   type RoundProgress,
   type RoundResult,
   roundSpecOf,
-} from './round-contract';
-import { roundWorkflow } from './round';
+} from '../round/contract';
+import { roundWorkflow } from '../round/round';
 import { bestOf } from './best-round';
 
 /**

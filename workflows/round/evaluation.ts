@@ -1,7 +1,7 @@
-import type { EvaluationPoint } from './round-contract';
-import { earlyStopState } from '../config/rules/early-stop';
-import { keptByLineage } from '../config/rules/lineage';
-import type { RoundTrainer } from './round-trainer';
+import type { EvaluationPoint } from './contract';
+import { earlyStopState } from '../../config/rules/early-stop';
+import { keptByLineage } from '../../config/rules/lineage';
+import type { RoundTrainer } from './trainer';
 
 /**
  * Evaluation during training (`evaluation.every`) and early stopping (`evaluation.earlyStop`). Segments end where an

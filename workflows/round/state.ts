@@ -13,9 +13,9 @@ import {
   type RoundRecovery,
   type RoundResult,
   type SegmentOutcome,
-} from './round-contract';
-import { addUsage, tokenCostUsd, type TokenUsage } from '../config/rules/usage';
-import { TRAINER_CREATED_SIGNAL, TRAINERS_MEMO, type RegisteredTrainer } from '../config/rules/trainer-registry';
+} from './contract';
+import { addUsage, tokenCostUsd, type TokenUsage } from '../../config/rules/usage';
+import { TRAINER_CREATED_SIGNAL, TRAINERS_MEMO, type RegisteredTrainer } from '../../config/rules/trainer-registry';
 
 /**
  * What a round knows while it runs: its progress (answered to queries, told to the parent), the GPU time it has

@@ -1,8 +1,8 @@
-import type { PythonCall } from '../config/rules/python-calls';
+import type { PythonCall } from '../../config/rules/python-calls';
 import { defineQuery, defineUpdate } from '@temporalio/workflow';
-import type { CampaignSpec, GateMetric } from '../config/io/spec';
-import type { GateVerdict } from '../config/rules/stages';
-import type { RoundProgress, RoundStatus } from './round-contract';
+import type { CampaignSpec, GateMetric } from '../../config/io/spec';
+import type { GateVerdict } from '../../config/rules/stages';
+import type { RoundProgress, RoundStatus } from '../round/contract';
 import type { PromotionState } from './promotion-contract';
 
 export interface CampaignLimits {

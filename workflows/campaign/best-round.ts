@@ -1,4 +1,4 @@
-import type { CampaignProgress, RoundSummary } from './campaign-contract';
+import type { CampaignProgress, RoundSummary } from './contract';
 
 /**
  * The campaign's best round, as its best checkpoint is chosen (activities/checkpoints.ts): the highest eval accuracy,
