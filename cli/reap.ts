@@ -1,5 +1,5 @@
 import { Command, InvalidArgumentError } from 'commander';
-import type { ProviderKind } from '../config/rules/dialects';
+import type { Dialect } from '../config/rules/dialects';
 import { modules } from './modules';
 
 export function reapCommand(): Command {
@@ -34,7 +34,7 @@ export function reapCommand(): Command {
     .action(async (opts: { apply?: boolean; reapUntagged?: boolean; untaggedGrace: number; provider: string[]; baseUrl?: string }) => {
       const { cliClient, cliContext } = modules.context();
       const { settings } = cliContext();
-      const kinds = (opts.provider.length ? opts.provider : ['local']) as ProviderKind[];
+      const kinds = (opts.provider.length ? opts.provider : ['local']) as Dialect[];
       const { client, close } = await cliClient(settings);
       try {
         const result = await modules.reap().reapOnce(client, {

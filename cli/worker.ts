@@ -1,23 +1,23 @@
 import { Command, InvalidArgumentError } from 'commander';
 import type * as TemporalClient from '@temporalio/client';
-import { PROVIDER_KINDS, type ProviderKind } from '../config/rules/dialects';
+import { DIALECTS, type Dialect } from '../config/rules/dialects';
 import { ConfigError } from '../config/rules/errors';
 import type * as Context from './context';
 import type * as Worker from '../workers/worker';
 import { modules } from './modules';
 
-function providerKinds(value: string): ProviderKind[] {
+function providerKinds(value: string): Dialect[] {
   const kinds = value
     .split(',')
     .map((k) => k.trim())
     .filter(Boolean);
-  const bad = kinds.find((k) => !(PROVIDER_KINDS as readonly string[]).includes(k));
-  if (bad || kinds.length === 0) throw new InvalidArgumentError(`expected a comma-separated list of ${PROVIDER_KINDS.join(', ')}`);
-  return kinds as ProviderKind[];
+  const bad = kinds.find((k) => !(DIALECTS as readonly string[]).includes(k));
+  if (bad || kinds.length === 0) throw new InvalidArgumentError(`expected a comma-separated list of ${DIALECTS.join(', ')}`);
+  return kinds as Dialect[];
 }
 
 interface ReaperFlags {
-  reaper?: ProviderKind[] | false;
+  reaper?: Dialect[] | false;
   reaperEvery: string;
   reapUntagged?: boolean;
 }

@@ -6,7 +6,7 @@
 
 import type { GrpoAggregation } from '../config/rules/loss-units';
 
-export type ProviderKind = 'together' | 'baseten' | 'tinker';
+export type Dialect = 'together' | 'baseten' | 'tinker';
 
 export interface ModelInfo {
   name: string;
@@ -230,7 +230,7 @@ export interface WaitReadyOptions extends AwaitOptions {
 }
 
 export interface TrainingProvider {
-  readonly kind: ProviderKind;
+  readonly kind: Dialect;
   /** The endpoint + account, as a fingerprint (never the key): what per-account coordination is keyed on. */
   readonly account: string;
   /**

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { billingOf, PROVIDER_KINDS } from '../rules/dialects';
+import { billingOf, DIALECTS } from '../rules/dialects';
 import { PYTHON_CALL_DEFAULTS } from '../rules/python-defaults';
 import { generatorReplicasProblem } from '../rules/trainer-shape';
 import { seedProblem } from '../rules/sampling';
@@ -66,7 +66,7 @@ export const BasetenRunSpecSchema = z
 
 export const ProviderSpecSchema = z
   .object({
-    kind: z.enum(PROVIDER_KINDS),
+    kind: z.enum(DIALECTS),
     /** Omitted for `local`: the worker's own emulator. */
     baseUrl: z.url({ protocol: /^https?$/ }).optional(),
     model: z.string().min(1),

@@ -1,4 +1,4 @@
-import type { ProviderKind } from './dialects';
+import type { Dialect } from './dialects';
 
 /**
  * What a step's loss figure is, per dialect and loss type, and the per-trained-token loss Roundhouse reports from it
@@ -29,7 +29,7 @@ export type StepLoss =
 export type LossUnit = 'sum' | GrpoAggregation | 'pair_mean';
 
 /** Per dialect: the unit of each provider loss's figure, as its client hands it to the round. */
-const UNITS: Record<ProviderKind, (loss: Exclude<StepLoss, { type: 'dpo' }>) => LossUnit> = {
+const UNITS: Record<Dialect, (loss: Exclude<StepLoss, { type: 'dpo' }>) => LossUnit> = {
   // Together's guide: cross-entropy's `result.loss` is a sum over the batch's trained tokens. GRPO follows the
   // `agg_type` Roundhouse sends. IMPORTANCE_SAMPLING and PPO are not documented; we read them as sums (the SDK's
   // Tinker shim labels every loss `loss:sum`, and the emulator computes them so).
@@ -46,7 +46,7 @@ function togetherUnit(loss: Exclude<StepLoss, { type: 'dpo' }>): LossUnit {
   return loss.type === 'grpo' ? (loss.aggregation ?? DEFAULT_GRPO_AGGREGATION) : 'sum';
 }
 
-export function lossUnitOf(dialect: ProviderKind, loss: StepLoss): LossUnit {
+export function lossUnitOf(dialect: Dialect, loss: StepLoss): LossUnit {
   return loss.type === 'dpo' ? 'pair_mean' : UNITS[dialect](loss);
 }
 
@@ -55,6 +55,6 @@ export function lossUnitOf(dialect: ProviderKind, loss: StepLoss): LossUnit {
  * by the tokens; a figure the provider already normalised is reported as it is (a sequence mean weighs each sequence
  * equally, a fixed-horizon figure divides by the horizon rather than the trained tokens, DPO's is per pair).
  */
-export function lossPerToken(dialect: ProviderKind, loss: StepLoss, figure: number, tokens: number): number {
+export function lossPerToken(dialect: Dialect, loss: StepLoss, figure: number, tokens: number): number {
   return lossUnitOf(dialect, loss) === 'sum' ? figure / Math.max(1, tokens) : figure;
 }

@@ -1,4 +1,4 @@
-import { samplingOf, type ProviderKind } from './dialects';
+import { samplingOf, type Dialect } from './dialects';
 
 /**
  * What one draw sends for `seed` and `stop`, by the dialect table (dialects.ts) and the model's listing. Every sample
@@ -9,7 +9,7 @@ import { samplingOf, type ProviderKind } from './dialects';
 /** The parts of a spec a draw's seed depends on. */
 export interface SeedSpec {
   /** Unset: the round's default (1 where it samples: config/rules/trainer-shape.ts). */
-  provider: { kind: ProviderKind; generatorReplicas?: number };
+  provider: { kind: Dialect; generatorReplicas?: number };
   training: { seed: number };
   sampling: { seed?: number };
 }
@@ -52,7 +52,7 @@ export function seedProblem(spec: SeedSpec): string | undefined {
  * tokensThroughStop), so a completion may be billed past its stop where none was sent.
  */
 export function stopToSend(
-  kind: ProviderKind,
+  kind: Dialect,
   model: { stopStrings?: boolean },
   stop: readonly string[] | undefined,
 ): string[] | undefined {

@@ -1,4 +1,4 @@
-import type { ProviderKind } from './dialects';
+import type { Dialect } from './dialects';
 
 // Pure (no Temporal, no Node): how a round records the trainers it holds where the reaper reads them (its memo,
 // returned by visibility listings), shared by the round workflow, the provisioning activity and the reaper.
@@ -13,7 +13,7 @@ export const TRAINER_CREATED_SIGNAL = 'roundTrainerCreated';
 export interface RegisteredTrainer {
   resourceId: string;
   /** The spec's provider kind and endpoint (absent: the kind's default endpoint). Never a key. */
-  kind: ProviderKind;
+  kind: Dialect;
   baseUrl?: string;
 }
 
