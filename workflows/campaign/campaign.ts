@@ -25,7 +25,8 @@ import { checkCampaignOrTell } from '../preflight';
 export async function campaignWorkflow(input: CampaignInput): Promise<CampaignResult> {
   const campaign = new CampaignState(input);
   const { promotion } = campaign;
-  // Its messages (contract.ts, promotion-contract.ts), answered from its first workflow task on.
+  // Its messages (contract.ts, promotion-contract.ts), answered from its first workflow task on: progress (query); the
+  // round's progress (signal, from the child); pause, resume, stop, limits, and a promotion's approve/reject (updates).
   setHandler(campaignProgressQuery, () => campaign.progress());
   setHandler(roundProgressSignal, (progress) => campaign.noteRoundProgress(progress));
   setHandler(pauseCampaignUpdate, () => campaign.pause());
