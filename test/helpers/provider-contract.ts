@@ -1,5 +1,5 @@
 import type { Datum, TrainingProvider } from '../../providers/types';
-import { ledger, setFaults, startTestEmulator, type RunningEmulator } from './emulator';
+import { basetenProvider, ledger, setFaults, startTestEmulator, tinkerProvider, togetherProvider, type RunningEmulator } from './emulator';
 
 /**
  * The provider contract's fixtures (test/providers/contract*.test.ts): one suite, run against every provider over

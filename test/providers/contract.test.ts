@@ -1,3 +1,4 @@
+import type { Datum } from '../../providers/types';
 import { ledger, type RunningEmulator } from '../helpers/emulator';
 import { batch, contractEmulators, contractHelpers, datum, FIXTURES, MODEL } from '../helpers/provider-contract';
 
