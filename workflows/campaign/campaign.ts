@@ -1,5 +1,17 @@
-import { ContinueAsNew, allHandlersFinished, condition, continueAsNew, patched } from '@temporalio/workflow';
-import type { CampaignInput, CampaignResult } from './contract';
+import { ContinueAsNew, allHandlersFinished, condition, continueAsNew, patched, setHandler } from '@temporalio/workflow';
+import {
+  campaignProgressQuery,
+  pauseCampaignUpdate,
+  resumeCampaignUpdate,
+  setCampaignLimitsUpdate,
+  stopCampaignUpdate,
+  validateCampaignLimits,
+  validateStopRequest,
+  type CampaignInput,
+  type CampaignResult,
+} from './contract';
+import { approvePromotionUpdate, rejectPromotionUpdate, validateApproval } from './promotion-contract';
+import { roundProgressSignal } from '../round/contract';
 import { CampaignState } from './state';
 import { failureReasonOf, isCancellation } from '../failures';
 import { checkCampaignOrTell } from '../preflight';
@@ -8,10 +20,26 @@ import { checkCampaignOrTell } from '../preflight';
  * A campaign: rounds until the target metric, `rounds.max`, or a budget is reached. Each round is a child
  * workflow (cancelled if the campaign closes); round N+1 starts from round N's training checkpoint and trains on
  * data chosen by the next-data policy. The campaign continues-as-new after every round, carrying only summaries.
- * What it knows meanwhile, and how it answers its messages (pause, resume, stop, limits), is in campaign-state.ts.
+ * What it knows meanwhile, and what its messages do, is in state.ts; its stages in stages.ts, its promotion in promotion.ts.
  */
 export async function campaignWorkflow(input: CampaignInput): Promise<CampaignResult> {
   const campaign = new CampaignState(input);
+  const { promotion } = campaign;
+  // Its messages (contract.ts, promotion-contract.ts), answered from its first workflow task on: progress (query); the
+  // round's progress (signal, from the child); pause, resume, stop, limits, and a promotion's approve/reject (updates).
+  setHandler(campaignProgressQuery, () => campaign.progress());
+  setHandler(roundProgressSignal, (progress) => campaign.noteRoundProgress(progress));
+  setHandler(pauseCampaignUpdate, () => campaign.pause());
+  setHandler(resumeCampaignUpdate, () => campaign.resume());
+  setHandler(stopCampaignUpdate, ({ mode }) => campaign.stop(mode), { validator: validateStopRequest });
+  setHandler(setCampaignLimitsUpdate, (limits) => campaign.setLimits(limits), { validator: validateCampaignLimits });
+  setHandler(approvePromotionUpdate, (request) => promotion.approve(request), {
+    validator: (request) => validateApproval(request, promotion.approvalPending(), false),
+  });
+  setHandler(rejectPromotionUpdate, (request) => promotion.reject(request), {
+    validator: (request) => validateApproval(request, promotion.approvalPending(), true),
+  });
+
   // Every stage's Python calls and the worker's variables, before the first round provisions (a scheduled run too).
   if (!input.state && patched('campaign-checks-before-spend')) await checkCampaignOrTell(input.spec, campaign.notifier);
   try {

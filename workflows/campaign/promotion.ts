@@ -1,4 +1,4 @@
-import { ParentClosePolicy, condition, executeChild, patched, proxyActivities, setHandler } from '@temporalio/workflow';
+import { ParentClosePolicy, condition, executeChild, patched, proxyActivities } from '@temporalio/workflow';
 import type { PromotionActivities } from '../../activities/promotion';
 import type { CampaignSpec } from '../../config/io/spec';
 import { evaluationSampling } from '../../config/rules/evaluation-sampling';
@@ -9,9 +9,7 @@ import type { CampaignCarriedState, CampaignResult } from './contract';
 import type { CampaignNotifier } from './notify';
 import { failureReasonOf, isCancellation } from '../failures';
 import {
-  approvePromotionUpdate,
-  rejectPromotionUpdate,
-  validateApproval,
+  type ApprovalRequest,
   type PromotionApproval,
   type PromotionDecision,
   type PromotionMeasure,
@@ -39,7 +37,7 @@ export interface PromotionHost {
 
 /**
  * Champion and challenger (`promotion`), at the end of a completed campaign: its decision, the approval it may wait
- * for (the updates `approvePromotion`/`rejectPromotion`, registered by the constructor), and its record.
+ * for (the updates `approvePromotion`/`rejectPromotion`, registered in campaign.ts), and its record.
  */
 export class CampaignPromotion {
   state: PromotionState | undefined;
@@ -60,23 +58,23 @@ export class CampaignPromotion {
       heartbeatTimeout,
       retry: { maximumAttempts: 5, initialInterval: '2 seconds', backoffCoefficient: 2 },
     });
-    const approvalPending = () => this.state?.status === 'pending-approval' && this.approval === undefined;
-    setHandler(
-      approvePromotionUpdate,
-      ({ by, reason }) => {
-        this.approval = { approved: true, by: by.trim(), ...(reason ? { reason } : {}), atMs: Date.now() };
-        return { ...this.state!, approval: this.approval };
-      },
-      { validator: (request) => validateApproval(request, approvalPending(), false) },
-    );
-    setHandler(
-      rejectPromotionUpdate,
-      ({ by, reason }) => {
-        this.approval = { approved: false, by: by.trim(), reason: reason!.trim(), atMs: Date.now() };
-        return { ...this.state!, approval: this.approval };
-      },
-      { validator: (request) => validateApproval(request, approvalPending(), true) },
-    );
+  }
+
+  /** A winning challenger waits for an approval and has none yet (what `approve`/`reject` are accepted for). */
+  approvalPending(): boolean {
+    return this.state?.status === 'pending-approval' && this.approval === undefined;
+  }
+
+  /** `roundhouse approve`: the challenger waiting for approval is promoted. */
+  approve({ by, reason }: ApprovalRequest): PromotionState {
+    this.approval = { approved: true, by: by.trim(), ...(reason ? { reason } : {}), atMs: Date.now() };
+    return { ...this.state!, approval: this.approval };
+  }
+
+  /** `roundhouse reject --reason`: the challenger waiting for approval is not promoted. */
+  reject({ by, reason }: ApprovalRequest): PromotionState {
+    this.approval = { approved: false, by: by.trim(), reason: reason!.trim(), atMs: Date.now() };
+    return { ...this.state!, approval: this.approval };
   }
 
   /** Whether this finished campaign has a challenger to put to its line (`promotion`, and it completed). */

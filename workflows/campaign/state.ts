@@ -5,7 +5,6 @@ import {
   condition,
   patched,
   proxyActivities,
-  setHandler,
   startChild,
   workflowInfo,
   type ChildWorkflowHandle,
@@ -15,29 +14,19 @@ import { CampaignNotifier } from './notify';
 import { CampaignPromotion } from './promotion';
 import type { CampaignSpec } from '../../config/io/spec';
 import { checkpointRefsMemo, deletionRuleOf } from '../../config/rules/retention';
-import { describeVerdict, gateVerdict, headlineMetric, metricOf, stageSpecOf } from '../../config/rules/stages';
 import {
-  campaignProgressQuery,
-  pauseCampaignUpdate,
-  resumeCampaignUpdate,
-  setCampaignLimitsUpdate,
-  stopCampaignUpdate,
-  validateCampaignLimits,
-  validateStopRequest,
   type CampaignCarriedState,
   type CampaignInput,
+  type CampaignLimits,
   type CampaignProgress,
   type CampaignResult,
   type CampaignStatus,
   type RoundSummary,
-  type StageProgress,
-  type StageRecord,
 } from './contract';
 import { childRoundResultOf, failureReasonOf, failureTypeOf, isCancellation } from '../failures';
 import {
   pauseRoundSignal,
   resumeRoundSignal,
-  roundProgressSignal,
   setRoundBudgetSignal,
   type RoundBudget,
   type RoundInput,
@@ -47,11 +36,12 @@ import {
 } from '../round/contract';
 import { roundWorkflow } from '../round/round';
 import { bestOf } from './best-round';
+import { CampaignStages } from './stages';
 
 /**
  * What a campaign knows while it runs: what it carries across continue-as-new (summaries, limits, the next round's
- * data, whether it is paused or asked to stop), the round running now, and its status. Message handlers (progress,
- * pause, resume, stop, limits) are registered by the constructor and pass what concerns the round on to it.
+ * data, whether it is paused or asked to stop), the round running now, and its status. What its messages (pause,
+ * resume, stop, limits; registered in campaign.ts) do, passing what concerns the round on to it.
  */
 export class CampaignState {
   readonly campaignId: string;
@@ -73,6 +63,8 @@ export class CampaignState {
   readonly notifier: CampaignNotifier;
   /** `promotion`: the decision at the end of the campaign, and the approval it may wait for. */
   readonly promotion: CampaignPromotion;
+  /** `stages`: a staged campaign's stages, the running one last. */
+  readonly stages: CampaignStages;
 
   constructor(private readonly input: CampaignInput) {
     this.campaignId = input.campaignId ?? workflowInfo().workflowId;
@@ -88,8 +80,7 @@ export class CampaignState {
     this.carried = input.state ?? {
       startedAtMs: Date.now(),
       limits: {
-        // A staged campaign's rounds are its stages' together; each stage's own target ends that stage, not the campaign.
-        maxRounds: spec.stages ? spec.stages.reduce((a, s) => a + s.rounds.max, 0) : spec.rounds.max,
+        maxRounds: CampaignStages.maxRounds(spec),
         maxGpuMinutes: spec.budget.maxGpuMinutes,
         maxWallMinutes: spec.budget.maxWallMinutes,
         targetAccuracy: spec.stages ? undefined : spec.rounds.target?.atLeast,
@@ -97,10 +88,10 @@ export class CampaignState {
       rounds: [],
       nextTrain: { path: spec.data.train },
       paused: false,
-      ...(spec.stages ? { stages: [this.stageRecord(0, 1, spec.rounds.startFrom?.checkpointId)] } : {}),
+      ...CampaignStages.started(spec),
     };
+    this.stages = new CampaignStages(spec, this.carried);
     this.status = this.carried.paused ? 'paused' : 'running';
-    this.handleMessages();
     this.promotion = new CampaignPromotion({
       campaignId: this.campaignId,
       spec,
@@ -114,42 +105,38 @@ export class CampaignState {
     });
   }
 
-  private handleMessages(): void {
-    const state = this.carried;
-    setHandler(campaignProgressQuery, () => this.progress());
-    setHandler(roundProgressSignal, (p) => {
-      if (this.child && p.round === state.rounds.length + 1) this.current = p;
-    });
-    setHandler(pauseCampaignUpdate, async () => {
-      state.paused = true;
-      this.status = 'paused';
-      if (this.child) await this.child.signal(pauseRoundSignal);
-      return this.progress();
-    });
-    setHandler(resumeCampaignUpdate, async () => {
-      state.paused = false;
-      this.status = 'running';
-      if (this.child) await this.child.signal(resumeRoundSignal);
-      return this.progress();
-    });
-    setHandler(
-      stopCampaignUpdate,
-      ({ mode }) => {
-        state.stop = mode;
-        if (mode === 'now') this.childScope?.cancel();
-        return this.progress();
-      },
-      { validator: validateStopRequest },
-    );
-    setHandler(
-      setCampaignLimitsUpdate,
-      async (limits) => {
-        state.limits = { ...state.limits, ...limits };
-        if (this.child) await this.child.signal(setRoundBudgetSignal, this.roundBudget());
-        return this.progress();
-      },
-      { validator: validateCampaignLimits },
-    );
+  /** The running round told its progress (a late word from a round already over is dropped). */
+  noteRoundProgress(progress: RoundProgress): void {
+    if (this.child && progress.round === this.carried.rounds.length + 1) this.current = progress;
+  }
+
+  /** No further round starts until resumed; the running round pauses too (it releases its trainer). */
+  async pause(): Promise<CampaignProgress> {
+    this.carried.paused = true;
+    this.status = 'paused';
+    if (this.child) await this.child.signal(pauseRoundSignal);
+    return this.progress();
+  }
+
+  async resume(): Promise<CampaignProgress> {
+    this.carried.paused = false;
+    this.status = 'running';
+    if (this.child) await this.child.signal(resumeRoundSignal);
+    return this.progress();
+  }
+
+  /** `now` cancels the running round; `after-round` lets it finish. Either way no further round starts. */
+  stop(mode: NonNullable<CampaignCarriedState['stop']>): CampaignProgress {
+    this.carried.stop = mode;
+    if (mode === 'now') this.childScope?.cancel();
+    return this.progress();
+  }
+
+  /** New limits, passed on to the running round as its budget. */
+  async setLimits(limits: Partial<CampaignLimits>): Promise<CampaignProgress> {
+    this.carried.limits = { ...this.carried.limits, ...limits };
+    if (this.child) await this.child.signal(setRoundBudgetSignal, this.roundBudget());
+    return this.progress();
   }
 
   progress(): CampaignProgress {
@@ -158,7 +145,7 @@ export class CampaignState {
       campaignId: this.campaignId,
       status: this.status,
       rounds,
-      ...(this.carried.stages ? { stages: this.carried.stages.map((s) => this.stageProgress(s)) } : {}),
+      ...this.stages.progress(),
       currentRound: this.current,
       limits,
       gpuMinutes: rounds.reduce((a, r) => a + r.gpuMinutes, 0) + (this.current?.gpuMinutes ?? 0),
@@ -186,11 +173,8 @@ export class CampaignState {
     if (last?.accuracy !== undefined && limits.targetAccuracy !== undefined && last.accuracy >= limits.targetAccuracy) {
       return `target reached: accuracy ${last.accuracy.toFixed(3)} ≥ ${limits.targetAccuracy}`;
     }
-    const stage = this.carried.stages?.at(-1);
-    if (stage?.gate && !stage.gate.passed)
-      return `stage ${stage.stage} (${stage.name}) did not pass its gate: ${describeVerdict(stage.gate)}`;
-    if (stage?.endedBy && stage.stage === this.spec.stages!.length)
-      return `all ${stage.stage} stages done: stage ${stage.stage} (${stage.name}) ${stage.endedBy}`;
+    const staged = this.stages.reasonToStop();
+    if (staged) return staged;
     if (rounds.length >= limits.maxRounds) return `rounds.max (${limits.maxRounds}) reached`;
     const budget = this.roundBudget();
     if (budget.maxGpuMinutes !== undefined && budget.maxGpuMinutes <= 0) return 'GPU-minute budget reached';
@@ -216,7 +200,7 @@ export class CampaignState {
       gpuMinutes: 0,
       reportPath: `${this.dir}/round-${round}.json`,
       train: state.nextTrain,
-      ...(state.stages ? { stage: state.stages.length, kind: this.stageSpec().round.kind } : {}),
+      ...this.stages.roundFields(),
     };
     let summary = started;
     let result: RoundResult | undefined;
@@ -270,38 +254,14 @@ export class CampaignState {
     this.current = undefined;
     state.rounds.push(summary);
     if (summary.trainingCheckpointId) state.lastCheckpointId = summary.trainingCheckpointId;
-    this.noteStageEnd(summary);
+    this.stages.noteRoundEnd(summary);
     return result;
-  }
-
-  /**
-   * Staged campaigns: whether the round just run ended its stage (the stage's rounds.max or target) and, if so, its
-   * gate's verdict and the checkpoint it passes on, recorded in the stage's record.
-   */
-  private noteStageEnd(last: RoundSummary): void {
-    const record = this.carried.stages?.at(-1);
-    if (!record || last.status !== 'completed') return;
-    const { rounds, gate } = this.spec.stages![record.stage - 1]!;
-    const done = this.carried.rounds.length - record.firstRound + 1;
-    if (rounds.target && last.accuracy !== undefined && last.accuracy >= rounds.target.atLeast)
-      record.endedBy = `target reached: accuracy ${last.accuracy.toFixed(3)} ≥ ${rounds.target.atLeast}`;
-    else if (done >= rounds.max) record.endedBy = `rounds.max (${rounds.max}) reached`;
-    else return;
-    if (last.trainingCheckpointId) record.passedOn = last.trainingCheckpointId;
-    if (gate) record.gate = gateVerdict(gate, last);
   }
 
   /** The next round's training data, chosen by the next-data policy from the pool and the last round's answers. */
   async chooseNextData(last: RoundResult): Promise<void> {
-    const stage = this.carried.stages?.at(-1);
-    if (stage?.endedBy) {
-      // The next stage starts on its own data, from the checkpoint this one passed on.
-      const next = this.stageRecord(stage.stage, this.carried.rounds.length + 1, stage.passedOn);
-      this.carried.stages!.push(next);
-      this.carried.nextTrain = { path: this.spec.stages![next.stage - 1]!.data.train };
-      return;
-    }
-    const spec = this.stageSpec();
+    if (this.stages.startNext()) return; // the next stage starts on its own data
+    const spec = this.stages.runningSpec();
     const round = this.carried.rounds.length; // the one just run
     this.carried.nextTrain = await this.activities.selectNextTrainingData({
       campaignId: this.campaignId,
@@ -323,7 +283,7 @@ export class CampaignState {
     const own = [
       spec.rounds.startFrom?.checkpointId,
       this.carried.lastCheckpointId,
-      ...(this.carried.stages ?? []).flatMap((s) => [s.startedFrom, s.passedOn]),
+      ...this.stages.checkpointIds(),
       // The challenger put to its line (and the champion it may become) is never deleted under it.
       this.promotion.state?.decision?.challenger.checkpointId,
     ].filter((id): id is string => Boolean(id));
@@ -347,7 +307,7 @@ export class CampaignState {
   finish(): CampaignResult {
     const { rounds, stop } = this.carried;
     const last = rounds[rounds.length - 1];
-    const gateMissed = this.carried.stages?.at(-1)?.gate?.passed === false;
+    const gateMissed = this.stages.gateMissed();
     this.status =
       stop || last?.status === 'stopped' || /budget/.test(this.stopReason ?? '')
         ? 'stopped'
@@ -376,8 +336,8 @@ export class CampaignState {
   /** Round N+1 starts from round N's training checkpoint (or the spec's start) and trains on the data chosen for it. */
   private roundInput(round: number): RoundInput {
     const { carried: state } = this;
-    const spec = this.stageSpec();
-    const stage = state.stages?.at(-1);
+    const spec = this.stages.runningSpec();
+    const stage = this.stages.current;
     return {
       campaignId: this.campaignId,
       round,
@@ -398,50 +358,15 @@ export class CampaignState {
 
   /**
    * Where a round starts: the last round's training checkpoint with its optimizer state, or the start of the campaign
-   * (`rounds.startFrom`, else the base model). A staged campaign's stage starts from the checkpoint the previous
-   * stage passed on (weights, and the optimizer state if the stage says `loadOptimizer`); `continueFrom: base`
-   * starts each of its rounds there.
+   * (`rounds.startFrom`, else the base model); a staged campaign's, where its stage says (`CampaignStages.startOf`).
    */
   private startOf(round: number): RoundInput['startFrom'] {
-    const { carried: state } = this;
-    const spec = this.stageSpec();
-    const stage = state.stages?.at(-1);
-    if (!stage)
-      return spec.rounds.continueFrom === 'checkpoint' && state.lastCheckpointId
+    const { carried: state, spec } = this;
+    return this.stages.startOf(round, () =>
+      spec.rounds.continueFrom === 'checkpoint' && state.lastCheckpointId
         ? { checkpointId: state.lastCheckpointId, loadOptimizer: true }
-        : spec.rounds.startFrom;
-    if (round > stage.firstRound && spec.rounds.continueFrom === 'checkpoint' && state.lastCheckpointId)
-      return { checkpointId: state.lastCheckpointId, loadOptimizer: true };
-    if (stage.stage === 1) return spec.rounds.startFrom;
-    return stage.startedFrom ? { checkpointId: stage.startedFrom, loadOptimizer: stage.loadOptimizer ?? false } : undefined;
-  }
-
-  /** The spec the running stage's rounds run with (a campaign without stages: its own). */
-  private stageSpec(): CampaignSpec {
-    const stage = this.carried.stages?.at(-1);
-    return stage ? stageSpecOf(this.spec, stage.stage - 1) : this.spec;
-  }
-
-  /** The record of a stage as it starts (`index` 0-based). */
-  private stageRecord(index: number, firstRound: number, startedFrom: string | undefined): StageRecord {
-    const stage = this.spec.stages![index]!;
-    return {
-      stage: index + 1,
-      name: stage.name,
-      kind: stage.round.kind,
-      firstRound,
-      ...(startedFrom ? { startedFrom } : {}),
-      ...(index > 0 ? { loadOptimizer: stage.loadOptimizer } : {}),
-    };
-  }
-
-  /** A stage as shown: its rounds so far and the latest value of the metric that matters for its kind. */
-  private stageProgress(record: StageRecord): StageProgress {
-    const rounds = this.carried.rounds.filter((r) => r.stage === record.stage);
-    const metric = headlineMetric(record.kind);
-    const measured = rounds.filter((r) => r.status === 'completed' && metricOf(metric, r) !== undefined).at(-1);
-    const value = measured ? metricOf(metric, measured) : undefined;
-    return { ...record, rounds: rounds.length, headline: { metric, ...(value !== undefined ? { value } : {}) } };
+        : spec.rounds.startFrom,
+    );
   }
 }
 

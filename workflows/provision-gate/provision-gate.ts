@@ -36,6 +36,7 @@ export async function provisionGateWorkflow(input: ProvisionGateInput = {}): Pro
   const gate = new ProvisionGate(input.state ?? { epoch: uuid4(), generation: 0, grants: [] }, Date.now());
   let draining = false;
 
+  // Its messages (contract.ts), answered from its first workflow task on: acquire, release and a listing (updates), its state.
   setHandler(
     acquireGateUpdate,
     (request) => {

@@ -1,9 +1,20 @@
-import { ApplicationFailure, CancellationScope, log, patched } from '@temporalio/workflow';
+import { ApplicationFailure, CancellationScope, defineSignal, log, patched, setHandler } from '@temporalio/workflow';
 import { evaluateDuring, evaluationDue, restoreBest } from './evaluation';
 import { failureMessageOf, failureReasonOf, failureTypeOf, isCancellation, recoverable } from '../failures';
 import { untilInterrupted } from '../interrupt';
 import { roundActivities } from './activities';
-import type { RoundInput, RoundResult, SegmentOutcome, TrainingCursor } from './contract';
+import {
+  pauseRoundSignal,
+  resumeRoundSignal,
+  roundProgressQuery,
+  roundWaitingSignal,
+  setRoundBudgetSignal,
+  type RoundInput,
+  type RoundResult,
+  type SegmentOutcome,
+  type TrainingCursor,
+} from './contract';
+import { TRAINER_CREATED_SIGNAL } from '../../config/rules/trainer-registry';
 import { ROUND_KINDS, type RoundKind } from './kinds';
 import { roundReport } from './report';
 import { RoundState } from './state';
@@ -25,6 +36,15 @@ import { RoundTrainer } from './trainer';
  */
 export async function roundWorkflow(input: RoundInput): Promise<RoundResult> {
   const state = new RoundState(input);
+  // Its messages (contract.ts), answered from its first workflow task on: progress; pause and resume, from the campaign;
+  // a trainer created and what provisioning waits for, from the provisioning activity; the budget, from the campaign.
+  setHandler(roundProgressQuery, () => state.snapshot());
+  setHandler(pauseRoundSignal, () => void (state.pauseRequested = true));
+  setHandler(resumeRoundSignal, () => void (state.pauseRequested = false));
+  setHandler(defineSignal<[{ resourceId: string }]>(TRAINER_CREATED_SIGNAL), ({ resourceId }) => state.registerTrainer(resourceId));
+  setHandler(roundWaitingSignal, (wait) => state.waiting(wait));
+  setHandler(setRoundBudgetSignal, (budget) => state.setBudget(budget));
+
   const { result } = state;
   const kind = ROUND_KINDS[state.kind];
   const activities = roundActivities(input.spec.advanced.heartbeatTimeoutSeconds);

@@ -1,11 +1,6 @@
-import { condition, defineSignal, getExternalWorkflowHandle, patched, setHandler, upsertMemo, workflowInfo } from '@temporalio/workflow';
+import { condition, getExternalWorkflowHandle, patched, upsertMemo, workflowInfo } from '@temporalio/workflow';
 import {
-  pauseRoundSignal,
-  resumeRoundSignal,
-  roundProgressQuery,
   roundProgressSignal,
-  roundWaitingSignal,
-  setRoundBudgetSignal,
   type RoundBudget,
   type RoundInput,
   type RoundPhase,
@@ -15,11 +10,11 @@ import {
   type SegmentOutcome,
 } from './contract';
 import { addUsage, tokenCostUsd, type TokenUsage } from '../../config/rules/usage';
-import { TRAINER_CREATED_SIGNAL, TRAINERS_MEMO, type RegisteredTrainer } from '../../config/rules/trainer-registry';
+import { TRAINERS_MEMO, type RegisteredTrainer } from '../../config/rules/trainer-registry';
 
 /**
  * What a round knows while it runs: its progress (answered to queries, told to the parent), the GPU time it has
- * held, its budget and whether a pause was asked for. Message handlers are registered by the constructor.
+ * held, its budget and whether a pause was asked for; what its messages (registered in round.ts) change.
  */
 export class RoundState {
   readonly kind: NonNullable<RoundResult['kind']>;
@@ -64,18 +59,18 @@ export class RoundState {
       totalSteps: 0,
       gpuMinutes: 0,
     };
-    setHandler(roundProgressQuery, () => this.snapshot());
-    setHandler(pauseRoundSignal, () => void (this.pauseRequested = true));
-    setHandler(resumeRoundSignal, () => void (this.pauseRequested = false));
-    setHandler(defineSignal<[{ resourceId: string }]>(TRAINER_CREATED_SIGNAL), ({ resourceId }) => this.registerTrainer(resourceId));
-    setHandler(roundWaitingSignal, async (wait) => {
-      this.progress.waiting = wait ?? undefined;
-      if (this.progress.phase === 'provisioning') await this.tell('provisioning');
-    });
-    setHandler(setRoundBudgetSignal, (b) => {
-      this.budget = { ...this.budget, ...b };
-      this.budgetVersion += 1;
-    });
+  }
+
+  /** What provisioning waits for (capacity, the provision gate), told to the campaign while it provisions. */
+  async waiting(wait: RoundProgress['waiting'] | null): Promise<void> {
+    this.progress.waiting = wait ?? undefined;
+    if (this.progress.phase === 'provisioning') await this.tell('provisioning');
+  }
+
+  /** The campaign's limits changed: what the round may still spend (the budget watch re-arms). */
+  setBudget(budget: RoundBudget): void {
+    this.budget = { ...this.budget, ...budget };
+    this.budgetVersion += 1;
   }
 
   /** A path beside the round's report: `round-N.<suffix>`. */
