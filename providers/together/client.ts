@@ -1,5 +1,4 @@
 import { z } from 'zod';
-import { DEFAULT_GRPO_AGGREGATION } from '../../config/rules/loss-units';
 import { accountFingerprint } from '../account';
 import { ProviderError, classifyOperationError, notReady } from '../errors';
 import { HttpClient, poll, type HttpClientOptions } from '../http';
@@ -25,20 +24,15 @@ import type {
   WeightsSyncResult,
 } from '../types';
 import {
-  CheckpointOutput,
   EstimateCostWire,
-  ForwardBackwardOutput,
   ModelResourcesListWire,
   ModelResourcesWire,
   OperationWire,
-  OptimStepOutput,
-  SampleOutput,
   SessionListWire,
   SessionWire,
   SupportedModelsWire,
-  WeightsSyncOutput,
 } from './wire';
-import { lossBody, toResource, toSession, WIRE_KIND } from './mapping';
+import { decodeOutput, legacyGrpoBody, lossBody, toResource, toSession, WIRE_KIND } from './mapping';
 
 export const TOGETHER_DEFAULT_BASE_URL = 'https://api.together.ai';
 
@@ -456,46 +450,7 @@ export class TogetherProvider implements TrainingProvider {
   async awaitOperation<T>(handle: OperationHandle<T>, options: AwaitOptions = {}): Promise<T> {
     for (const pre of handle.prerequisites ?? []) await this.settle(handle.sessionId, pre.wireKind, pre.operationId, options);
     const output = await this.settle(handle.sessionId, WIRE_KIND[handle.kind], handle.operationId, options);
-    return this.decode(handle, output) as T;
-  }
-
-  private decode(handle: OperationHandle<unknown>, output: unknown): unknown {
-    const where = `${handle.kind} operation ${handle.operationId}`;
-    const parse = <S extends z.ZodTypeAny>(schema: S): z.infer<S> => {
-      const parsed = schema.safeParse(output);
-      if (!parsed.success)
-        throw new ProviderError('BAD_RESPONSE', 'non-retryable', `${where}: unexpected output: ${parsed.error.issues[0]?.message}`);
-      return parsed.data;
-    };
-    switch (handle.kind) {
-      case 'forward-backward': {
-        const o = parse(ForwardBackwardOutput);
-        const result: ForwardResult = { loss: o.loss };
-        if (o.loss_fn_outputs) result.logprobs = o.loss_fn_outputs.map((l) => l.tensors.logprobs.data);
-        return result;
-      }
-      case 'custom-forward-backward':
-        return {};
-      case 'optim-step':
-        return { step: parse(OptimStepOutput).step } satisfies OptimStepResult;
-      case 'training-checkpoint':
-      case 'sampler-weights': {
-        const o = parse(CheckpointOutput);
-        return { checkpointId: o.checkpoint.id, step: o.checkpoint.step } satisfies CheckpointResult;
-      }
-      case 'weights-sync':
-        return { weightsVersion: parse(WeightsSyncOutput).weights_version } satisfies WeightsSyncResult;
-      case 'sample':
-        return parse(SampleOutput).results.map((r): SampleResult => ({
-          sequences: r.sequences.map((s) => ({
-            tokens: s.tokens,
-            logprobs: s.logprobs ?? undefined,
-            stopReason: s.stop_reason === 'STOP_REASON_STOP' ? 'stop' : 'length',
-          })),
-          promptLogprobs: r.prompt_logprobs?.map((v) => v ?? 0),
-          policyVersion: r.policy_segments?.[0]?.version,
-        }));
-    }
+    return decodeOutput(handle, output) as T;
   }
 
   /** Publishes weights to the generators without a checkpoint (the policy version sampling then sees). */
@@ -506,12 +461,4 @@ export class TogetherProvider implements TrainingProvider {
   close(): Promise<void> {
     return this.http.close();
   }
-}
-
-/** A GRPO forward-backward body as Roundhouse sent it before #44: without the default `agg_type` (undefined: not GRPO, or not the default). */
-function legacyGrpoBody<B extends { loss: Record<string, unknown> }>(body: B, loss: ForwardBackwardOptions['loss']): B | undefined {
-  if (loss?.type !== 'grpo' || (loss.aggregation ?? DEFAULT_GRPO_AGGREGATION) !== DEFAULT_GRPO_AGGREGATION) return undefined;
-  const params = { ...(body.loss.grpo_params as Record<string, unknown>) };
-  delete params.agg_type;
-  return { ...body, loss: { ...body.loss, grpo_params: params } };
 }

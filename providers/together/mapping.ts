@@ -1,8 +1,32 @@
 import { DEFAULT_GRPO_AGGREGATION } from '../../config/rules/loss-units';
 import { checkDatum, checkPolicyDatum } from '../datum';
 import { ProviderError } from '../errors';
-import type { Datum, OperationKind, PolicyLoss, ResourceState, SessionState, TrainerResource, TrainingSessionInfo } from '../types';
-import type { ModelResourcesWire, SessionWire } from './wire';
+import type { z } from 'zod';
+import type {
+  CheckpointResult,
+  Datum,
+  ForwardBackwardOptions,
+  ForwardResult,
+  OperationHandle,
+  OperationKind,
+  OptimStepResult,
+  PolicyLoss,
+  ResourceState,
+  SampleResult,
+  SessionState,
+  TrainerResource,
+  TrainingSessionInfo,
+  WeightsSyncResult,
+} from '../types';
+import {
+  CheckpointOutput,
+  ForwardBackwardOutput,
+  OptimStepOutput,
+  SampleOutput,
+  WeightsSyncOutput,
+  type ModelResourcesWire,
+  type SessionWire,
+} from './wire';
 
 /**
  * The neutral types in Together's wire terms and back: resource and session states, operation routes, resources,
@@ -119,4 +143,52 @@ export function lossBody(loss: PolicyLoss, data: Datum[]): { loss: Record<string
       return { loss: { type: 'LOSS_TYPE_GRPO', grpo_params: grpoParams }, samples: data.map((d, i) => policySampleBody(d, i, beta > 0)) };
     }
   }
+}
+
+/** An operation's output on the wire, as the neutral result of its kind (a BAD_RESPONSE when it does not parse). */
+export function decodeOutput(handle: OperationHandle<unknown>, output: unknown): unknown {
+  const where = `${handle.kind} operation ${handle.operationId}`;
+  const parse = <S extends z.ZodTypeAny>(schema: S): z.infer<S> => {
+    const parsed = schema.safeParse(output);
+    if (!parsed.success)
+      throw new ProviderError('BAD_RESPONSE', 'non-retryable', `${where}: unexpected output: ${parsed.error.issues[0]?.message}`);
+    return parsed.data;
+  };
+  switch (handle.kind) {
+    case 'forward-backward': {
+      const o = parse(ForwardBackwardOutput);
+      const result: ForwardResult = { loss: o.loss };
+      if (o.loss_fn_outputs) result.logprobs = o.loss_fn_outputs.map((l) => l.tensors.logprobs.data);
+      return result;
+    }
+    case 'custom-forward-backward':
+      return {};
+    case 'optim-step':
+      return { step: parse(OptimStepOutput).step } satisfies OptimStepResult;
+    case 'training-checkpoint':
+    case 'sampler-weights': {
+      const o = parse(CheckpointOutput);
+      return { checkpointId: o.checkpoint.id, step: o.checkpoint.step } satisfies CheckpointResult;
+    }
+    case 'weights-sync':
+      return { weightsVersion: parse(WeightsSyncOutput).weights_version } satisfies WeightsSyncResult;
+    case 'sample':
+      return parse(SampleOutput).results.map((r): SampleResult => ({
+        sequences: r.sequences.map((s) => ({
+          tokens: s.tokens,
+          logprobs: s.logprobs ?? undefined,
+          stopReason: s.stop_reason === 'STOP_REASON_STOP' ? 'stop' : 'length',
+        })),
+        promptLogprobs: r.prompt_logprobs?.map((v) => v ?? 0),
+        policyVersion: r.policy_segments?.[0]?.version,
+      }));
+  }
+}
+
+/** A GRPO forward-backward body as Roundhouse sent it before #44: without the default `agg_type` (undefined: not GRPO, or not the default). */
+export function legacyGrpoBody<B extends { loss: Record<string, unknown> }>(body: B, loss: ForwardBackwardOptions['loss']): B | undefined {
+  if (loss?.type !== 'grpo' || (loss.aggregation ?? DEFAULT_GRPO_AGGREGATION) !== DEFAULT_GRPO_AGGREGATION) return undefined;
+  const params = { ...(body.loss.grpo_params as Record<string, unknown>) };
+  delete params.agg_type;
+  return { ...body, loss: { ...body.loss, grpo_params: params } };
 }
