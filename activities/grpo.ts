@@ -1,6 +1,7 @@
 import { joinLocation, storeFor } from '../config/io/artifacts';
 import { RoundhouseFailure } from '../config/rules/failures';
 import { DEFAULT_GRPO_AGGREGATION, lossPerToken } from '../config/rules/loss-units';
+import { ROUND_KIND } from '../config/rules/round-kinds';
 import { batchRows } from '../config/rules/schedule';
 import { drawSeed, stopToSend } from '../config/rules/sampling';
 import type { GrpoSpec } from '../config/io/spec';
@@ -230,7 +231,7 @@ function grpoStep(
         step: step + 1,
         loss: fb.loss,
         tokens,
-        lossPerToken: lossPerToken(input.spec.provider.kind, policyLossOf(grpo), fb.loss, tokens),
+        lossPerToken: lossPerToken(input.spec.provider.kind, ROUND_KIND.grpo.stepLoss(input.spec.round), fb.loss, tokens),
         meanReward: rewards.reduce((a, r) => a + r, 0) / Math.max(1, rewards.length),
         groupsKept,
         groups: samples.groups.length,

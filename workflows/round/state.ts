@@ -15,6 +15,7 @@ import {
   type SegmentOutcome,
 } from './contract';
 import { addUsage, tokenCostUsd, type TokenUsage } from '../../config/rules/usage';
+import { kindOf, type RoundKind } from '../../config/rules/round-kinds';
 import { TRAINER_CREATED_SIGNAL, TRAINERS_MEMO, type RegisteredTrainer } from '../../config/rules/trainer-registry';
 
 /**
@@ -22,7 +23,7 @@ import { TRAINER_CREATED_SIGNAL, TRAINERS_MEMO, type RegisteredTrainer } from '.
  * held, its budget and whether a pause was asked for. Message handlers are registered by the constructor.
  */
 export class RoundState {
-  readonly kind: NonNullable<RoundResult['kind']>;
+  readonly kind: RoundKind;
   readonly progress: RoundProgress;
   readonly result: RoundResult;
   /** Trainers released so far (pause, budget, a dead trainer, cleanup). */
@@ -51,7 +52,7 @@ export class RoundState {
 
   constructor(private readonly input: RoundInput) {
     const { campaignId, round } = input;
-    this.kind = input.spec.round?.kind ?? 'sft';
+    this.kind = kindOf(input.spec);
     this.budget = { ...input.budget };
     this.progress = { campaignId, round, phase: 'validating', step: 0, totalSteps: 0, gpuMinutes: 0 };
     this.result = {
