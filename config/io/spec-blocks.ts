@@ -5,6 +5,7 @@ import {
   GATE_METRIC_NAMES,
   ROUND_KIND,
   ROUND_KINDS,
+  optionsOf,
   type GateMetric,
   type NeededAbility,
 } from '../rules/round-kinds';
@@ -675,7 +676,7 @@ export const CampaignSpecSchema = CampaignSpecBase.superRefine(roundKindProblems
 /** What the round kind needs from the rest of the spec: each problem names the field to change. */
 function roundKindProblems(spec: z.infer<typeof CampaignSpecBase>, ctx: z.RefinementCtx): void {
   const problem = (path: (string | number)[], message: string) => ctx.addIssue({ code: 'custom', path, message });
-  const { kind, grpo } = spec.round;
+  const { kind } = spec.round;
   const descriptor = ROUND_KIND[kind];
   for (const other of ROUND_KINDS) {
     const options = ROUND_KIND[other].options;
@@ -683,8 +684,9 @@ function roundKindProblems(spec: z.infer<typeof CampaignSpecBase>, ctx: z.Refine
       problem(['round', options], `is only used when round.kind is ${other} (it is ${kind})`);
   }
   if (descriptor.specProblems(spec, problem) === 'stop') return;
-  // The policy loss's options against the dialect (round.grpo, read by the kind whose options they are).
-  if (grpo && descriptor.options === 'grpo') {
+  // The policy loss's options against the dialect (round.grpo, when the round's kind reads them).
+  const grpo = optionsOf(spec.round, 'grpo');
+  if (grpo) {
     if (spec.provider.kind === 'baseten' && grpo.reference) {
       problem(
         ['round', 'grpo', 'reference'],

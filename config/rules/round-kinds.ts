@@ -221,6 +221,14 @@ export function descriptorOf(spec: { round?: { kind: RoundKind } }): RoundKindDe
   return ROUND_KIND[kindOf(spec)];
 }
 
+/** A kind's options block (`round.grpo`, `round.dpo`) when the round's kind is the one that reads it. */
+export function optionsOf<O extends 'grpo' | 'dpo', R extends { kind: RoundKind } & Partial<Record<O, unknown>>>(
+  round: R | undefined,
+  options: O,
+): R[O] | undefined {
+  return round && ROUND_KIND[round.kind].options === options ? round[options] : undefined;
+}
+
 /** The metric that matters for a round kind, as `status` and the reports show a stage: accuracy, reward, preference. */
 export function headlineMetric(kind: RoundKind): GateMetric {
   return ROUND_KIND[kind].headline;
@@ -245,7 +253,10 @@ function grpoProblems(spec: KindCheckedSpec, problem: KindProblem): 'stop' | voi
   if (grpo.reward?.kind === 'regex' && !grpo.reward.pattern)
     problem(['round', 'grpo', 'reward', 'pattern'], 'is required when the reward kind is regex');
   if (spec.sampling.temperature === 0)
-    problem(['sampling', 'temperature'], 'must be above 0 for a grpo round: a group of greedy completions is all alike and teaches nothing');
+    problem(
+      ['sampling', 'temperature'],
+      'must be above 0 for a grpo round: a group of greedy completions is all alike and teaches nothing',
+    );
   if (grpo.loss.beta > 0 && grpo.loss.type !== 'grpo')
     problem(['round', 'grpo', 'loss', 'beta'], `the KL penalty is part of the grpo loss, not ${grpo.loss.type}`);
   if (grpo.loss.beta > 0 && !grpo.reference) {
