@@ -1,5 +1,7 @@
 import { descriptorOf, type StepBatch, type TrainerShapeSpec } from './round-kinds';
 
+export type { StepBatch, TrainerShapeSpec } from './round-kinds';
+
 /**
  * What a round needs of the trainer it provisions, from its spec alone (pure: the spec's checks, `prepareRound` and
  * the provisioning activity share it): whether anything samples on its generator, and how many sequences one
@@ -12,13 +14,9 @@ import { descriptorOf, type StepBatch, type TrainerShapeSpec } from './round-kin
  * trainer-only resource).
  */
 
-export type { StepBatch, TrainerShapeSpec } from './round-kinds';
-
-const shapeOf = (spec: TrainerShapeSpec) => descriptorOf(spec);
-
 /** Why the round samples on its trainer's generator; undefined when it never does (DPO, SFT without sampled answers). */
 export function generatorNeedOf(spec: TrainerShapeSpec): string | undefined {
-  return shapeOf(spec).generatorNeed(spec);
+  return descriptorOf(spec).generatorNeed(spec);
 }
 
 /**
@@ -37,7 +35,7 @@ export function generatorReplicasProblem(spec: TrainerShapeSpec): string | undef
 }
 
 export function stepBatchOf(spec: TrainerShapeSpec): StepBatch {
-  return shapeOf(spec).stepBatch(spec);
+  return descriptorOf(spec).stepBatch(spec);
 }
 
 /**
