@@ -18,6 +18,7 @@ import { atBoundary } from './failures';
 import { readJson, writeJsonAtomic } from './files';
 import { lineageParts, roundKey } from '../config/rules/keys';
 import { lossPerToken } from '../config/rules/loss-units';
+import { ROUND_KIND } from '../config/rules/round-kinds';
 import { createPreparer, type PreparedPairs } from './prepare';
 import { trainSegmentOf, type SegmentContext, type StepKind } from './segment';
 
@@ -261,7 +262,7 @@ function dpoStep(
       step: step + 1,
       loss,
       tokens: 1,
-      lossPerToken: lossPerToken(input.spec.provider.kind, { type: 'dpo' }, loss, 1),
+      lossPerToken: lossPerToken(input.spec.provider.kind, ROUND_KIND.dpo.stepLoss(input.spec.round), loss, 1),
       margin,
       accuracy: preferred / Math.max(1, pairs.length),
     };

@@ -1,29 +1,23 @@
-import { joinLocation, storeFor } from '../config/io/artifacts';
+import { storeFor } from '../config/io/artifacts';
 import { RoundhouseFailure } from '../config/rules/failures';
 import { DEFAULT_GRPO_AGGREGATION, lossPerToken } from '../config/rules/loss-units';
-import { batchRows } from '../config/rules/schedule';
-import { drawSeed, stopToSend } from '../config/rules/sampling';
+import { ROUND_KIND } from '../config/rules/round-kinds';
 import type { GrpoSpec } from '../config/io/spec';
-import type { TextTokenizer } from '../config/io/tokenizer';
-import type { Datum, PolicyLoss, TrainingProvider } from '../providers/types';
-import type { TokenizedRow } from './data';
+import type { PolicyLoss } from '../providers/types';
 import type { ActivityDeps } from './deps';
 import { atBoundary } from './failures';
-import { readJson, writeJsonAtomic } from './files';
 import { createPreparer, type PreparedData } from './prepare';
-import { groupAdvantages, rewardFunction } from './rewards';
-import { scoreOnPython } from './python';
-import { pythonReward } from '../config/rules/python-calls';
-import type { ScoreItem } from '../workflows/python/contract';
-import { completionText, tokensThroughStop } from './scoring';
+import { rewardFunction } from './rewards';
 import type { GrpoSegmentInput, GrpoSegmentResult } from '../workflows/round/contract';
 import { trainSegmentOf, type SegmentContext, type StepKind } from './segment';
-import { drawEpisodes, episodeDatums, type EpisodeSamples } from './episodes';
+import type { EpisodeSamples } from './episodes';
+import { drawSamples, entropyOf, groupCentred, logprobGapOf, policyDatums, type StepSamples } from './policy-batch';
 
 /**
  * GRPO: per step, a group of completions per prompt from the generators, a reward for each, group-centred
  * advantages (constant-reward groups dropped), a policy-gradient forward-backward on the sampled tokens with the
- * sampler's logprobs, an optimizer step, and a weights sync so the next step samples the new policy.
+ * sampler's logprobs, an optimizer step, and a weights sync so the next step samples the new policy. The sample →
+ * score → datums path is activities/policy-batch.ts; GRPO's part is its advantages (group-centred) and its loss.
  */
 
 export interface GrpoStepRecord {
@@ -57,22 +51,6 @@ export interface GrpoStepRecord {
   logprobGap?: number;
 }
 
-/** One step's samples as stored: enough to rebuild its datums exactly. */
-interface StepSamples {
-  step: number;
-  policyVersion?: number;
-  groups: {
-    line: number;
-    promptTokens: number[];
-    /** `reward` null: the reward said the sample is unscorable; it leaves its group. */
-    completions: { tokens: number[]; logprobs: number[]; text: string; reward: number | null; episode?: EpisodeSamples }[];
-  }[];
-  /** Multi-turn: the gateway's counts for the step. */
-  turns?: { sampled: number; replayed: number };
-}
-
-const stepFile = (dir: string, step: number) => joinLocation(dir, `s${String(step).padStart(7, '0')}.json`);
-
 export function policyLossOf(grpo: GrpoSpec): PolicyLoss {
   const l = grpo.loss;
   if (l.type === 'importance_sampling') return { type: 'importance_sampling' };
@@ -80,38 +58,6 @@ export function policyLossOf(grpo: GrpoSpec): PolicyLoss {
   // Always an aggregation: the unit of the loss figure must not rest on the provider's undocumented default.
   const aggregation = l.aggregation ?? DEFAULT_GRPO_AGGREGATION;
   return { type: 'grpo', clipLow: l.clipLow, clipHigh: l.clipHigh, beta: l.beta, aggregation, ratio: l.ratio };
-}
-
-/** Datums of a step: each kept completion, trained on its own tokens with the sampler's logprobs and its advantage. */
-export function grpoDatums(samples: StepSamples, normalize: boolean): { datums: Datum[]; groupsKept: number } {
-  // Unscorable samples leave their group: the advantages are over the scored ones only.
-  const scored = samples.groups.map((g) => g.completions.filter((c) => c.reward !== null));
-  const advantages = groupAdvantages(
-    scored.map((completions) => completions.map((c) => c.reward!)),
-    { normalize },
-  );
-  const datums: Datum[] = [];
-  const build = (promptTokens: number[], c: StepSamples['groups'][number]['completions'][number], advantage: number) => {
-    if (c.episode) return void datums.push(...episodeDatums(c.episode, advantage));
-    if (c.tokens.length === 0) return;
-    const full = [...promptTokens, ...c.tokens];
-    const trained = (i: number) => i + 1 >= promptTokens.length;
-    datums.push({
-      modelInput: full.slice(0, -1),
-      targetTokens: full.slice(1),
-      weights: full.slice(1).map((_t, i) => (trained(i) ? 1 : 0)),
-      logprobs: full.slice(1).map((_t, i) => (trained(i) ? (c.logprobs[i + 1 - promptTokens.length] ?? 0) : 0)),
-      advantages: full.slice(1).map((_t, i) => (trained(i) ? advantage : 0)),
-    });
-  };
-  samples.groups.forEach((g, i) => {
-    const a = advantages[i];
-    if (a) scored[i]!.forEach((c, j) => build(g.promptTokens, c, a[j]!));
-  });
-  const groupsKept = advantages.filter((a) => a !== undefined).length;
-  // Every group tied: the step still takes its optimizer step (a zero gradient), so the step count stays exact.
-  if (datums.length === 0) samples.groups.forEach((g) => g.completions.forEach((c) => build(g.promptTokens, c, 0)));
-  return { datums, groupsKept };
 }
 
 export function createGrpoActivities(deps: ActivityDeps) {
@@ -152,6 +98,7 @@ function grpoStep(
   { provider, key, signal }: SegmentContext,
 ): StepKind<GrpoStepRecord> {
   const reward = !grpo.reward || grpo.reward.kind === 'python' ? undefined : rewardFunction(grpo.reward);
+  const advantages = groupCentred(grpo.normalizeAdvantages);
   const sampling = new Map<number, Promise<StepSamples>>();
   // The steps an earlier attempt drew samples for, listed once per attempt: a step not listed is drawn without a
   // read first (one store request per step on S3, not two).
@@ -183,7 +130,7 @@ function grpoStep(
   };
   const datumsOf = async (step: number) => {
     const samples = await samplesFor(step);
-    return { samples, ...grpoDatums(samples, grpo.normalizeAdvantages) };
+    return { samples, ...(await policyDatums(samples, advantages)) };
   };
 
   return {
@@ -230,7 +177,7 @@ function grpoStep(
         step: step + 1,
         loss: fb.loss,
         tokens,
-        lossPerToken: lossPerToken(input.spec.provider.kind, policyLossOf(grpo), fb.loss, tokens),
+        lossPerToken: lossPerToken(input.spec.provider.kind, ROUND_KIND.grpo.stepLoss(input.spec.round), fb.loss, tokens),
         meanReward: rewards.reduce((a, r) => a + r, 0) / Math.max(1, rewards.length),
         groupsKept,
         groups: samples.groups.length,
@@ -249,123 +196,6 @@ function grpoStep(
   };
 }
 
-/** A step's samples: from its file when an earlier attempt drew them, else drawn now, scored, and written. */
-async function drawSamples(
-  provider: TrainingProvider,
-  input: GrpoSegmentInput,
-  data: { train: TokenizedRow[]; tokenizer: TextTokenizer; model: { stopStrings?: boolean } },
-  step: number,
-  key: (...parts: (string | number)[]) => string,
-  reward: ReturnType<typeof rewardFunction> | undefined,
-  signal: AbortSignal,
-  drawnBefore: () => Promise<Set<string>>,
-  /** Episodes: what their completions wait for (the weights they must sample being synced). */
-  weightsReady?: Promise<unknown>,
-): Promise<StepSamples> {
-  const file = stepFile(input.samplesDir, step);
-  const drawn = (await drawnBefore()).has(file.slice(file.lastIndexOf('/') + 1)) ? await readJson<StepSamples>(file) : undefined;
-  if (drawn) return drawn;
-  const t = input.spec.training;
-  const s = input.spec.sampling;
-  const grpo = input.spec.round!.grpo!;
-  const { rows } = batchRows(step, data.train.length, t.batchSize, t.seed);
-  const prompts = rows.map((r) => data.train[r]!);
-  if (grpo.environment) {
-    const drawn = await drawEpisodes({
-      input,
-      provider,
-      step,
-      prompts,
-      tokenizer: data.tokenizer,
-      model: data.model,
-      key,
-      signal,
-      weightsReady,
-    });
-    const samples: StepSamples = {
-      step,
-      policyVersion: drawn.policyVersion,
-      groups: prompts.map((row, i) => ({ line: row.line, promptTokens: row.promptTokens, completions: drawn.groups[i]!.completions })),
-      turns: drawn.counts,
-    };
-    await writeJsonAtomic(file, samples);
-    return samples;
-  }
-  const handle = await provider.submitSample(
-    input.sessionId,
-    key(`s${step}`, 'sample'),
-    prompts.map((r) => r.promptTokens),
-    {
-      maxTokens: s.maxTokens,
-      temperature: s.temperature,
-      topP: s.topP,
-      topK: s.topK,
-      stop: stopToSend(input.spec.provider.kind, data.model, s.stop),
-      seed: drawSeed(input.spec, (base) => base * 1_000_003 + step),
-    },
-    { numSamples: grpo.groupSize },
-  );
-  const results = await provider.awaitOperation(handle, { signal });
-  const samples: StepSamples = { step, policyVersion: results[0]?.policyVersion, groups: [] };
-  for (const [i, row] of prompts.entries()) {
-    const completions = (results[i]?.sequences ?? []).map((seq) => {
-      // Trained on exactly the tokens whose text the reward scores: through the stop, on every dialect.
-      const tokens = tokensThroughStop(data.tokenizer, seq.tokens, s.stop);
-      return {
-        tokens,
-        logprobs: (seq.logprobs ?? seq.tokens.map(() => 0)).slice(0, tokens.length),
-        text: completionText(data.tokenizer, tokens, s.stop),
-        reward: null as number | null,
-      };
-    });
-    if (reward) for (const c of completions) c.reward = await reward(c.text, row.answer, row.prompt);
-    samples.groups.push({ line: row.line, promptTokens: row.promptTokens, completions });
-  }
-  if (!reward) await rewardOnPython(input, samples, prompts, key(`s${step}`, 'rewards'), signal);
-  await writeJsonAtomic(file, samples);
-  return samples;
-}
-
-/**
- * A step's rewards from the user's function on a Python worker: the samples go by store reference, each reward is
- * recorded under `<rewardsDir>/s<step>/p<prompt>-c<sample>.json` (so a retried or re-run step reads it back instead
- * of calling the judge again), and a function that keeps failing fails the step (RewardFailed): never a 0.
- */
-async function rewardOnPython(
-  input: GrpoSegmentInput,
-  samples: StepSamples,
-  prompts: TokenizedRow[],
-  callKey: string,
-  signal: AbortSignal,
-): Promise<void> {
-  const call = pythonReward(input.spec);
-  if (!call || !input.rewardsDir)
-    throw new RoundhouseFailure('InvalidInput', 'round.grpo.reward: a python reward needs the round to name its rewards directory');
-  const stepName = `s${String(samples.step).padStart(7, '0')}`;
-  const items: ScoreItem[] = samples.groups.flatMap((g, i) =>
-    g.completions.map((c, j) => ({
-      key: `${stepName}/p${i}-c${j}`,
-      completion: c.text,
-      answer: prompts[i]!.answer,
-      prompt: prompts[i]!.prompt,
-      row: prompts[i]!.fields ?? { prompt: prompts[i]!.prompt, answer: prompts[i]!.answer },
-      context: { step: samples.step + 1, prompt: i, sample: j, line: g.line },
-    })),
-  );
-  const lineage = input.lineage ? `L${input.lineage}-` : '';
-  const scored = await scoreOnPython({
-    role: 'reward',
-    call,
-    workflowId: `python:${callKey}`,
-    itemsLocation: joinLocation(input.rewardsDir, 'batches', `${lineage}${stepName}.json`),
-    recordsDir: input.rewardsDir,
-    items,
-    signal,
-  });
-  let n = 0;
-  for (const g of samples.groups) for (const c of g.completions) c.reward = scored.values[n++] ?? null;
-}
-
 /** A multi-turn step's figures: turns per episode, what the gateway sampled and replayed, template breaks. */
 function episodeFigures(samples: StepSamples): Partial<GrpoStepRecord> {
   const episodes = samples.groups.flatMap((g) => g.completions.map((c) => c.episode)).filter((e): e is EpisodeSamples => Boolean(e));
@@ -376,33 +206,4 @@ function episodeFigures(samples: StepSamples): Partial<GrpoStepRecord> {
     turnsReplayed: samples.turns?.replayed,
     prefixBreaks: episodes.filter((e) => e.prefixBreaks > 0).length,
   };
-}
-
-/** The trained tokens' mean (sampler logprob − trainer logprob), from the forward-backward's logprobs. */
-function logprobGapOf(datums: Datum[], trainer: number[][] | undefined): number | undefined {
-  if (!trainer || trainer.length !== datums.length) return undefined;
-  let sum = 0;
-  let n = 0;
-  datums.forEach((d, i) =>
-    d.weights.forEach((w, k) => {
-      const t = trainer[i]![k];
-      if (w === 0 || t === undefined) return;
-      sum += d.logprobs![k]! - t;
-      n++;
-    }),
-  );
-  return n ? sum / n : undefined;
-}
-
-/** The mean negative sampler logprob of the step's sampled tokens: an estimate of the sampling policy's entropy. */
-function entropyOf(samples: StepSamples): number | undefined {
-  let sum = 0;
-  let n = 0;
-  for (const g of samples.groups)
-    for (const c of g.completions)
-      for (const l of c.logprobs) {
-        sum -= l;
-        n++;
-      }
-  return n ? sum / n : undefined;
 }

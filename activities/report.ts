@@ -5,6 +5,7 @@ import { joinLocation, readJson, storeFor } from '../config/io/artifacts';
 import { maskSecretsIn } from '../config/io/secrets';
 import { stageFacts, type ShownStage } from '../config/rules/stages';
 import { lossPerTokenOf } from './step-records';
+import { ROUND_KIND, ROUND_KINDS, type RoundKind } from '../config/rules/round-kinds';
 
 /**
  * The campaign report people look at: `report.html` (self-contained: Chart.js and the data inlined, no network)
@@ -33,7 +34,7 @@ interface RoundReportFile {
   evaluations: { line: number; prompt: string; expected?: string; completion?: string; chosen?: string; margin?: number; match: boolean }[];
   /** GRPO steps add `meanReward`; DPO steps add `margin` and `accuracy`. */
   steps: { step: number; loss: number; tokens: number; lossPerToken?: number; meanReward?: number; margin?: number; accuracy?: number }[];
-  kind?: 'sft' | 'grpo' | 'dpo';
+  kind?: RoundKind;
   first_reward?: number | null;
   latest_reward?: number | null;
   baseline_margin?: number | null;
@@ -373,15 +374,7 @@ export function renderCampaignMarkdown(data: CampaignReportData): string {
         `| ${r.round} | ${r.status}${r.error_type ? ` (${r.error_type})` : ''} | ${pct(r.accuracy)}${passAtKNote(r)}${tested ? ` | ${pct(r.test?.accuracy ?? null)}` : ''} | ${fmt(r.baseline_loss)} → ${fmt(r.trained_loss)} | ${r.steps_applied}/${r.steps_planned} | ${fmt(r.gpu_minutes, 2)} | ${r.estimated_cost_usd === null ? '–' : `$${r.estimated_cost_usd.toFixed(2)}`} |`,
     ),
     '',
-    ...data.rounds
-      .filter((r) => r.kind === 'grpo' && typeof r.first_reward === 'number')
-      .map((r) => `- round ${r.round} (grpo): mean reward ${fmt(r.first_reward)} at its first step → ${fmt(r.latest_reward)} at its last`),
-    ...data.rounds
-      .filter((r) => r.kind === 'dpo' && typeof r.trained_margin === 'number')
-      .map(
-        (r) =>
-          `- round ${r.round} (dpo): eval preference margin ${fmt(r.baseline_margin)} → ${fmt(r.trained_margin)} nats, preference accuracy ${pct(r.accuracy)}`,
-      ),
+    ...kindLines(data.rounds),
     ...data.rounds
       .filter((r) => r.early_stop)
       .map(
@@ -395,6 +388,16 @@ export function renderCampaignMarkdown(data: CampaignReportData): string {
     `Total: ${fmt(data.gpuMinutes, 2)} GPU-minutes${data.costUsd !== undefined && data.costUsd !== null ? `, estimated $${data.costUsd.toFixed(2)}` : ''}.`,
   ];
   return `${lines.join('\n')}\n`;
+}
+
+/** Each round's line of its kind (config/rules/round-kinds.ts `summaryLine`), grouped by kind in the table's order. */
+function kindLines(rounds: RoundReportFile[]): string[] {
+  return ROUND_KINDS.flatMap((kind) =>
+    rounds
+      .filter((r) => r.kind === kind)
+      .map((r) => ROUND_KIND[kind].summaryLine?.(r, { number: (v) => fmt(v), percent: (v) => pct(v) }))
+      .filter((line): line is string => line !== undefined),
+  );
 }
 
 /** Writes report.html and summary.md next to campaign.json, atomically. */

@@ -10,6 +10,7 @@ import { toDatum } from './data';
 import { joinLocation } from '../config/io/artifacts';
 import { scoreOnPython } from './python';
 import { pythonScorer } from '../config/rules/python-calls';
+import { descriptorOf } from '../config/rules/round-kinds';
 import { generatorReplicasOf, generatorReplicasProblem, stepBatchProblem } from '../config/rules/trainer-shape';
 import type { ScoreResult } from '../workflows/python/contract';
 import type { ActivityDeps } from './deps';
@@ -36,12 +37,26 @@ const UNWRITABLE = new Set(['EISDIR', 'ENOTDIR', 'EACCES', 'EPERM', 'EROFS']);
 
 export function createRoundActivities(deps: ActivityDeps) {
   const { modelInfo, prepared, preparedPairs } = createPreparer(deps);
+  /** The round's data prepared as its kind reads it: rows, or preference pairs. */
+  const preparedOfShape = (spec: RoundSpec, data: RoundInput['data']) => {
+    const shape = descriptorOf(spec).data;
+    switch (shape) {
+      case 'rows':
+        return prepared(spec, data);
+      case 'pairs':
+        return preparedPairs(spec, data);
+      default: {
+        const unknown: never = shape;
+        throw new Error(`no data of shape ${String(unknown)}`);
+      }
+    }
+  };
 
   return {
     /** Every check that can be made before provisioning: schema was checked by the caller; data, tokens, model here. */
     async prepareRound(input: Pick<RoundInput, 'spec' | 'data'>): Promise<RoundPlan> {
       return atBoundary(async () => {
-        const p = input.spec.round?.kind === 'dpo' ? await preparedPairs(input.spec, input.data) : await prepared(input.spec, input.data);
+        const p = await preparedOfShape(input.spec, input.data);
         const provider = await deps.providerFor(input.spec.provider);
         // Asked afresh: the prepared data is cached by content, and its model info with it, whichever provider it came from.
         checkSessionCapacity(input.spec, await modelInfo(provider, input.spec.provider));

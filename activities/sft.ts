@@ -1,4 +1,5 @@
 import { lossPerToken } from '../config/rules/loss-units';
+import { ROUND_KIND } from '../config/rules/round-kinds';
 import { batchRows } from '../config/rules/schedule';
 import type { Datum } from '../providers/types';
 import { toDatum } from './data';
@@ -33,7 +34,7 @@ export function createSftActivities(deps: ActivityDeps) {
                 step: step + 1,
                 loss: fb.loss,
                 tokens,
-                lossPerToken: lossPerToken(input.spec.provider.kind, { type: 'cross_entropy' }, fb.loss, tokens),
+                lossPerToken: lossPerToken(input.spec.provider.kind, ROUND_KIND.sft.stepLoss(input.spec.round), fb.loss, tokens),
               };
             },
           };

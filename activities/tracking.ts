@@ -1,4 +1,5 @@
 import { Context } from '@temporalio/activity';
+import { descriptorOf, kindOf } from '../config/rules/round-kinds';
 import { joinLocation } from '../config/io/artifacts';
 import { learningRateAt } from '../config/rules/schedule';
 import { maskSecrets } from '../config/io/secrets';
@@ -140,7 +141,7 @@ async function stageRun(
 async function roundRun(target: { uri: string; experiment: string }, r: RoundTracking): Promise<{ client: MlflowClient; runId: string }> {
   const client = clientFor(target.uri);
   const experimentId = await experimentOf(client, target.experiment);
-  const kind = r.spec.round?.kind ?? 'sft';
+  const kind = kindOf(r.spec);
   // A staged campaign's first round makes the campaign's run: its stage is no param of the campaign.
   const { stage, ...spec } = r.spec;
   const parent = stage
@@ -163,7 +164,7 @@ async function roundRun(target: { uri: string; experiment: string }, r: RoundTra
   return { client, runId };
 }
 
-/** A step record's metrics, by round kind. */
+/** A step record's metrics: the loss and learning rate, and its round kind's own (config/rules/round-kinds.ts). */
 function stepMetrics(r: StepRecord & Record<string, unknown>, spec: RoundSpec, totalSteps: number, at: number): MlflowMetric[] {
   const out: MlflowMetric[] = [];
   const add = (key: string, value: unknown) => {
@@ -171,9 +172,7 @@ function stepMetrics(r: StepRecord & Record<string, unknown>, spec: RoundSpec, t
   };
   add('train/loss_per_token', r.tokens > 0 ? lossPerTokenOf(r) : undefined);
   if (totalSteps > 0) add('train/learning_rate', learningRateOf(spec, r.step, totalSteps));
-  add('train/mean_reward', r.meanReward);
-  add('train/dpo_margin', r.margin);
-  add('train/preference_accuracy', r.accuracy);
+  for (const [key, field] of Object.entries(descriptorOf(spec).trackedSteps)) add(key, r[field]);
   return out;
 }
 
@@ -234,13 +233,12 @@ export async function trackEvaluation(
   if (!target) return;
   try {
     const { client, runId } = await roundRun(target, r);
-    const dpo = r.spec.round?.kind === 'dpo';
     const metrics: MlflowMetric[] = [];
     const add = (key: string, value: unknown) => {
       if (typeof value === 'number' && Number.isFinite(value)) metrics.push({ key, value, timestamp: point.at, step: point.step });
     };
     add('eval/loss', point.loss);
-    add(dpo ? 'eval/preference_accuracy' : 'eval/metric', point.metric);
+    add(descriptorOf(r.spec).trackedEvalMetric, point.metric);
     add('eval/dpo_margin', point.margin);
     await client.logBatch(runId, { metrics });
   } catch (err) {

@@ -1,4 +1,5 @@
 import fs from 'node:fs';
+import { SEGMENT_ACTIVITIES } from '../config/rules/round-kinds';
 import os from 'node:os';
 import path from 'node:path';
 import { Client, Connection } from '@temporalio/client';
@@ -166,7 +167,7 @@ function activityName(e: HistoryEvent): string | undefined {
 }
 
 /** The activities that run training segments, by round kind (SFT, GRPO, DPO). */
-const SEGMENT_ACTIVITIES = new Set(['trainSegment', 'trainGrpoSegment', 'trainDpoSegment']);
+const SEGMENT_ACTIVITY_NAMES = new Set(SEGMENT_ACTIVITIES);
 
 /**
  * The training phase of a round, read from the server's history: from the first training segment scheduled to
@@ -192,7 +193,7 @@ export function trainingPhase(history: History): {
   let lastCompleted = -1;
   for (let i = 0; i < events.length; i++) {
     const e = events[i]!;
-    if (e.eventType === EVENT.activityScheduled && SEGMENT_ACTIVITIES.has(activityName(e) ?? '')) {
+    if (e.eventType === EVENT.activityScheduled && SEGMENT_ACTIVITY_NAMES.has(activityName(e) ?? '')) {
       segmentIds.add(Number(e.eventId));
       if (first < 0) first = i;
     }

@@ -1,6 +1,7 @@
 import fs from 'node:fs';
 import type { Client, WorkflowHandle } from '@temporalio/client';
 import { seededRandom } from '../config/rules/random';
+import type { RoundKind } from '../config/rules/round-kinds';
 import { startEmulator, type RunningEmulator } from '../emulator/server';
 import type { Ledger } from '../emulator/engine';
 import { arithmeticRoundInput } from '../test/helpers/round';
@@ -36,7 +37,7 @@ export interface SoakFigures {
   failures: string[];
 }
 
-type Variant = { kind: 'sft' | 'grpo' | 'dpo'; dialect: 'local' | 'baseten' | 'tinker' };
+type Variant = { kind: RoundKind; dialect: 'local' | 'baseten' | 'tinker' };
 const VARIANTS: Variant[] = [
   { kind: 'sft', dialect: 'local' },
   { kind: 'sft', dialect: 'baseten' },

@@ -1,4 +1,5 @@
 import { describeWait } from '../config/rules/capacity';
+import { SEGMENT_ACTIVITIES } from '../config/rules/round-kinds';
 import { stageFacts } from '../config/rules/stages';
 import { WorkflowFailedError, type WorkflowExecutionDescription, type WorkflowHandle } from '@temporalio/client';
 import { decodeArrayFromPayloads } from '@temporalio/common/lib/internal-non-workflow';
@@ -131,7 +132,7 @@ export function progressJson(p: CampaignProgress): string {
   return redactText(`${JSON.stringify(p, null, 2)}\n`);
 }
 
-const SEGMENT_ACTIVITIES = new Set(['trainSegment', 'trainGrpoSegment', 'trainDpoSegment']);
+const SEGMENT_ACTIVITY_NAMES = new Set(SEGMENT_ACTIVITIES);
 
 /**
  * The step a round's running training segment has confirmed, from the segment's heartbeat: the workflow hears it
@@ -143,7 +144,7 @@ export async function liveSegmentStep(handle: WorkflowHandle, roundWorkflowId: s
     .describe()
     .catch(() => undefined);
   for (const activity of round?.raw.pendingActivities ?? []) {
-    if (!SEGMENT_ACTIVITIES.has(activity.activityType?.name ?? '')) continue;
+    if (!SEGMENT_ACTIVITY_NAMES.has(activity.activityType?.name ?? '')) continue;
     const details = await decodeArrayFromPayloads(handle.client.options.loadedDataConverter, activity.heartbeatDetails?.payloads).catch(
       () => [],
     );

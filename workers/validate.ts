@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { ROUND_KIND } from '../config/rules/round-kinds';
 import { WorkflowFailedError, type Client } from '@temporalio/client';
 import { localCopy } from '../config/io/artifacts';
 import { DataValidationError } from '../config/rules/errors';
@@ -57,7 +58,7 @@ export function validateCampaignLocally(spec: CampaignSpec): {
     }
     // Warnings after the errors: data that trains fine but may mislead (eval rows that repeat training sentences).
     const problems: string[] = [];
-    const read = one.round.kind === 'dpo' ? readPreferenceDataset : readDataset;
+    const read = ROUND_KIND[one.round.kind].data === 'pairs' ? readPreferenceDataset : readDataset;
     const train = read(one.data.train, problems);
     const warnings = [nearDuplicateWarning(train, read(one.data.eval, problems))];
     if (one.data.test) warnings.push(nearDuplicateWarning(train, read(one.data.test, problems), 'test'));
@@ -90,11 +91,12 @@ function checkCampaign(spec: CampaignSpec): { trainRows: number; evalRows: numbe
     spec.provider.tokenizer ?? bundledTokenizerFiles(spec.provider.model) ?? huggingFaceCacheDir(spec.provider.model),
   );
   const limits = { maxSeqLen: spec.training.maxSeqLen, modelMaxSeqLen: findModel(spec.provider.model)?.maxSeqLen };
-  if (spec.round.kind === 'dpo' && spec.data.test)
+  const shape = ROUND_KIND[spec.round.kind].data;
+  if (shape === 'pairs' && spec.data.test)
     throw new DataValidationError([
-      `data.test: a held-out test set is scored by sampled answers (sft and grpo rounds); a dpo round has none yet: remove it`,
+      `data.test: a held-out test set is scored by sampled answers (sft and grpo rounds); ${ROUND_KIND[spec.round.kind].aRound} has none yet: remove it`,
     ]);
-  if (spec.round.kind === 'dpo') {
+  if (shape === 'pairs') {
     if (hasTokenizer) {
       const pairs = loadPreferenceData(
         spec.data.train,

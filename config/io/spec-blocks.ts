@@ -1,5 +1,14 @@
 import { z } from 'zod';
-import { billingOf, DIALECTS } from '../rules/dialects';
+import { abilitiesOf, billingOf, DIALECTS } from '../rules/dialects';
+import {
+  DEFAULT_ROUND_KIND,
+  GATE_METRIC_NAMES,
+  ROUND_KIND,
+  ROUND_KINDS,
+  optionsOf,
+  type GateMetric,
+  type NeededAbility,
+} from '../rules/round-kinds';
 import { PYTHON_CALL_DEFAULTS } from '../rules/python-defaults';
 import { generatorReplicasProblem } from '../rules/trainer-shape';
 import { seedProblem } from '../rules/sampling';
@@ -356,7 +365,7 @@ export const DpoSpecSchema = z
 export const RoundKindSpecSchema = z
   .object({
     /** sft: supervised (cross-entropy on answers); grpo: sampled groups + rewards + policy-gradient loss; dpo: preference pairs. */
-    kind: z.enum(['sft', 'grpo', 'dpo']).default('sft'),
+    kind: z.enum(ROUND_KINDS).default(DEFAULT_ROUND_KIND),
     grpo: GrpoSpecSchema.optional(),
     dpo: DpoSpecSchema.optional(),
   })
@@ -495,23 +504,12 @@ export const DataSpecSchema = z
   })
   .strict();
 
-/** The metric a stage's gate reads from the stage's last round, by round kind. */
-export const GATE_METRICS = {
-  /** SFT and GRPO: the share of held-out rows whose sampled answer scored right. */
-  accuracy: ['sft', 'grpo'],
-  /** GRPO: the mean reward of the last trained step's samples. */
-  meanReward: ['grpo'],
-  /** DPO: the share of held-out pairs whose chosen answer the trained policy prefers more than the reference does. */
-  preferenceAccuracy: ['dpo'],
-  /** Any kind: the held-out loss after training (DPO: the preference loss). */
-  evalLoss: ['sft', 'grpo', 'dpo'],
-} as const;
-export type GateMetric = keyof typeof GATE_METRICS;
+export type { GateMetric };
 
 /** What a stage must reach before the next one starts: a bound on one metric of its last round. */
 export const GateSpecSchema = z
   .object({
-    metric: z.enum(Object.keys(GATE_METRICS) as [GateMetric, ...GateMetric[]]),
+    metric: z.enum(GATE_METRIC_NAMES),
     atLeast: z.number().optional(),
     atMost: z.number().optional(),
   })
@@ -678,44 +676,21 @@ export const CampaignSpecSchema = CampaignSpecBase.superRefine(roundKindProblems
 /** What the round kind needs from the rest of the spec: each problem names the field to change. */
 function roundKindProblems(spec: z.infer<typeof CampaignSpecBase>, ctx: z.RefinementCtx): void {
   const problem = (path: (string | number)[], message: string) => ctx.addIssue({ code: 'custom', path, message });
-  const { kind, grpo, dpo } = spec.round;
-  if (kind !== 'grpo' && grpo) problem(['round', 'grpo'], `is only used when round.kind is grpo (it is ${kind})`);
-  if (kind !== 'dpo' && dpo) problem(['round', 'dpo'], `is only used when round.kind is dpo (it is ${kind})`);
-  if (kind === 'grpo') {
-    if (!grpo)
-      return problem(['round', 'grpo'], 'is required when round.kind is grpo: at least a reward, e.g. grpo: { reward: { kind: numeric } }');
-    if (!grpo.reward && !grpo.environment)
-      problem(['round', 'grpo', 'reward'], 'is required (or round.grpo.environment, whose episodes give the rewards)');
-    if (grpo.reward && grpo.environment)
-      problem(
-        ['round', 'grpo', 'reward'],
-        "is not used with round.grpo.environment: the environment's rubric gives the rewards; remove one",
-      );
-    if (grpo.reward?.kind === 'regex' && !grpo.reward.pattern)
-      problem(['round', 'grpo', 'reward', 'pattern'], 'is required when the reward kind is regex');
-    if (spec.sampling.temperature === 0)
-      problem(
-        ['sampling', 'temperature'],
-        'must be above 0 for a grpo round: a group of greedy completions is all alike and teaches nothing',
-      );
-    if (grpo.loss.beta > 0 && grpo.loss.type !== 'grpo')
-      problem(['round', 'grpo', 'loss', 'beta'], `the KL penalty is part of the grpo loss, not ${grpo.loss.type}`);
-    if (grpo.loss.beta > 0 && !grpo.reference) {
-      problem(
-        ['round', 'grpo', 'loss', 'beta'],
-        'is above 0 but no reference logprobs are configured: set round.grpo.reference: start (or beta: 0)',
-      );
-    }
+  const { kind } = spec.round;
+  const descriptor = ROUND_KIND[kind];
+  for (const other of ROUND_KINDS) {
+    const options = ROUND_KIND[other].options;
+    if (options && other !== kind && spec.round[options])
+      problem(['round', options], `is only used when round.kind is ${other} (it is ${kind})`);
+  }
+  if (descriptor.specProblems(spec, problem) === 'stop') return;
+  // The policy loss's options against the dialect (round.grpo, when the round's kind reads them).
+  const grpo = optionsOf(spec.round, 'grpo');
+  if (grpo) {
     if (spec.provider.kind === 'baseten' && grpo.reference) {
       problem(
         ['round', 'grpo', 'reference'],
         "is not available on Baseten Loops: a run is one session, and opening a reference session re-initializes the run and loads the reference state over the policy's weights and optimizer state; remove it (a KL penalty needs the together dialect)",
-      );
-    }
-    if (grpo.maxStepsOffPolicy > 0 && grpo.loss.type === 'importance_sampling' && !grpo.loss.allowUnclippedOffPolicy) {
-      problem(
-        ['round', 'grpo', 'loss', 'type'],
-        `importance_sampling is unclipped, and round.grpo.maxStepsOffPolicy is ${grpo.maxStepsOffPolicy}: off-policy, an unclipped ratio lets the sampler and trainer drift apart (KL growing ~30× and entropy collapsing have been reported at 3 steps); use ppo (a clipped ratio), maxStepsOffPolicy: 0, or set loss.allowUnclippedOffPolicy: true`,
       );
     }
     if ((spec.provider.kind === 'baseten' || spec.provider.kind === 'tinker') && grpo.loss.type === 'grpo') {
@@ -729,11 +704,6 @@ function roundKindProblems(spec: z.infer<typeof CampaignSpecBase>, ctx: z.Refine
   if (seed) problem(['sampling', 'seed'], seed);
   if (spec.promotion?.on === 'test' && !spec.data.test)
     problem(['promotion', 'on'], 'is test, but the campaign has no data.test: add a held-out test set, or compare on eval');
-  if (spec.promotion && spec.round.kind === 'dpo')
-    problem(
-      ['promotion'],
-      "compares sampled-answer accuracy (sft and grpo rounds); a dpo round has none (a staged campaign puts its last stage's best round forward: end it with an sft or grpo stage)",
-    );
   if (spec.tracking?.wandb && spec.provider.kind === 'baseten')
     problem(
       ['tracking', 'wandb'],
@@ -762,44 +732,23 @@ function roundKindProblems(spec: z.infer<typeof CampaignSpecBase>, ctx: z.Refine
   if (generatorProblem) problem(['provider', 'generatorReplicas'], generatorProblem);
   sampleAnswersProblems(spec, problem);
   const { earlyStop, sampleEvery } = spec.evaluation;
-  if (kind === 'dpo' && sampleEvery !== undefined)
-    problem(
-      ['evaluation', 'sampleEvery'],
-      'is for sampled answers, which a dpo round has none of (its evaluations measure preference accuracy anyway)',
-    );
-  if (kind === 'dpo' && spec.evaluation.sampling)
-    problem(['evaluation', 'sampling'], 'is for sampled answers, which a dpo round has none of (it measures preference accuracy)');
-  if (kind !== 'dpo' && earlyStop?.on === 'metric' && sampleEvery === undefined)
+  if (descriptor.samples !== 'never' && earlyStop?.on === 'metric' && sampleEvery === undefined)
     problem(['evaluation', 'earlyStop', 'on'], 'metric needs evaluation.sampleEvery: the metric is measured from sampled answers');
-  if (kind === 'dpo') {
-    if (spec.provider.kind === 'baseten')
-      problem(['round', 'kind'], 'dpo trains through a custom loss (custom_forward_backward), which Baseten Loops does not offer');
-    if (spec.rounds.max > 1 && spec.rounds.nextData.policy === 'mistakes') {
-      problem(
-        ['rounds', 'nextData', 'policy'],
-        'mistakes needs sampled answers to score, which a dpo round has none of: use all or static',
-      );
-    }
-  }
+  // The dialect abilities the kind needs (config/rules/round-kinds.ts `needs`).
+  const abilities = abilitiesOf(spec.provider.kind);
+  for (const [ability, what] of Object.entries(descriptor.needs) as [NeededAbility, string][])
+    if (!abilities[ability]) problem(['round', 'kind'], `${kind} ${what}, which ${abilities.name} does not offer`);
 }
 
-/** `evaluation.sampleAnswers`: false is for an sft round, and leaves nothing that needs sampled answers. */
+/**
+ * `evaluation.sampleAnswers: false` (on a kind whose only sampling is its evaluation's answers) leaves nothing that
+ * needs sampled answers; the kinds that always or never sample refuse the field themselves.
+ */
 function sampleAnswersProblems(
   spec: z.infer<typeof CampaignSpecBase>,
   problem: (path: (string | number)[], message: string) => void,
 ): void {
-  const { kind } = spec.round;
-  const sampleAnswers = spec.evaluation.sampleAnswers;
-  if (sampleAnswers === true && kind === 'dpo')
-    problem(['evaluation', 'sampleAnswers'], 'is for sft rounds: a dpo round measures preference accuracy, and samples nothing');
-  if (sampleAnswers !== false) return;
-  if (kind !== 'sft') {
-    problem(
-      ['evaluation', 'sampleAnswers'],
-      `false is for sft rounds (this one is ${kind}): ${kind === 'grpo' ? 'a grpo round samples to train' : 'a dpo round samples nothing anyway'}`,
-    );
-    return;
-  }
+  if (spec.evaluation.sampleAnswers !== false || ROUND_KIND[spec.round.kind].samples !== 'answers') return;
   const needs = (path: string[], what: string) => problem(path, `${what}, and evaluation.sampleAnswers is false: remove one of them`);
   if (spec.data.test) needs(['data', 'test'], 'is scored by sampled answers');
   if (spec.evaluation.sampleEvery !== undefined) needs(['evaluation', 'sampleEvery'], 'samples the eval set during training');

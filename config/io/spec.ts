@@ -3,9 +3,9 @@ import path from 'node:path';
 import { LineCounter, parseDocument, isNode } from 'yaml';
 import { z } from 'zod';
 import { ConfigError } from '../rules/errors';
+import { ROUND_KIND } from '../rules/round-kinds';
 import {
   CampaignSpecSchema,
-  GATE_METRICS,
   GateSpecSchema,
   type DataSpec,
   type EvaluationSpec,
@@ -188,13 +188,11 @@ function parseStaged(raw: Record<string, unknown>, dir: string, fail: (p: FieldP
           ? `${label} ${handOver}`
           : `${label} inherits it with the campaign's rounds, but ${handOver} (set it in stage 1's own rounds)`,
       );
-    if (entry.gate && !(GATE_METRICS[entry.gate.metric] as readonly string[]).includes(kind))
+    const gateMetrics = ROUND_KIND[kind].gateMetrics;
+    if (entry.gate && !gateMetrics.includes(entry.gate.metric))
       fail(
         ['stages', i, 'gate', 'metric'],
-        `${entry.gate.metric} is not measured by ${kind === 'sft' ? 'an' : 'a'} ${kind} round; for ${kind}: ${Object.entries(GATE_METRICS)
-          .filter(([, kinds]) => (kinds as readonly string[]).includes(kind))
-          .map(([m]) => m)
-          .join(', ')}`,
+        `${entry.gate.metric} is not measured by ${ROUND_KIND[kind].aRound}; for ${kind}: ${gateMetrics.join(', ')}`,
       );
     const { data, training, sampling, evaluation, round, rounds } = spec;
     const stage: StageSpec = {

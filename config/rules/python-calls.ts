@@ -1,5 +1,6 @@
 import type { CampaignSpec } from '../io/spec';
 import { PYTHON_CALL_DEFAULTS } from './python-defaults';
+import { optionsOf } from './round-kinds';
 
 export { PYTHON_CALL_DEFAULTS } from './python-defaults';
 
@@ -62,7 +63,7 @@ export function nextDataCall(nextData: CampaignSpec['rounds']['nextData']): Pyth
 
 /** The round's reward, when it is a python one. */
 export function pythonReward(spec: { round?: CampaignSpec['round'] }): PythonCall | undefined {
-  const reward = spec.round?.kind === 'grpo' ? spec.round.grpo?.reward : undefined;
+  const reward = optionsOf(spec.round, 'grpo')?.reward;
   return reward?.kind === 'python' ? pythonCallOf(reward) : undefined;
 }
 
@@ -71,7 +72,7 @@ export function pythonReward(spec: { round?: CampaignSpec['round'] }): PythonCal
  * `verifiers:<module>` (the Python worker loads the module's `load_environment`).
  */
 export function pythonEnvironment(spec: { round?: CampaignSpec['round'] }): PythonCall | undefined {
-  const environment = spec.round?.kind === 'grpo' ? spec.round.grpo?.environment : undefined;
+  const environment = optionsOf(spec.round, 'grpo')?.environment;
   if (!environment) return undefined;
   return pythonCallOf({ ...environment, name: environmentName(environment) });
 }
@@ -92,7 +93,7 @@ export function pythonChecksOf(spec: { round?: CampaignSpec['round']; evaluation
   const reward = pythonReward(spec);
   const scorer = pythonScorer(spec);
   const environment = pythonEnvironment(spec);
-  const args = spec.round?.kind === 'grpo' ? spec.round.grpo?.environment?.args : undefined;
+  const args = optionsOf(spec.round, 'grpo')?.environment?.args;
   return [
     ...(reward ? [{ field: 'round.grpo.reward', role: 'reward' as const, call: reward }] : []),
     ...(environment

@@ -1,4 +1,5 @@
-import type { CampaignSpec, GateMetric, GateSpec, StageSpec } from '../io/spec';
+import type { CampaignSpec, GateSpec } from '../io/spec';
+import type { GateMetric, RoundKind } from './round-kinds';
 
 /**
  * A campaign's stages (SFT, then GRPO, then DPO…): what each runs with, and the gate between one and the next. A
@@ -15,7 +16,7 @@ export function stageSpecOf(spec: CampaignSpec, index: number): CampaignSpec {
 
 /** What a gate reads of a stage's last round (a campaign's round summary). */
 export interface GatedRound {
-  kind?: 'sft' | 'grpo' | 'dpo';
+  kind?: RoundKind;
   accuracy?: number;
   meanReward?: number;
   trainedLoss?: number;
@@ -56,16 +57,13 @@ export function describeVerdict(v: GateVerdict): string {
   return `${v.metric} ${v.value === undefined ? 'not measured' : v.value.toFixed(3)}, needed ${v.bound}`;
 }
 
-/** The metric that matters for a round kind, as `status` and the reports show a stage: accuracy, reward, preference. */
-export function headlineMetric(kind: StageSpec['round']['kind']): GateMetric {
-  return kind === 'grpo' ? 'meanReward' : kind === 'dpo' ? 'preferenceAccuracy' : 'accuracy';
-}
+export { headlineMetric } from './round-kinds';
 
 /** What `status`, `watch`, `summary.md` and `report.html` show of a stage (a campaign's StageProgress). */
 export interface ShownStage {
   stage: number;
   name: string;
-  kind: 'sft' | 'grpo' | 'dpo';
+  kind: RoundKind;
   firstRound: number;
   rounds: number;
   headline: { metric: GateMetric; value?: number };

@@ -1,3 +1,7 @@
+import { descriptorOf, type StepBatch, type TrainerShapeSpec } from './round-kinds';
+
+export type { StepBatch, TrainerShapeSpec } from './round-kinds';
+
 /**
  * What a round needs of the trainer it provisions, from its spec alone (pure: the spec's checks, `prepareRound` and
  * the provisioning activity share it): whether anything samples on its generator, and how many sequences one
@@ -10,63 +14,9 @@
  * trainer-only resource).
  */
 
-/** The parts of a round's spec these rules read (a campaign's, a stage's or a round's spec satisfies it). */
-export interface TrainerShapeSpec {
-  provider: { generatorReplicas?: number };
-  training: { batchSize: number };
-  evaluation: { sampleAnswers?: boolean };
-  round?: { kind: RoundKindName; grpo?: { groupSize: number } };
-}
-
-/** `round.kind`: a kind added to the spec does not compile where its spec is passed here until its shape is written. */
-type RoundKindName = 'sft' | 'grpo' | 'dpo';
-
-/** One training step's forward-backward: its sequences, and how the spec's fields make them. */
-export interface StepBatch {
-  sequences: number;
-  /** e.g. `training.batchSize × round.grpo.groupSize: 8 × 64` */
-  from: string;
-}
-
-interface KindShape {
-  /** Why a round of this kind samples on its trainer's generator; undefined when it never does. */
-  generatorNeed(spec: TrainerShapeSpec): string | undefined;
-  stepBatch(spec: TrainerShapeSpec): StepBatch;
-}
-
-const KIND_SHAPES: Record<RoundKindName, KindShape> = {
-  sft: {
-    generatorNeed: (spec) =>
-      spec.evaluation.sampleAnswers === false
-        ? undefined
-        : 'an sft round samples an answer for every eval row after training (evaluation.sampleAnswers: false measures eval loss only)',
-    stepBatch: (spec) => ({ sequences: spec.training.batchSize, from: `training.batchSize: ${spec.training.batchSize}` }),
-  },
-  grpo: {
-    generatorNeed: () => 'a grpo round samples the groups it trains on',
-    stepBatch: (spec) => {
-      const group = spec.round?.grpo?.groupSize ?? 4;
-      return {
-        sequences: spec.training.batchSize * group,
-        from: `training.batchSize × round.grpo.groupSize: ${spec.training.batchSize} × ${group}`,
-      };
-    },
-  },
-  dpo: {
-    // Reference and policy logprobs are forward passes; nothing is sampled.
-    generatorNeed: () => undefined,
-    stepBatch: (spec) => ({
-      sequences: 2 * spec.training.batchSize,
-      from: `training.batchSize × 2 (each pair is its chosen and its rejected sequence): ${spec.training.batchSize} × 2`,
-    }),
-  },
-};
-
-const shapeOf = (spec: TrainerShapeSpec): KindShape => KIND_SHAPES[spec.round?.kind ?? 'sft'];
-
 /** Why the round samples on its trainer's generator; undefined when it never does (DPO, SFT without sampled answers). */
 export function generatorNeedOf(spec: TrainerShapeSpec): string | undefined {
-  return shapeOf(spec).generatorNeed(spec);
+  return descriptorOf(spec).generatorNeed(spec);
 }
 
 /**
@@ -85,7 +35,7 @@ export function generatorReplicasProblem(spec: TrainerShapeSpec): string | undef
 }
 
 export function stepBatchOf(spec: TrainerShapeSpec): StepBatch {
-  return shapeOf(spec).stepBatch(spec);
+  return descriptorOf(spec).stepBatch(spec);
 }
 
 /**

@@ -1,5 +1,6 @@
 import type { WorkflowHandle } from '@temporalio/client';
 import { defaultPayloadConverter } from '@temporalio/common';
+import { SEGMENT_ACTIVITIES } from '../../config/rules/round-kinds';
 
 /** An activity attempt of a workflow that a worker runs right now: what a SIGKILL of that worker interrupts. */
 export interface RunningActivity {
@@ -12,8 +13,8 @@ export interface RunningActivity {
   heartbeatStep?: number;
 }
 
-/** The round's training segments, of every kind. */
-export const TRAINING_ACTIVITY = /^train(Grpo|Dpo)?Segment$/;
+/** The round's training segments, of every kind (each kind's `segmentActivity`). */
+export const TRAINING_ACTIVITY = new RegExp(`^(${SEGMENT_ACTIVITIES.join('|')})$`);
 
 /** temporal.api.enums.v1.PendingActivityState.PENDING_ACTIVITY_STATE_STARTED: a worker holds the attempt. */
 const STARTED = 2;

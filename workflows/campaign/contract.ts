@@ -4,6 +4,7 @@ import type { CampaignSpec, GateMetric } from '../../config/io/spec';
 import type { GateVerdict } from '../../config/rules/stages';
 import type { RoundProgress, RoundStatus } from '../round/contract';
 import type { PromotionState } from './promotion-contract';
+import type { RoundKind } from '../../config/rules/round-kinds';
 
 export interface CampaignLimits {
   maxRounds: number;
@@ -19,7 +20,7 @@ export interface RoundSummary {
   status: RoundStatus;
   /** Staged campaigns: the stage the round belongs to (1-based). */
   stage?: number;
-  kind?: 'sft' | 'grpo' | 'dpo';
+  kind?: RoundKind;
   /** SFT and GRPO: eval accuracy of sampled answers; DPO: eval preference accuracy. */
   accuracy?: number;
   /** `data.test`: the round's final weights on the held-out test set (shown; never chosen by). */
@@ -54,7 +55,7 @@ export interface StageRecord {
   /** 1-based. */
   stage: number;
   name: string;
-  kind: 'sft' | 'grpo' | 'dpo';
+  kind: RoundKind;
   /** The campaign round that is the stage's first. */
   firstRound: number;
   /** The training checkpoint its first round started from: the previous stage's last (stage 1: the spec's, if any). */

@@ -4,6 +4,7 @@ import type { CampaignSpec } from '../../config/io/spec';
 import { ROUND_WAITING_SIGNAL, type ProvisioningWait } from '../../config/rules/capacity';
 import type { Rollback } from '../../config/rules/lineage';
 import type { TokenUsage } from '../../config/rules/usage';
+import type { RoundKind } from '../../config/rules/round-kinds';
 
 /**
  * The round's contract: its input and result, its messages, and the payloads its workflow and activities exchange.
@@ -187,7 +188,7 @@ export interface RoundResult {
   poolAccuracy?: number;
   /** `data.test`: the final weights scored on the held-out test set (never read by any choice). */
   test?: TestFigures;
-  kind?: 'sft' | 'grpo' | 'dpo';
+  kind?: RoundKind;
   /** GRPO: mean reward of the first and of the latest trained step's samples. */
   firstReward?: number;
   latestReward?: number;

@@ -1,6 +1,7 @@
 import type { EvaluationPoint } from './contract';
 import { earlyStopState } from '../../config/rules/early-stop';
 import { keptByLineage } from '../../config/rules/lineage';
+import { ROUND_KIND } from '../../config/rules/round-kinds';
 import type { RoundTrainer } from './trainer';
 
 /**
@@ -28,6 +29,7 @@ export async function evaluateDuring(trainer: RoundTrainer, step: number, totalS
   const { input, state } = trainer;
   const e = input.spec.evaluation;
   const lineageSuffix = trainer.lineage ? `.L${trainer.lineage}` : '';
+  const kind = ROUND_KIND[state.kind];
   const sample = e.sampleEvery !== undefined && (step / e.every!) % e.sampleEvery === 0;
   const { usage, ...point } = await trainer.activities.onTrainer.evaluateDuringTraining({
     campaignId: input.campaignId,
@@ -39,8 +41,9 @@ export async function evaluateDuring(trainer: RoundTrainer, step: number, totalS
     sessionId: trainer.sessionId,
     step,
     at: Date.now(),
-    samplesPath: sample && state.kind !== 'dpo' ? state.file(`evaluations-s${step}${lineageSuffix}.json`) : undefined,
-    referencePath: state.kind === 'dpo' ? state.file('reference-logprobs.json') : undefined,
+    samplesPath: sample && kind.samples !== 'never' ? state.file(`evaluations-s${step}${lineageSuffix}.json`) : undefined,
+    // Preference pairs are measured against the reference logprobs the baseline computed.
+    referencePath: kind.data === 'pairs' ? state.file('reference-logprobs.json') : undefined,
     stepsDir: state.file('steps'),
     totalSteps,
   });

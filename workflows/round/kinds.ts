@@ -1,48 +1,59 @@
 import type { RoundActivities } from './activities';
 import type { RoundInput, RoundResult, SegmentInput, SegmentOutcome } from './contract';
 import type { RoundTrainer } from './trainer';
+import { segmentActivityOf, type RoundKind } from '../../config/rules/round-kinds';
 
 /**
- * What changes with the round kind (`spec.round.kind`): how the round is measured before and after training, and
- * what a training segment is. Everything else (lease, segments' protocol, checkpoints, cleanup) is the same.
+ * What changes with the round kind (`spec.round.kind`) in the workflow: how the round is measured before and after
+ * training, and what a training segment is. Everything else (lease, segments' protocol, checkpoints, cleanup) is the
+ * same, and what differs outside the workflow is the kind's descriptor (config/rules/round-kinds.ts).
  *   sft   segments of cross-entropy steps; baseline/trained = eval loss; accuracy from sampled answers.
  *   grpo  segments of sample-groups → rewards → policy-gradient step → weights sync; a frozen reference session
  *         when the loss has a KL penalty; accuracy from sampled answers.
  *   dpo   reference logprobs of every pair first (kept in a file), then segments of forward → DPO gradients →
  *         custom forward-backward → optim step; baseline/trained = eval DPO loss; accuracy = preference accuracy.
+ * Each step returns the figures it measured; the round puts them on its result.
  */
-export interface RoundKind {
+export interface RoundKindSteps {
   /** A frozen second session holding the starting weights (GRPO's KL reference). */
   referenceSession(input: RoundInput): boolean;
-  baseline(trainer: RoundTrainer): Promise<void>;
+  baseline(trainer: RoundTrainer): Promise<BaselineFigures>;
   segment(activities: RoundActivities['segments'], trainer: RoundTrainer, segment: SegmentInput): Promise<SegmentOutcome>;
-  /** After the sampler weights are saved: sample, score and measure the trained weights; sets the result's figures. */
-  evaluate(trainer: RoundTrainer): Promise<void>;
+  /** After the sampler weights are saved: sample, score and measure the trained weights. */
+  evaluate(trainer: RoundTrainer): Promise<EvaluationFigures>;
 }
 
+/** What a kind measures of the starting weights. */
+export type BaselineFigures = Required<Pick<RoundResult, 'baselineLoss'>> & Pick<RoundResult, 'baselineAccuracy' | 'baselineMargin'>;
+
+/** What a kind measures of the trained weights. */
+export type EvaluationFigures = Pick<
+  RoundResult,
+  'accuracy' | 'passAtK' | 'evaluationsPath' | 'poolEvaluationsPath' | 'poolAccuracy' | 'test' | 'trainedMargin' | 'trainedLoss'
+>;
+
 /** SFT and GRPO: loss of the eval answers before and after, accuracy of sampled answers (and of the pool). */
-const sampled: Pick<RoundKind, 'baseline' | 'evaluate'> = {
+const sampled: Pick<RoundKindSteps, 'baseline' | 'evaluate'> = {
   async baseline(trainer) {
     const baseline = await trainer.activities.onTrainer.measureLoss({ ...trainer.phaseInput(), label: 'baseline', which: 'eval' });
     trainer.state.addUsage(baseline.usage);
-    trainer.state.progress.baselineLoss = trainer.state.result.baselineLoss = baseline.perToken;
+    return { baselineLoss: baseline.perToken };
   },
   async evaluate(trainer) {
     const { state, input } = trainer;
-    const result = state.result;
     // Eval loss only (an sft round's `evaluation.sampleAnswers: false`): its trainer has no generator to sample on.
-    if (input.spec.evaluation.sampleAnswers !== false) await sampleAndScoreAll(trainer);
+    const answers = input.spec.evaluation.sampleAnswers !== false ? await sampleAndScoreAll(trainer) : {};
     await state.tell('evaluating');
     const trained = await trainer.activities.onTrainer.measureLoss({ ...trainer.phaseInput(), label: 'trained', which: 'eval' });
     state.addUsage(trained.usage);
-    result.trainedLoss = trained.perToken;
+    return { ...answers, trainedLoss: trained.perToken };
   },
 };
 
 /** The trained weights' sampled answers, scored: the eval set's (the round's accuracy), the pool's, the test set's. */
-async function sampleAndScoreAll(trainer: RoundTrainer): Promise<void> {
+async function sampleAndScoreAll(trainer: RoundTrainer): Promise<EvaluationFigures> {
   const { state, input } = trainer;
-  const result = state.result;
+  const figures: EvaluationFigures = {};
   await state.tell('sampling');
   const evaluationsPath = state.file('evaluations.json');
   const scored = await trainer.activities.onTrainer.sampleAndScore({
@@ -51,9 +62,9 @@ async function sampleAndScoreAll(trainer: RoundTrainer): Promise<void> {
     label: 'sample',
   });
   state.addUsage(scored.usage);
-  result.accuracy = scored.accuracy;
-  if (scored.passAtK) result.passAtK = scored.passAtK;
-  result.evaluationsPath = evaluationsPath;
+  figures.accuracy = scored.accuracy;
+  if (scored.passAtK) figures.passAtK = scored.passAtK;
+  figures.evaluationsPath = evaluationsPath;
   if (input.pool) {
     const poolEvaluationsPath = state.file('pool-evaluations.json');
     const pool = await trainer.activities.onTrainer.sampleAndScore({
@@ -63,8 +74,8 @@ async function sampleAndScoreAll(trainer: RoundTrainer): Promise<void> {
       dataset: input.pool,
     });
     state.addUsage(pool.usage);
-    result.poolEvaluationsPath = poolEvaluationsPath;
-    result.poolAccuracy = pool.accuracy;
+    figures.poolEvaluationsPath = poolEvaluationsPath;
+    figures.poolAccuracy = pool.accuracy;
   }
   if (input.data.test) {
     // The final assessment: the same sampling and scorer as eval, on rows nothing was chosen by.
@@ -76,26 +87,27 @@ async function sampleAndScoreAll(trainer: RoundTrainer): Promise<void> {
       which: 'test',
     });
     state.addUsage(test.usage);
-    result.test = {
+    figures.test = {
       accuracy: test.accuracy,
       rows: test.total,
       ...(test.sha256 ? { sha256: test.sha256 } : {}),
       evaluationsPath: testEvaluationsPath,
     };
   }
+  return figures;
 }
 
-export const ROUND_KINDS: Record<NonNullable<RoundResult['kind']>, RoundKind> = {
+export const ROUND_KIND_STEPS: Record<RoundKind, RoundKindSteps> = {
   sft: {
     ...sampled,
     referenceSession: () => false,
-    segment: (segments, _run, segment) => segments.trainSegment(segment),
+    segment: (segments, _run, segment) => segments[segmentActivityOf('sft')](segment),
   },
   grpo: {
     ...sampled,
     referenceSession: (input) => Boolean(input.spec.round?.grpo?.reference),
     segment: (segments, trainer, segment) =>
-      segments.trainGrpoSegment({
+      segments[segmentActivityOf('grpo')]({
         ...segment,
         samplesDir: trainer.state.file(trainer.lineage ? `samples.L${trainer.lineage}` : 'samples'),
         referenceSessionId: trainer.referenceSessionId,
@@ -115,13 +127,10 @@ export const ROUND_KINDS: Record<NonNullable<RoundResult['kind']>, RoundKind> = 
       const baseline = await trainer.activities.onTrainer.evaluateDpo({ ...trainer.phaseInput(), label: 'baseline', referencePath });
       trainer.state.addUsage(reference.usage);
       trainer.state.addUsage(baseline.usage);
-      const result = trainer.state.result;
-      trainer.state.progress.baselineLoss = result.baselineLoss = baseline.loss;
-      result.baselineAccuracy = baseline.accuracy;
-      result.baselineMargin = baseline.meanMargin;
+      return { baselineLoss: baseline.loss, baselineAccuracy: baseline.accuracy, baselineMargin: baseline.meanMargin };
     },
     segment: (segments, trainer, segment) =>
-      segments.trainDpoSegment({ ...segment, referencePath: trainer.state.file('reference-logprobs.json') }),
+      segments[segmentActivityOf('dpo')]({ ...segment, referencePath: trainer.state.file('reference-logprobs.json') }),
     async evaluate(trainer) {
       await trainer.state.tell('evaluating');
       const evaluationsPath = trainer.state.file('evaluations.json');
@@ -131,12 +140,8 @@ export const ROUND_KINDS: Record<NonNullable<RoundResult['kind']>, RoundKind> = 
         referencePath: trainer.state.file('reference-logprobs.json'),
         outputPath: evaluationsPath,
       });
-      const result = trainer.state.result;
       trainer.state.addUsage(trained.usage);
-      result.evaluationsPath = evaluationsPath;
-      result.accuracy = trained.accuracy;
-      result.trainedMargin = trained.meanMargin;
-      result.trainedLoss = trained.loss;
+      return { evaluationsPath, accuracy: trained.accuracy, trainedMargin: trained.meanMargin, trainedLoss: trained.loss };
     },
   },
 };

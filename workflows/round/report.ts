@@ -1,5 +1,6 @@
 import { workflowInfo } from '@temporalio/workflow';
 import { billingOf } from '../../config/rules/dialects';
+import { DEFAULT_ROUND_KIND, ROUND_KIND } from '../../config/rules/round-kinds';
 import type { RoundInput, RoundProgress, RoundResult } from './contract';
 
 /** The round's report (round-N.json) as the workflow knows it; the report activity merges in evaluations and steps. */
@@ -30,11 +31,8 @@ export function roundReport(
     started_from_checkpoint: input.startFrom?.checkpointId ?? null,
     baseline_loss: result.baselineLoss ?? null,
     trained_loss: result.trainedLoss ?? null,
-    kind: result.kind ?? 'sft',
-    loss_unit:
-      result.kind === 'dpo'
-        ? 'mean DPO loss (−log σ(β·margin)) over the eval pairs'
-        : 'mean cross-entropy per trained (answer) token of the eval set, in nats',
+    kind: result.kind ?? DEFAULT_ROUND_KIND,
+    loss_unit: ROUND_KIND[result.kind ?? DEFAULT_ROUND_KIND].evalLoss,
     first_reward: result.firstReward ?? null,
     latest_reward: result.latestReward ?? null,
     baseline_preference_accuracy: result.baselineAccuracy ?? null,

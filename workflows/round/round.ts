@@ -15,7 +15,7 @@ import {
   type TrainingCursor,
 } from './contract';
 import { TRAINER_CREATED_SIGNAL } from '../../config/rules/trainer-registry';
-import { ROUND_KINDS, type RoundKind } from './kinds';
+import { ROUND_KIND_STEPS, type RoundKindSteps } from './kinds';
 import { roundReport } from './report';
 import { RoundState } from './state';
 import { RoundTrainer } from './trainer';
@@ -25,7 +25,7 @@ import { RoundTrainer } from './trainer';
  *   validate → provision (lease first) → open session → baseline → training segments →
  *   training checkpoint → sampler weights → sample + score → trained loss
  *   └─ cleanup (release the trainer) and the report, on every path: success, failure, cancellation.
- * What the round kind changes (baseline, segment, evaluation) is in round-kinds.ts; the trainer the round holds, and
+ * What the round kind changes (baseline, segment, evaluation) is in kinds.ts; the trainer the round holds, and
  * every pause, rollback and reopening of it, in round-trainer.ts.
  *
  * Deactivation is guaranteed on every path: (1) cleanup in `finally` below, non-cancellable, after success, failure
@@ -46,7 +46,7 @@ export async function roundWorkflow(input: RoundInput): Promise<RoundResult> {
   setHandler(setRoundBudgetSignal, (budget) => state.setBudget(budget));
 
   const { result } = state;
-  const kind = ROUND_KINDS[state.kind];
+  const kind = ROUND_KIND_STEPS[state.kind];
   const activities = roundActivities(input.spec.advanced.heartbeatTimeoutSeconds);
   const trainer = new RoundTrainer(input, state, activities, { referenceSession: kind.referenceSession(input) });
 
@@ -56,7 +56,9 @@ export async function roundWorkflow(input: RoundInput): Promise<RoundResult> {
     state.planned(plan);
     await trainer.acquire();
     await state.tell('baseline');
-    await trainer.phase('baseline', () => kind.baseline(trainer));
+    const baseline = await trainer.phase('baseline', () => kind.baseline(trainer));
+    Object.assign(result, baseline);
+    state.progress.baselineLoss = baseline.baselineLoss;
 
     await state.tell('training');
     const { cursor, checkpoint, budgetInterrupts } = await trainToCheckpoint(trainer, kind, plan.totalSteps);
@@ -71,7 +73,7 @@ export async function roundWorkflow(input: RoundInput): Promise<RoundResult> {
         const sampler = await activities.onTrainer.saveSamplerWeights({ spec: input.spec, sessionId: trainer.sessionId, key });
         result.samplerCheckpointId = sampler.checkpointId;
       });
-      await trainer.phase('evaluation', () => kind.evaluate(trainer));
+      Object.assign(result, await trainer.phase('evaluation', () => kind.evaluate(trainer)));
       result.status = 'completed';
     }
   } catch (err) {
@@ -106,7 +108,7 @@ export async function roundWorkflow(input: RoundInput): Promise<RoundResult> {
  */
 async function trainToCheckpoint(
   trainer: RoundTrainer,
-  kind: RoundKind,
+  kind: RoundKindSteps,
   totalSteps: number,
 ): Promise<{ cursor: TrainingCursor; checkpoint: { checkpointId: string; step: number }; budgetInterrupts: boolean }> {
   const { input, state, activities } = trainer;
@@ -142,7 +144,7 @@ async function trainToCheckpoint(
 /** Training segments from the cursor until every planned step is applied or a budget is reached. */
 async function trainAllSteps(
   trainer: RoundTrainer,
-  kind: RoundKind,
+  kind: RoundKindSteps,
   from: TrainingCursor,
   totalSteps: number,
   interruptible: boolean,

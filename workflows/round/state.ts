@@ -10,6 +10,7 @@ import {
   type SegmentOutcome,
 } from './contract';
 import { addUsage, tokenCostUsd, type TokenUsage } from '../../config/rules/usage';
+import { kindOf, type RoundKind } from '../../config/rules/round-kinds';
 import { TRAINERS_MEMO, type RegisteredTrainer } from '../../config/rules/trainer-registry';
 
 /**
@@ -17,7 +18,7 @@ import { TRAINERS_MEMO, type RegisteredTrainer } from '../../config/rules/traine
  * held, its budget and whether a pause was asked for; what its messages (registered in round.ts) change.
  */
 export class RoundState {
-  readonly kind: NonNullable<RoundResult['kind']>;
+  readonly kind: RoundKind;
   readonly progress: RoundProgress;
   readonly result: RoundResult;
   /** Trainers released so far (pause, budget, a dead trainer, cleanup). */
@@ -46,7 +47,7 @@ export class RoundState {
 
   constructor(private readonly input: RoundInput) {
     const { campaignId, round } = input;
-    this.kind = input.spec.round?.kind ?? 'sft';
+    this.kind = kindOf(input.spec);
     this.budget = { ...input.budget };
     this.progress = { campaignId, round, phase: 'validating', step: 0, totalSteps: 0, gpuMinutes: 0 };
     this.result = {
