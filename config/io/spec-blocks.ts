@@ -1,5 +1,4 @@
 import { z } from 'zod';
-import { billingOf } from '../rules/dialects';
 import { generatorReplicasProblem } from '../rules/trainer-shape';
 import { seedProblem } from '../rules/sampling';
 import {
@@ -10,6 +9,7 @@ import {
   RoundsSpecSchema,
   TrackingSpecSchema,
 } from './spec-campaign';
+import { dialectProblems } from './spec-dialect-checks';
 import { EvaluationSpecSchema } from './spec-evaluation';
 import { checkpointTtlSeconds, fractionProblem, positiveInt, pythonCallBounds, pythonCallFields } from './spec-fields';
 import { ProviderSpecSchema } from './spec-provider';
@@ -193,7 +193,11 @@ const CampaignSpecBase = z
   })
   .strict();
 
-export const CampaignSpecSchema = CampaignSpecBase.superRefine(roundKindProblems);
+/** A campaign's spec: what its dialect cannot do (spec-dialect-checks.ts), then what its round kind needs. */
+export const CampaignSpecSchema = CampaignSpecBase.superRefine((spec, ctx) => {
+  dialectProblems(spec, (path, message) => ctx.addIssue({ code: 'custom', path, message }));
+  roundKindProblems(spec, ctx);
+});
 
 /** What the round kind needs from the rest of the spec: each problem names the field to change. */
 function roundKindProblems(spec: z.infer<typeof CampaignSpecBase>, ctx: z.RefinementCtx): void {
@@ -226,22 +230,10 @@ function roundKindProblems(spec: z.infer<typeof CampaignSpecBase>, ctx: z.Refine
         'is above 0 but no reference logprobs are configured: set round.grpo.reference: start (or beta: 0)',
       );
     }
-    if (spec.provider.kind === 'baseten' && grpo.reference) {
-      problem(
-        ['round', 'grpo', 'reference'],
-        "is not available on Baseten Loops: a run is one session, and opening a reference session re-initializes the run and loads the reference state over the policy's weights and optimizer state; remove it (a KL penalty needs the together dialect)",
-      );
-    }
     if (grpo.maxStepsOffPolicy > 0 && grpo.loss.type === 'importance_sampling' && !grpo.loss.allowUnclippedOffPolicy) {
       problem(
         ['round', 'grpo', 'loss', 'type'],
         `importance_sampling is unclipped, and round.grpo.maxStepsOffPolicy is ${grpo.maxStepsOffPolicy}: off-policy, an unclipped ratio lets the sampler and trainer drift apart (KL growing ~30× and entropy collapsing have been reported at 3 steps); use ppo (a clipped ratio), maxStepsOffPolicy: 0, or set loss.allowUnclippedOffPolicy: true`,
-      );
-    }
-    if ((spec.provider.kind === 'baseten' || spec.provider.kind === 'tinker') && grpo.loss.type === 'grpo') {
-      problem(
-        ['round', 'grpo', 'loss', 'type'],
-        `${spec.provider.kind === 'baseten' ? 'Baseten Loops' : 'Tinker'} has no grpo loss: use ppo or importance_sampling (advantages are group-centred either way)`,
       );
     }
   }
@@ -254,29 +246,10 @@ function roundKindProblems(spec: z.infer<typeof CampaignSpecBase>, ctx: z.Refine
       ['promotion'],
       "compares sampled-answer accuracy (sft and grpo rounds); a dpo round has none (a staged campaign puts its last stage's best round forward: end it with an sft or grpo stage)",
     );
-  if (spec.tracking?.wandb && spec.provider.kind === 'baseten')
-    problem(
-      ['tracking', 'wandb'],
-      'is not available on Baseten Loops: its API takes no W&B settings (the baseten-loops SDK starts the W&B run on the client); use tracking.mlflow, or the together dialect',
-    );
-  if (spec.provider.tokenPrices && billingOf(spec.provider.kind) !== 'tokens')
-    problem(
-      ['provider', 'tokenPrices'],
-      `is for a provider that bills tokens (tinker); ${spec.provider.kind} bills GPU time, whose price the provider quotes`,
-    );
-  if (spec.provider.baseten && spec.provider.kind !== 'baseten')
-    problem(['provider', 'baseten'], `is for kind baseten (Baseten Loops' run settings); this provider is ${spec.provider.kind}`);
   if (spec.provider.baseten?.reuseFromRunId && spec.provider.baseten.replicas > 1)
     problem(
       ['provider', 'baseten', 'reuseFromRunId'],
       `is not used when provider.baseten.replicas is ${spec.provider.baseten.replicas}: a run of more than one replica always starts new deployments; remove one`,
-    );
-  if (spec.retention?.ttl !== undefined && spec.provider.kind !== 'tinker')
-    problem(['retention', 'ttl'], `is a Tinker checkpoint TTL; ${spec.provider.kind}'s API takes none`);
-  if (spec.tracking?.wandb && spec.provider.kind === 'tinker')
-    problem(
-      ['tracking', 'wandb'],
-      'is not available on Tinker: its API takes no W&B settings; use tracking.mlflow, or the together dialect',
     );
   const generatorProblem = generatorReplicasProblem(spec);
   if (generatorProblem) problem(['provider', 'generatorReplicas'], generatorProblem);
@@ -292,8 +265,6 @@ function roundKindProblems(spec: z.infer<typeof CampaignSpecBase>, ctx: z.Refine
   if (kind !== 'dpo' && earlyStop?.on === 'metric' && sampleEvery === undefined)
     problem(['evaluation', 'earlyStop', 'on'], 'metric needs evaluation.sampleEvery: the metric is measured from sampled answers');
   if (kind === 'dpo') {
-    if (spec.provider.kind === 'baseten')
-      problem(['round', 'kind'], 'dpo trains through a custom loss (custom_forward_backward), which Baseten Loops does not offer');
     if (spec.rounds.max > 1 && spec.rounds.nextData.policy === 'mistakes') {
       problem(
         ['rounds', 'nextData', 'policy'],
