@@ -51,11 +51,7 @@ export function seedProblem(spec: SeedSpec): string | undefined {
  * not say). The caller cuts the completion at the spec's stop strings in code either way (completionText,
  * tokensThroughStop), so a completion may be billed past its stop where none was sent.
  */
-export function stopToSend(
-  kind: Dialect,
-  model: { stopStrings?: boolean },
-  stop: readonly string[] | undefined,
-): string[] | undefined {
+export function stopToSend(kind: Dialect, model: { stopStrings?: boolean }, stop: readonly string[] | undefined): string[] | undefined {
   if (!stop?.length) return undefined;
   const ability = samplingOf(kind).stopStrings;
   const sent = ability === 'sent' || (ability === 'per-model' && model.stopStrings === true);
