@@ -107,6 +107,7 @@ const TOGETHER: DialectAbilities = {
   sampling: { seeds: 'explicit-single-generator', stopStrings: 'per-model' },
   // Checkpoint creates take no TTL (together-baseten-wire.md A.6, A.10 name none).
   checkpointTtl: false,
+  // Its resource settings are the spec's own fields (generatorReplicas, inactiveTimeoutSeconds), not a block of runs.
   runSettings: false,
 };
 
@@ -137,6 +138,7 @@ const ABILITIES: Record<Dialect, DialectAbilities> = {
     loraSessionsPerResource: 1,
     // vLLM's completions body takes `seed` and `stop` (docs/providers.md, Baseten's sampler; providers/baseten/sampling.ts).
     sampling: { seeds: 'per-draw', stopStrings: 'sent' },
+    // `save_state(name)` takes a name only; checkpoints survive the run, retention unpublished (together-baseten-wire.md B.8).
     checkpointTtl: false,
     // provider.baseten: `CreateLoopsRunRequest`'s availability model, replicas, reuse and scale-down delay.
     runSettings: true,
@@ -174,6 +176,7 @@ const ABILITIES: Record<Dialect, DialectAbilities> = {
     sampling: { seeds: 'per-draw', stopStrings: 'never' },
     // `ttl_seconds` on `save_weights` / `save_weights_for_sampler` (tinker-wire.md §2.2, §4).
     checkpointTtl: true,
+    // Nothing of the run's own to set: a session is made with tags, metadata and a project only (tinker-wire.md §2.1).
     runSettings: false,
   },
 };
