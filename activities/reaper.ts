@@ -2,6 +2,7 @@ import { Context, log } from '@temporalio/activity';
 import { WorkflowNotFoundError, type Client } from '@temporalio/client';
 import { noticeSkippedRuns } from './schedule-health';
 import type { ProviderSpec } from '../config/io/spec';
+import { abilitiesOf } from '../config/rules/dialects';
 import { endpointOf, registeredTrainers, type RegisteredTrainer } from '../config/rules/trainer-registry';
 import type { TrainerResource, TrainingProvider } from '../providers/types';
 import type { ActivityDeps } from './deps';
@@ -165,7 +166,8 @@ export async function reapOrphans(
         }
         const graceMinutes = input.untaggedGraceMinutes ?? Math.max(90, input.graceSeconds / 60);
         const age = ageMinutes(resource);
-        const reapUntagged = input.reapUntagged ?? spec.kind === 'local';
+        // Nothing but Roundhouse creates resources on the embedded emulator: an untagged one there is an orphan.
+        const reapUntagged = input.reapUntagged ?? abilitiesOf(spec.kind).embedded;
         if (reapUntagged && age !== undefined && age >= graceMinutes)
           await reap(provider, {
             ...entry,

@@ -3,6 +3,7 @@ import path from 'node:path';
 import { ApplicationFailure } from '@temporalio/activity';
 import { registerEnvironmentSecrets, registerSecret } from '../config/io/secrets';
 import type { ProviderSpec } from '../config/io/spec';
+import { abilitiesOf, type Dialect, type Wire } from '../config/rules/dialects';
 import { startEmulator, type RunningEmulator } from '../emulator/server';
 import { BASETEN_DEFAULT_BASE_URL, BasetenProvider } from '../providers/baseten/client';
 import { TINKER_DEFAULT_BASE_URL, TinkerProvider, isHostedTinker } from '../providers/tinker/client';
@@ -11,6 +12,25 @@ import type { TrainingProvider } from '../providers/types';
 
 /** The key the worker uses against its own emulator (the emulator derives the account from it). */
 export const LOCAL_EMULATOR_KEY = 'roundhouse-local';
+
+/** Each wire's client, and the worker's environment variable holding its API key. */
+const CLIENTS: Record<Wire, { keyVariable: string; create(baseUrl: string | undefined, apiKey: string): TrainingProvider }> = {
+  together: { keyVariable: 'TOGETHER_API_KEY', create: (baseUrl, apiKey) => new TogetherProvider({ baseUrl, apiKey }) },
+  baseten: {
+    keyVariable: 'BASETEN_API_KEY',
+    create: (baseUrl, apiKey) => new BasetenProvider({ baseUrl: baseUrl ?? BASETEN_DEFAULT_BASE_URL, apiKey }),
+  },
+  tinker: {
+    keyVariable: 'TINKER_API_KEY',
+    create: (baseUrl, apiKey) => {
+      const url = baseUrl ?? TINKER_DEFAULT_BASE_URL;
+      // A self-hosted server (SkyRL's) takes whatever key it is given; the hosted service's start `tml-`.
+      if (isHostedTinker(url) && !apiKey.startsWith('tml-') && !apiKey.startsWith('eyJ'))
+        throw ApplicationFailure.nonRetryable("TINKER_API_KEY must start with 'tml-' for the hosted Tinker service", 'InvalidInput');
+      return new TinkerProvider({ baseUrl: url, apiKey, onSecret: (jwt) => registerSecret(jwt, { rotating: true }) });
+    },
+  },
+};
 
 export interface ProviderRegistryOptions {
   env?: NodeJS.ProcessEnv;
@@ -52,7 +72,8 @@ export class ProviderRegistry {
   }
 
   async providerFor(spec: ProviderSpec): Promise<TrainingProvider> {
-    const baseUrl = spec.kind === 'local' ? (spec.baseUrl ?? (await this.localEmulatorUrl())) : spec.baseUrl;
+    const { embedded } = abilitiesOf(spec.kind);
+    const baseUrl = embedded ? (spec.baseUrl ?? (await this.localEmulatorUrl())) : spec.baseUrl;
     const id = `${spec.kind}|${baseUrl ?? 'default'}`;
     let provider = this.providers.get(id);
     if (!provider) {
@@ -62,34 +83,13 @@ export class ProviderRegistry {
     return provider;
   }
 
-  private create(kind: ProviderSpec['kind'], baseUrl: string | undefined): TrainingProvider {
-    switch (kind) {
-      case 'local':
-        return new TogetherProvider({ baseUrl, apiKey: LOCAL_EMULATOR_KEY });
-      case 'together': {
-        const apiKey = this.env.TOGETHER_API_KEY;
-        if (!apiKey) throw ApplicationFailure.nonRetryable('TOGETHER_API_KEY is not set in the worker environment', 'InvalidInput');
-        return new TogetherProvider({ baseUrl, apiKey });
-      }
-      case 'baseten': {
-        const apiKey = this.env.BASETEN_API_KEY;
-        if (!apiKey) throw ApplicationFailure.nonRetryable('BASETEN_API_KEY is not set in the worker environment', 'InvalidInput');
-        return new BasetenProvider({ baseUrl: baseUrl ?? BASETEN_DEFAULT_BASE_URL, apiKey });
-      }
-      case 'tinker': {
-        const apiKey = this.env.TINKER_API_KEY;
-        if (!apiKey) throw ApplicationFailure.nonRetryable('TINKER_API_KEY is not set in the worker environment', 'InvalidInput');
-        const url = baseUrl ?? TINKER_DEFAULT_BASE_URL;
-        // A self-hosted server (SkyRL's) takes whatever key it is given; the hosted service's start `tml-`.
-        if (isHostedTinker(url) && !apiKey.startsWith('tml-') && !apiKey.startsWith('eyJ'))
-          throw ApplicationFailure.nonRetryable("TINKER_API_KEY must start with 'tml-' for the hosted Tinker service", 'InvalidInput');
-        return new TinkerProvider({
-          baseUrl: url,
-          apiKey,
-          onSecret: (jwt) => registerSecret(jwt, { rotating: true }),
-        });
-      }
-    }
+  /** The dialect's client for its wire, with the emulator's key where it is embedded, else the worker's own. */
+  private create(kind: Dialect, baseUrl: string | undefined): TrainingProvider {
+    const { speaks, embedded } = abilitiesOf(kind);
+    const client = CLIENTS[speaks];
+    const apiKey = embedded ? LOCAL_EMULATOR_KEY : this.env[client.keyVariable];
+    if (!apiKey) throw ApplicationFailure.nonRetryable(`${client.keyVariable} is not set in the worker environment`, 'InvalidInput');
+    return client.create(baseUrl, apiKey);
   }
 
   async close(): Promise<void> {

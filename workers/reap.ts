@@ -1,5 +1,6 @@
 import type { Client } from '@temporalio/client';
 import type { ProviderSpec } from '../config/io/spec';
+import { abilitiesOf } from '../config/rules/dialects';
 import { reapOrphans, type ReaperResult } from '../activities/reaper';
 import { ProviderRegistry } from './providers';
 
@@ -22,14 +23,14 @@ export interface ReapOnceOptions {
 export async function reapOnce(client: Client, options: ReapOnceOptions): Promise<ReaperResult> {
   const providers = new ProviderRegistry({ stateDir: options.stateDir });
   try {
-    const localUrl = options.kinds.includes('local')
+    const localUrl = options.kinds.some((kind) => abilitiesOf(kind).embedded)
       ? (options.baseUrl ?? (await providers.localEmulatorUrl({ start: false })))
       : undefined;
     return await reapOrphans(
       providers,
       client,
       {
-        providers: options.kinds.map((kind) => ({ kind, baseUrl: kind === 'local' ? localUrl : options.baseUrl, model: '' })),
+        providers: options.kinds.map((kind) => ({ kind, baseUrl: abilitiesOf(kind).embedded ? localUrl : options.baseUrl, model: '' })),
         graceSeconds: options.untaggedGraceMinutes * 60,
         untaggedGraceMinutes: options.untaggedGraceMinutes,
         dryRun: options.dryRun,

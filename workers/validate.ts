@@ -16,6 +16,7 @@ import {
 } from '../activities/data';
 import { rewardFunction } from '../activities/rewards';
 import { findModel } from '../emulator/models';
+import { abilitiesOf } from '../config/rules/dialects';
 import { stageSpecOf } from '../config/rules/stages';
 import { stepBatchProblem } from '../config/rules/trainer-shape';
 import { campaignPythonChecks, workerVariablesOf } from '../config/rules/preflight';
@@ -73,10 +74,11 @@ export function validateCampaignLocally(spec: CampaignSpec): {
 }
 
 function checkCampaign(spec: CampaignSpec): { trainRows: number; evalRows: number; tokenized: boolean } {
-  if (spec.provider.kind === 'local' && !spec.provider.baseUrl && !findModel(spec.provider.model)) {
+  const { embedded } = abilitiesOf(spec.provider.kind);
+  if (embedded && !spec.provider.baseUrl && !findModel(spec.provider.model)) {
     throw new DataValidationError([`provider.model: '${spec.provider.model}' is not one of the emulator's models`]);
   }
-  const emulated = spec.provider.kind === 'local' ? findModel(spec.provider.model) : undefined;
+  const emulated = embedded ? findModel(spec.provider.model) : undefined;
   const batchProblem = emulated && stepBatchProblem(spec, emulated);
   if (batchProblem) throw new DataValidationError([batchProblem]);
   const reward = spec.round.grpo?.reward;

@@ -4,36 +4,18 @@ import { LineCounter, parseDocument, isNode } from 'yaml';
 import { z } from 'zod';
 import { ConfigError } from '../rules/errors';
 import { ROUND_KIND } from '../rules/round-kinds';
-import {
-  CampaignSpecSchema,
-  GateSpecSchema,
-  type DataSpec,
-  type EvaluationSpec,
-  type GateSpec,
-  type RoundKindSpec,
-  type RoundsSpec,
-  type SamplingSpec,
-  type TrainingSpec,
-} from './spec-blocks';
+import { CampaignSpecSchema, GateSpecSchema, type GateSpec, type RoundKindSpec } from './spec-blocks';
+import type { RoundsSpec } from './spec-campaign';
+import type { EvaluationSpec } from './spec-evaluation';
+import type { DataSpec, SamplingSpec, TrainingSpec } from './spec-training';
 
-export { CampaignSpecSchema, DEFAULT_SEGMENT_SECONDS, DEFAULT_SEGMENT_STEPS } from './spec-blocks';
-export type {
-  DataSpec,
-  DpoSpec,
-  EvaluationSpec,
-  GateMetric,
-  GateSpec,
-  EnvironmentSpec,
-  NotifyEvent,
-  GrpoSpec,
-  LrSchedule,
-  ProviderSpec,
-  RewardSpec,
-  RoundKindSpec,
-  RoundsSpec,
-  SamplingSpec,
-  TrainingSpec,
-} from './spec-blocks';
+export { CampaignSpecSchema } from './spec-blocks';
+export { DEFAULT_SEGMENT_SECONDS, DEFAULT_SEGMENT_STEPS } from './spec-training';
+export type { DpoSpec, GateMetric, GateSpec, EnvironmentSpec, GrpoSpec, RewardSpec, RoundKindSpec } from './spec-blocks';
+export type { NotifyEvent, RoundsSpec } from './spec-campaign';
+export type { EvaluationSpec } from './spec-evaluation';
+export type { ProviderSpec } from './spec-provider';
+export type { DataSpec, LrSchedule, SamplingSpec, TrainingSpec } from './spec-training';
 
 /**
  * The campaign spec: one YAML or JSON file (JSON is YAML). Paths inside it are relative to the file. A spec may list

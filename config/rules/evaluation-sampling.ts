@@ -1,4 +1,5 @@
-import type { EvaluationSpec, SamplingSpec } from '../io/spec-blocks';
+import type { EvaluationSpec } from '../io/spec-evaluation';
+import type { SamplingSpec } from '../io/spec-training';
 
 /** How evaluation draws its answers, every default filled in. */
 export interface EvaluationSampling {

@@ -1,4 +1,4 @@
-import type { Dialect } from './dialects';
+import { abilitiesOf, type Dialect, type Wire } from './dialects';
 
 /**
  * What a step's loss figure is, per dialect and loss type, and the per-trained-token loss Roundhouse reports from it
@@ -28,13 +28,12 @@ export type StepLoss =
  */
 export type LossUnit = 'sum' | GrpoAggregation | 'pair_mean';
 
-/** Per dialect: the unit of each provider loss's figure, as its client hands it to the round. */
-const UNITS: Record<Dialect, (loss: Exclude<StepLoss, { type: 'dpo' }>) => LossUnit> = {
+/** Per wire: the unit of each provider loss's figure, as its client hands it to the round (a dialect's is its wire's). */
+const UNITS: Record<Wire, (loss: Exclude<StepLoss, { type: 'dpo' }>) => LossUnit> = {
   // Together's guide: cross-entropy's `result.loss` is a sum over the batch's trained tokens. GRPO follows the
   // `agg_type` Roundhouse sends. IMPORTANCE_SAMPLING and PPO are not documented; we read them as sums (the SDK's
   // Tinker shim labels every loss `loss:sum`, and the emulator computes them so).
   together: togetherUnit,
-  local: togetherUnit, // the embedded emulator speaks Together's dialect
   // Tinker: the client reads `metrics["loss:sum"]` (a `:sum` metric adds up across chunks), or on servers without
   // it (SkyRL) adds up each position's `elementwise_loss`: a sum for every built-in loss.
   tinker: () => 'sum',
@@ -47,7 +46,7 @@ function togetherUnit(loss: Exclude<StepLoss, { type: 'dpo' }>): LossUnit {
 }
 
 export function lossUnitOf(dialect: Dialect, loss: StepLoss): LossUnit {
-  return loss.type === 'dpo' ? 'pair_mean' : UNITS[dialect](loss);
+  return loss.type === 'dpo' ? 'pair_mean' : UNITS[abilitiesOf(dialect).speaks](loss);
 }
 
 /**

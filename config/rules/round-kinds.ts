@@ -1,4 +1,4 @@
-import type { Dialect, DialectAbilities } from './dialects';
+import type { AbilityFlag, Dialect } from './dialects';
 import { DEFAULT_GRPO_AGGREGATION, type GrpoAggregation, type StepLoss } from './loss-units';
 
 /**
@@ -22,7 +22,7 @@ export const GATE_METRIC_NAMES = [
 export type GateMetric = (typeof GATE_METRIC_NAMES)[number];
 
 /** The dialect abilities a kind can need (the yes/no ones of config/rules/dialects.ts). */
-export type NeededAbility = { [K in keyof DialectAbilities]: DialectAbilities[K] extends boolean ? K : never }[keyof DialectAbilities];
+export type NeededAbility = AbilityFlag;
 
 /** A training step's forward-backward: its sequences, and how the spec's fields make them. */
 export interface StepBatch {

@@ -8,7 +8,7 @@ import { signatureOf } from '../../activities/notify';
 import { campaignProgressQuery, stopCampaignUpdate, type CampaignInput, type CampaignResult } from '../../workflows/campaign/contract';
 import { championPath } from '../../activities/promotion';
 import { storeFor } from '../../config/io/artifacts';
-import { NOTIFY_EVENTS } from '../../config/io/spec-blocks';
+import { NOTIFY_EVENTS } from '../../config/io/spec-campaign';
 import { approvePromotionUpdate } from '../../workflows/campaign/promotion-contract';
 import { upsertCampaignSchedule, campaignSchedules } from '../../workers/schedules';
 import { renderScheduleHealth } from '../../cli/schedule';
