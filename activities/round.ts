@@ -25,6 +25,7 @@ import { evaluationSampling } from '../config/rules/evaluation-sampling';
 import { drawAnswers, evaluationsOf, type SampledAnswer } from './evaluation-draw';
 import { meteredProvider, type TokenUsage } from './usage';
 import { readStepRecords } from './step-records';
+import { scoreFiles } from '../config/rules/round-files';
 
 /**
  * The round's phases around training: the checks before provisioning, loss measured forward-only, checkpoints,
@@ -254,13 +255,13 @@ async function scoreOnPythonScorer(
 ): Promise<ScoreResult | undefined> {
   const call = pythonScorer(input.spec);
   if (!call) return undefined;
-  const dir = joinLocation(input.outputPath.slice(0, input.outputPath.lastIndexOf('/')), 'scores');
-  const pass = `${input.label}${input.lineage ? `.L${input.lineage}` : ''}`;
+  const dir = scoreFiles.folder(input.outputPath, joinLocation);
+  const pass = scoreFiles.pass(input.label, input.lineage);
   const scored = await scoreOnPython({
     role: 'scorer',
     call,
     workflowId: `python:${roundKey(input.campaignId, input.round, ...lineageParts(input.lineage), input.label, 'scores')}`,
-    itemsLocation: joinLocation(dir, 'batches', `${pass}.json`),
+    itemsLocation: scoreFiles.batch(dir, pass, joinLocation),
     recordsDir: dir,
     items: answers.map(({ row, sample, completion }) => ({
       // With n = 1 the keys rounds always had.

@@ -9,6 +9,7 @@ import { readJson, writeJsonAtomic } from './files';
 import type { Rollback } from '../config/rules/lineage';
 import { lossPerTokenOf, readStepRecords, type StepRecord } from './step-records';
 import { metricOf, stageFacts, type GatedRound, type ShownStage } from '../config/rules/stages';
+import { stepsFolder } from '../config/rules/round-files';
 
 /**
  * Experiment tracking in MLflow, logged from the durable records only: a campaign is a run, each round a nested run
@@ -189,7 +190,7 @@ interface Cursor {
   lineage: number;
 }
 
-const cursorFile = (stepsDir: string) => joinLocation(stepsDir, 'tracked.json');
+const cursorFile = (stepsDir: string) => stepsFolder.trackingCursor(stepsDir, joinLocation);
 
 /**
  * Logs the round's step records the run does not hold yet (past the cursor), then moves the cursor. `fresh` are the

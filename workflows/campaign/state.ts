@@ -47,6 +47,7 @@ import {
 } from '../round/contract';
 import { roundWorkflow } from '../round/round';
 import { bestOf } from './best-round';
+import { roundFiles } from '../../config/rules/round-files';
 
 /**
  * What a campaign knows while it runs: what it carries across continue-as-new (summaries, limits, the next round's
@@ -214,7 +215,7 @@ export class CampaignState {
       stepsApplied: 0,
       totalSteps: 0,
       gpuMinutes: 0,
-      reportPath: `${this.dir}/round-${round}.json`,
+      reportPath: roundFiles(this.dir, round).report,
       train: state.nextTrain,
       ...(state.stages ? { stage: state.stages.length, kind: this.stageSpec().round.kind } : {}),
     };

@@ -27,7 +27,6 @@ export function keptCurve(trainer: RoundTrainer): EvaluationPoint[] {
 export async function evaluateDuring(trainer: RoundTrainer, step: number, totalSteps: number): Promise<void> {
   const { input, state } = trainer;
   const e = input.spec.evaluation;
-  const lineageSuffix = trainer.lineage ? `.L${trainer.lineage}` : '';
   const sample = e.sampleEvery !== undefined && (step / e.every!) % e.sampleEvery === 0;
   const { usage, ...point } = await trainer.activities.onTrainer.evaluateDuringTraining({
     campaignId: input.campaignId,
@@ -39,9 +38,9 @@ export async function evaluateDuring(trainer: RoundTrainer, step: number, totalS
     sessionId: trainer.sessionId,
     step,
     at: Date.now(),
-    samplesPath: sample && state.kind !== 'dpo' ? state.file(`evaluations-s${step}${lineageSuffix}.json`) : undefined,
-    referencePath: state.kind === 'dpo' ? state.file('reference-logprobs.json') : undefined,
-    stepsDir: state.file('steps'),
+    samplesPath: sample && state.kind !== 'dpo' ? state.files.evaluationsAt(step, trainer.lineage) : undefined,
+    referencePath: state.kind === 'dpo' ? state.files.referenceLogprobs : undefined,
+    stepsDir: state.files.steps,
     totalSteps,
   });
   state.addUsage(usage);

@@ -44,7 +44,7 @@ async function sampleAndScoreAll(trainer: RoundTrainer): Promise<void> {
   const { state, input } = trainer;
   const result = state.result;
   await state.tell('sampling');
-  const evaluationsPath = state.file('evaluations.json');
+  const evaluationsPath = state.files.evaluations;
   const scored = await trainer.activities.onTrainer.sampleAndScore({
     ...trainer.phaseInput(),
     outputPath: evaluationsPath,
@@ -55,7 +55,7 @@ async function sampleAndScoreAll(trainer: RoundTrainer): Promise<void> {
   if (scored.passAtK) result.passAtK = scored.passAtK;
   result.evaluationsPath = evaluationsPath;
   if (input.pool) {
-    const poolEvaluationsPath = state.file('pool-evaluations.json');
+    const poolEvaluationsPath = state.files.poolEvaluations;
     const pool = await trainer.activities.onTrainer.sampleAndScore({
       ...trainer.phaseInput(),
       outputPath: poolEvaluationsPath,
@@ -68,7 +68,7 @@ async function sampleAndScoreAll(trainer: RoundTrainer): Promise<void> {
   }
   if (input.data.test) {
     // The final assessment: the same sampling and scorer as eval, on rows nothing was chosen by.
-    const testEvaluationsPath = state.file('test-evaluations.json');
+    const testEvaluationsPath = state.files.testEvaluations;
     const test = await trainer.activities.onTrainer.sampleAndScore({
       ...trainer.phaseInput(),
       outputPath: testEvaluationsPath,
@@ -97,16 +97,16 @@ export const ROUND_KINDS: Record<NonNullable<RoundResult['kind']>, RoundKind> = 
     segment: (segments, trainer, segment) =>
       segments.trainGrpoSegment({
         ...segment,
-        samplesDir: trainer.state.file(trainer.lineage ? `samples.L${trainer.lineage}` : 'samples'),
+        samplesDir: trainer.state.files.samples(trainer.lineage),
         referenceSessionId: trainer.referenceSessionId,
-        ...(trainer.input.spec.round?.grpo?.reward?.kind === 'python' ? { rewardsDir: trainer.state.file('rewards') } : {}),
-        ...(trainer.input.spec.round?.grpo?.environment ? { episodesDir: trainer.state.file('episodes') } : {}),
+        ...(trainer.input.spec.round?.grpo?.reward?.kind === 'python' ? { rewardsDir: trainer.state.files.rewards } : {}),
+        ...(trainer.input.spec.round?.grpo?.environment ? { episodesDir: trainer.state.files.episodes } : {}),
       }),
   },
   dpo: {
     referenceSession: () => false,
     async baseline(trainer) {
-      const referencePath = trainer.state.file('reference-logprobs.json');
+      const referencePath = trainer.state.files.referenceLogprobs;
       const reference = await trainer.activities.onTrainer.computeDpoReference({
         ...trainer.phaseInput(),
         stepOffset: trainer.stepOffset,
@@ -120,15 +120,14 @@ export const ROUND_KINDS: Record<NonNullable<RoundResult['kind']>, RoundKind> = 
       result.baselineAccuracy = baseline.accuracy;
       result.baselineMargin = baseline.meanMargin;
     },
-    segment: (segments, trainer, segment) =>
-      segments.trainDpoSegment({ ...segment, referencePath: trainer.state.file('reference-logprobs.json') }),
+    segment: (segments, trainer, segment) => segments.trainDpoSegment({ ...segment, referencePath: trainer.state.files.referenceLogprobs }),
     async evaluate(trainer) {
       await trainer.state.tell('evaluating');
-      const evaluationsPath = trainer.state.file('evaluations.json');
+      const evaluationsPath = trainer.state.files.evaluations;
       const trained = await trainer.activities.onTrainer.evaluateDpo({
         ...trainer.phaseInput(),
         label: 'trained',
-        referencePath: trainer.state.file('reference-logprobs.json'),
+        referencePath: trainer.state.files.referenceLogprobs,
         outputPath: evaluationsPath,
       });
       const result = trainer.state.result;
