@@ -14,6 +14,7 @@ import { generatorReplicasOf, generatorReplicasProblem, stepBatchProblem } from 
 import type { ScoreResult } from '../workflows/python/contract';
 import type { ActivityDeps } from './deps';
 import { roundCheckpoints } from './checkpoints';
+import type { RoundReport, RoundReportFields } from '../config/io/round-report';
 import { trackingTarget, trackRoundEnd, type RoundTracking } from './tracking';
 import { atBoundary, keepingAlive, toActivityFailure } from './failures';
 import { readJson, writeJsonAtomic } from './files';
@@ -204,7 +205,7 @@ export function createRoundActivities(deps: ActivityDeps) {
 
 interface RoundReportInput {
   path: string;
-  report: Record<string, unknown>;
+  report: RoundReportFields;
   evaluationsPath?: string;
   stepsDir?: string;
   /** Rollbacks: step records of abandoned lineages past each rollback point are not the kept weights'. */
@@ -214,10 +215,11 @@ interface RoundReportInput {
 }
 
 async function writeRoundReport(input: RoundReportInput): Promise<string> {
-  const evaluations = (input.evaluationsPath && (await readJson<unknown[]>(input.evaluationsPath))) || [];
+  const evaluations = (input.evaluationsPath && (await readJson<RoundReport['evaluations']>(input.evaluationsPath))) || [];
   const steps = input.stepsDir ? await readStepRecords(input.stepsDir, input.rollbacks) : [];
   // Secrets masked once here: the report goes to the store and, with tracking, to MLflow as an artifact.
-  const full = maskSecretsIn({ ...input.report, checkpoints: roundCheckpoints(input.report), evaluations, steps });
+  const report: RoundReport = { ...input.report, checkpoints: roundCheckpoints(input.report), evaluations, steps };
+  const full = maskSecretsIn(report);
   try {
     await writeJsonAtomic(input.path, full);
   } catch (err) {
@@ -228,7 +230,7 @@ async function writeRoundReport(input: RoundReportInput): Promise<string> {
     throw err;
   }
   const { gpu_minutes: gpuMinutes, provider, status } = input.report;
-  if (typeof gpuMinutes === 'number') recordRoundGpuMinutes(gpuMinutes, { provider: String(provider), status: String(status) });
+  recordRoundGpuMinutes(gpuMinutes, { provider, status });
   if (input.track && trackingTarget(input.track.spec)) {
     const name = input.path.slice(input.path.lastIndexOf('/') + 1);
     await trackRoundEnd(
