@@ -30,15 +30,25 @@ export const CheckpointEntrySchema = z.object({
 });
 export type CheckpointEntry = z.infer<typeof CheckpointEntrySchema>;
 
-/** One eval row as scored: sampled (SFT, GRPO: `expected`, `completion`) or measured (DPO: `chosen`, `margin`). */
+const SampledAnswerSchema = z.object({ completion: z.string(), match: z.boolean(), score: nullableNumber.optional() });
+
+/**
+ * One eval row as scored: sampled (SFT, GRPO: `expected`, `completion`, a Python scorer's `score`; with n > 1 every
+ * answer in `samples` and how many were right) or measured (DPO: `chosen`, `rejected`, `margin`, `loss`).
+ */
 const EvaluationRowSchema = z.object({
   line: z.number(),
   prompt: z.string(),
   match: z.boolean(),
   expected: z.string().optional(),
   completion: z.string().optional(),
+  score: nullableNumber.optional(),
+  samples: z.array(SampledAnswerSchema).optional(),
+  correct: z.number().optional(),
   chosen: z.string().optional(),
+  rejected: z.string().optional(),
   margin: z.number().optional(),
+  loss: z.number().optional(),
 });
 
 /** A confirmed step (activities/step-records.ts): GRPO adds `meanReward`, DPO `margin` and `accuracy`. */
