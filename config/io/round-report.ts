@@ -128,7 +128,7 @@ export const RoundReportSchema = z.object({
       new_trainer: z.boolean(),
       lineage: z.number(),
       gpu_minutes_lost: z.number(),
-      checkpoint_id: z.string().nullable(),
+      checkpoint_id: z.string().nullable().default(null),
     }),
   ),
   /** Evaluations during training (`evaluation.every`). */
