@@ -13,6 +13,7 @@ import { applyRetention } from './retention';
 import type { RetentionRule } from '../config/rules/retention';
 import type { ProviderSpec } from '../config/io/spec';
 import type { NextDataInput, NextDataPolicy, NextTrainingData } from '../workflows/campaign/contract';
+import { roundFiles } from '../config/rules/round-files';
 
 /**
  * Next-data policies, by name:
@@ -30,7 +31,7 @@ export const NEXT_DATA_POLICIES: Record<
   python: async (input) => {
     if (!input.python) throw new Error('the python policy needs rounds.nextData.name and taskQueue');
     // The policy's rows, written once by the Python side (a retry reuses them); round N's checks validate each row.
-    const output = joinLocation(input.outDir, `round-${input.round}.python.jsonl`);
+    const output = roundFiles(input.outDir, input.round, joinLocation).pythonData;
     await nextDataOnPython(input.python, `python:${input.campaignId}/r${input.round}/next-data`, {
       pool: input.pool,
       results: input.poolEvaluationsPath ?? null,
@@ -80,7 +81,7 @@ export function createCampaignActivities(deps: ActivityDeps) {
             return { path: input.pool, sha256: pool.sha256, rows: pool.lines.filter((l) => l.trim() !== '').length };
           if (chosen.lines.length === 0)
             throw new DataValidationError([`${input.pool}: the ${input.policy} policy chose no rows for round ${input.round}`]);
-          const file = joinLocation(input.outDir, `round-${input.round}.train.jsonl`);
+          const file = roundFiles(input.outDir, input.round, joinLocation).trainData;
           const body = `${chosen.lines.join('\n')}\n`;
           await storeFor(file).write(file, body, 'application/jsonl');
           return { path: file, sha256: sha256(body), rows: chosen.lines.length, mistakes: chosen.mistakes };

@@ -1,4 +1,5 @@
 import { joinLocation, readJson } from '../config/io/artifacts';
+import { readRoundReport, type CheckpointEntry, type RoundReportFields } from '../config/io/round-report';
 
 /**
  * Checkpoints as records: every checkpoint a round saved — rolling training checkpoints during training, the final
@@ -6,34 +7,27 @@ import { joinLocation, readJson } from '../config/io/artifacts';
  * id and, for the final ones, the round's evaluation figures. Written into the round report (`checkpoints`), read
  * back by `roundhouse checkpoints` and the campaign summary (the best one).
  */
-export interface CheckpointEntry {
-  round: number;
-  kind: 'training' | 'sampler';
-  checkpoint_id: string;
-  step: number;
-  lineage?: number;
-  /** The round's last checkpoint of its kind (evaluated: the metric and eval loss are its). */
-  final: boolean;
-  metric?: number | null;
-  eval_loss?: number | null;
-  /** `data.test`: the final weights' test figure (shown beside the metric; never compared). */
-  test_metric?: number | null;
-}
+export type { CheckpointEntry };
 
-interface ReportFields {
-  round?: number;
-  steps_applied?: number;
-  accuracy?: number | null;
-  trained_loss?: number | null;
-  training_checkpoint_id?: string | null;
-  sampler_checkpoint_id?: string | null;
-  rolling_checkpoints?: { checkpoint_id: string; step: number; lineage?: number }[];
-  evaluation_curve?: { step: number; loss: number; metric: number | null; lineage?: number }[];
-  early_stop?: { best_step: number } | null;
-  test?: { accuracy: number } | null;
-}
+/** What of a round report its checkpoints come from. */
+type ReportFields = Pick<
+  RoundReportFields,
+  | 'round'
+  | 'steps_applied'
+  | 'accuracy'
+  | 'trained_loss'
+  | 'training_checkpoint_id'
+  | 'sampler_checkpoint_id'
+  | 'rolling_checkpoints'
+  | 'evaluation_curve'
+  | 'early_stop'
+  | 'test'
+>;
 
-/** A round report's checkpoints, rolling ones first, in step order. */
+/**
+ * A round report's checkpoints, rolling ones first, in step order. Also called on the report a round started by an
+ * earlier version hands the report activity, which lacks the fields added since (hence the `??`).
+ */
 export function roundCheckpoints(report: ReportFields): CheckpointEntry[] {
   const round = report.round ?? 1;
   // A round stopped early finished from its best evaluated weights: its final checkpoints are that step's.
@@ -88,7 +82,7 @@ export async function campaignCheckpoints(campaignDir: string): Promise<{ checkp
   if (!summary) throw new Error(`${summaryFile}: no campaign summary (has a round finished yet?)`);
   const checkpoints: CheckpointEntry[] = [];
   for (const r of summary.rounds) {
-    const report = await readJson<ReportFields & { checkpoints?: CheckpointEntry[] }>(r.reportPath);
+    const report = await readRoundReport(r.reportPath);
     if (report) checkpoints.push(...(report.checkpoints ?? roundCheckpoints(report)));
   }
   return { checkpoints, best: bestCheckpoint(checkpoints) };

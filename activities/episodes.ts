@@ -1,6 +1,7 @@
 import { Context } from '@temporalio/activity';
 import { joinLocation } from '../config/io/artifacts';
 import { RoundhouseFailure } from '../config/rules/failures';
+import { pythonStepFiles } from '../config/rules/round-files';
 import { environmentName, PYTHON_ACTIVITIES, pythonEnvironment } from '../config/rules/python-calls';
 import { seedBase, stopToSend } from '../config/rules/sampling';
 import type { TextTokenizer } from '../config/io/tokenizer';
@@ -45,8 +46,6 @@ export interface DrawnEpisodes {
    */
   counts: { sampled: number; replayed: number };
 }
-
-const stepName = (step: number) => `s${String(step).padStart(7, '0')}`;
 
 /** Whether `longer` starts with `prefix`. */
 function extendsTokens(longer: number[], prefix: number[]): boolean {
@@ -150,7 +149,7 @@ export async function drawEpisodes(options: {
   const call = pythonEnvironment(input.spec)!;
   if (!input.episodesDir) throw new RoundhouseFailure('InvalidInput', 'round.grpo.environment: the round names no episodes directory');
   const s = input.spec.sampling;
-  const recordsDir = joinLocation(input.episodesDir, stepName(step));
+  const recordsDir = pythonStepFiles.records(input.episodesDir, step, joinLocation);
   const log = Context.current().log; // taken now: the gateway answers outside this activity's context
   const counts = { sampled: 0, replayed: 0 };
   const defaults: SamplingParams = { maxTokens: s.maxTokens, temperature: s.temperature, topP: s.topP, topK: s.topK, stop: s.stop };
@@ -192,9 +191,8 @@ export async function drawEpisodes(options: {
       access[episode] = gateway.open({ round, step, episode }, sampler);
     }
   });
-  const lineage = input.lineage ? `L${input.lineage}-` : '';
-  const gatewayFile = joinLocation(input.episodesDir, 'gateways', `${lineage}${stepName(step)}.json`);
-  const itemsLocation = joinLocation(input.episodesDir, 'batches', `${lineage}${stepName(step)}.json`);
+  const gatewayFile = pythonStepFiles.gateway(input.episodesDir, step, input.lineage, joinLocation);
+  const itemsLocation = pythonStepFiles.batch(input.episodesDir, step, input.lineage, joinLocation);
   try {
     await gateway.retire(gatewayFile, { round, step }, sampler);
     await writeGatewayFile(gatewayFile, access);

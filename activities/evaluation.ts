@@ -4,6 +4,7 @@ import { lineageParts, roundKey } from '../config/rules/keys';
 import { writeJsonAtomic } from './files';
 import type { DpoEvaluation, EvaluateDuringInput, EvaluationPoint, PhaseInput } from '../workflows/round/contract';
 import { trackEvaluation, type RoundTracking } from './tracking';
+import { stepsFolder } from '../config/rules/round-files';
 
 /**
  * Evaluation during training (`evaluation.every`): between two segments, on the session's current weights, the eval
@@ -18,11 +19,6 @@ export interface EvaluationParts {
   evaluateDpo(input: PhaseInput & { referencePath: string }): Promise<DpoEvaluation>;
   saveSamplerWeights(input: { spec: PhaseInput['spec']; sessionId: string; key: string }): Promise<{ checkpointId: string }>;
   sampleAndScore(input: PhaseInput & { outputPath: string }): Promise<{ accuracy: number; usage?: TokenUsage }>;
-}
-
-/** The record file of an evaluation during training, beside the round's step records. */
-export function evaluationRecordPath(stepsDir: string, step: number, lineage?: number): string {
-  return joinLocation(stepsDir, `eval-${String(step).padStart(7, '0')}${lineage ? `.L${lineage}` : ''}.json`);
 }
 
 export function createEvaluationActivities(parts: EvaluationParts) {
@@ -47,7 +43,7 @@ export function createEvaluationActivities(parts: EvaluationParts) {
           usage = addUsage(usage, scored.usage);
         }
       }
-      await writeJsonAtomic(evaluationRecordPath(input.stepsDir, input.step, input.lineage), point);
+      await writeJsonAtomic(stepsFolder.evaluation(input.stepsDir, input.step, input.lineage, joinLocation), point);
       const tracking: RoundTracking = { campaignId: input.campaignId, round: input.round, spec: input.spec };
       await trackEvaluation(tracking, point);
       return { ...point, ...(usage ? { usage } : {}) };

@@ -1,3 +1,4 @@
+import { pythonStepFiles, samplesFile, stepName } from '../config/rules/round-files';
 import { joinLocation } from '../config/io/artifacts';
 import { RoundhouseFailure } from '../config/rules/failures';
 import { batchRows } from '../config/rules/schedule';
@@ -43,8 +44,6 @@ export interface StepSamples {
   /** Multi-turn: the gateway's counts for the step. */
   turns?: { sampled: number; replayed: number };
 }
-
-export const stepFile = (dir: string, step: number) => joinLocation(dir, `s${String(step).padStart(7, '0')}.json`);
 
 /** A scored completion, as an advantages step sees it (unscorable ones have left their group). */
 export interface ScoredCompletion {
@@ -130,7 +129,7 @@ export async function drawSamples(
   /** Episodes: what their completions wait for (the weights they must sample being synced). */
   weightsReady?: Promise<unknown>,
 ): Promise<StepSamples> {
-  const file = stepFile(input.samplesDir, step);
+  const file = samplesFile(input.samplesDir, step, joinLocation);
   const drawn = (await drawnBefore()).has(file.slice(file.lastIndexOf('/') + 1)) ? await readJson<StepSamples>(file) : undefined;
   if (drawn) return drawn;
   const t = input.spec.training;
@@ -209,10 +208,9 @@ async function rewardOnPython(
   const call = pythonReward(input.spec);
   if (!call || !input.rewardsDir)
     throw new RoundhouseFailure('InvalidInput', 'round.grpo.reward: a python reward needs the round to name its rewards directory');
-  const stepName = `s${String(samples.step).padStart(7, '0')}`;
   const items: ScoreItem[] = samples.groups.flatMap((g, i) =>
     g.completions.map((c, j) => ({
-      key: `${stepName}/p${i}-c${j}`,
+      key: `${stepName(samples.step)}/p${i}-c${j}`,
       completion: c.text,
       answer: prompts[i]!.answer,
       prompt: prompts[i]!.prompt,
@@ -220,12 +218,11 @@ async function rewardOnPython(
       context: { step: samples.step + 1, prompt: i, sample: j, line: g.line },
     })),
   );
-  const lineage = input.lineage ? `L${input.lineage}-` : '';
   const scored = await scoreOnPython({
     role: 'reward',
     call,
     workflowId: `python:${callKey}`,
-    itemsLocation: joinLocation(input.rewardsDir, 'batches', `${lineage}${stepName}.json`),
+    itemsLocation: pythonStepFiles.batch(input.rewardsDir, samples.step, input.lineage, joinLocation),
     recordsDir: input.rewardsDir,
     items,
     signal,

@@ -14,6 +14,7 @@ import type {
 } from '../workflows/campaign/promotion-contract';
 import { pointChampionAlias, registerChampion } from './tracking';
 import type { CampaignSpec } from '../config/io/spec';
+import { readRoundReport } from '../config/io/round-report';
 
 type Tracked = Pick<CampaignSpec, 'name' | 'tracking'>;
 
@@ -83,30 +84,22 @@ function canonical(value: unknown): string {
   );
 }
 
-interface ReportFigures {
-  base_model?: string;
-  accuracy?: number | null;
-  eval_sha256?: string;
-  evaluations?: unknown[];
-  test?: { accuracy: number; rows: number; sha256: string | null } | null;
-}
-
 /** A round's figures on the set promotion compares on, from its report. */
 async function figuresOf(reportPath: string, on: 'test' | 'eval', measure: PromotionMeasure): Promise<PromotionFigures> {
-  const report = await readJson<ReportFigures>(reportPath);
+  const report = await readRoundReport(reportPath);
   if (!report) throw new Error(`${reportPath}: no round report`);
   if (on === 'test') {
     if (!report.test?.sha256) throw new Error(`${reportPath}: the round was not scored on a test set`);
     return { on, accuracy: report.test.accuracy, rows: report.test.rows, sha256: report.test.sha256, reportPath, measure };
   }
   if (typeof report.accuracy !== 'number' || !report.eval_sha256) throw new Error(`${reportPath}: the round has no eval accuracy`);
-  return { on, accuracy: report.accuracy, rows: report.evaluations?.length ?? 0, sha256: report.eval_sha256, reportPath, measure };
+  return { on, accuracy: report.accuracy, rows: report.evaluations.length, sha256: report.eval_sha256, reportPath, measure };
 }
 
 /** The base model a champion was trained on: recorded with its figures, or (an older record) in its round report. */
 async function baseModelOf(record: ChampionRecord): Promise<string | undefined> {
   if (record.figures.measure) return record.figures.measure.baseModel;
-  return (await readJson<ReportFigures>(record.figures.reportPath).catch(() => undefined))?.base_model;
+  return (await readRoundReport(record.figures.reportPath).catch(() => undefined))?.base_model;
 }
 
 /** The verdict on a challenger against a champion measured on the same rows. */

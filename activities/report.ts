@@ -5,60 +5,19 @@ import { joinLocation, readJson, storeFor } from '../config/io/artifacts';
 import { maskSecretsIn } from '../config/io/secrets';
 import { stageFacts, type ShownStage } from '../config/rules/stages';
 import { lossPerTokenOf } from './step-records';
-import { ROUND_KIND, ROUND_KINDS, type RoundKind } from '../config/rules/round-kinds';
+import { ROUND_KIND, ROUND_KINDS } from '../config/rules/round-kinds';
+import { readRoundReport, type RoundReport } from '../config/io/round-report';
 
 /**
  * The campaign report people look at: `report.html` (self-contained: Chart.js and the data inlined, no network)
  * and `summary.md` (for a pull request), built from the campaign's files on disk.
  */
 
-interface RoundReportFile {
-  round: number;
-  workflow_id: string;
-  status: string;
-  accuracy: number | null;
-  /** With `evaluation.sampling.n` > 1: pass@n beside `accuracy` (pass@1). */
-  pass_at_k?: { k: number; value: number } | null;
-  /** `data.test`: the final weights on the held-out test set. */
-  test?: { accuracy: number; rows: number } | null;
-  baseline_loss: number | null;
-  trained_loss: number | null;
-  steps_applied: number;
-  steps_planned: number;
-  gpu_minutes: number;
-  estimated_cost_usd: number | null;
-  error_type: string | null;
-  train_path: string;
-  train_sha256: string;
-  /** SFT/GRPO: sampled answers scored; DPO: eval pairs with their margin. */
-  evaluations: { line: number; prompt: string; expected?: string; completion?: string; chosen?: string; margin?: number; match: boolean }[];
-  /** GRPO steps add `meanReward`; DPO steps add `margin` and `accuracy`. */
-  steps: { step: number; loss: number; tokens: number; lossPerToken?: number; meanReward?: number; margin?: number; accuracy?: number }[];
-  kind?: RoundKind;
-  first_reward?: number | null;
-  latest_reward?: number | null;
-  baseline_margin?: number | null;
-  trained_margin?: number | null;
-  /** Evaluations during training (`evaluation.every`), and where an early stop ended the round. */
-  evaluation_curve?: { step: number; loss: number; metric: number | null }[];
-  early_stop?: { stopped_at_step: number; best_step: number; best_value: number; on: string; best_checkpoint_id: string } | null;
-  /** Recoveries from provider-side failures (rolled back to a checkpoint). */
-  recoveries?: {
-    phase: string;
-    error_type: string;
-    code: string | null;
-    failed_at_step: number;
-    rolled_back_to: number;
-    new_trainer: boolean;
-    gpu_minutes_lost: number;
-  }[];
-}
-
 export interface CampaignReportData {
   campaignId: string;
   status: string;
   stopReason?: string;
-  rounds: RoundReportFile[];
+  rounds: RoundReport[];
   /** Staged campaigns: the stages started, from campaign.json. */
   stages?: ShownStage[];
   /** `promotion`: the challenger's decision against its line's champion. */
@@ -112,8 +71,8 @@ export async function loadCampaignReportData(
     promotion?: PromotionShown;
   }>(summaryFile);
   if (!summary) throw new Error(`${summaryFile}: no campaign summary (has a round finished yet?)`);
-  const rounds = (await Promise.all(summary.rounds.map((r) => readJson<RoundReportFile>(r.reportPath)))).filter(
-    (r): r is RoundReportFile => r !== undefined,
+  const rounds = (await Promise.all(summary.rounds.map((r) => readRoundReport(r.reportPath)))).filter(
+    (r): r is RoundReport => r !== undefined,
   );
   const flips = rounds.slice(1).map((after, i) => {
     const before = rounds[i]!;
@@ -148,7 +107,7 @@ const escapeHtml = (text: string) =>
 const fmt = (v: number | null | undefined, digits = 3) => (v === null || v === undefined ? '–' : v.toFixed(digits));
 const pct = (v: number | null | undefined) => (v === null || v === undefined ? '–' : `${(v * 100).toFixed(1)}%`);
 /** Beside a round's accuracy (pass@1), its pass@n when evaluation drew n > 1 answers per prompt. */
-const passAtKNote = (r: Pick<RoundReportFile, 'pass_at_k'>) => (r.pass_at_k ? ` (pass@${r.pass_at_k.k} ${pct(r.pass_at_k.value)})` : '');
+const passAtKNote = (r: Pick<RoundReport, 'pass_at_k'>) => (r.pass_at_k ? ` (pass@${r.pass_at_k.k} ${pct(r.pass_at_k.value)})` : '');
 
 function uiLink(data: CampaignReportData, workflowId: string): string {
   return `${data.temporalUiUrl.replace(/\/$/, '')}/namespaces/${encodeURIComponent(data.namespace)}/workflows/${encodeURIComponent(workflowId)}`;
@@ -287,7 +246,7 @@ function evalCurves(data: CampaignReportData) {
     });
 }
 
-function earlyStopNote(r: RoundReportFile): string {
+function earlyStopNote(r: RoundReport): string {
   const e = r.early_stop;
   return e ? ` <span class="meta">(early stop at step ${e.stopped_at_step}; finished from step ${e.best_step})</span>` : '';
 }
@@ -306,8 +265,8 @@ function stepSeries(
 }
 
 /** The campaign's best checkpoint (`roundhouse checkpoints` lists them all). */
-function bestLine(rounds: RoundReportFile[]): string[] {
-  const best = bestCheckpoint(rounds.flatMap((r) => roundCheckpoints(r as Parameters<typeof roundCheckpoints>[0])));
+function bestLine(rounds: RoundReport[]): string[] {
+  const best = bestCheckpoint(rounds.flatMap((r) => roundCheckpoints(r)));
   return best
     ? [
         `- best checkpoint: round ${best.round}, \`${best.checkpoint_id}\` (accuracy ${pct(best.metric ?? null)}, step ${best.step})` +
@@ -391,7 +350,7 @@ export function renderCampaignMarkdown(data: CampaignReportData): string {
 }
 
 /** Each round's line of its kind (config/rules/round-kinds.ts `summaryLine`), grouped by kind in the table's order. */
-function kindLines(rounds: RoundReportFile[]): string[] {
+function kindLines(rounds: RoundReport[]): string[] {
   return ROUND_KINDS.flatMap((kind) =>
     rounds
       .filter((r) => r.kind === kind)

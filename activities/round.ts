@@ -15,6 +15,7 @@ import { generatorReplicasOf, generatorReplicasProblem, stepBatchProblem } from 
 import type { ScoreResult } from '../workflows/python/contract';
 import type { ActivityDeps } from './deps';
 import { roundCheckpoints } from './checkpoints';
+import type { RoundReport, RoundReportFields } from '../config/io/round-report';
 import { trackingTarget, trackRoundEnd, type RoundTracking } from './tracking';
 import { atBoundary, keepingAlive, toActivityFailure } from './failures';
 import { readJson, writeJsonAtomic } from './files';
@@ -26,6 +27,7 @@ import { evaluationSampling } from '../config/rules/evaluation-sampling';
 import { drawAnswers, evaluationsOf, type SampledAnswer } from './evaluation-draw';
 import { meteredProvider, type TokenUsage } from './usage';
 import { readStepRecords } from './step-records';
+import { scoreFiles } from '../config/rules/round-files';
 
 /**
  * The round's phases around training: the checks before provisioning, loss measured forward-only, checkpoints,
@@ -218,7 +220,7 @@ export function createRoundActivities(deps: ActivityDeps) {
 
 interface RoundReportInput {
   path: string;
-  report: Record<string, unknown>;
+  report: RoundReportFields;
   evaluationsPath?: string;
   stepsDir?: string;
   /** Rollbacks: step records of abandoned lineages past each rollback point are not the kept weights'. */
@@ -228,10 +230,11 @@ interface RoundReportInput {
 }
 
 async function writeRoundReport(input: RoundReportInput): Promise<string> {
-  const evaluations = (input.evaluationsPath && (await readJson<unknown[]>(input.evaluationsPath))) || [];
+  const evaluations = (input.evaluationsPath && (await readJson<RoundReport['evaluations']>(input.evaluationsPath))) || [];
   const steps = input.stepsDir ? await readStepRecords(input.stepsDir, input.rollbacks) : [];
   // Secrets masked once here: the report goes to the store and, with tracking, to MLflow as an artifact.
-  const full = maskSecretsIn({ ...input.report, checkpoints: roundCheckpoints(input.report), evaluations, steps });
+  const report: RoundReport = { ...input.report, checkpoints: roundCheckpoints(input.report), evaluations, steps };
+  const full = maskSecretsIn(report);
   try {
     await writeJsonAtomic(input.path, full);
   } catch (err) {
@@ -242,7 +245,7 @@ async function writeRoundReport(input: RoundReportInput): Promise<string> {
     throw err;
   }
   const { gpu_minutes: gpuMinutes, provider, status } = input.report;
-  if (typeof gpuMinutes === 'number') recordRoundGpuMinutes(gpuMinutes, { provider: String(provider), status: String(status) });
+  recordRoundGpuMinutes(gpuMinutes, { provider, status });
   if (input.track && trackingTarget(input.track.spec)) {
     const name = input.path.slice(input.path.lastIndexOf('/') + 1);
     await trackRoundEnd(
@@ -269,13 +272,13 @@ async function scoreOnPythonScorer(
 ): Promise<ScoreResult | undefined> {
   const call = pythonScorer(input.spec);
   if (!call) return undefined;
-  const dir = joinLocation(input.outputPath.slice(0, input.outputPath.lastIndexOf('/')), 'scores');
-  const pass = `${input.label}${input.lineage ? `.L${input.lineage}` : ''}`;
+  const dir = scoreFiles.folder(input.outputPath, joinLocation);
+  const pass = scoreFiles.pass(input.label, input.lineage);
   const scored = await scoreOnPython({
     role: 'scorer',
     call,
     workflowId: `python:${roundKey(input.campaignId, input.round, ...lineageParts(input.lineage), input.label, 'scores')}`,
-    itemsLocation: joinLocation(dir, 'batches', `${pass}.json`),
+    itemsLocation: scoreFiles.batch(dir, pass, joinLocation),
     recordsDir: dir,
     items: answers.map(({ row, sample, completion }) => ({
       // With n = 1 the keys rounds always had.

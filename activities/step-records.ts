@@ -1,6 +1,7 @@
 import { joinLocation, storeFor } from '../config/io/artifacts';
 import { keptByLineage, type Rollback } from '../config/rules/lineage';
 import { readJson, writeJsonAtomic } from './files';
+import { stepsFolder } from '../config/rules/round-files';
 
 /**
  * A round's step records: what each confirmed optimizer step did (its loss, and what its kind adds), written by the
@@ -83,9 +84,8 @@ export class StepRecords<R extends StepRecord> {
     this.flushedAtMs = Date.now();
     if (this.pending.length === 0) return [];
     const first = Math.min(...this.pending.map((r) => r.step));
-    const lineage = this.lineage > 0 ? `.L${this.lineage}` : '';
     await writeJsonAtomic(
-      joinLocation(this.dir, `steps-${String(first).padStart(7, '0')}${lineage}.json`),
+      stepsFolder.records(this.dir, first, this.lineage, joinLocation),
       this.pending.sort((a, b) => a.step - b.step),
     );
     return this.pending.splice(0);
@@ -94,7 +94,7 @@ export class StepRecords<R extends StepRecord> {
 
 /** Every step record of a round that the kept weights hold, one per step, in step order (config/rules/lineage.ts). */
 export async function readStepRecords<R extends StepRecord = StepRecord>(dir: string, rollbacks: Rollback[] = []): Promise<R[]> {
-  const files = (await storeFor(dir).list(dir)).filter((f) => /\/steps-[^/]*\.json$/.test(f));
+  const files = (await storeFor(dir).list(dir)).filter(stepsFolder.isRecords);
   const records: R[] = [];
   for (const f of files) records.push(...((await readJson<R[]>(f)) ?? []));
   return keptByLineage(records, rollbacks);

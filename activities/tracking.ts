@@ -10,6 +10,8 @@ import { readJson, writeJsonAtomic } from './files';
 import type { Rollback } from '../config/rules/lineage';
 import { lossPerTokenOf, readStepRecords, type StepRecord } from './step-records';
 import { metricOf, stageFacts, type GatedRound, type ShownStage } from '../config/rules/stages';
+import { stepsFolder } from '../config/rules/round-files';
+import type { RoundReportFields } from '../config/io/round-report';
 
 /**
  * Experiment tracking in MLflow, logged from the durable records only: a campaign is a run, each round a nested run
@@ -188,7 +190,7 @@ interface Cursor {
   lineage: number;
 }
 
-const cursorFile = (stepsDir: string) => joinLocation(stepsDir, 'tracked.json');
+const cursorFile = (stepsDir: string) => stepsFolder.trackingCursor(stepsDir, joinLocation);
 
 /**
  * Logs the round's step records the run does not hold yet (past the cursor), then moves the cursor. `fresh` are the
@@ -249,7 +251,7 @@ export async function trackEvaluation(
 /** At the round's report: the steps not logged yet, the round's figures, its report as an artifact, its status. */
 export async function trackRoundEnd(
   r: RoundTracking & { stepsDir?: string; totalSteps: number; rollbacks?: Rollback[] },
-  report: Record<string, unknown>,
+  report: RoundReportFields,
   reportBody: string,
   reportName: string,
 ): Promise<void> {
@@ -263,25 +265,24 @@ export async function trackRoundEnd(
     const add = (key: string, value: unknown, step: number) => {
       if (typeof value === 'number' && Number.isFinite(value)) metrics.push({ key, value, timestamp: at, step });
     };
-    const applied = typeof report.steps_applied === 'number' ? report.steps_applied : r.totalSteps;
+    const applied = report.steps_applied;
     // A round stopped early finishes from its best evaluated weights: its final figures are that step's.
-    const early = report.early_stop as { best_step?: number } | null | undefined;
-    const measured = typeof early?.best_step === 'number' ? early.best_step : applied;
+    const measured = report.early_stop?.best_step ?? applied;
     add('eval/loss', report.baseline_loss, 0);
     add('eval/loss', report.trained_loss, measured);
     add('eval/preference_accuracy', report.baseline_preference_accuracy, 0);
     add('eval/dpo_margin', report.baseline_margin, 0);
     add('eval/dpo_margin', report.trained_margin, measured);
     add('eval/metric', report.accuracy, measured);
-    const passAtK = report.pass_at_k as { k: number; value: number } | null | undefined;
+    const passAtK = report.pass_at_k;
     if (passAtK) add(`eval/pass_at_${passAtK.k}`, passAtK.value, measured);
     add('eval/pool_metric', report.pool_accuracy, measured);
     // The held-out test set's own key: never confused with eval's in a chart or a comparison.
-    add('test/metric', (report.test as { accuracy?: number } | null | undefined)?.accuracy, measured);
+    add('test/metric', report.test?.accuracy, measured);
     add('round/gpu_minutes', report.gpu_minutes, applied);
     add('round/cost_usd', report.estimated_cost_usd, applied);
     add('round/steps_applied', report.steps_applied, applied);
-    await client.logBatch(runId, { metrics, tags: { 'roundhouse.status': String(report.status) } });
+    await client.logBatch(runId, { metrics, tags: { 'roundhouse.status': report.status } });
     await client.uploadArtifact(runId, reportName, reportBody, 'application/json');
     const status = report.status === 'completed' ? 'FINISHED' : report.status === 'failed' ? 'FAILED' : 'KILLED';
     await client.setStatus(runId, status, at);

@@ -2,6 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import type { temporal } from '@temporalio/proto';
 import { tokenizerFor } from '../config/io/tokenizer';
+import { roundFiles } from '../config/rules/round-files';
 import type { Datum, TrainingProvider } from '../providers/types';
 import { NUMBER_GAME } from '../test/helpers/episodes';
 import { startPythonWorker, type PythonWorker } from '../test/helpers/python-worker';
@@ -139,7 +140,7 @@ round: { kind: grpo, grpo: { groupSize: ${GROUP_SIZE}, ${loss}, environment: { k
   const phase = trainingPhase(await ctx.client.workflow.getHandle(workflowId).fetchHistory());
   const calls = await pythonCalls(ctx, `python:${campaignId}/`);
   if (calls.length !== result.totalSteps) throw new Error(`the round made ${calls.length} Python calls over ${result.totalSteps} steps`);
-  const samples = stepSamples(result.reportPath.replace(/\.json$/, '.samples'));
+  const samples = stepSamples(roundFiles(input.reportDir, input.round).samples());
   return {
     mode: o.mode,
     steps: result.totalSteps,

@@ -2,6 +2,8 @@ import fs from 'node:fs';
 import type { Client, WorkflowHandle } from '@temporalio/client';
 import { seededRandom } from '../config/rules/random';
 import type { RoundKind } from '../config/rules/round-kinds';
+import { roundFiles } from '../config/rules/round-files';
+import { parseRoundReport } from '../config/io/round-report';
 import { startEmulator, type RunningEmulator } from '../emulator/server';
 import type { Ledger } from '../emulator/engine';
 import { arithmeticRoundInput } from '../test/helpers/round';
@@ -233,21 +235,20 @@ export async function runSoak(options: {
       }
       const l = await ledgerOf(emulator);
       figures.resourcesLeftActive = l.active.length;
-      const report = fs.existsSync(`${input.reportDir}/round-1.json`)
-        ? JSON.parse(fs.readFileSync(`${input.reportDir}/round-1.json`, 'utf8'))
-        : undefined;
+      const reportFile = roundFiles(input.reportDir, input.round).report;
+      const report = fs.existsSync(reportFile) ? parseRoundReport(reportFile, JSON.parse(fs.readFileSync(reportFile, 'utf8'))) : undefined;
       const kept = report && l.sessions.find((s) => s.id === report.session_id);
       if (result?.status === 'completed') figures.completed += 1;
       // The kept session's own step counter is the round's planned steps (the round starts from the base model).
       if (result && kept && result.stepsApplied === result.totalSteps && kept.step === result.totalSteps) figures.stepsExact += 1;
       if (
-        report?.steps?.map((s: { step: number }) => s.step).join(',') ===
-        Array.from({ length: report.steps_planned }, (_v, k) => k + 1).join(',')
+        report &&
+        report.steps.map((s) => s.step).join(',') === Array.from({ length: report.steps_planned }, (_v, k) => k + 1).join(',')
       ) {
         figures.recordedOnce += 1;
       }
       figures.emptyStepsInKeptWeights += kept?.lineageEmptyOptimizerSteps ?? 0;
-      figures.recoveries += report?.recoveries?.length ?? 0;
+      figures.recoveries += report?.recoveries.length ?? 0;
       const waits: { creates: number }[] = report?.capacity_waits ?? [];
       figures.capacityWaits += waits.length;
       figures.capacityRetries += waits.reduce((a, w) => a + w.creates - 1, 0);

@@ -1,6 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import type { Ledger } from '../../emulator/engine/ledger';
+import { roundFiles } from '../../config/rules/round-files';
 import type { TrainedListing } from '../../emulator/engine/trained';
 import { ledger, type RunningEmulator } from './emulator';
 import type { RoundInput, RoundResult } from '../../workflows/round/contract';
@@ -58,7 +59,7 @@ export interface EpisodeStepRecord {
 }
 
 /** The folder of a round's episode records (`<report>/round-<n>.episodes`), known before the round ends. */
-export const episodesDirOf = (input: RoundInput): string => path.join(input.reportDir, `round-${input.round}.episodes`);
+export const episodesDirOf = (input: RoundInput): string => roundFiles(input.reportDir, input.round, path.join).episodes;
 
 /** How many turns the gateway has recorded for a step (0-based) so far. */
 export function turnsRecorded(input: RoundInput, step: number): number {

@@ -37,6 +37,7 @@ import {
 import { roundWorkflow } from '../round/round';
 import { bestOf } from './best-round';
 import { CampaignStages } from './stages';
+import { roundFiles } from '../../config/rules/round-files';
 
 /**
  * What a campaign knows while it runs: what it carries across continue-as-new (summaries, limits, the next round's
@@ -198,7 +199,7 @@ export class CampaignState {
       stepsApplied: 0,
       totalSteps: 0,
       gpuMinutes: 0,
-      reportPath: `${this.dir}/round-${round}.json`,
+      reportPath: roundFiles(this.dir, round).report,
       train: state.nextTrain,
       ...this.stages.roundFields(),
     };

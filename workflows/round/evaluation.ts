@@ -28,7 +28,6 @@ export function keptCurve(trainer: RoundTrainer): EvaluationPoint[] {
 export async function evaluateDuring(trainer: RoundTrainer, step: number, totalSteps: number): Promise<void> {
   const { input, state } = trainer;
   const e = input.spec.evaluation;
-  const lineageSuffix = trainer.lineage ? `.L${trainer.lineage}` : '';
   const kind = ROUND_KIND[state.kind];
   const sample = e.sampleEvery !== undefined && (step / e.every!) % e.sampleEvery === 0;
   const { usage, ...point } = await trainer.activities.onTrainer.evaluateDuringTraining({
@@ -41,10 +40,10 @@ export async function evaluateDuring(trainer: RoundTrainer, step: number, totalS
     sessionId: trainer.sessionId,
     step,
     at: Date.now(),
-    samplesPath: sample && kind.samples !== 'never' ? state.file(`evaluations-s${step}${lineageSuffix}.json`) : undefined,
+    samplesPath: sample && kind.samples !== 'never' ? state.files.evaluationsAt(step, trainer.lineage) : undefined,
     // Preference pairs are measured against the reference logprobs the baseline computed.
-    referencePath: kind.data === 'pairs' ? state.file('reference-logprobs.json') : undefined,
-    stepsDir: state.file('steps'),
+    referencePath: kind.data === 'pairs' ? state.files.referenceLogprobs : undefined,
+    stepsDir: state.files.steps,
     totalSteps,
   });
   state.addUsage(usage);

@@ -55,7 +55,7 @@ async function sampleAndScoreAll(trainer: RoundTrainer): Promise<EvaluationFigur
   const { state, input } = trainer;
   const figures: EvaluationFigures = {};
   await state.tell('sampling');
-  const evaluationsPath = state.file('evaluations.json');
+  const evaluationsPath = state.files.evaluations;
   const scored = await trainer.activities.onTrainer.sampleAndScore({
     ...trainer.phaseInput(),
     outputPath: evaluationsPath,
@@ -66,7 +66,7 @@ async function sampleAndScoreAll(trainer: RoundTrainer): Promise<EvaluationFigur
   if (scored.passAtK) figures.passAtK = scored.passAtK;
   figures.evaluationsPath = evaluationsPath;
   if (input.pool) {
-    const poolEvaluationsPath = state.file('pool-evaluations.json');
+    const poolEvaluationsPath = state.files.poolEvaluations;
     const pool = await trainer.activities.onTrainer.sampleAndScore({
       ...trainer.phaseInput(),
       outputPath: poolEvaluationsPath,
@@ -79,7 +79,7 @@ async function sampleAndScoreAll(trainer: RoundTrainer): Promise<EvaluationFigur
   }
   if (input.data.test) {
     // The final assessment: the same sampling and scorer as eval, on rows nothing was chosen by.
-    const testEvaluationsPath = state.file('test-evaluations.json');
+    const testEvaluationsPath = state.files.testEvaluations;
     const test = await trainer.activities.onTrainer.sampleAndScore({
       ...trainer.phaseInput(),
       outputPath: testEvaluationsPath,
@@ -109,16 +109,16 @@ export const ROUND_KIND_STEPS: Record<RoundKind, RoundKindSteps> = {
     segment: (segments, trainer, segment) =>
       segments[segmentActivityOf('grpo')]({
         ...segment,
-        samplesDir: trainer.state.file(trainer.lineage ? `samples.L${trainer.lineage}` : 'samples'),
+        samplesDir: trainer.state.files.samples(trainer.lineage),
         referenceSessionId: trainer.referenceSessionId,
-        ...(trainer.input.spec.round?.grpo?.reward?.kind === 'python' ? { rewardsDir: trainer.state.file('rewards') } : {}),
-        ...(trainer.input.spec.round?.grpo?.environment ? { episodesDir: trainer.state.file('episodes') } : {}),
+        ...(trainer.input.spec.round?.grpo?.reward?.kind === 'python' ? { rewardsDir: trainer.state.files.rewards } : {}),
+        ...(trainer.input.spec.round?.grpo?.environment ? { episodesDir: trainer.state.files.episodes } : {}),
       }),
   },
   dpo: {
     referenceSession: () => false,
     async baseline(trainer) {
-      const referencePath = trainer.state.file('reference-logprobs.json');
+      const referencePath = trainer.state.files.referenceLogprobs;
       const reference = await trainer.activities.onTrainer.computeDpoReference({
         ...trainer.phaseInput(),
         stepOffset: trainer.stepOffset,
@@ -130,14 +130,14 @@ export const ROUND_KIND_STEPS: Record<RoundKind, RoundKindSteps> = {
       return { baselineLoss: baseline.loss, baselineAccuracy: baseline.accuracy, baselineMargin: baseline.meanMargin };
     },
     segment: (segments, trainer, segment) =>
-      segments[segmentActivityOf('dpo')]({ ...segment, referencePath: trainer.state.file('reference-logprobs.json') }),
+      segments[segmentActivityOf('dpo')]({ ...segment, referencePath: trainer.state.files.referenceLogprobs }),
     async evaluate(trainer) {
       await trainer.state.tell('evaluating');
-      const evaluationsPath = trainer.state.file('evaluations.json');
+      const evaluationsPath = trainer.state.files.evaluations;
       const trained = await trainer.activities.onTrainer.evaluateDpo({
         ...trainer.phaseInput(),
         label: 'trained',
-        referencePath: trainer.state.file('reference-logprobs.json'),
+        referencePath: trainer.state.files.referenceLogprobs,
         outputPath: evaluationsPath,
       });
       trainer.state.addUsage(trained.usage);

@@ -2,8 +2,9 @@ import { workflowInfo } from '@temporalio/workflow';
 import { billingOf } from '../../config/rules/dialects';
 import { DEFAULT_ROUND_KIND, ROUND_KIND } from '../../config/rules/round-kinds';
 import type { RoundInput, RoundProgress, RoundResult } from './contract';
+import type { RoundReportFields } from '../../config/io/round-report';
 
-/** The round's report (round-N.json) as the workflow knows it; the report activity merges in evaluations and steps. */
+/** The round's report (round-N.json) as the workflow knows it; the report activity merges in checkpoints, evaluations and steps. */
 export function roundReport(
   input: RoundInput,
   result: RoundResult,
@@ -12,7 +13,7 @@ export function roundReport(
   released: string[],
   cleanupStatus: string,
   failureMessage: string | undefined,
-): Record<string, unknown> {
+): RoundReportFields {
   const info = workflowInfo();
   return {
     campaign_id: input.campaignId,

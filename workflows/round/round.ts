@@ -196,7 +196,7 @@ async function cleanUp(trainer: RoundTrainer): Promise<void> {
   const writeReport = trainer.activities.cleanup.writeRoundReport({
     path: state.result.reportPath,
     evaluationsPath: state.result.evaluationsPath,
-    stepsDir: state.file('steps'),
+    stepsDir: state.files.steps,
     rollbacks: trainer.rollbacks.length ? trainer.rollbacks : undefined,
     report: roundReport(input, state.result, trainer.data, state.progress, state.released, cleanupStatus, failureMessage),
     // For the experiment tracker (the spec's settings or the worker's MLFLOW_TRACKING_URI).

@@ -12,6 +12,7 @@ import {
 import { addUsage, tokenCostUsd, type TokenUsage } from '../../config/rules/usage';
 import { kindOf, type RoundKind } from '../../config/rules/round-kinds';
 import { TRAINERS_MEMO, type RegisteredTrainer } from '../../config/rules/trainer-registry';
+import { roundFiles, type RoundFiles } from '../../config/rules/round-files';
 
 /**
  * What a round knows while it runs: its progress (answered to queries, told to the parent), the GPU time it has
@@ -21,6 +22,8 @@ export class RoundState {
   readonly kind: RoundKind;
   readonly progress: RoundProgress;
   readonly result: RoundResult;
+  /** The files beside the round's report (`round-N.<what>`). */
+  readonly files: RoundFiles;
   /** Trainers released so far (pause, budget, a dead trainer, cleanup). */
   readonly released: string[] = [];
   /** Recoveries from provider-side failures, in order. */
@@ -49,13 +52,14 @@ export class RoundState {
     const { campaignId, round } = input;
     this.kind = kindOf(input.spec);
     this.budget = { ...input.budget };
+    this.files = roundFiles(input.reportDir, round);
     this.progress = { campaignId, round, phase: 'validating', step: 0, totalSteps: 0, gpuMinutes: 0 };
     this.result = {
       campaignId,
       round,
       kind: this.kind,
       status: 'failed',
-      reportPath: `${input.reportDir}/round-${round}.json`,
+      reportPath: this.files.report,
       stepsApplied: 0,
       totalSteps: 0,
       gpuMinutes: 0,
@@ -72,11 +76,6 @@ export class RoundState {
   setBudget(budget: RoundBudget): void {
     this.budget = { ...this.budget, ...budget };
     this.budgetVersion += 1;
-  }
-
-  /** A path beside the round's report: `round-N.<suffix>`. */
-  file(suffix: string): string {
-    return `${this.input.reportDir}/round-${this.input.round}.${suffix}`;
   }
 
   /** Tokens an activity had processed: on the result, and in the cost where the spec prices tokens. */

@@ -110,7 +110,7 @@ export class RoundTrainer {
       stepOffset: this.offset,
       cursor,
       totalSteps,
-      stepsDir: this.state.file('steps'),
+      stepsDir: this.state.files.steps,
       lineage: this.lineage || undefined,
       lastCheckpoint: { step: this.restore.step, savedAtMs: Math.max(this.restore.savedAtMs, this.phaseStartedAtMs) },
     };
