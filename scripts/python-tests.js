@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 // `npm test`'s Python part: in the Python side's venv (scripts/python-env.js), ruff (lint and format) over every
-// Python file in the repository, mypy --strict over the package, then pytest. pytest's counts go to
+// tracked Python file (python/ by python/pyproject.toml, the rest by ruff.toml, which extends it), mypy --strict over
+// the package, then pytest. pytest's counts go to
 // <stateDir>/pytest-counts.json for CI's closing line (scripts/ci-summary.js); exits non-zero when anything failed.
 'use strict';
 
@@ -13,7 +14,12 @@ const root = path.join(__dirname, '..');
 const stateDir = path.resolve(process.env.ROUNDHOUSE_STATE_DIR || path.join(root, '.roundhouse'));
 const countsFile = path.join(stateDir, 'pytest-counts.json');
 const junit = path.join(stateDir, 'pytest-results.xml');
-const PYTHON_DIRS = ['python', 'test/python', 'bench/python', 'examples'];
+
+/** Every tracked `*.py` (git's list), or, outside a git checkout, every one ruff finds from the root. */
+function pythonFiles() {
+  const listed = spawnSync('git', ['ls-files', '-z', '--', '*.py'], { cwd: root, encoding: 'utf8' });
+  return listed.status === 0 ? listed.stdout.split('\0').filter(Boolean) : ['.'];
+}
 
 function run(name, command, args, cwd = root) {
   const started = Date.now();
@@ -44,11 +50,10 @@ fs.mkdirSync(stateDir, { recursive: true });
 fs.rmSync(countsFile, { force: true });
 const python = ensurePythonEnv();
 const bin = (tool) => path.join(path.dirname(python), tool);
-const dirs = PYTHON_DIRS.filter((d) => fs.existsSync(path.join(root, d)));
-const config = ['--config', path.join(root, 'python', 'pyproject.toml')];
+const files = pythonFiles();
 const checks = [
-  run('ruff check', bin('ruff'), ['check', ...config, ...dirs]),
-  run('ruff format', bin('ruff'), ['format', '--check', ...config, ...dirs]),
+  run('ruff check', bin('ruff'), ['check', ...files]),
+  run('ruff format', bin('ruff'), ['format', '--check', ...files]),
   run('mypy', bin('mypy'), [], path.join(root, 'python')),
 ];
 // Which sandbox the code-running rewards get on this machine, said in every run's log.

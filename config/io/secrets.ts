@@ -16,7 +16,7 @@ const CREDENTIAL_PATTERNS: [RegExp, string][] = [
 ];
 
 /** Names of variables that hold secrets: the providers', MLflow's, S3's, Temporal's, the codec server's, and any `…_API_KEY`, `…_TOKEN`, `…_SECRET`, `…_PASSWORD`. */
-const SECRET_NAME = /(^|_)(API_?KEY|TOKEN|SECRET|PASSWORD|PASSWD|SECRET_ACCESS_KEY|PRIVATE_KEY)$/i;
+const SECRET_NAME = /(^|_)(API_?KEY|TOKEN|SECRET|PASSWORD|PASSWD|SECRET_ACCESS_KEY|PRIVATE_KEY|CLIENT_KEY_DATA)$/i;
 
 /** Values shorter than this are not masked: they would blank ordinary words. */
 const MIN_LENGTH = 6;
@@ -43,8 +43,8 @@ export function registerSecret(value: string | undefined, options: { rotating?: 
 /**
  * Registers the secrets of an environment: every variable named like one (`TOGETHER_API_KEY`, `BASETEN_API_KEY`,
  * `TINKER_API_KEY`, `TEMPORAL_API_KEY`, `MLFLOW_TRACKING_TOKEN`, `MLFLOW_TRACKING_PASSWORD`, `AWS_SECRET_ACCESS_KEY`,
- * `AWS_SESSION_TOKEN`, `ROUNDHOUSE_CODEC_TOKEN`, `WANDB_API_KEY`, a reward's judge key…), the contents of the
- * `…_FILE` variant of each, and the Basic credential MLflow's username and password make.
+ * `AWS_SESSION_TOKEN`, `ROUNDHOUSE_CODEC_TOKEN`, `WANDB_API_KEY`, `TEMPORAL_TLS_CLIENT_KEY_DATA`, a reward's judge key…),
+ * the contents of the `…_FILE` variant of each, and the Basic credential MLflow's username and password make.
  */
 export function registerEnvironmentSecrets(env: NodeJS.ProcessEnv): void {
   for (const [name, value] of Object.entries(env)) {

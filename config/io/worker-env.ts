@@ -42,10 +42,18 @@ export const WorkerEnvSchema = z.object({
   TEMPORAL_API_KEY: z.string().trim().min(1).optional(),
   TEMPORAL_API_KEY_FILE: existingFile.optional(),
   TEMPORAL_TLS: boolFlag.optional(),
+  TEMPORAL_TLS_CLIENT_CERT_PATH: existingFile.optional(),
+  TEMPORAL_TLS_CLIENT_CERT_DATA: z.string().trim().min(1).optional(),
+  TEMPORAL_TLS_CLIENT_KEY_PATH: existingFile.optional(),
+  TEMPORAL_TLS_CLIENT_KEY_DATA: z.string().trim().min(1).optional(),
+  TEMPORAL_TLS_SERVER_CA_CERT_PATH: existingFile.optional(),
+  TEMPORAL_TLS_SERVER_CA_CERT_DATA: z.string().trim().min(1).optional(),
+  TEMPORAL_TLS_SERVER_NAME: z.string().trim().min(1).optional(),
+  TEMPORAL_TLS_DISABLE_HOST_VERIFICATION: boolFlag.optional(),
+  // The names Roundhouse read before Temporal's standard ones (TLS_FILES): still read, the standard name wins.
   TEMPORAL_TLS_CERT_PATH: existingFile.optional(),
   TEMPORAL_TLS_KEY_PATH: existingFile.optional(),
   TEMPORAL_TLS_CA_PATH: existingFile.optional(),
-  TEMPORAL_TLS_SERVER_NAME: z.string().trim().min(1).optional(),
   ROUNDHOUSE_LOG_LEVEL: z.enum(LOG_LEVELS, { message: `expected one of ${LOG_LEVELS.join(', ')}` }).default('info'),
   ROUNDHOUSE_LOG_FORMAT: z.enum(LOG_FORMATS, { message: `expected one of ${LOG_FORMATS.join(', ')}` }).default('text'),
   ROUNDHOUSE_STATE_DIR: z.string().trim().min(1).default('.roundhouse'),
@@ -61,6 +69,40 @@ export const WorkerEnvSchema = z.object({
 });
 
 export type WorkerEnv = z.infer<typeof WorkerEnvSchema>;
+
+/**
+ * The TLS files by Temporal's standard names (those of the SDKs' `envconfig`): a path or the PEM text itself, and the
+ * name Roundhouse read the path from before. When a standard path and its older name are both set, the standard one
+ * wins and the older one is not read (nor checked).
+ */
+export const TLS_FILES = {
+  clientCert: { path: 'TEMPORAL_TLS_CLIENT_CERT_PATH', data: 'TEMPORAL_TLS_CLIENT_CERT_DATA', alias: 'TEMPORAL_TLS_CERT_PATH' },
+  clientKey: { path: 'TEMPORAL_TLS_CLIENT_KEY_PATH', data: 'TEMPORAL_TLS_CLIENT_KEY_DATA', alias: 'TEMPORAL_TLS_KEY_PATH' },
+  serverCa: { path: 'TEMPORAL_TLS_SERVER_CA_CERT_PATH', data: 'TEMPORAL_TLS_SERVER_CA_CERT_DATA', alias: 'TEMPORAL_TLS_CA_PATH' },
+} as const;
+type TlsFile = (typeof TLS_FILES)[keyof typeof TLS_FILES];
+
+/** The variable a TLS file comes from, and its bytes (read when asked), or undefined when none of its names is set. */
+function tlsFile(e: WorkerEnv, file: TlsFile): { from: string; read: () => Buffer } | undefined {
+  const pathName = e[file.path] ? file.path : e[file.alias] ? file.alias : undefined;
+  const data = e[file.data];
+  if (pathName && data) throw new ConfigError(file.data, `set either ${pathName} or ${file.data}, not both`);
+  if (data) return { from: file.data, read: () => Buffer.from(data) };
+  const filePath = pathName && e[pathName];
+  return pathName && filePath ? { from: pathName, read: () => fs.readFileSync(filePath) } : undefined;
+}
+
+/** The client certificate and its key: both or neither; a missing half is named as its other half's family names it. */
+function clientCertPair(e: WorkerEnv): { crt: () => Buffer; key: () => Buffer } | undefined {
+  const cert = tlsFile(e, TLS_FILES.clientCert);
+  const key = tlsFile(e, TLS_FILES.clientKey);
+  if (cert && key) return { crt: cert.read, key: key.read };
+  if (!cert && !key) return undefined;
+  const [given, names] = cert ? [cert, TLS_FILES.clientCert] : [key!, TLS_FILES.clientKey];
+  const family = (['path', 'data', 'alias'] as const).find((f) => names[f] === given.from)!;
+  const [certName, keyName] = [TLS_FILES.clientCert[family], TLS_FILES.clientKey[family]];
+  throw new ConfigError(cert ? keyName : certName, `mTLS needs both ${certName} and ${keyName}`);
+}
 
 export interface TemporalTls {
   serverName?: string;
@@ -133,11 +175,12 @@ export function logFormatOf(env: NodeJS.ProcessEnv = process.env): LogFormat {
 
 /** Reads and validates the worker environment; throws a ConfigError naming the first bad variable. */
 export function loadWorkerSettings(env: NodeJS.ProcessEnv = process.env): WorkerSettings {
-  const present = Object.fromEntries(
+  const present: Record<string, string | undefined> = Object.fromEntries(
     Object.keys(WorkerEnvSchema.shape)
       .filter((k) => env[k] !== undefined && env[k] !== '')
       .map((k) => [k, env[k]]),
   );
+  for (const file of Object.values(TLS_FILES)) if (present[file.path]) delete present[file.alias];
   const parsed = WorkerEnvSchema.safeParse(present);
   if (!parsed.success) {
     const issue = parsed.error.issues[0]!;
@@ -149,25 +192,27 @@ export function loadWorkerSettings(env: NodeJS.ProcessEnv = process.env): Worker
   if (e.TEMPORAL_API_KEY && e.TEMPORAL_API_KEY_FILE) {
     throw new ConfigError('TEMPORAL_API_KEY_FILE', 'set either TEMPORAL_API_KEY or TEMPORAL_API_KEY_FILE, not both');
   }
-  if (Boolean(e.TEMPORAL_TLS_CERT_PATH) !== Boolean(e.TEMPORAL_TLS_KEY_PATH)) {
-    const missing = e.TEMPORAL_TLS_CERT_PATH ? 'TEMPORAL_TLS_KEY_PATH' : 'TEMPORAL_TLS_CERT_PATH';
-    throw new ConfigError(missing, 'mTLS needs both TEMPORAL_TLS_CERT_PATH and TEMPORAL_TLS_KEY_PATH');
+  if (e.TEMPORAL_TLS_DISABLE_HOST_VERIFICATION) {
+    throw new ConfigError(
+      'TEMPORAL_TLS_DISABLE_HOST_VERIFICATION',
+      "is true, but Roundhouse always verifies the server's certificate: set TEMPORAL_TLS_SERVER_NAME to the name it holds, or TEMPORAL_TLS_SERVER_CA_CERT_PATH to the CA that signed it",
+    );
   }
+  const pair = clientCertPair(e);
+  const serverCa = tlsFile(e, TLS_FILES.serverCa);
   const apiKey = e.TEMPORAL_API_KEY ?? (e.TEMPORAL_API_KEY_FILE ? fs.readFileSync(e.TEMPORAL_API_KEY_FILE, 'utf8').trim() : undefined);
   if (e.TEMPORAL_API_KEY_FILE && !apiKey) throw new ConfigError('TEMPORAL_API_KEY_FILE', 'file is empty');
 
-  const wantsTls = e.TEMPORAL_TLS ?? Boolean(apiKey || e.TEMPORAL_TLS_CERT_PATH || e.TEMPORAL_TLS_CA_PATH);
-  if (e.TEMPORAL_TLS === false && (e.TEMPORAL_TLS_CERT_PATH || apiKey)) {
+  const wantsTls = e.TEMPORAL_TLS ?? Boolean(apiKey || pair || serverCa);
+  if (e.TEMPORAL_TLS === false && (pair || apiKey)) {
     throw new ConfigError('TEMPORAL_TLS', 'is false, but an API key or client certificate needs TLS');
   }
   let tls: TemporalTls | undefined;
   if (wantsTls) {
     tls = {};
     if (e.TEMPORAL_TLS_SERVER_NAME) tls.serverName = e.TEMPORAL_TLS_SERVER_NAME;
-    if (e.TEMPORAL_TLS_CA_PATH) tls.serverRootCACertificate = fs.readFileSync(e.TEMPORAL_TLS_CA_PATH);
-    if (e.TEMPORAL_TLS_CERT_PATH && e.TEMPORAL_TLS_KEY_PATH) {
-      tls.clientCertPair = { crt: fs.readFileSync(e.TEMPORAL_TLS_CERT_PATH), key: fs.readFileSync(e.TEMPORAL_TLS_KEY_PATH) };
-    }
+    if (serverCa) tls.serverRootCACertificate = serverCa.read();
+    if (pair) tls.clientCertPair = { crt: pair.crt(), key: pair.key() };
   }
   if ((apiKey || tls) && !e.TEMPORAL_ADDRESS) {
     throw new ConfigError('TEMPORAL_ADDRESS', 'is required when an API key or TLS is configured');

@@ -1,8 +1,8 @@
 """Runs roundhouse.sandbox as the user it is started as (the tests start it as an unprivileged one) and prints JSON.
 
 Input on stdin: {"cases": [{"name", "code", "tests", "timeout", "memory_mb"}]}. Output: {"isolation": ...,
-"pid": ..., "results": {name: {...SandboxResult fields} | {"refused": message}}}. Imports sandbox.py from its own
-directory (a copy), so it needs nothing but the system interpreter.
+"pid": ..., "results": {name: {...SandboxResult fields} | {"refused": message}}}. Imports the sandbox package from its
+own directory (a copy of roundhouse/sandbox/), so it needs nothing but the system interpreter.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import sandbox  # a copy of roundhouse/sandbox.py beside this file
+import sandbox  # a copy of roundhouse/sandbox/ beside this file
 
 
 def main() -> None:

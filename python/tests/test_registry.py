@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -69,3 +70,79 @@ def test_an_environment_is_an_async_rollout_over_a_client(functions: Registry) -
 
     assert functions.add("environment", rollout).problem() is None
     assert "must be async def" in (functions.add("environment", blocking).problem() or "")
+
+
+TYPED_USER_MODULE = """
+from pathlib import Path
+from typing import Any
+
+import roundhouse
+
+
+@roundhouse.reward
+def exact(completion: str, answer: str, prompt: str, row: dict[str, Any]) -> float:
+    return 1.0
+
+
+@roundhouse.scorer(name="correct")
+async def correct(completion: str, answer: str, prompt: str, row: dict[str, Any]) -> bool:
+    return True
+
+
+@roundhouse.reward
+def skip(completion: str, answer: str, prompt: str, row: dict[str, Any]) -> roundhouse.Unscorable | float:
+    return roundhouse.unscorable("no final answer")
+
+
+@roundhouse.data_policy
+def keep(pool: list[dict[str, Any]], results: list[dict[str, Any] | None]) -> list[dict[str, Any]]:
+    return pool
+
+
+@roundhouse.environment
+async def game(client: Any, prompt: Any, answer: str, row: dict[str, Any]) -> float:
+    return 0.0
+
+
+reveal_type(exact)
+
+
+@roundhouse.reward
+def two_args(completion: str, answer: str) -> float:  # unfit
+    return 0.0
+
+
+@roundhouse.scorer
+def words(completion: str, answer: str, prompt: str, row: dict[str, Any]) -> str:  # unfit
+    return ""
+
+
+@roundhouse.environment
+def sync_game(client: Any, prompt: Any, answer: str, row: dict[str, Any]) -> float:  # unfit
+    return 0.0
+
+
+@roundhouse.data_policy
+def one_row(pool: list[dict[str, Any]], results: list[dict[str, Any] | None]) -> dict[str, Any]:  # unfit
+    return {}
+"""
+
+
+def test_mypy_holds_a_decorated_function_to_its_role_and_keeps_its_own_type(tmp_path: Path) -> None:
+    mypy = pytest.importorskip("mypy.api")
+    module = tmp_path / "user_functions.py"
+    module.write_text(TYPED_USER_MODULE)
+    # The package's own mypy cache (checks.js and python-tests.js fill it), so only this module is new.
+    cache = Path(__file__).resolve().parents[1] / ".mypy_cache"
+    out, _, status = mypy.run(["--strict", "--no-error-summary", f"--cache-dir={cache}", str(module)])
+    lines = out.splitlines()
+    assert status == 1, out
+    revealed = [line for line in lines if "Revealed type" in line]
+    assert (
+        len(revealed) == 1
+        and "def (completion: str, answer: str, prompt: str, row: dict[str, Any]) -> float" in revealed[0]
+    )
+    decorated = sorted(int(line.split(":")[1]) for line in lines if "error: No overload variant" in line)
+    unfit = [n for n, text in enumerate(TYPED_USER_MODULE.split("\n"), start=1) if "# unfit" in text]
+    assert decorated == [n - 1 for n in unfit], out  # the decorator's line, and no other
+    assert all("note:" in line or "error: No overload variant" in line for line in lines), out

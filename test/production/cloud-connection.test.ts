@@ -68,16 +68,20 @@ test('API key (TEMPORAL_API_KEY): TLS turns on and the worker and the client sen
   }
 });
 
-test('mTLS (TEMPORAL_TLS_CERT_PATH/KEY_PATH): both connections present the client certificate; without it the server refuses', async () => {
+test("mTLS (TEMPORAL_TLS_CLIENT_CERT_PATH/CLIENT_KEY_PATH, Temporal's standard names): both connections present the client certificate; without it the server refuses", async () => {
   const front = await startTlsFront(pki, process.env.TEMPORAL_ADDRESS!, { requireClientCert: true });
   try {
     const base = {
       TEMPORAL_ADDRESS: front.address,
       TEMPORAL_NAMESPACE: process.env.TEMPORAL_NAMESPACE ?? 'default',
-      TEMPORAL_TLS_CA_PATH: pki.ca,
+      TEMPORAL_TLS_SERVER_CA_CERT_PATH: pki.ca,
       TEMPORAL_TLS_SERVER_NAME: pki.serverName,
     };
-    const settings = loadWorkerSettings({ ...base, TEMPORAL_TLS_CERT_PATH: pki.clientCert, TEMPORAL_TLS_KEY_PATH: pki.clientKey });
+    const settings = loadWorkerSettings({
+      ...base,
+      TEMPORAL_TLS_CLIENT_CERT_PATH: pki.clientCert,
+      TEMPORAL_TLS_CLIENT_KEY_PATH: pki.clientKey,
+    });
     expect(await preflightThrough(settings)).toMatchObject({ greeting: 'over TLS' });
     expect(front.seen.map((s) => s.path)).toEqual(expect.arrayContaining([START, POLL]));
     expect(front.seen.filter((s) => s.clientCertCn !== 'roundhouse-worker')).toEqual([]);

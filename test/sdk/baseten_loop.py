@@ -8,6 +8,7 @@ the state with its optimizer -> deactivate every run (REST: the SDK has no deact
 
 Prints one line `SUMMARY {json}` for the test to assert on. Token ids are a fake tokenizer's (no download).
 """
+
 from __future__ import annotations
 
 import json
@@ -32,16 +33,18 @@ def fake_tokenize(text: str) -> list[int]:
 
 
 def prompt_tokens(ticket: str) -> list[int]:
-    return [BOS, SEP] + fake_tokenize(ticket)
+    return [BOS, SEP, *fake_tokenize(ticket)]
 
 
 def sft_datum(ticket: str, label: str) -> Datum:
     """Baseten's cross_entropy convention: the whole sequence in, targets shifted by the caller, -100 masked."""
     p = prompt_tokens(ticket)
-    tokens = p + [LABELS[label], EOS]
+    tokens = [*p, LABELS[label], EOS]
     targets = [tokens[i + 1] if i + 1 >= len(p) else -100 for i in range(len(tokens) - 1)] + [-100]
-    return Datum(model_input=ModelInput.from_ints(tokens),
-                 loss_fn_inputs={"target_tokens": TensorData(data=targets, dtype="int64", shape=[len(targets)])})
+    return Datum(
+        model_input=ModelInput.from_ints(tokens),
+        loss_fn_inputs={"target_tokens": TensorData(data=targets, dtype="int64", shape=[len(targets)])},
+    )
 
 
 TRAIN = [
@@ -72,7 +75,10 @@ def deactivate_all(base_url: str, api_key: str, run_ids: list[str]) -> dict[str,
     with httpx.Client(timeout=60.0) as c:
         for run_id in run_ids:
             c.post(f"{base_url}/v1/loops/runs/{run_id}/deactivate", headers=headers).raise_for_status()
-        return {rid: c.get(f"{base_url}/v1/loops/runs/{rid}", headers=headers).json()["run"]["status"]["name"] for rid in run_ids}
+        return {
+            rid: c.get(f"{base_url}/v1/loops/runs/{rid}", headers=headers).json()["run"]["status"]["name"]
+            for rid in run_ids
+        }
 
 
 def main() -> int:
@@ -90,10 +96,12 @@ def main() -> int:
         model = next(m for m in caps.supported_models if m.model_name == BASE_MODEL)
         validate(TRAIN, model.max_context_length or 8192)
 
-        training = service.create_lora_training_client(BASE_MODEL, rank=8, seed=0, max_seq_len=512, ready_timeout=60, name="sdk-round")
+        training = service.create_lora_training_client(
+            BASE_MODEL, rank=8, seed=0, max_seq_len=512, ready_timeout=60, name="sdk-round"
+        )
         runs.append(training.run_id)
         summary["run_id"] = training.run_id
-        data = [sft_datum(t, l) for t, l in TRAIN]
+        data = [sft_datum(ticket, label) for ticket, label in TRAIN]
 
         baseline = training.forward(data, loss_fn="cross_entropy").result()
         summary["baseline_loss"] = baseline.loss
@@ -106,24 +114,39 @@ def main() -> int:
             order = list(range(len(data)))
             rng.shuffle(order)
             for b in range(0, len(order), 4):
-                fb = training.forward_backward([data[i] for i in order[b:b + 4]], loss_fn="cross_entropy")
-                opt = training.optim_step(AdamParams(learning_rate=lr))  # pipelined: both submitted before either is awaited
+                fb = training.forward_backward([data[i] for i in order[b : b + 4]], loss_fn="cross_entropy")
+                opt = training.optim_step(
+                    AdamParams(learning_rate=lr)
+                )  # pipelined: both submitted before either is awaited
                 summary["train_losses"].append(fb.result().loss)
                 summary["last_optim"] = opt.result().metrics
         summary["trained_loss"] = training.forward(data).result().loss
 
         state = training.save_state("round-state").result()
         weights = training.save_weights_for_sampler("round-sampler").result()
-        summary["state_path"], summary["sampler_path"], summary["sampler_version"] = state.path, weights.path, weights.version
+        summary["state_path"], summary["sampler_path"], summary["sampler_version"] = (
+            state.path,
+            weights.path,
+            weights.version,
+        )
 
         sampler = training.create_sampling_client(weights.path)
         predictions = []
         for text, label in TRAIN:
-            r = sampler.sample(ModelInput.from_ints(prompt_tokens(text)), num_samples=1,
-                               sampling_params=SamplingParams(max_tokens=2, temperature=0.0, stop=[EOS], seed=0))
+            r = sampler.sample(
+                ModelInput.from_ints(prompt_tokens(text)),
+                num_samples=1,
+                sampling_params=SamplingParams(max_tokens=2, temperature=0.0, stop=[EOS], seed=0),
+            )
             tokens = r.sequences[0].tokens
-            predictions.append({"expected": label, "predicted": TOKEN_LABELS.get(tokens[0]) if tokens else None,
-                                "stop_reason": r.sequences[0].stop_reason, "policy_version": r.policy_version})
+            predictions.append(
+                {
+                    "expected": label,
+                    "predicted": TOKEN_LABELS.get(tokens[0]) if tokens else None,
+                    "stop_reason": r.sequences[0].stop_reason,
+                    "policy_version": r.policy_version,
+                }
+            )
         summary["correct"] = sum(p["expected"] == p["predicted"] for p in predictions)
         summary["policy_versions"] = sorted({p["policy_version"] for p in predictions})
 
@@ -140,7 +163,7 @@ def main() -> int:
         for c in (sampler, training, resumed):
             c.close()
         summary["status"] = "ok"
-    except Exception as exc:  # noqa: BLE001 -- reported, then cleanup still runs
+    except Exception as exc:
         summary["status"] = f"failed: {type(exc).__name__}: {exc}"
     finally:
         summary["cleanup"] = deactivate_all(base_url, api_key, runs) if runs else {}

@@ -2,6 +2,7 @@
 (forward_backward and optim_step submitted back to back, the next batch submitted before the last one's results are
 read), save_state, a new client resumed from that state with its optimizer, and the RL losses' forward_backward.
 Only TINKER_BASE_URL and TINKER_API_KEY point it at the emulator. Prints one `SUMMARY {json}` line."""
+
 import json
 import os
 import time
@@ -25,7 +26,7 @@ def datum(tokens, answer_from, **extra):
     return types.Datum(model_input=types.ModelInput.from_ints(model_input), loss_fn_inputs=inputs)
 
 
-batches = [[datum(s, a)] for s, a in zip(SEQUENCES, ANSWER_FROM)]
+batches = [[datum(s, a)] for s, a in zip(SEQUENCES, ANSWER_FROM, strict=False)]
 service = tinker.ServiceClient(base_url=os.environ["TINKER_BASE_URL"], api_key=os.environ["TINKER_API_KEY"])
 trainer = service.create_lora_training_client(base_model=MODEL, rank=8)
 info = trainer.get_info()
@@ -35,7 +36,7 @@ adam = types.AdamParams(learning_rate=5e-2)
 losses = []
 steps = 0
 pending = None
-for epoch in range(6):
+for _epoch in range(6):
     for batch in batches:
         submitted = (trainer.forward_backward(batch, "cross_entropy"), trainer.optim_step(adam))
         steps += 1
@@ -69,30 +70,47 @@ trainer.optim_step(adam).result()
 sampler = trainer.save_weights_and_get_sampling_client()
 prompt = [1, 40, 41, 42, 7]
 drawn = sampler.sample(
-    types.ModelInput.from_ints(prompt), num_samples=2, sampling_params=types.SamplingParams(max_tokens=4, temperature=1.0, seed=5), include_prompt_logprobs=True
+    types.ModelInput.from_ints(prompt),
+    num_samples=2,
+    sampling_params=types.SamplingParams(max_tokens=4, temperature=1.0, seed=5),
+    include_prompt_logprobs=True,
 ).result()
 first = drawn.sequences[0]
 full = prompt + list(first.tokens)
 scored = trainer.forward(
-    [types.Datum(model_input=types.ModelInput.from_ints(full[:-1]), loss_fn_inputs={"target_tokens": full[1:], "weights": [1.0] * (len(full) - 1)})],
+    [
+        types.Datum(
+            model_input=types.ModelInput.from_ints(full[:-1]),
+            loss_fn_inputs={"target_tokens": full[1:], "weights": [1.0] * (len(full) - 1)},
+        )
+    ],
     "cross_entropy",
 ).result()
 trainer_logprobs = list(scored.loss_fn_outputs[0]["logprobs"].data)[len(prompt) - 1 :]
-on_policy_gap = max(abs(a - b) for a, b in zip(trainer_logprobs, first.logprobs))
-prompt_logprob_gap = max(abs(a - b) for a, b in zip(list(scored.loss_fn_outputs[0]["logprobs"].data)[: len(prompt) - 1], drawn.prompt_logprobs[1:]))
+on_policy_gap = max(abs(a - b) for a, b in zip(trainer_logprobs, first.logprobs, strict=False))
+prompt_logprob_gap = max(
+    abs(a - b)
+    for a, b in zip(
+        list(scored.loss_fn_outputs[0]["logprobs"].data)[: len(prompt) - 1], drawn.prompt_logprobs[1:], strict=False
+    )
+)
 computed = sampler.compute_logprobs(types.ModelInput.from_ints(prompt)).result()
 
 # An RL loop after the cookbook's rl_loop: sample a group, reward it, importance_sampling on the sampler's logprobs.
 TARGET = 300
 rewards = []
-for iteration in range(3):
+for _iteration in range(3):
     policy = trainer.save_weights_and_get_sampling_client()
-    group = policy.sample(types.ModelInput.from_ints(prompt), num_samples=4, sampling_params=types.SamplingParams(max_tokens=3, temperature=1.0)).result()
+    group = policy.sample(
+        types.ModelInput.from_ints(prompt),
+        num_samples=4,
+        sampling_params=types.SamplingParams(max_tokens=3, temperature=1.0),
+    ).result()
     scores = [sum(1.0 for t in q.tokens if t == TARGET) / len(q.tokens) for q in group.sequences]
     mean = sum(scores) / len(scores)
     rewards.append(mean)
     batch = []
-    for q, score in zip(group.sequences, scores):
+    for q, score in zip(group.sequences, scores, strict=False):
         tokens = prompt + list(q.tokens)
         n_prompt = len(prompt) - 1
         batch.append(

@@ -7,6 +7,7 @@ URL and key (TOGETHER_BASE_URL, TOGETHER_API_KEY), and prints one JSON summary l
    cross-entropy, weights_sync so the generators serve the new policy, compute_logprobs, a training checkpoint,
    list checkpoints, and resume a new session from that checkpoint.
 """
+
 import json
 import os
 
@@ -39,12 +40,18 @@ def main():
     summary = {}
     client = Together(api_key=API_KEY, base_url=BASE_URL)
     summary["models"] = [m.base_model for m in client.post_training.supported_models.get().data]
-    quote = client.post_training.model_resources.estimate_cost(base_model=MODEL, compute_config={"num_generator_replicas": 1})
+    quote = client.post_training.model_resources.estimate_cost(
+        base_model=MODEL, compute_config={"num_generator_replicas": 1}
+    )
     summary["price_per_hour"] = quote.price_per_hour
 
     with ModelResourcesClient.create(
-        api_key=API_KEY, base_url=BASE_URL, base_model=MODEL, lora_enabled=True,
-        compute_config={"num_generator_replicas": 1}, interval=0.2,
+        api_key=API_KEY,
+        base_url=BASE_URL,
+        base_model=MODEL,
+        lora_enabled=True,
+        compute_config={"num_generator_replicas": 1},
+        interval=0.2,
     ) as resources:
         summary["resource_id"] = resources.model_resources_id
 
@@ -70,13 +77,14 @@ def main():
             rewards = []
             for step in range(STEPS):
                 results = generator.sample_batch(
-                    [model_input(p) for p in prompts], num_samples=2,
+                    [model_input(p) for p in prompts],
+                    num_samples=2,
                     sampling_params={"max_tokens": 2, "temperature": 1.0, "seed": step},
                 )
                 assert len(results) == len(prompts)
                 batch = []
                 step_reward = 0
-                for i, (prompt, result) in enumerate(zip(prompts, results)):
+                for i, (prompt, result) in enumerate(zip(prompts, results, strict=False)):
                     assert result.sequences[0].stop_reason in ("STOP_REASON_LENGTH", "STOP_REASON_STOP")
                     sampled = [[int(t) for t in s.tokens] for s in result.sequences]
                     step_reward += sum(s == targets[i] for s in sampled)
@@ -84,12 +92,17 @@ def main():
                     batch.append(sft_sample(prompt, targets[i]))
                 rewards.append(step_reward)
                 trainer.forward_backward(samples=batch, loss={"type": "LOSS_TYPE_CROSS_ENTROPY"})
-                trainer.optim_step(adam_params={"learning_rate": 0.02, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "grad_clip_norm": 1.0})
+                trainer.optim_step(
+                    adam_params={"learning_rate": 0.02, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "grad_clip_norm": 1.0}
+                )
                 ws = trainer.weights_sync()
             summary["weights_version"] = int(ws.weights_version)
-            final = generator.sample_batch([model_input(p) for p in prompts], num_samples=1,
-                                           sampling_params={"max_tokens": 2, "temperature": 0.0})
-            summary["greedy_correct"] = sum([int(t) for t in r.sequences[0].tokens] == targets[i] for i, r in enumerate(final))
+            final = generator.sample_batch(
+                [model_input(p) for p in prompts], num_samples=1, sampling_params={"max_tokens": 2, "temperature": 0.0}
+            )
+            summary["greedy_correct"] = sum(
+                [int(t) for t in r.sequences[0].tokens] == targets[i] for i, r in enumerate(final)
+            )
             summary["policy_version"] = final[0].policy_segments[0].version
             lps = generator.compute_logprobs(model_input([11, 12, 13, 41, 42]))
             summary["prompt_logprobs_len"] = len(lps)

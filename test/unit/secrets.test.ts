@@ -14,6 +14,7 @@ test('every variable named like a secret, and the file a …_FILE variable names
     MLFLOW_TRACKING_USERNAME: 'alice',
     MLFLOW_TRACKING_PASSWORD: 'mlflow-pass-42',
     JUDGE_API_KEY: 'judge-key-abcdef',
+    TEMPORAL_TLS_CLIENT_KEY_DATA: 'pem-private-key-body',
     ROUNDHOUSE_CODEC_TOKEN_FILE: file,
     ROUNDHOUSE_TASK_QUEUE: 'roundhouse-queue', // not a secret: left alone
     SHORT_TOKEN: 'abc', // too short to mask without blanking words
@@ -24,11 +25,12 @@ test('every variable named like a secret, and the file a …_FILE variable names
     'mlflow-pass-42',
     Buffer.from('alice:mlflow-pass-42').toString('base64'),
     'judge-key-abcdef',
+    'pem-private-key-body',
     'codec-token-from-a-file',
     'roundhouse-queue',
     'abc',
   ].join(' ');
-  expect(maskSecrets(text)).toBe(`${Array(6).fill('[redacted]').join(' ')} roundhouse-queue abc`);
+  expect(maskSecrets(text)).toBe(`${Array(7).fill('[redacted]').join(' ')} roundhouse-queue abc`);
 });
 
 test('a credential header is masked whatever its value: Bearer, Basic, Api-Key, and X-API-Key as a header line or in echoed JSON', () => {

@@ -90,4 +90,58 @@ describe('worker settings from the environment', () => {
     expect(s.tls?.serverName).toBe('a.b');
     expect(s.tls?.clientCertPair?.crt.toString()).toBe('CERT');
   });
+
+  test("Temporal's standard TLS names are read, and win over the older names when both are set", () => {
+    const files = Object.fromEntries(
+      ['cert', 'key', 'ca', 'old-cert', 'old-key', 'old-ca'].map((name) => {
+        const file = path.join(tmp, `${name}.pem`);
+        fs.writeFileSync(file, name.toUpperCase());
+        return [name, file];
+      }),
+    );
+    const standard = {
+      TEMPORAL_ADDRESS: 'a:1',
+      TEMPORAL_TLS_CLIENT_CERT_PATH: files.cert,
+      TEMPORAL_TLS_CLIENT_KEY_PATH: files.key,
+      TEMPORAL_TLS_SERVER_CA_CERT_PATH: files.ca,
+      TEMPORAL_TLS_SERVER_NAME: 'temporal.internal',
+    };
+    const older = {
+      TEMPORAL_TLS_CERT_PATH: files['old-cert'],
+      TEMPORAL_TLS_KEY_PATH: files['old-key'],
+      TEMPORAL_TLS_CA_PATH: files['old-ca'],
+    };
+    const read = (env: NodeJS.ProcessEnv): string[] => {
+      const tls = loadWorkerSettings(env).tls;
+      return [tls?.clientCertPair?.crt, tls?.clientCertPair?.key, tls?.serverRootCACertificate].map(String);
+    };
+    expect(read(standard)).toEqual(['CERT', 'KEY', 'CA']);
+    expect(read({ TEMPORAL_ADDRESS: 'a:1', ...older })).toEqual(['OLD-CERT', 'OLD-KEY', 'OLD-CA']);
+    expect(read({ ...older, ...standard })).toEqual(['CERT', 'KEY', 'CA']);
+    // The older name is not even checked when the standard one is set.
+    expect(read({ ...standard, TEMPORAL_TLS_CA_PATH: '/nope/ca.pem' })).toEqual(['CERT', 'KEY', 'CA']);
+    const pem = { TEMPORAL_TLS_CLIENT_CERT_DATA: 'PEM-CERT', TEMPORAL_TLS_CLIENT_KEY_DATA: 'PEM-KEY' };
+    expect(read({ TEMPORAL_ADDRESS: 'a:1', ...pem }).slice(0, 2)).toEqual(['PEM-CERT', 'PEM-KEY']);
+    expect(loadWorkerSettings({ ...standard, TEMPORAL_TLS_DISABLE_HOST_VERIFICATION: 'false' }).tls?.serverName).toBe('temporal.internal');
+  });
+
+  test('a TLS setting that cannot be honoured is refused by name', () => {
+    const address = { TEMPORAL_ADDRESS: 'a:1' };
+    expectConfigError(
+      { ...address, TEMPORAL_TLS_CLIENT_CERT_PATH: certFile },
+      'TEMPORAL_TLS_CLIENT_KEY_PATH',
+      /both TEMPORAL_TLS_CLIENT_CERT_PATH/,
+    );
+    expectConfigError({ ...address, TEMPORAL_TLS_CLIENT_KEY_DATA: 'KEY' }, 'TEMPORAL_TLS_CLIENT_CERT_DATA', /both/);
+    expectConfigError(
+      { TEMPORAL_TLS_CA_PATH: certFile, TEMPORAL_TLS_SERVER_CA_CERT_DATA: 'CA' },
+      'TEMPORAL_TLS_SERVER_CA_CERT_DATA',
+      /set either TEMPORAL_TLS_CA_PATH or TEMPORAL_TLS_SERVER_CA_CERT_DATA, not both/,
+    );
+    expectConfigError(
+      { ...address, TEMPORAL_TLS_DISABLE_HOST_VERIFICATION: 'true' },
+      'TEMPORAL_TLS_DISABLE_HOST_VERIFICATION',
+      /always verifies the server's certificate/,
+    );
+  });
 });

@@ -14,6 +14,9 @@ Register plain functions (sync or async) and start a worker on the task queue th
 from __future__ import annotations
 
 from roundhouse.registry import (
+    DataPolicyFunction,
+    EnvironmentFunction,
+    ScoringFunction,
     Unscorable,
     current_sample,
     data_policy,
@@ -26,6 +29,9 @@ from roundhouse.registry import (
 
 __version__ = "0.1.0"
 __all__ = [
+    "DataPolicyFunction",
+    "EnvironmentFunction",
+    "ScoringFunction",
     "Unscorable",
     "__version__",
     "current_sample",

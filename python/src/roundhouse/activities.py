@@ -29,6 +29,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from roundhouse import __version__
+from roundhouse.batch import Item, RecordedBatch, read_items, run_recorded_batch, where
 from roundhouse.episodes import (
     VERIFIERS_PREFIX,
     EpisodeRequest,
@@ -38,8 +39,8 @@ from roundhouse.episodes import (
     episode_function,
     verifiers_problem,
 )
-from roundhouse.registry import ROLES, Registered, Registry, Role, Unscorable, _current, registry
-from roundhouse.store import join, list_under, read_json, read_text, write_json, write_text
+from roundhouse.registry import ROLES, Registered, Registry, Role, Unscorable, registry
+from roundhouse.store import read_json, read_text, write_text
 
 FAILURE_TYPES: dict[Role, str] = {
     "reward": "RewardFailed",
@@ -48,7 +49,8 @@ FAILURE_TYPES: dict[Role, str] = {
     "environment": "EnvironmentFailed",
 }
 SECRET_NAME = ("KEY", "SECRET", "TOKEN", "PASSWORD", "CREDENTIAL")
-HEARTBEAT_SECONDS = 2.0
+# An episode's reward and the ids of its turns.
+Played = tuple[float | Unscorable, list[str]]
 
 
 @dataclass
@@ -137,9 +139,13 @@ def _sandbox_isolation() -> str:
     return sandbox.isolation()
 
 
-def _digest(name: str, item: dict[str, Any]) -> str:
-    inputs = [name, item.get("completion"), item.get("answer"), item.get("prompt"), item.get("row")]
-    return hashlib.sha256(json.dumps(inputs, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+def _digest(*inputs: Any) -> str:
+    """What a record was made from: a record whose digest differs is computed again, never reused."""
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True, ensure_ascii=False, default=str).encode()).hexdigest()
+
+
+def _score_digest(name: str, item: Item) -> str:
+    return _digest(name, item.get("completion"), item.get("answer"), item.get("prompt"), item.get("row"))
 
 
 async def _call(function: Registered, *args: Any) -> Any:
@@ -166,25 +172,13 @@ def _score_of(role: Role, name: str, value: Any) -> float | Unscorable:
     )
 
 
-async def _heartbeating(counts: dict[str, int], jobs: list[Awaitable[None]]) -> None:
-    """Runs a batch's jobs, heartbeating how many were computed and reused every HEARTBEAT_SECONDS."""
-
-    async def beat() -> None:
-        while True:
-            activity.heartbeat({"computed": counts["computed"], "reused": counts["reused"], "of": len(jobs)})
-            await asyncio.sleep(HEARTBEAT_SECONDS)
-
-    beating = asyncio.create_task(beat())
-    try:
-        await asyncio.gather(*jobs)
-    finally:
-        beating.cancel()
+def _error_text(err: BaseException) -> str:
+    """The exception as one line for a failure's message, with secrets masked."""
+    return masked("".join(traceback.format_exception_only(type(err), err)).strip())
 
 
-def _where(item: dict[str, Any]) -> str:
-    context = item.get("context") or {}
-    parts = [f"{k} {v}" for k, v in context.items() if v is not None]
-    return ", ".join(parts) or f"key {item.get('key')}"
+def _more(failed: int, of: int) -> str:
+    return f" (and {failed - 1} more of {of})" if failed > 1 else ""
 
 
 class Activities:
@@ -248,7 +242,7 @@ class Activities:
         try:
             episode_function(self.functions, ref.name, args, model="")
         except Exception as err:
-            error = masked("".join(traceback.format_exception_only(type(err), err)).strip())
+            error = _error_text(err)
             return f"load_environment(**{json.dumps(args, default=str)[:300]}) failed: {error}"
         return None
 
@@ -273,84 +267,46 @@ class Activities:
 
     async def _score(self, role: Role, request: ScoreRequest) -> ScoreResult:
         function = self._function(role, request.function)
-        loaded = await asyncio.to_thread(read_json, request.items)
-        if loaded is None:
-            raise ApplicationError(
-                f"{request.items}: the batch to score is missing", type="InvalidInput", non_retryable=True
-            )
-        items: list[dict[str, Any]] = loaded["items"]
-        values: list[float | Unscorable | None] = [None] * len(items)
-        counts = {"computed": 0, "reused": 0}
-        failures: list[tuple[dict[str, Any], BaseException]] = []
-        limit = asyncio.Semaphore(max(1, request.concurrency))
-        # What earlier attempts recorded, listed once per directory (one request on S3, not one per sample).
-        folders = sorted({item["key"].rpartition("/")[0] for item in items})
-        listed = await asyncio.gather(*(asyncio.to_thread(list_under, join(request.records, f)) for f in folders if f))
-        recorded = {location for locations in listed for location in locations}
+        items = await read_items(request.items, "the batch to score is missing")
 
-        async def one(index: int, item: dict[str, Any]) -> None:
-            location = join(request.records, f"{item['key']}.json")
-            digest = _digest(function.name, item)
-            known = location in recorded or "/" not in item["key"]
-            record = await asyncio.to_thread(read_json, location) if known else None
-            if record is not None and record.get("digest") == digest:
-                values[index] = (
-                    Unscorable(record.get("unscorable") or "") if record.get("value") is None else record["value"]
-                )
-                counts["reused"] += 1
-                return
-            async with limit:
-                _current.set({"key": item["key"], **(item.get("context") or {})})  # this task's own context
-                try:
-                    score = _score_of(
-                        role,
-                        function.name,
-                        await _call(
-                            function, item["completion"], item["answer"], item["prompt"], item.get("row") or {}
-                        ),
-                    )
-                except Exception as err:
-                    failures.append((item, err))
-                    return
-            unscorable_reason = score.reason if isinstance(score, Unscorable) else None
-            await asyncio.to_thread(
-                write_json,
-                location,
-                {
-                    "digest": digest,
-                    "function": function.name,
-                    "value": None if isinstance(score, Unscorable) else score,
-                    "unscorable": unscorable_reason,
-                    "context": item.get("context"),
-                },
-            )
-            values[index] = score
-            counts["computed"] += 1
+        async def compute(item: Item) -> tuple[float | Unscorable, dict[str, Any]]:
+            answer = await _call(function, item["completion"], item["answer"], item["prompt"], item.get("row") or {})
+            score = _score_of(role, function.name, answer)
+            return score, {
+                "function": function.name,
+                "value": None if isinstance(score, Unscorable) else score,
+                "unscorable": score.reason if isinstance(score, Unscorable) else None,
+            }
 
-        await _heartbeating(counts, [one(i, item) for i, item in enumerate(items)])
-        if failures:
-            item, err = failures[0]
-            error = masked("".join(traceback.format_exception_only(type(err), err)).strip())
+        def reuse(record: dict[str, Any]) -> float | Unscorable:
+            value: float | None = record.get("value")
+            return Unscorable(record.get("unscorable") or "") if value is None else value
+
+        batch = RecordedBatch(lambda item: _score_digest(function.name, item), compute, reuse)
+        done = await run_recorded_batch(batch, items, request.records, request.concurrency)
+        if done.failures:
+            item, err = done.failures[0]
+            error = _error_text(err)
+            failed = len(done.failures)
             details = {
                 "function": function.name,
                 "row": item.get("row"),
                 "context": item.get("context"),
                 "error": error,
-                "failed": len(failures),
+                "failed": failed,
                 "of": len(items),
             }
             raise ApplicationError(
-                f"{role} {function.name!r} failed on {_where(item)}: {error}"
-                f"{f' (and {len(failures) - 1} more of {len(items)})' if len(failures) > 1 else ''}",
+                f"{role} {function.name!r} failed on {where(item)}: {error}{_more(failed, len(items))}",
                 details,
                 type=FAILURE_TYPES[role],
                 non_retryable=isinstance(err, _BadReturn),
             )
-        reasons = [v.reason for v in values if isinstance(v, Unscorable)]
+        reasons = [v.reason for v in done.outcomes if isinstance(v, Unscorable)]
         return ScoreResult(
-            values=[None if isinstance(v, Unscorable) else v for v in values],
-            computed=counts["computed"],
-            reused=counts["reused"],
+            values=[None if isinstance(v, Unscorable) else v for v in done.outcomes],
+            computed=done.computed,
+            reused=done.reused,
             unscorable=len(reasons),
             unscorable_reasons=reasons[:20],
         )
@@ -372,7 +328,7 @@ class Activities:
         try:
             chosen = await _call(function, pool, results)
         except Exception as err:
-            error = masked("".join(traceback.format_exception_only(type(err), err)).strip())
+            error = _error_text(err)
             raise ApplicationError(
                 f"data policy {function.name!r} failed choosing round {request.round}'s rows: {error}",
                 {"function": function.name, "error": error},
@@ -398,89 +354,62 @@ class Activities:
         except LookupError as err:
             raise ApplicationError(str(err), type="InvalidInput", non_retryable=True) from None
         except Exception as err:
-            error = masked("".join(traceback.format_exception_only(type(err), err)).strip())
             raise ApplicationError(
-                f"environment {request.environment!r} did not load: {error}", type="EnvironmentFailed"
+                f"environment {request.environment!r} did not load: {_error_text(err)}", type="EnvironmentFailed"
             ) from None
-        loaded = await asyncio.to_thread(read_json, request.items)
-        if loaded is None:
-            missing = f"{request.items}: the episodes are missing"
-            raise ApplicationError(missing, type="InvalidInput", non_retryable=True)
-        items: list[dict[str, Any]] = loaded["items"]
-        rewards: list[float | Unscorable | None] = [None] * len(items)
-        turns: list[list[str]] = [[] for _ in items]
-        counts = {"computed": 0, "reused": 0}
-        failures: list[tuple[dict[str, Any], BaseException]] = []
-        limit = asyncio.Semaphore(max(1, request.concurrency))
-        recorded = set(await asyncio.to_thread(list_under, request.records))
+        items = await read_items(request.items, "the episodes are missing")
         from openai import AsyncOpenAI
 
-        async def one(index: int, item: dict[str, Any]) -> None:
-            location = join(request.records, f"{item['key']}.json")
-            digest = hashlib.sha256(
-                json.dumps(
-                    [request.environment, request.args, item.get("prompt"), item.get("answer"), item.get("row")],
-                    sort_keys=True,
-                    ensure_ascii=False,
-                    default=str,
-                ).encode()
-            ).hexdigest()
-            record = await asyncio.to_thread(read_json, location) if location in recorded else None
-            if record is not None and record.get("digest") == digest:
-                value = record.get("reward")
-                rewards[index] = Unscorable(record.get("unscorable") or "") if value is None else value
-                turns[index] = list(record.get("turns") or [])
-                counts["reused"] += 1
-                return
-            async with limit:
-                _current.set({"key": item["key"], **(item.get("context") or {})})
-                transport = GatewayTransport(request.gateway, item["key"])
-                http = httpx.AsyncClient(transport=transport, timeout=httpx.Timeout(600.0))
-                client = AsyncOpenAI(
-                    base_url="http://roundhouse-gateway/v1", api_key="episode", http_client=http, max_retries=0
-                )
-                try:
-                    reward = _score_of("environment", request.environment, await run(client, item))
-                except Exception as err:
-                    failures.append((item, transport.failure or err))
-                    return
-                finally:
-                    await http.aclose()
-                if transport.failure is not None:  # a broken turn the environment scored anyway: never its reward
-                    failures.append((item, transport.failure))
-                    return
-            await asyncio.to_thread(
-                write_json,
-                location,
-                {
-                    "digest": digest,
-                    "environment": request.environment,
-                    "reward": None if isinstance(reward, Unscorable) else reward,
-                    "unscorable": reward.reason if isinstance(reward, Unscorable) else None,
-                    "turns": transport.turns,
-                    "context": item.get("context"),
-                },
-            )
-            rewards[index] = reward
-            turns[index] = transport.turns
-            counts["computed"] += 1
+        def digest(item: Item) -> str:
+            return _digest(request.environment, request.args, item.get("prompt"), item.get("answer"), item.get("row"))
 
-        await _heartbeating(counts, [one(i, item) for i, item in enumerate(items)])
-        if failures:
+        async def compute(item: Item) -> tuple[Played, dict[str, Any]]:
+            transport = GatewayTransport(request.gateway, item["key"])
+            http = httpx.AsyncClient(transport=transport, timeout=httpx.Timeout(600.0))
+            client = AsyncOpenAI(
+                base_url="http://roundhouse-gateway/v1", api_key="episode", http_client=http, max_retries=0
+            )
+            try:
+                reward = _score_of("environment", request.environment, await run(client, item))
+            except Exception:
+                if transport.failure is not None:  # the broken turn, not what the environment made of it
+                    raise transport.failure from None
+                raise
+            finally:
+                await http.aclose()
+            if transport.failure is not None:  # a broken turn the environment scored anyway: never its reward
+                raise transport.failure
+            return (reward, transport.turns), {
+                "environment": request.environment,
+                "reward": None if isinstance(reward, Unscorable) else reward,
+                "unscorable": reward.reason if isinstance(reward, Unscorable) else None,
+                "turns": transport.turns,
+            }
+
+        def reuse(record: dict[str, Any]) -> Played:
+            value: float | None = record.get("reward")
+            reward = Unscorable(record.get("unscorable") or "") if value is None else value
+            return reward, list(record.get("turns") or [])
+
+        batch = RecordedBatch(digest, compute, reuse)
+        done = await run_recorded_batch(batch, items, request.records, request.concurrency)
+        if done.failures:
             # One that no retry can mend is the one reported: it decides that the step fails for good.
-            item, failure = next((f for f in failures if isinstance(f[1], _BadReturn | EpisodeTooLong)), failures[0])
-            error = masked("".join(traceback.format_exception_only(type(failure), failure)).strip())
+            final = _BadReturn | EpisodeTooLong
+            item, failure = next((f for f in done.failures if isinstance(f[1], final)), done.failures[0])
+            error = _error_text(failure)
             raise ApplicationError(
-                f"environment {request.environment!r} failed on {_where(item)}: {error}"
-                f"{f' (and {len(failures) - 1} more of {len(items)})' if len(failures) > 1 else ''}",
+                f"environment {request.environment!r} failed on {where(item)}: {error}"
+                f"{_more(len(done.failures), len(items))}",
                 {"environment": request.environment, "context": item.get("context"), "error": error},
                 type="EnvironmentFailed",
-                non_retryable=isinstance(failure, _BadReturn | EpisodeTooLong),
+                non_retryable=isinstance(failure, final),
             )
+        played = [p for p in done.outcomes if p is not None]
         return EpisodeResult(
-            rewards=[None if isinstance(v, Unscorable) else v for v in rewards],
-            turns=turns,
-            computed=counts["computed"],
-            reused=counts["reused"],
-            unscorable=sum(1 for v in rewards if isinstance(v, Unscorable)),
+            rewards=[None if isinstance(reward, Unscorable) else reward for reward, _ in played],
+            turns=[turns for _, turns in played],
+            computed=done.computed,
+            reused=done.reused,
+            unscorable=sum(1 for reward, _ in played if isinstance(reward, Unscorable)),
         )

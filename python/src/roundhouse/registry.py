@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, overload
+
+if TYPE_CHECKING:
+    from openai import AsyncOpenAI
 
 Role = Literal["reward", "scorer", "data_policy", "environment"]
 ROLES: tuple[Role, ...] = ("reward", "scorer", "data_policy", "environment")
@@ -25,8 +28,6 @@ RETURNS: dict[Role, str] = {
     "environment": "the episode's reward: float (or roundhouse.unscorable(reason))",
 }
 
-F = TypeVar("F", bound=Callable[..., Any])
-
 
 @dataclass(frozen=True)
 class Unscorable:
@@ -38,6 +39,63 @@ class Unscorable:
 def unscorable(reason: str = "") -> Unscorable:
     """Returned by a reward or scorer: this sample cannot be scored (never the same as a reward of 0)."""
     return Unscorable(reason)
+
+
+Row = dict[str, Any]
+Score = float | Unscorable
+"""What a reward, scorer or environment returns: a number (a bool is one), or an Unscorable."""
+
+
+class ScoringFunction(Protocol):
+    """A reward or a scorer: `(completion, answer, prompt, row)` to a score, sync or async."""
+
+    def __call__(self, completion: str, answer: str, prompt: str, row: Row, /) -> Score | Awaitable[Score]: ...
+
+
+class DataPolicyFunction(Protocol):
+    """A data policy: the pool's rows and the last round's result per row (None where it had none) to the next
+    round's rows, sync or async."""
+
+    def __call__(self, pool: list[Row], results: list[Row | None], /) -> list[Row] | Awaitable[list[Row]]: ...
+
+
+class EnvironmentFunction(Protocol):
+    """An environment: plays one episode over the round's OpenAI client, from the row's chat, to its reward."""
+
+    def __call__(self, client: AsyncOpenAI, prompt: list[Row], answer: str, row: Row, /) -> Awaitable[Score]: ...
+
+
+S = TypeVar("S", bound=ScoringFunction)
+D = TypeVar("D", bound=DataPolicyFunction)
+E = TypeVar("E", bound=EnvironmentFunction)
+F = TypeVar("F", bound=Callable[..., object])
+
+
+class RegistersScoring(Protocol):
+    """`@roundhouse.reward` / `@roundhouse.scorer`, bare or with `name=`: registers the function, returns it as is."""
+
+    @overload
+    def __call__(self, function: S, /) -> S: ...
+    @overload
+    def __call__(self, *, name: str | None = None) -> Callable[[S], S]: ...
+
+
+class RegistersDataPolicy(Protocol):
+    """`@roundhouse.data_policy`, bare or with `name=`."""
+
+    @overload
+    def __call__(self, function: D, /) -> D: ...
+    @overload
+    def __call__(self, *, name: str | None = None) -> Callable[[D], D]: ...
+
+
+class RegistersEnvironment(Protocol):
+    """`@roundhouse.environment`, bare or with `name=`."""
+
+    @overload
+    def __call__(self, function: E, /) -> E: ...
+    @overload
+    def __call__(self, *, name: str | None = None) -> Callable[[E], E]: ...
 
 
 @dataclass(frozen=True)
@@ -114,24 +172,27 @@ def current_sample() -> dict[str, Any] | None:
     return _current.get()
 
 
-def _decorator(role: Role) -> Any:
+class _Decorator:
+    """Registers a function under a role in the process's registry, by its own name or `name=`."""
+
+    def __init__(self, role: Role) -> None:
+        self.role = role
+        self.__name__ = role
+        self.__doc__ = f"Registers a {role}: called with ({', '.join(PARAMETERS[role])}), returns {RETURNS[role]}."
+
     @overload
-    def register(function: F, /) -> F: ...
+    def __call__(self, function: F, /) -> F: ...
     @overload
-    def register(*, name: str | None = None) -> Callable[[F], F]: ...
-    def register(function: F | None = None, /, *, name: str | None = None) -> Any:
+    def __call__(self, function: None = None, /, *, name: str | None = None) -> Callable[[F], F]: ...
+    def __call__(self, function: F | None = None, /, *, name: str | None = None) -> F | Callable[[F], F]:
         def add(f: F) -> F:
-            registry.add(role, f, name)
+            registry.add(self.role, f, name)
             return f
 
         return add(function) if function is not None else add
 
-    register.__name__ = role
-    register.__doc__ = f"Registers a {role}: called with ({', '.join(PARAMETERS[role])}), returns {RETURNS[role]}."
-    return register
 
-
-reward = _decorator("reward")
-scorer = _decorator("scorer")
-data_policy = _decorator("data_policy")
-environment = _decorator("environment")
+reward: RegistersScoring = _Decorator("reward")
+scorer: RegistersScoring = _Decorator("scorer")
+data_policy: RegistersDataPolicy = _Decorator("data_policy")
+environment: RegistersEnvironment = _Decorator("environment")

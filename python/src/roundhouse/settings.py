@@ -37,6 +37,48 @@ def _file(env: Mapping[str, str], variable: str) -> bytes | None:
         raise ConfigError(variable, f"cannot read {path}: {err.strerror}") from err
 
 
+@dataclass(frozen=True)
+class TlsFile:
+    """One TLS file by Temporal's standard names (temporalio.envconfig's): its path or its PEM text, and the name
+    Roundhouse read its path from before those. When the standard path and the older name are both set, the standard
+    one wins and the older one is not read."""
+
+    path: str
+    data: str
+    alias: str
+
+    def source(self, env: Mapping[str, str]) -> str | None:
+        """The variable this file comes from, or None when none is set."""
+        path = next((name for name in (self.path, self.alias) if env.get(name, "").strip()), None)
+        if path is not None and env.get(self.data, "").strip():
+            raise ConfigError(self.data, f"set either {path} or {self.data}, not both")
+        return self.data if env.get(self.data, "").strip() else path
+
+    def read(self, env: Mapping[str, str]) -> bytes | None:
+        source = self.source(env)
+        if source == self.data:
+            return env[self.data].strip().encode()
+        return _file(env, source) if source is not None else None
+
+
+CLIENT_CERT = TlsFile("TEMPORAL_TLS_CLIENT_CERT_PATH", "TEMPORAL_TLS_CLIENT_CERT_DATA", "TEMPORAL_TLS_CERT_PATH")
+CLIENT_KEY = TlsFile("TEMPORAL_TLS_CLIENT_KEY_PATH", "TEMPORAL_TLS_CLIENT_KEY_DATA", "TEMPORAL_TLS_KEY_PATH")
+SERVER_CA = TlsFile("TEMPORAL_TLS_SERVER_CA_CERT_PATH", "TEMPORAL_TLS_SERVER_CA_CERT_DATA", "TEMPORAL_TLS_CA_PATH")
+# The names a client certificate and its key come from, pairwise: a certificate from one needs its key from its pair.
+_PAIRS = (
+    (CLIENT_CERT.path, CLIENT_KEY.path),
+    (CLIENT_CERT.data, CLIENT_KEY.data),
+    (CLIENT_CERT.alias, CLIENT_KEY.alias),
+)
+
+
+def _flag(env: Mapping[str, str], variable: str) -> bool | None:
+    flag = env.get(variable, "").strip().lower()
+    if flag not in ("", "true", "false", "1", "0"):
+        raise ConfigError(variable, f"must be true or false, got {flag!r}")
+    return None if not flag else flag in ("true", "1")
+
+
 def settings_from_env(env: Mapping[str, str] = os.environ, task_queue: str | None = None) -> Settings:
     """TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY(_FILE), TEMPORAL_TLS*, ROUNDHOUSE_ENCRYPTION_KEYS*."""
     api_key = env.get("TEMPORAL_API_KEY", "").strip() or None
@@ -47,15 +89,20 @@ def settings_from_env(env: Mapping[str, str] = os.environ, task_queue: str | Non
         api_key = key_file.decode().strip()
         if not api_key:
             raise ConfigError("TEMPORAL_API_KEY_FILE", "file is empty")
-    flag = env.get("TEMPORAL_TLS", "").strip().lower()
-    if flag not in ("", "true", "false", "1", "0"):
-        raise ConfigError("TEMPORAL_TLS", f"must be true or false, got {flag!r}")
-    cert, key, ca = (_file(env, v) for v in ("TEMPORAL_TLS_CERT_PATH", "TEMPORAL_TLS_KEY_PATH", "TEMPORAL_TLS_CA_PATH"))
-    if (cert is None) != (key is None):
-        missing = "TEMPORAL_TLS_KEY_PATH" if cert is not None else "TEMPORAL_TLS_CERT_PATH"
-        raise ConfigError(missing, "mTLS needs both TEMPORAL_TLS_CERT_PATH and TEMPORAL_TLS_KEY_PATH")
-    wants_tls = flag in ("true", "1") if flag else bool(api_key or cert or ca)
-    if flag in ("false", "0") and (cert or api_key):
+    flag = _flag(env, "TEMPORAL_TLS")
+    if _flag(env, "TEMPORAL_TLS_DISABLE_HOST_VERIFICATION"):
+        raise ConfigError(
+            "TEMPORAL_TLS_DISABLE_HOST_VERIFICATION",
+            "is true, but Roundhouse always verifies the server's certificate: set TEMPORAL_TLS_SERVER_NAME to the "
+            "name it holds, or TEMPORAL_TLS_SERVER_CA_CERT_PATH to the CA that signed it",
+        )
+    cert_from, key_from = CLIENT_CERT.source(env), CLIENT_KEY.source(env)
+    if (cert_from is None) != (key_from is None):
+        cert_name, key_name = next(pair for pair in _PAIRS if cert_from in pair or key_from in pair)
+        raise ConfigError(key_name if cert_from else cert_name, f"mTLS needs both {cert_name} and {key_name}")
+    cert, key, ca = CLIENT_CERT.read(env), CLIENT_KEY.read(env), SERVER_CA.read(env)
+    wants_tls = flag if flag is not None else bool(api_key or cert or ca)
+    if flag is False and (cert or api_key):
         raise ConfigError("TEMPORAL_TLS", "is false, but an API key or client certificate needs TLS")
     tls: TLSConfig | bool = False
     if wants_tls:

@@ -6,6 +6,7 @@
 Run in the tinker 0.38 venv (protobuf schema). Reports the first call of each kind (it pays JAX's compile for that
 shape) apart from the warm mean / p50 / max of the rest, as one JSON line.
 """
+
 import argparse
 import json
 import statistics
@@ -46,12 +47,22 @@ def main() -> int:
         wait(rid)
         return time.monotonic() - t
 
-    sid = post("/create_session", {"tags": [], "user_metadata": {}, "sdk_version": "0.38.0", "type": "create_session"})["session_id"]
+    sid = post("/create_session", {"tags": [], "user_metadata": {}, "sdk_version": "0.38.0", "type": "create_session"})[
+        "session_id"
+    ]
     times: dict[str, list[float]] = {}
     mid_box = {}
 
     def create():
-        f = post("/create_model", {"session_id": sid, "base_model": args.model, "lora_config": {"rank": args.rank, "seed": 0}, "type": "create_model"})
+        f = post(
+            "/create_model",
+            {
+                "session_id": sid,
+                "base_model": args.model,
+                "lora_config": {"rank": args.rank, "seed": 0},
+                "type": "create_model",
+            },
+        )
         mid_box["id"] = f["model_id"]
         return f
 
@@ -67,14 +78,22 @@ def main() -> int:
             toks = rng.integers(3, 4000, args.seq + 1)
             data.append(
                 pb.Datum(
-                    model_input=[pb.Chunk(encoded_text=pb.EncodedTextChunk(tokens=toks[:-1].astype(np.int32).tobytes()))],
+                    model_input=[
+                        pb.Chunk(encoded_text=pb.EncodedTextChunk(tokens=toks[:-1].astype(np.int32).tobytes()))
+                    ],
                     loss_fn_inputs={
-                        "target_tokens": pb.Tensor(dense=toks[1:].astype(np.int64).tobytes(), dtype=pb.DTYPE_INT64, shape=[args.seq]),
-                        "weights": pb.Tensor(dense=np.ones(args.seq, np.float32).tobytes(), dtype=pb.DTYPE_FLOAT32, shape=[args.seq]),
+                        "target_tokens": pb.Tensor(
+                            dense=toks[1:].astype(np.int64).tobytes(), dtype=pb.DTYPE_INT64, shape=[args.seq]
+                        ),
+                        "weights": pb.Tensor(
+                            dense=np.ones(args.seq, np.float32).tobytes(), dtype=pb.DTYPE_FLOAT32, shape=[args.seq]
+                        ),
                     },
                 )
             )
-        return pb.ForwardBackwardRequest(model_id=mid, seq_id=seq[0], data=data, loss_fn="cross_entropy").SerializeToString()
+        return pb.ForwardBackwardRequest(
+            model_id=mid, seq_id=seq[0], data=data, loss_fn="cross_entropy"
+        ).SerializeToString()
 
     def fb():
         r = c.post("/forward_backward", content=fb_body(), headers={"content-type": "application/x-protobuf"})
@@ -83,24 +102,36 @@ def main() -> int:
 
     def opt():
         seq[0] += 1
-        return post("/optim_step", {"model_id": mid, "seq_id": seq[0], "adam_params": {"learning_rate": 1e-3}, "type": "optim_step"})
+        return post(
+            "/optim_step",
+            {"model_id": mid, "seq_id": seq[0], "adam_params": {"learning_rate": 1e-3}, "type": "optim_step"},
+        )
 
     for _ in range(args.steps):
         times.setdefault("forward_backward", []).append(timed(fb))
         times.setdefault("optim_step", []).append(timed(opt))
     for i in range(3):
         seq[0] += 1
-        times.setdefault("save_weights", []).append(timed(lambda: post("/save_weights", {"model_id": mid, "path": f"bench_{i}", "seq_id": seq[0]})))
+        times.setdefault("save_weights", []).append(
+            timed(lambda i=i: post("/save_weights", {"model_id": mid, "path": f"bench_{i}", "seq_id": seq[0]}))
+        )
     for i in range(3):
         seq[0] += 1
         times.setdefault("save_weights_for_sampler(named)", []).append(
-            timed(lambda: post("/save_weights_for_sampler", {"model_id": mid, "path": f"bench_s{i}", "seq_id": seq[0]}))
+            timed(
+                lambda i=i: post(
+                    "/save_weights_for_sampler", {"model_id": mid, "path": f"bench_s{i}", "seq_id": seq[0]}
+                )
+            )
         )
-    ss = post("/create_sampling_session", {"session_id": sid, "sampling_session_seq_id": 0, "model_path": f"tinker://{mid}/bench_s2"})["sampling_session_id"]
+    ss = post(
+        "/create_sampling_session",
+        {"session_id": sid, "sampling_session_seq_id": 0, "model_path": f"tinker://{mid}/bench_s2"},
+    )["sampling_session_id"]
     for i in range(4):
         times.setdefault("asample(4 samples, 16 tokens)", []).append(
             timed(
-                lambda: post(
+                lambda i=i: post(
                     "/asample",
                     {
                         "num_samples": 4,
@@ -114,11 +145,16 @@ def main() -> int:
         )
     seq[0] += 1
     times["load_weights(new model, 1st op)"] = []
-    for i in range(2):
+    for _ in range(2):
         f = post("/create_model", {"session_id": sid, "base_model": args.model, "lora_config": {"rank": args.rank}})
         wait(f["request_id"])
         times["load_weights(new model, 1st op)"].append(
-            timed(lambda: post("/load_weights", {"model_id": f["model_id"], "path": f"tinker://{mid}/weights/bench_2", "optimizer": True}))
+            timed(
+                lambda f=f: post(
+                    "/load_weights",
+                    {"model_id": f["model_id"], "path": f"tinker://{mid}/weights/bench_2", "optimizer": True},
+                )
+            )
         )
 
     def summary(xs):
@@ -131,7 +167,12 @@ def main() -> int:
             "warm_max_s": round(max(warm), 3) if warm else None,
         }
 
-    print(json.dumps({"batch": args.batch, "seq": args.seq, "rank": args.rank, "ops": {k: summary(v) for k, v in times.items()}}, indent=1))
+    print(
+        json.dumps(
+            {"batch": args.batch, "seq": args.seq, "rank": args.rank, "ops": {k: summary(v) for k, v in times.items()}},
+            indent=1,
+        )
+    )
     return 0
 
 

@@ -8,6 +8,7 @@ the repo's emulator tokenizer (emulator/models/tiny-chat, byte-level BPE, vocab 
 Usage: python make_tiny_qwen3.py OUT_DIR [--hidden 64] [--layers 2] [--heads 2] [--seed 0]
 Needs: torch, transformers, safetensors (all in the SkyRL venv).
 """
+
 import argparse
 import json
 import os

@@ -8,6 +8,7 @@ as JSON; protobuf bodies (forward_backward requests, ForwardBackwardOutput / Sam
 the tinker SDK's own schema when `tinker` is importable (run it in the SDK venv), else logged as size + base64 prefix.
 Every line: t, method, path, status, ms, req_headers (the Tinker-relevant ones), req, resp_content_type, resp.
 """
+
 import base64
 import http.client
 import json
@@ -33,10 +34,27 @@ LOG = open(sys.argv[3], "a")
 LOCK = threading.Lock()
 T0 = time.time()
 KEEP = {
-    "content-type", "content-encoding", "accept", "x-tinker-request-type", "x-tinker-request-iteration",
-    "x-sdk-method", "x-sdk-version", "x-idempotency-key", "user-agent",
+    "content-type",
+    "content-encoding",
+    "accept",
+    "x-tinker-request-type",
+    "x-tinker-request-iteration",
+    "x-sdk-method",
+    "x-sdk-version",
+    "x-idempotency-key",
+    "user-agent",
 }
-HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "proxy-connection", "host", "content-length"}
+HOP = {
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+    "te",
+    "trailer",
+    "upgrade",
+    "proxy-connection",
+    "host",
+    "content-length",
+}
 
 
 def decode(body: bytes, content_type: str, path: str, request: bool, encoding: str | None = None):
@@ -49,7 +67,8 @@ def decode(body: bytes, content_type: str, path: str, request: bool, encoding: s
             if request and path.endswith("/forward_backward"):
                 msg = pb.ForwardBackwardRequest()
             elif not request:
-                # Results: try ForwardBackwardOutput, then SampleResponse (the request-type header tells, but keep it simple).
+                # Results: try ForwardBackwardOutput, then SampleResponse (the request-type header tells, but keep it
+                # simple).
                 for cls in (pb.ForwardBackwardOutput, pb.SampleResponse):
                     msg = cls()
                     try:
@@ -65,13 +84,17 @@ def decode(body: bytes, content_type: str, path: str, request: bool, encoding: s
             if msg is not None:
                 try:
                     msg.ParseFromString(body)
-                    return {"proto": type(msg).__name__, "msg": json_format.MessageToDict(msg, preserving_proto_field_name=True), "bytes": len(body)}
-                except Exception as e:  # noqa: BLE001
+                    return {
+                        "proto": type(msg).__name__,
+                        "msg": json_format.MessageToDict(msg, preserving_proto_field_name=True),
+                        "bytes": len(body),
+                    }
+                except Exception as e:
                     return {"proto_error": str(e), "bytes": len(body)}
         return {"bytes": len(body), "b64": base64.b64encode(body[:256]).decode()}
     try:
         return json.loads(body)
-    except Exception:  # noqa: BLE001
+    except Exception:
         return {"text": body[:2000].decode("utf-8", "replace")}
 
 
@@ -93,8 +116,12 @@ class Handler(BaseHTTPRequestHandler):
             r = conn.getresponse()
             data = r.read()
             status, rheaders = r.status, r.getheaders()
-        except Exception as e:  # noqa: BLE001
-            data, status, rheaders = json.dumps({"proxy_error": str(e)}).encode(), 502, [("Content-Type", "application/json")]
+        except Exception as e:
+            data, status, rheaders = (
+                json.dumps({"proxy_error": str(e)}).encode(),
+                502,
+                [("Content-Type", "application/json")],
+            )
         finally:
             conn.close()
         self.send_response(status)
@@ -115,7 +142,9 @@ class Handler(BaseHTTPRequestHandler):
             "path": self.path,
             "status": status,
             "req_headers": {k.lower(): v for k, v in self.headers.items() if k.lower() in KEEP},
-            "req": decode(body, self.headers.get("Content-Type", ""), self.path, True, self.headers.get("Content-Encoding")),
+            "req": decode(
+                body, self.headers.get("Content-Type", ""), self.path, True, self.headers.get("Content-Encoding")
+            ),
             "resp_content_type": ctype,
             "resp": decode(data, ctype, self.path, False),
         }

@@ -17,6 +17,7 @@ Without --foreground it then exits and leaves the server running (its process gr
 with `kill -TERM -<pid>`); with --foreground it waits and stops the server on Ctrl-C / SIGTERM.
 Server output goes to <workdir>/server.log; the database is <workdir>/tinker.db; checkpoints <workdir>/checkpoints.
 """
+
 import argparse
 import json
 import os
@@ -86,20 +87,40 @@ def main() -> int:
     )
     env.pop("VIRTUAL_ENV", None)
     cmd = [
-        str(uv), "run", "-m", "skyrl.tinker.api",
-        "--host", "127.0.0.1",  # loopback only (SkyRL's default is 0.0.0.0)
-        "--port", str(args.port),
-        "--base-model", str(Path(args.model).resolve()),
-        "--backend", "jax",
-        "--backend-config", json.dumps(backend_config),
-        "--checkpoints-base", str(work / "checkpoints"),
-        "--database-url", f"sqlite:///{work / 'tinker.db'}",
-        "--session-timeout-sec", str(args.session_timeout_sec),
-        "--session-cleanup-interval-sec", str(args.session_cleanup_interval_sec),
+        str(uv),
+        "run",
+        "-m",
+        "skyrl.tinker.api",
+        "--host",
+        "127.0.0.1",  # loopback only (SkyRL's default is 0.0.0.0)
+        "--port",
+        str(args.port),
+        "--base-model",
+        str(Path(args.model).resolve()),
+        "--backend",
+        "jax",
+        "--backend-config",
+        json.dumps(backend_config),
+        "--checkpoints-base",
+        str(work / "checkpoints"),
+        "--database-url",
+        f"sqlite:///{work / 'tinker.db'}",
+        "--session-timeout-sec",
+        str(args.session_timeout_sec),
+        "--session-cleanup-interval-sec",
+        str(args.session_cleanup_interval_sec),
     ]
     log_path = work / "server.log"
     log = open(log_path, "ab")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=str(work), start_new_session=True)
+    proc = subprocess.Popen(
+        cmd,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        cwd=str(work),
+        start_new_session=True,
+    )
     (work / "server.pid").write_text(str(proc.pid))
     url = f"http://127.0.0.1:{args.port}"
 

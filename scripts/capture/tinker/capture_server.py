@@ -1,9 +1,10 @@
 """Tiny Tinker capture/emulator server (127.0.0.1 only) used to record the
 wire traffic of the official tinker 0.38.0 SDK.
 
-Usage: python server.py PORT LOGFILE [FLAGS_JSON]
+Usage: python capture_server.py PORT LOGFILE [FLAGS_JSON]
 FLAGS_JSON is returned verbatim from /api/v1/client/config.
 """
+
 import json
 import sys
 import threading
@@ -14,7 +15,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import numpy as np
 import zstandard
 from google.protobuf import json_format
-
 from tinker.proto import tinker_public_pb2 as pb
 
 PORT = int(sys.argv[1])
@@ -24,13 +24,13 @@ LOCK = threading.Lock()
 COND = threading.Condition(LOCK)
 T0 = time.time()
 
-sessions = {}          # session_id -> dict
-models = {}            # model_id -> dict(base_model, rank, last_seq)
-futures = {}           # request_id -> dict(kind, payload(bytes|dict), polls, proto)
-samplers = {}          # sampling_session_id -> dict(base_model, model_path, clients)
-poll_queues = {}       # (ssid, clone) -> list[(cursor, completion)]
+sessions = {}  # session_id -> dict
+models = {}  # model_id -> dict(base_model, rank, last_seq)
+futures = {}  # request_id -> dict(kind, payload(bytes|dict), polls, proto)
+samplers = {}  # sampling_session_id -> dict(base_model, model_path, clients)
+poll_queues = {}  # (ssid, clone) -> list[(cursor, completion)]
 cursor_ctr = [0]
-checkpoints = {}       # tinker_path -> dict
+checkpoints = {}  # tinker_path -> dict
 FAILED410 = []
 
 
@@ -42,20 +42,33 @@ def log(entry):
 
 
 KEEP_HEADERS = {
-    "x-api-key", "x-idempotency-key", "content-type", "content-encoding", "accept",
-    "x-tinker-request-iteration", "x-tinker-request-type",
-    "x-tinker-create-promise-roundtrip-time", "x-tinker-sampling-backpressure",
-    "x-stainless-retry-count", "x-stainless-read-timeout", "x-sdk-method", "x-sdk-version",
-    "user-agent", "x-stainless-async", "x-stainless-package-version", "x-stainless-os",
-    "x-stainless-arch", "x-stainless-runtime", "x-stainless-runtime-version",
+    "x-api-key",
+    "x-idempotency-key",
+    "content-type",
+    "content-encoding",
+    "accept",
+    "x-tinker-request-iteration",
+    "x-tinker-request-type",
+    "x-tinker-create-promise-roundtrip-time",
+    "x-tinker-sampling-backpressure",
+    "x-stainless-retry-count",
+    "x-stainless-read-timeout",
+    "x-sdk-method",
+    "x-sdk-version",
+    "user-agent",
+    "x-stainless-async",
+    "x-stainless-package-version",
+    "x-stainless-os",
+    "x-stainless-arch",
+    "x-stainless-runtime",
+    "x-stainless-runtime-version",
 }
 
 
 def new_future(kind, payload, proto=False, fail=None):
     rid = f"req-{uuid.uuid4().hex[:8]}"
     with LOCK:
-        futures[rid] = {"kind": kind, "payload": payload, "proto": proto, "polls": 0,
-                        "fail": fail}
+        futures[rid] = {"kind": kind, "payload": payload, "proto": proto, "polls": 0, "fail": fail}
     return rid
 
 
@@ -77,8 +90,7 @@ def fwdbwd_output(req: pb.ForwardBackwardRequest) -> bytes:
         data += arr.tobytes()
         offsets.append(len(data))
         w = d.loss_fn_inputs.get("weights")
-        total += float(n) * 0.5 if w is None else 0.5 * float(
-            np.frombuffer(w.dense, dtype=np.float32).sum())
+        total += float(n) * 0.5 if w is None else 0.5 * float(np.frombuffer(w.dense, dtype=np.float32).sum())
     lp.data = data
     lp.offsets = np.asarray(offsets, dtype=np.int64).tobytes()
     out.metrics["loss:sum"] = total
@@ -106,8 +118,8 @@ def push_completion(ssid, clone, rid, size):
     with COND:
         cursor_ctr[0] += 1
         poll_queues.setdefault((ssid, clone), []).append(
-            (cursor_ctr[0], {"state": "finished", "request_id": rid,
-                             "response_payload_uncompressed_size": size}))
+            (cursor_ctr[0], {"state": "finished", "request_id": rid, "response_payload_uncompressed_size": size})
+        )
         COND.notify_all()
 
 
@@ -168,6 +180,7 @@ class H(BaseHTTPRequestHandler):
             code, resp, rraw, ctype, extra = self.route(method, path, body, hdrs)
         except Exception as e:  # pragma: no cover
             import traceback
+
             traceback.print_exc()
             code, resp, rraw, ctype, extra = 500, {"detail": str(e)}, None, "application/json", None
         self._send(code, resp, rraw, ctype, extra)
@@ -183,7 +196,7 @@ class H(BaseHTTPRequestHandler):
         J = "application/json"
         p = path.split("?")[0]
         if p.startswith("/services/tinker-prod"):
-            p = p[len("/services/tinker-prod"):]
+            p = p[len("/services/tinker-prod") :]
         if p == "/api/v1/client/config":
             return 200, FLAGS, None, J, None
         if p == "/api/v1/client/dynamic_config" and FLAGS.get("_x_no_dynamic_config"):
@@ -193,9 +206,22 @@ class H(BaseHTTPRequestHandler):
         if p == "/api/v1/healthz":
             return 200, {"status": "ok"}, None, J, None
         if p == "/api/v1/get_server_capabilities":
-            return 200, {"supported_models": [{"model_name": "Qwen/Qwen3-8B",
-                                               "max_context_length": 32768,
-                                               "trainable": True, "sampleable": True}]}, None, J, None
+            return (
+                200,
+                {
+                    "supported_models": [
+                        {
+                            "model_name": "Qwen/Qwen3-8B",
+                            "max_context_length": 32768,
+                            "trainable": True,
+                            "sampleable": True,
+                        }
+                    ]
+                },
+                None,
+                J,
+                None,
+            )
         if p == "/api/v1/telemetry":
             return 200, {"status": "accepted"}, None, J, None
         if p == "/api/v1/create_session":
@@ -208,23 +234,37 @@ class H(BaseHTTPRequestHandler):
             return 200, {}, None, J, None
         if p == "/api/v1/create_model":
             mid = f"{body['session_id']}:train:{body['model_seq_id']}"
-            models[mid] = {"base_model": body["base_model"],
-                           "rank": body["lora_config"]["rank"]}
+            models[mid] = {"base_model": body["base_model"], "rank": body["lora_config"]["rank"]}
             rid = new_future("CreateModel", {"model_id": mid, "type": "create_model"})
             return 200, {"request_id": rid, "model_id": mid}, None, J, None
         if p == "/api/v1/get_info":
             mid = body["model_id"]
             m = models[mid]
-            return 200, {"type": "get_info", "model_id": mid,
-                         "model_data": {"arch": "qwen3", "model_name": m["base_model"],
-                                        "tokenizer_id": FLAGS.get("_x_tokenizer_dir", m["base_model"])},
-                         "is_lora": True, "lora_rank": m["rank"],
-                         "model_name": m["base_model"]}, None, J, None
+            return (
+                200,
+                {
+                    "type": "get_info",
+                    "model_id": mid,
+                    "model_data": {
+                        "arch": "qwen3",
+                        "model_name": m["base_model"],
+                        "tokenizer_id": FLAGS.get("_x_tokenizer_dir", m["base_model"]),
+                    },
+                    "is_lora": True,
+                    "lora_rank": m["rank"],
+                    "model_name": m["base_model"],
+                },
+                None,
+                J,
+                None,
+            )
         if p == "/api/v1/forward_backward":
             if body.loss_fn == "dro":
-                rid = new_future("ForwardBackward", None, fail={
-                    "error": "loss_fn dro not supported by capture server",
-                    "category": "user"})
+                rid = new_future(
+                    "ForwardBackward",
+                    None,
+                    fail={"error": "loss_fn dro not supported by capture server", "category": "user"},
+                )
             else:
                 rid = new_future("ForwardBackward", fwdbwd_output(body), proto=True)
             return 200, {"request_id": rid, "model_id": body.model_id}, None, J, None
@@ -239,35 +279,34 @@ class H(BaseHTTPRequestHandler):
         if p == "/api/v1/save_weights_for_sampler":
             mid = body["model_id"]
             if body.get("path"):
-                res = {"path": f"tinker://{mid}/sampler_weights/{body['path']}",
-                       "type": "save_weights_for_sampler"}
+                res = {"path": f"tinker://{mid}/sampler_weights/{body['path']}", "type": "save_weights_for_sampler"}
             else:
                 sess = mid.split(":train:")[0]
                 ssid = f"{sess}:sample:{body['sampling_session_seq_id']}"
-                samplers[ssid] = {"base_model": models[mid]["base_model"],
-                                  "model_path": f"tinker://{mid}/sampler_weights/ephemeral_{body['seq_id']}",
-                                  "clients": 1}
+                samplers[ssid] = {
+                    "base_model": models[mid]["base_model"],
+                    "model_path": f"tinker://{mid}/sampler_weights/ephemeral_{body['seq_id']}",
+                    "clients": 1,
+                }
                 res = {"sampling_session_id": ssid, "type": "save_weights_for_sampler"}
             rid = new_future("SaveWeightsForSampler", res)
             return 200, {"request_id": rid, "model_id": mid}, None, J, None
         if p == "/api/v1/load_weights":
             if "session_id" in body:
                 mid = f"{body['session_id']}:train:{body['model_seq_id']}"
-                src = body["path"][len("tinker://"):].split("/")[0]
+                src = body["path"][len("tinker://") :].split("/")[0]
                 models[mid] = dict(models.get(src, {"base_model": "Qwen/Qwen3-8B", "rank": 8}))
             else:
                 mid = body["model_id"]
-            rid = new_future("LoadWeights", {"path": body["path"], "model_id": mid,
-                                             "type": "load_weights"})
+            rid = new_future("LoadWeights", {"path": body["path"], "model_id": mid, "type": "load_weights"})
             return 200, {"request_id": rid, "model_id": mid}, None, J, None
         if p == "/api/v1/create_sampling_session":
             ssid = f"{body['session_id']}:sample:{body['sampling_session_seq_id']}"
             base = body.get("base_model")
             if base is None and body.get("model_path"):
-                src = body["model_path"][len("tinker://"):].split("/")[0]
+                src = body["model_path"][len("tinker://") :].split("/")[0]
                 base = models.get(src, {}).get("base_model", "Qwen/Qwen3-8B")
-            samplers[ssid] = {"base_model": base, "model_path": body.get("model_path"),
-                              "clients": 1}
+            samplers[ssid] = {"base_model": base, "model_path": body.get("model_path"), "clients": 1}
             return 200, {"type": "create_sampling_session", "sampling_session_id": ssid}, None, J, None
         if p == "/api/v1/join_sampling_session":
             s = samplers[body["sampling_session_id"]]
@@ -275,19 +314,22 @@ class H(BaseHTTPRequestHandler):
             s["clients"] += 1
             return 200, {"type": "join_sampling_session", "client_counter": c}, None, J, None
         if p.startswith("/api/v1/samplers/"):
-            ssid = p[len("/api/v1/samplers/"):]
+            ssid = p[len("/api/v1/samplers/") :]
             s = samplers[ssid]
-            return 200, {"sampler_id": ssid, "base_model": s["base_model"],
-                         "model_path": s["model_path"]}, None, J, None
+            return (
+                200,
+                {"sampler_id": ssid, "base_model": s["base_model"], "model_path": s["model_path"]},
+                None,
+                J,
+                None,
+            )
         if p == "/api/v1/asample":
             payload = sample_output(body)
             rid = new_future("Sample", payload, proto=True)
-            seq_ids = [f"{body['sampling_session_id']}:{body['seq_id']}:{i}"
-                       for i in range(body.get("num_samples", 1))]
+            seq_ids = [f"{body['sampling_session_id']}:{body['seq_id']}:{i}" for i in range(body.get("num_samples", 1))]
             if FLAGS.get("sample_use_retrieve_futures"):
                 clone = body["seq_id"] // 1_000_000_000
-                threading.Timer(0.2, push_completion,
-                                (body["sampling_session_id"], clone, rid, len(payload))).start()
+                threading.Timer(0.2, push_completion, (body["sampling_session_id"], clone, rid, len(payload))).start()
             if FLAGS.get("_x_no_seq_ids"):
                 return 200, {"request_id": rid}, None, J, None
             return 200, {"request_id": rid, "sample_sequence_ids": seq_ids}, None, J, None
@@ -304,19 +346,22 @@ class H(BaseHTTPRequestHandler):
             # First poll of every future: long-poll "still pending" as 408.
             if f["polls"] == 1:
                 time.sleep(0.05)
-                return 408, {"type": "try_again", "request_id": rid,
-                             "queue_state": "active"}, None, J, None
+                return 408, {"type": "try_again", "request_id": rid, "queue_state": "active"}, None, J, None
             # Second poll of an OptimStep: 200 try_again (the noisy variant).
             if f["kind"] == "OptimStep" and f["polls"] == 2:
-                return 200, {"type": "try_again", "request_id": rid,
-                             "queue_state": "active"}, None, J, None
+                return 200, {"type": "try_again", "request_id": rid, "queue_state": "active"}, None, J, None
             if f["fail"]:
                 return 200, f["fail"], None, J, None
             if f["proto"]:
                 # Exercise the metadata-only path once per fwd/bwd future.
                 if body.get("allow_metadata_only") and f["kind"] == "ForwardBackward":
-                    return 200, {"status": "complete_metadata",
-                                 "response_payload_size": len(f["payload"])}, None, J, None
+                    return (
+                        200,
+                        {"status": "complete_metadata", "response_payload_size": len(f["payload"])},
+                        None,
+                        J,
+                        None,
+                    )
                 return 200, None, f["payload"], "application/x-protobuf", None
             return 200, f["payload"], None, J, None
         if p == "/api/v1/retrieve_futures":
@@ -327,7 +372,7 @@ class H(BaseHTTPRequestHandler):
             deadline = time.time() + (5.0 if timeout is None else min(timeout, 5.0))
             with COND:
                 q = poll_queues.setdefault(key, [])
-                q[:] = [x for x in q if x[0] > prev]   # trim acknowledged events
+                q[:] = [x for x in q if x[0] > prev]  # trim acknowledged events
                 while not q and time.time() < deadline:
                     COND.wait(timeout=max(0.0, deadline - time.time()))
                 comps = [c for _, c in q]
@@ -335,13 +380,32 @@ class H(BaseHTTPRequestHandler):
             return 200, {"completions": comps, "cursor": cur}, None, J, None
         if p.startswith("/api/v1/training_runs/") and p.endswith("/checkpoints") and method == "GET":
             run = p.split("/")[4]
-            cps = [{"checkpoint_id": k.split("/", 3)[3], "checkpoint_type": "training"
-                    if "/weights/" in k else "sampler", "time": "2026-01-01T00:00:00Z",
-                    "tinker_path": k} for k in checkpoints if k.startswith(f"tinker://{run}/")]
+            cps = [
+                {
+                    "checkpoint_id": k.split("/", 3)[3],
+                    "checkpoint_type": "training" if "/weights/" in k else "sampler",
+                    "time": "2026-01-01T00:00:00Z",
+                    "tinker_path": k,
+                }
+                for k in checkpoints
+                if k.startswith(f"tinker://{run}/")
+            ]
             return 200, {"checkpoints": cps}, None, J, None
         if p == "/api/v1/weights_info":
-            return 200, {"base_model": "Qwen/Qwen3-8B", "is_lora": True, "lora_rank": 8,
-                         "train_unembed": True, "train_mlp": True, "train_attn": True}, None, J, None
+            return (
+                200,
+                {
+                    "base_model": "Qwen/Qwen3-8B",
+                    "is_lora": True,
+                    "lora_rank": 8,
+                    "train_unembed": True,
+                    "train_mlp": True,
+                    "train_attn": True,
+                },
+                None,
+                J,
+                None,
+            )
         return 404, {"detail": f"no route {method} {p}"}, None, J, None
 
 

@@ -1,4 +1,5 @@
 """Drive the official tinker 0.38.0 SDK against the capture server."""
+
 import logging
 import sys
 import time
@@ -41,7 +42,10 @@ for b in batches:
 for fb, op in pending:
     r = fb.result()
     o = op.result()
-    step(f"fwdbwd metrics={r.metrics} n_out={len(r.loss_fn_outputs)} lp0={r.loss_fn_outputs[0]['logprobs'].data} optim={o}")
+    step(
+        f"fwdbwd metrics={r.metrics} n_out={len(r.loss_fn_outputs)} "
+        f"lp0={r.loss_fn_outputs[0]['logprobs'].data} optim={o}"
+    )
 
 fwd = tc.forward([datum([1, 2, 3])], "cross_entropy").result()
 step(f"forward metrics={fwd.metrics}")
@@ -60,9 +64,12 @@ step(f"create_training_client_from_state_with_optimizer -> {tc2.model_id}")
 sampler = tc.save_weights_and_get_sampling_client().result()
 step("save_weights_and_get_sampling_client ok")
 prompt = types.ModelInput.from_ints([1, 2, 3, 4])
-res = sampler.sample(prompt, num_samples=2,
-                     sampling_params=types.SamplingParams(max_tokens=3, temperature=1.0),
-                     include_prompt_logprobs=True).result()
+res = sampler.sample(
+    prompt,
+    num_samples=2,
+    sampling_params=types.SamplingParams(max_tokens=3, temperature=1.0),
+    include_prompt_logprobs=True,
+).result()
 for s in res.sequences:
     step(f"seq id={s.sequence_id} stop={s.stop_reason} tokens={s.tokens} lp={s.logprobs}")
 step(f"prompt_logprobs={res.prompt_logprobs}")

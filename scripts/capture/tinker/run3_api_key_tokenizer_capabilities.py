@@ -1,6 +1,9 @@
-import sys, tinker
-from tinker import types
-PORT = int(sys.argv[1]); BASE = f"http://127.0.0.1:{PORT}"
+import sys
+
+import tinker
+
+PORT = int(sys.argv[1])
+BASE = f"http://127.0.0.1:{PORT}"
 try:
     tinker.ServiceClient(base_url=BASE, api_key="sk-not-tinker").create_lora_training_client(base_model="x")
 except Exception as e:
