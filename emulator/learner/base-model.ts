@@ -97,7 +97,9 @@ export class BaseModel {
   embeddingOf(tokenId: number): Float32Array {
     let row = this.embeddings.get(tokenId);
     if (!row) {
-      row = gaussianVector(hashKey(this.seed, 'embedding', tokenId), BASE_DIMS.embedding);
+      row = sharedTokenDraw(frozenDrawsOf(this.seed).embeddings, tokenId, () =>
+        gaussianVector(hashKey(this.seed, 'embedding', tokenId), BASE_DIMS.embedding),
+      );
       this.embeddings.set(tokenId, row);
     }
     return row;
@@ -110,10 +112,10 @@ export class BaseModel {
   keyValueOf(tokenId: number): { key: Float32Array; value: Float32Array } {
     let row = this.keyValues.get(tokenId);
     if (!row) {
-      row = {
+      row = sharedTokenDraw(frozenDrawsOf(this.seed).keyValues, tokenId, () => ({
         key: gaussianVector(hashKey(this.seed, 'attention-key', tokenId), QUERY_WIDTH, 1 / Math.sqrt(ATTENTION.keyWidth)),
         value: gaussianVector(hashKey(this.seed, 'attention-value', tokenId), ATTENDED_WIDTH),
-      };
+      }));
       this.keyValues.set(tokenId, row);
     }
     return row;
@@ -164,7 +166,13 @@ interface FrozenDraws {
   output: Float32Array;
   outputRows: Map<number, Float32Array>;
   outputColumns: Map<number, Float32Array>;
+  /** Per-token draws, shared up to SHARED_TOKENS tokens (a model caches the rest for its own life, as before). */
+  embeddings: Map<number, Float32Array>;
+  keyValues: Map<number, { key: Float32Array; value: Float32Array }>;
 }
+
+/** Tokens whose draws a seed shares across models: ~12 MiB of them at most. */
+const SHARED_TOKENS = 16_384;
 
 const frozenDraws = new Map<number, FrozenDraws>();
 
@@ -182,6 +190,8 @@ function frozenDrawsOf(seed: number): FrozenDraws {
       output: gaussianVector(hashKey(seed, 'output-weights'), hidden * embedding, Math.sqrt(2 / hidden)),
       outputRows: new Map(),
       outputColumns: new Map(),
+      embeddings: new Map(),
+      keyValues: new Map(),
     };
     frozenDraws.set(seed, draws);
   }
@@ -195,4 +205,13 @@ function cachedDraw(cache: Map<number, Float32Array>, index: number, draw: () =>
     cache.set(index, vector);
   }
   return vector;
+}
+
+function sharedTokenDraw<T>(shared: Map<number, T>, tokenId: number, draw: () => T): T {
+  let value = shared.get(tokenId);
+  if (value === undefined) {
+    value = draw();
+    if (shared.size < SHARED_TOKENS) shared.set(tokenId, value);
+  }
+  return value;
 }
