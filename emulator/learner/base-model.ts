@@ -81,26 +81,15 @@ export class BaseModel {
 
   constructor(readonly seed: number) {
     const { hidden, embedding } = BASE_DIMS;
-    // Features have unit-scale components, so query components ~N(0, queryScale²); keys ~N(0, 1/keyWidth) make the
-    // scores q·k ~N(0, queryScale²), the usual 1/√keyWidth folded into the keys.
-    this.queryWeights = tf.tensor2d(
-      gaussianVector(hashKey(seed, 'query-weights'), FEATURE_WIDTH * QUERY_WIDTH, ATTENTION.queryScale / Math.sqrt(FEATURE_WIDTH)),
-      [FEATURE_WIDTH, QUERY_WIDTH],
-    );
-    const firstLayer = gaussianVector(hashKey(seed, 'hidden-weights'), MLP_INPUT_WIDTH * hidden, 1 / Math.sqrt(MLP_INPUT_WIDTH));
-    this.hiddenWeights = tf.tensor2d(firstLayer.subarray(0, FEATURE_WIDTH * hidden), [FEATURE_WIDTH, hidden]);
-    const attended = tf.tensor2d(firstLayer.subarray(FEATURE_WIDTH * hidden), [ATTENDED_WIDTH, hidden]);
+    const frozen = frozenDrawsOf(seed);
+    this.queryWeights = tf.tensor2d(frozen.query, [FEATURE_WIDTH, QUERY_WIDTH]);
+    this.hiddenWeights = tf.tensor2d(frozen.firstLayer.subarray(0, FEATURE_WIDTH * hidden), [FEATURE_WIDTH, hidden]);
+    const attended = tf.tensor2d(frozen.firstLayer.subarray(FEATURE_WIDTH * hidden), [ATTENDED_WIDTH, hidden]);
     this.attendedWeights = { value: attended, transposed: tf.transpose(attended) };
-    const residual = tf.tensor2d(
-      gaussianVector(hashKey(seed, 'residual-weights'), ATTENDED_WIDTH * embedding, 1 / Math.sqrt(ATTENDED_WIDTH)),
-      [ATTENDED_WIDTH, embedding],
-    );
+    const residual = tf.tensor2d(frozen.residual, [ATTENDED_WIDTH, embedding]);
     this.residualWeights = { value: residual, transposed: tf.transpose(residual) };
-    this.hiddenBias = tf.tensor1d(gaussianVector(hashKey(seed, 'hidden-bias'), hidden, 0.5));
-    const output = tf.tensor2d(gaussianVector(hashKey(seed, 'output-weights'), hidden * embedding, Math.sqrt(2 / hidden)), [
-      hidden,
-      embedding,
-    ]);
+    this.hiddenBias = tf.tensor1d(frozen.hiddenBias);
+    const output = tf.tensor2d(frozen.output, [hidden, embedding]);
     this.outputWeights = { value: output, transposed: tf.transpose(output) };
   }
 
@@ -108,7 +97,9 @@ export class BaseModel {
   embeddingOf(tokenId: number): Float32Array {
     let row = this.embeddings.get(tokenId);
     if (!row) {
-      row = gaussianVector(hashKey(this.seed, 'embedding', tokenId), BASE_DIMS.embedding);
+      row = sharedTokenDraw(frozenDrawsOf(this.seed).embeddings, tokenId, () =>
+        gaussianVector(hashKey(this.seed, 'embedding', tokenId), BASE_DIMS.embedding),
+      );
       this.embeddings.set(tokenId, row);
     }
     return row;
@@ -121,10 +112,10 @@ export class BaseModel {
   keyValueOf(tokenId: number): { key: Float32Array; value: Float32Array } {
     let row = this.keyValues.get(tokenId);
     if (!row) {
-      row = {
+      row = sharedTokenDraw(frozenDrawsOf(this.seed).keyValues, tokenId, () => ({
         key: gaussianVector(hashKey(this.seed, 'attention-key', tokenId), QUERY_WIDTH, 1 / Math.sqrt(ATTENTION.keyWidth)),
         value: gaussianVector(hashKey(this.seed, 'attention-value', tokenId), ATTENDED_WIDTH),
-      };
+      }));
       this.keyValues.set(tokenId, row);
     }
     return row;
@@ -132,12 +123,16 @@ export class BaseModel {
 
   /** Row i's part P_i of the unembedding rows of output-grid row i (vocabulary.ts): ~N(0, 1/2d) per component. */
   outputRowOf(row: number): Float32Array {
-    return gaussianVector(hashKey(this.seed, 'unembedding-row', row), BASE_DIMS.embedding, 1 / Math.sqrt(2 * BASE_DIMS.embedding));
+    return cachedDraw(frozenDrawsOf(this.seed).outputRows, row, () =>
+      gaussianVector(hashKey(this.seed, 'unembedding-row', row), BASE_DIMS.embedding, 1 / Math.sqrt(2 * BASE_DIMS.embedding)),
+    );
   }
 
   /** Column j's part Q_j: token (i, j) unembeds with P_i + Q_j, ~N(0, 1/d) per component. */
   outputColumnOf(column: number): Float32Array {
-    return gaussianVector(hashKey(this.seed, 'unembedding-column', column), BASE_DIMS.embedding, 1 / Math.sqrt(2 * BASE_DIMS.embedding));
+    return cachedDraw(frozenDrawsOf(this.seed).outputColumns, column, () =>
+      gaussianVector(hashKey(this.seed, 'unembedding-column', column), BASE_DIMS.embedding, 1 / Math.sqrt(2 * BASE_DIMS.embedding)),
+    );
   }
 
   dispose(): void {
@@ -155,4 +150,68 @@ export class BaseModel {
     this.embeddings.clear();
     this.keyValues.clear();
   }
+}
+
+/**
+ * A seed's frozen draws, made once per process and shared by every BaseModel of that seed: an emulator makes a
+ * model for each session, weights sync and restored checkpoint, and drawing these again each time was a fifth of
+ * its CPU time in a GRPO round. Their size is fixed (the grid's rows and columns: ~800 vectors for 152K ids).
+ * Nothing writes into them: tensors copy them, callers copy the rows and columns.
+ */
+interface FrozenDraws {
+  query: Float32Array;
+  firstLayer: Float32Array;
+  residual: Float32Array;
+  hiddenBias: Float32Array;
+  output: Float32Array;
+  outputRows: Map<number, Float32Array>;
+  outputColumns: Map<number, Float32Array>;
+  /** Per-token draws, shared up to SHARED_TOKENS tokens (a model caches the rest for its own life, as before). */
+  embeddings: Map<number, Float32Array>;
+  keyValues: Map<number, { key: Float32Array; value: Float32Array }>;
+}
+
+/** Tokens whose draws a seed shares across models: ~12 MiB of them at most. */
+const SHARED_TOKENS = 16_384;
+
+const frozenDraws = new Map<number, FrozenDraws>();
+
+function frozenDrawsOf(seed: number): FrozenDraws {
+  let draws = frozenDraws.get(seed);
+  if (!draws) {
+    const { hidden, embedding } = BASE_DIMS;
+    // Features have unit-scale components, so query components ~N(0, queryScale²); keys ~N(0, 1/keyWidth) make the
+    // scores q·k ~N(0, queryScale²), the usual 1/√keyWidth folded into the keys.
+    draws = {
+      query: gaussianVector(hashKey(seed, 'query-weights'), FEATURE_WIDTH * QUERY_WIDTH, ATTENTION.queryScale / Math.sqrt(FEATURE_WIDTH)),
+      firstLayer: gaussianVector(hashKey(seed, 'hidden-weights'), MLP_INPUT_WIDTH * hidden, 1 / Math.sqrt(MLP_INPUT_WIDTH)),
+      residual: gaussianVector(hashKey(seed, 'residual-weights'), ATTENDED_WIDTH * embedding, 1 / Math.sqrt(ATTENDED_WIDTH)),
+      hiddenBias: gaussianVector(hashKey(seed, 'hidden-bias'), hidden, 0.5),
+      output: gaussianVector(hashKey(seed, 'output-weights'), hidden * embedding, Math.sqrt(2 / hidden)),
+      outputRows: new Map(),
+      outputColumns: new Map(),
+      embeddings: new Map(),
+      keyValues: new Map(),
+    };
+    frozenDraws.set(seed, draws);
+  }
+  return draws;
+}
+
+function cachedDraw(cache: Map<number, Float32Array>, index: number, draw: () => Float32Array): Float32Array {
+  let vector = cache.get(index);
+  if (!vector) {
+    vector = draw();
+    cache.set(index, vector);
+  }
+  return vector;
+}
+
+function sharedTokenDraw<T>(shared: Map<number, T>, tokenId: number, draw: () => T): T {
+  let value = shared.get(tokenId);
+  if (value === undefined) {
+    value = draw();
+    if (shared.size < SHARED_TOKENS) shared.set(tokenId, value);
+  }
+  return value;
 }

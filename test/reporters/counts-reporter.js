@@ -19,6 +19,7 @@ class CountsReporter {
   constructor(globalConfig) {
     this.file = path.join(globalConfig.rootDir, '.roundhouse', 'test-counts.json');
     this.cpuFile = path.join(globalConfig.rootDir, '.roundhouse', 'test-cpu.jsonl');
+    this.durationsFile = path.join(globalConfig.rootDir, '.roundhouse', 'test-durations.json');
     this.allowlistFile = path.join(globalConfig.rootDir, 'test', 'skip-allowlist.json');
     this.testNamePattern = globalConfig.testNamePattern || null;
   }
@@ -45,6 +46,13 @@ class CountsReporter {
           allowedBecause: Object.hasOwn(allowed, t.fullName) ? allowed[t.fullName] : null,
         })),
     );
+    // Every file's wall seconds, longest first: test/durations.json (what test/sequencer.js orders a run by on a
+    // machine without jest's cache) is this file of a full run.
+    const seconds = Object.fromEntries(
+      results.testResults
+        .map((r) => [path.relative(process.cwd(), r.testFilePath), Math.round((r.perfStats.end - r.perfStats.start) / 100) / 10])
+        .sort((a, b) => b[1] - a[1]),
+    );
     const counts = {
       passed: results.numPassedTests,
       failed: results.numFailedTests,
@@ -66,6 +74,7 @@ class CountsReporter {
         .slice(0, 12),
     };
     fs.mkdirSync(path.dirname(this.file), { recursive: true });
+    fs.writeFileSync(this.durationsFile, `${JSON.stringify({ seconds }, null, 2)}\n`);
     const partial = `${this.file}.${process.pid}`;
     fs.writeFileSync(partial, JSON.stringify(counts));
     fs.renameSync(partial, this.file);
