@@ -1,4 +1,5 @@
 import { ledger, raw, setFaults, startTestEmulator, testApiKey, type RunningEmulator } from '../helpers/emulator';
+import { BT_FB, BT_OPT, FB, OPT, datum, recoveryWire, sample, sleep } from '../helpers/recovery-wire';
 
 /**
  * Issue #15's faults at the wire, on each dialect they apply to (a dying trainer, a failed operation, a lost
@@ -6,7 +7,6 @@ import { ledger, raw, setFaults, startTestEmulator, testApiKey, type RunningEmul
  * agreeing with the trainer's forward pass.
  */
 
-const TINY = 'roundhouse/tiny-chat';
 const CODES = ['INTERNAL_ERROR', 'TIMEOUT', 'RESOURCE_EXHAUSTED', 'INVALID_INPUT', 'NON_FINITE_LOSS', 'SESSION_NOT_ACTIVE'] as const;
 let emulator: RunningEmulator;
 let apiKey: string;
@@ -24,132 +24,23 @@ beforeEach(async () => {
   await setFaults(emulator, {});
 });
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-const ledgerResource = async (id: string) => (await ledger(emulator)).resources.find((r) => r.id === id)!;
-const ledgerSession = async (id: string) => (await ledger(emulator)).sessions.find((s) => s.id === id)!;
-
-// ── Together ─────────────────────────────────────────────────────────────────────────────────────
-
-const rl = (method: 'GET' | 'POST', path: string, body?: object, key?: string) =>
-  raw(emulator, method, `/v1/rl${path}`, { apiKey, body, idempotencyKey: key });
-
-async function togetherResource(model = TINY): Promise<{ id: string; status: string; [k: string]: any }> {
-  const res = await rl('POST', '/model-resources', { base_model: model, compute_config: { num_generator_replicas: 1 } });
-  expect(res.status).toBe(200);
-  return res.json;
-}
-
-async function togetherSession(resourceId: string, extra: object = {}): Promise<string> {
-  const res = await rl('POST', '/training-sessions', { model_resources_id: resourceId, lora_config: { rank: 8 }, ...extra });
-  expect(res.status).toBe(200);
-  return res.json.id as string;
-}
-
-/** Submits an operation, then polls it until it completed or failed. */
-async function togetherOp(sessionId: string, kind: string, body: object = {}): Promise<any> {
-  const submitted = await rl('POST', `/training-sessions/${sessionId}/operations/${kind}`, body, `${kind}-${Math.random()}`);
-  expect(submitted.status).toBe(200);
-  return settleTogether(sessionId, kind, submitted.json.id as string);
-}
-
-async function settleTogether(sessionId: string, kind: string, id: string): Promise<any> {
-  for (let i = 0; i < 500; i++) {
-    const op = (await rl('GET', `/training-sessions/${sessionId}/operations/${kind}/${id}`)).json;
-    if (op.status === 'TRAINING_OPERATION_STATUS_COMPLETED' || op.status === 'TRAINING_OPERATION_STATUS_FAILED') return op;
-    await sleep(5);
-  }
-  throw new Error(`${kind} ${id} did not finish`);
-}
-
-function sample(tokens: number[], trained: number): object {
-  return {
-    model_input: { chunks: [{ encoded_text: { tokens: tokens.slice(0, -1) } }] },
-    loss_fn_inputs: {
-      target_tokens: { data: tokens.slice(1), dtype: 'int64' },
-      weights: { data: tokens.slice(1).map((_, i) => (i >= tokens.length - 1 - trained ? 1 : 0)), dtype: 'float32' },
-    },
-  };
-}
-
-const FB = { loss: { type: 'LOSS_TYPE_CROSS_ENTROPY' }, samples: [sample([1, 5, 6, 7, 8], 2)] };
-const OPT = { adam_params: { learning_rate: 0.02 } };
-
-/** Submits forward-backward and optim-step back to back (pipelined), then settles both. */
-async function togetherStep(sessionId: string): Promise<{ fb: any; opt: any }> {
-  const fb = await rl('POST', `/training-sessions/${sessionId}/operations/forward-backward`, FB, `fb-${Math.random()}`);
-  const opt = await rl('POST', `/training-sessions/${sessionId}/operations/optim-step`, OPT, `opt-${Math.random()}`);
-  return {
-    fb: await settleTogether(sessionId, 'forward-backward', fb.json.id as string),
-    opt: await settleTogether(sessionId, 'optim-step', opt.json.id as string),
-  };
-}
-
-async function togetherResourceStatus(id: string): Promise<any> {
-  return (await rl('GET', `/model-resources/${id}`)).json;
-}
-
-// ── Baseten ──────────────────────────────────────────────────────────────────────────────────────
-
-const loops = (method: 'GET' | 'POST', path: string, body?: object, key?: string) =>
-  raw(emulator, method, path, { apiKey, scheme: 'Api-Key', body, idempotencyKey: key });
-
-async function basetenRun(
-  route = '/v1/loops/trainers',
-  model = TINY,
-): Promise<{ id: string; base_url: string; deployment_id: string; [k: string]: any }> {
-  const session = await loops('POST', '/v1/loops/sessions');
-  const res = await loops('POST', route, { session_id: session.json.session.id, base_model: model, lora_rank: 8 });
-  expect(res.status).toBe(200);
-  return res.json.run;
-}
-
-/** Submits a trainer operation and long-polls it to its answer (the whole poll reply, status included). */
-type Reply = Awaited<ReturnType<typeof raw>>;
-
-async function trainerOp(run: { base_url: string }, route: string, body: object): Promise<Reply> {
-  const key = `${route}-${Math.random()}`;
-  const accepted = await loops('POST', `${run.base_url}/${route}`, body, key);
-  expect(accepted.status).toBe(202);
-  return pollTrainer(run, key);
-}
-
-async function pollTrainer(run: { base_url: string }, key: string): Promise<Reply> {
-  for (let i = 0; i < 30; i++) {
-    const polled = await loops('GET', `${run.base_url}/operations/${encodeURIComponent(key)}`);
-    if (polled.status !== 408) return polled;
-  }
-  throw new Error(`operation ${key} did not finish`);
-}
-
-function datum(tokens: number[], trained: number): object {
-  const targets = tokens.map((_t, i) => (i + 1 < tokens.length && i + 1 >= tokens.length - trained ? tokens[i + 1]! : -100));
-  return {
-    model_input: { chunks: [{ type: 'encoded_text', tokens }] },
-    loss_fn_inputs: { target_tokens: { data: targets, dtype: 'int64', shape: [targets.length] } },
-  };
-}
-
-const BT_FB = { data: [datum([1, 5, 6, 7, 8], 2)], loss_fn: 'cross_entropy' };
-const BT_OPT = { adam_params: { learning_rate: 0.02 } };
-
-async function deploymentStatus(run: { deployment_id: string }): Promise<string> {
-  return (await loops('GET', `/v1/loops/deployments/${run.deployment_id}`)).json.deployment.status.name;
-}
-
-async function runStatus(run: { id: string }): Promise<any> {
-  return (await loops('GET', `/v1/loops/runs/${run.id}`)).json.run;
-}
-
-async function initTrainer(run: { base_url: string }): Promise<void> {
-  expect((await trainerOp(run, 'init_trainer_server', { lora_rank: 8 })).json.status).toBe('done');
-}
-
-/** Billing has stopped: the resource's GPU-seconds do not grow. */
-async function expectBillingStopped(resourceId: string): Promise<void> {
-  const billed = (await ledgerResource(resourceId)).gpuSeconds;
-  await sleep(40);
-  expect((await ledgerResource(resourceId)).gpuSeconds).toBe(billed);
-}
+const {
+  ledgerResource,
+  ledgerSession,
+  rl,
+  togetherResource,
+  togetherSession,
+  togetherOp,
+  togetherStep,
+  togetherResourceStatus,
+  loops,
+  basetenRun,
+  trainerOp,
+  deploymentStatus,
+  runStatus,
+  initTrainer,
+  expectBillingStopped,
+} = recoveryWire(() => ({ emulator, apiKey }));
 
 describe('a failed operation', () => {
   test.each(CODES)('Together: fail-operation with %s fails the matching operation with that code, and applies nothing', async (code) => {

@@ -9,6 +9,7 @@ capture bodies, through proxy.py. --expiry-wait N (> the server's --session-time
 heartbeat-expiry probe: a session left without heartbeats for N s, then its model is used.
 
 Each probe prints `name  HTTP-status  body` (bodies cut to 300 chars); the JSON (--out) keeps them whole.
+The recording client and the protobuf bodies are in wire_probe_api.py beside it.
 """
 
 import argparse
@@ -17,103 +18,71 @@ import sys
 import threading
 import time
 
-import httpx
-import numpy as np
-from google.protobuf import json_format
 from tinker.proto import tinker_public_pb2 as pb
+from wire_probe_api import OUT, Api, fb_body
 
-OUT: list[dict] = []
 
-
-class Api:
-    def __init__(self, url: str):
-        self.c = httpx.Client(base_url=url.rstrip("/") + "/api/v1", timeout=400, headers={"x-api-key": "tml-probe"})
-
-    def call(self, name: str, method: str, path: str, body=None, raw: bytes | None = None, show=True, **kw):
-        t = time.monotonic()
-        if raw is not None:
-            r = self.c.request(method, path, content=raw, headers={"content-type": "application/x-protobuf"})
-        else:
-            r = self.c.request(method, path, json=body, **kw)
-        ms = round((time.monotonic() - t) * 1000, 1)
-        ctype = r.headers.get("content-type", "")
-        if "protobuf" in ctype:
-            parsed = {"proto_bytes": len(r.content)}
-            for cls in (pb.ForwardBackwardOutput, pb.SampleResponse):
-                try:
-                    m = cls()
-                    m.ParseFromString(r.content)
-                    parsed = {"proto": cls.__name__, **decode_proto(m)}
-                    break
-                except Exception:
-                    continue
-        else:
-            try:
-                parsed = r.json() if r.content else None
-            except Exception:
-                parsed = {"text": r.text[:2000]}
-        entry = {
-            "name": name,
-            "method": method,
-            "path": path,
-            "request": body if raw is None else "<protobuf>",
-            "status": r.status_code,
-            "ms": ms,
-            "content_type": ctype,
-            "response": parsed,
-        }
-        OUT.append(entry)
-        if show:
-            print(f"{name:60} {r.status_code} {ms:8.1f}ms {json.dumps(parsed, default=str)[:300]}", flush=True)
-        return r.status_code, parsed
-
-    def result(self, name: str, request_id: str, rtype: str):
-        return self.call(
-            name,
+def probe_heartbeat_expiry(api: Api, model: str, wait: float, toks: list[int], heartbeated_model: str) -> None:
+    """Heartbeat expiry: SkyRL expires sessions whose LAST heartbeat is older than --session-timeout-sec; a session
+    that never sent one has last_heartbeat_at NULL and is never expired. So: A never beats, B beats once, then both
+    wait `wait` s in silence and their models are used; last, a model of the main (heartbeated) session."""
+    ids = {}
+    for label, beats in (("A (never heartbeats)", 0), ("B (one heartbeat, then silence)", 1)):
+        _, s2 = api.call(
+            f"create_session {label}",
             "POST",
-            "/retrieve_future",
-            {"request_id": request_id, "allow_metadata_only": False},
-            headers={"x-tinker-request-type": rtype},
+            "/create_session",
+            {"tags": [], "user_metadata": {}, "sdk_version": "0.38.0", "type": "create_session"},
         )
-
-
-def decode_proto(m) -> dict:
-    d = json_format.MessageToDict(m, preserving_proto_field_name=True)
-    if isinstance(m, pb.ForwardBackwardOutput):
-        outs = []
-        for rec in m.loss_fn_outputs:
-            for name, bt in rec.fields.items():
-                vals = np.frombuffer(bt.data, dtype=np.float32)
-                offs = np.frombuffer(bt.offsets, dtype=np.int64) // 4
-                outs.append({name: [vals[offs[i] : offs[i + 1]].round(4).tolist() for i in range(len(offs) - 1)]})
-        return {"metrics": dict(m.metrics), "loss_fn_output_type": m.loss_fn_output_type, "fields": outs}
-    if isinstance(m, pb.SampleResponse):
-        return {
-            "sequences": [
-                {"tokens": np.frombuffer(s.tokens, np.int32).tolist(), "stop_reason": pb.StopReason.Name(s.stop_reason)}
-                for s in m.sequences
-            ]
-        }
-    return d
-
-
-def fb_body(
-    model_id: str, seq: int, tokens: list[int], weights: list[float] | None = None, forward_only=False
-) -> bytes:
-    inp, tgt = tokens[:-1], tokens[1:]
-    w = weights or [1.0] * len(tgt)
-    datum = pb.Datum(
-        model_input=[pb.Chunk(encoded_text=pb.EncodedTextChunk(tokens=np.asarray(inp, np.int32).tobytes()))],
-        loss_fn_inputs={
-            "target_tokens": pb.Tensor(
-                dense=np.asarray(tgt, np.int64).tobytes(), dtype=pb.DTYPE_INT64, shape=[len(tgt)]
-            ),
-            "weights": pb.Tensor(dense=np.asarray(w, np.float32).tobytes(), dtype=pb.DTYPE_FLOAT32, shape=[len(tgt)]),
-        },
+        _, fe = api.call(
+            f"create_model in {label}",
+            "POST",
+            "/create_model",
+            {
+                "session_id": s2["session_id"],
+                "base_model": model,
+                "lora_config": {"rank": 8},
+                "type": "create_model",
+            },
+        )
+        api.result("retrieve_future CreateModel", fe["request_id"], "CreateModel")
+        for _ in range(beats):
+            api.call(
+                f"session_heartbeat {label}",
+                "POST",
+                "/session_heartbeat",
+                {"session_id": s2["session_id"], "type": "session_heartbeat"},
+            )
+        ids[label] = (s2["session_id"], fe["model_id"])
+    print(f"waiting {wait}s without heartbeats…", flush=True)
+    time.sleep(wait)
+    for label, (s_id, m_id) in ids.items():
+        api.call(f"get_info after the wait, {label}", "POST", "/get_info", {"model_id": m_id, "type": "get_info"})
+        _, fx = api.call(
+            f"forward_backward after the wait, {label}", "POST", "/forward_backward", raw=fb_body(m_id, 1, toks)
+        )
+        if isinstance(fx, dict) and "request_id" in fx:
+            api.result(f"retrieve_future after the wait, {label}", fx["request_id"], "ForwardBackward")
+        api.call(
+            f"session_heartbeat after the wait, {label}",
+            "POST",
+            "/session_heartbeat",
+            {"session_id": s_id, "type": "session_heartbeat"},
+        )
+        _, fe2 = api.call(
+            f"create_model after the wait, {label}",
+            "POST",
+            "/create_model",
+            {"session_id": s_id, "base_model": model, "lora_config": {"rank": 8}, "type": "create_model"},
+        )
+        if isinstance(fe2, dict) and "request_id" in fe2:
+            api.result(f"retrieve_future CreateModel after the wait, {label}", fe2["request_id"], "CreateModel")
+    api.call(
+        "get_info of a model in the heartbeated session",
+        "POST",
+        "/get_info",
+        {"model_id": heartbeated_model, "type": "get_info"},
     )
-    return pb.ForwardBackwardRequest(
-        model_id=model_id, seq_id=seq, data=[datum], loss_fn="cross_entropy", forward_only=forward_only
-    ).SerializeToString()
 
 
 def main() -> int:
@@ -452,66 +421,8 @@ def main() -> int:
     api.call("unload_model unknown", "POST", "/unload_model", {"model_id": "model_nope", "type": "unload_model"})
     api.call("sessions/{id}/finish", "POST", f"/sessions/{sid}/finish", {"reason": {"type": "success"}, "detail": None})
 
-    # ── heartbeat expiry: SkyRL expires sessions whose LAST heartbeat is older than --session-timeout-sec; a session
-    #    that never sent one has last_heartbeat_at NULL and is never expired. So: A never beats, B beats once. ──
     if args.expiry_wait > 0:
-        ids = {}
-        for label, beats in (("A (never heartbeats)", 0), ("B (one heartbeat, then silence)", 1)):
-            _, s2 = api.call(
-                f"create_session {label}",
-                "POST",
-                "/create_session",
-                {"tags": [], "user_metadata": {}, "sdk_version": "0.38.0", "type": "create_session"},
-            )
-            _, fe = api.call(
-                f"create_model in {label}",
-                "POST",
-                "/create_model",
-                {
-                    "session_id": s2["session_id"],
-                    "base_model": args.model,
-                    "lora_config": {"rank": 8},
-                    "type": "create_model",
-                },
-            )
-            api.result("retrieve_future CreateModel", fe["request_id"], "CreateModel")
-            for _ in range(beats):
-                api.call(
-                    f"session_heartbeat {label}",
-                    "POST",
-                    "/session_heartbeat",
-                    {"session_id": s2["session_id"], "type": "session_heartbeat"},
-                )
-            ids[label] = (s2["session_id"], fe["model_id"])
-        print(f"waiting {args.expiry_wait}s without heartbeats…", flush=True)
-        time.sleep(args.expiry_wait)
-        for label, (s_id, m_id) in ids.items():
-            api.call(f"get_info after the wait, {label}", "POST", "/get_info", {"model_id": m_id, "type": "get_info"})
-            _, fx = api.call(
-                f"forward_backward after the wait, {label}", "POST", "/forward_backward", raw=fb_body(m_id, 1, toks)
-            )
-            if isinstance(fx, dict) and "request_id" in fx:
-                api.result(f"retrieve_future after the wait, {label}", fx["request_id"], "ForwardBackward")
-            api.call(
-                f"session_heartbeat after the wait, {label}",
-                "POST",
-                "/session_heartbeat",
-                {"session_id": s_id, "type": "session_heartbeat"},
-            )
-            _, fe2 = api.call(
-                f"create_model after the wait, {label}",
-                "POST",
-                "/create_model",
-                {"session_id": s_id, "base_model": args.model, "lora_config": {"rank": 8}, "type": "create_model"},
-            )
-            if isinstance(fe2, dict) and "request_id" in fe2:
-                api.result(f"retrieve_future CreateModel after the wait, {label}", fe2["request_id"], "CreateModel")
-        api.call(
-            "get_info of a model in the heartbeated session",
-            "POST",
-            "/get_info",
-            {"model_id": f2["model_id"], "type": "get_info"},
-        )
+        probe_heartbeat_expiry(api, args.model, args.expiry_wait, toks, f2["model_id"])
 
     stop.set()
     if args.out:
