@@ -115,14 +115,30 @@ export class CampaignState {
   async pause(): Promise<CampaignProgress> {
     this.carried.paused = true;
     this.status = 'paused';
-    if (this.child) await this.child.signal(pauseRoundSignal);
+    if (this.child) {
+      // A round that has just ended, whose result the campaign has not taken in yet (a message landing at the
+      // hand-off), is no longer there to signal: the campaign's own state, set above, decides what happens next.
+      try {
+        await this.child.signal(pauseRoundSignal);
+      } catch (err) {
+        if (isCancellation(err)) throw err;
+      }
+    }
     return this.progress();
   }
 
   async resume(): Promise<CampaignProgress> {
     this.carried.paused = false;
     this.status = 'running';
-    if (this.child) await this.child.signal(resumeRoundSignal);
+    if (this.child) {
+      // A round that has just ended, whose result the campaign has not taken in yet (a message landing at the
+      // hand-off), is no longer there to signal: the campaign's own state, set above, decides what happens next.
+      try {
+        await this.child.signal(resumeRoundSignal);
+      } catch (err) {
+        if (isCancellation(err)) throw err;
+      }
+    }
     return this.progress();
   }
 
@@ -136,7 +152,15 @@ export class CampaignState {
   /** New limits, passed on to the running round as its budget. */
   async setLimits(limits: Partial<CampaignLimits>): Promise<CampaignProgress> {
     this.carried.limits = { ...this.carried.limits, ...limits };
-    if (this.child) await this.child.signal(setRoundBudgetSignal, this.roundBudget());
+    if (this.child) {
+      // A round that has just ended, whose result the campaign has not taken in yet (a message landing at the
+      // hand-off), is no longer there to signal: the campaign's own state, set above, decides what happens next.
+      try {
+        await this.child.signal(setRoundBudgetSignal, this.roundBudget());
+      } catch (err) {
+        if (isCancellation(err)) throw err;
+      }
+    }
     return this.progress();
   }
 
