@@ -24,11 +24,14 @@ afterAll(async () => {
 const GRACE_MS = 8_000;
 
 /**
- * Two compiled workers on one task queue run a 24-step round (segments of 4, 100 ms per operation); once training
- * passes step 5, the worker running the segment gets `signal`. The other worker must finish the round.
+ * Two compiled workers on one task queue run a 24-step round (SFT: segments of 4, 50 ms per operation; GRPO: one
+ * segment, 100 ms per operation); once training passes step 5, the worker running the segment gets `signal`. The
+ * other worker must finish the round.
  */
 async function roundSurvivesLosingItsWorker(signal: 'SIGKILL' | 'SIGTERM', kind: 'sft' | 'grpo' = 'sft') {
-  const emulator: RunningEmulator = await startTestEmulator({ provisioningDelayMs: 200, operationLatencyMs: 100 });
+  // An SFT segment is shorter than the grace at either latency; GRPO's one segment must outlast it (see below).
+  const operationLatencyMs = kind === 'grpo' ? 100 : 50;
+  const emulator: RunningEmulator = await startTestEmulator({ provisioningDelayMs: 200, operationLatencyMs });
   const taskQueue = uniqueTaskQueue(`failover-${signal.toLowerCase()}`);
   const env = {
     TEMPORAL_ADDRESS: process.env.TEMPORAL_ADDRESS!,
