@@ -97,7 +97,6 @@ test('off-policy episodes (maxStepsOffPolicy: 1, ppo): the next step plays while
     baseUrl: env.emulator.url,
     kind: 'together',
     campaignId: `env-${taskQueue}`,
-    limit: 5, // 20 training sums: 5 steps, each but the first sampled while the one before trains
     grpo: 'loss: { type: ppo }, maxStepsOffPolicy: 1',
     pythonTaskQueue,
   });
