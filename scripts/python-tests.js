@@ -1,11 +1,12 @@
 #!/usr/bin/env node
 // `npm test`'s Python part: in the Python side's venv (scripts/python-env.js), ruff (lint and format) over every
 // tracked Python file (python/ by python/pyproject.toml, the rest by ruff.toml, which extends it), mypy --strict over
-// the package, then pytest. pytest's counts go to
+// the package (its cache in <stateDir>/mypy-cache), and pytest, all three at once: a cold mypy takes half a minute
+// of one core, pytest mostly waits on its sandboxed runs and subprocesses. pytest's counts go to
 // <stateDir>/pytest-counts.json for CI's closing line (scripts/ci-summary.js); exits non-zero when anything failed.
 'use strict';
 
-const { spawnSync } = require('node:child_process');
+const { spawn, spawnSync } = require('node:child_process');
 const fs = require('node:fs');
 const path = require('node:path');
 const { ensurePythonEnv } = require('./python-env');
@@ -21,15 +22,31 @@ function pythonFiles() {
   return listed.status === 0 ? listed.stdout.split('\0').filter(Boolean) : ['.'];
 }
 
+/** Runs a tool; resolves whether it passed. pytest's output goes straight through; the others' lines (their output
+ * when they failed) are printed once everything has ended, so that they do not break into pytest's. */
+const held = [];
 function run(name, command, args, cwd = root) {
   const started = Date.now();
-  const result = spawnSync(command, args, { cwd, encoding: 'utf8', stdio: name === 'pytest' ? 'inherit' : 'pipe' });
-  const seconds = ((Date.now() - started) / 1000).toFixed(1);
-  const ok = result.status === 0;
-  process.stdout.write(`== ${name}: ${ok ? 'ok' : `FAILED (exit ${result.status})`} in ${seconds} s\n`);
-  if (!ok && name !== 'pytest')
-    process.stdout.write(`${result.stdout ?? ''}${result.stderr ?? ''}${result.error ? result.error.message : ''}\n`);
-  return ok;
+  const inherit = name === 'pytest';
+  const child = spawn(command, args, { cwd, stdio: inherit ? 'inherit' : 'pipe' });
+  let output = '';
+  if (!inherit) for (const stream of [child.stdout, child.stderr]) stream.on('data', (d) => (output += d));
+  return new Promise((resolve) => {
+    let ended = false;
+    const done = (status, error) => {
+      if (ended) return; // a failed spawn reports 'error' and may report 'close' too
+      ended = true;
+      const seconds = ((Date.now() - started) / 1000).toFixed(1);
+      const ok = status === 0;
+      const line = `== ${name}: ${ok ? 'ok' : `FAILED (exit ${status})`} in ${seconds} s\n`;
+      const said = !ok && !inherit ? `${line}${output}${error ? error.message : ''}\n` : line;
+      if (inherit) process.stdout.write(said);
+      else held.push(said);
+      resolve(ok);
+    };
+    child.once('error', (error) => done(null, error));
+    child.once('close', (status) => done(status));
+  });
 }
 
 /** passed / failed / skipped from pytest's JUnit XML (its root element's counts), with the skipped tests' names. */
@@ -51,17 +68,22 @@ fs.rmSync(countsFile, { force: true });
 const python = ensurePythonEnv();
 const bin = (tool) => path.join(path.dirname(python), tool);
 const files = pythonFiles();
-const checks = [
-  run('ruff check', bin('ruff'), ['check', ...files]),
-  run('ruff format', bin('ruff'), ['format', '--check', ...files]),
-  run('mypy', bin('mypy'), [], path.join(root, 'python')),
-];
 // Which sandbox the code-running rewards get on this machine, said in every run's log.
 const sandbox = spawnSync(python, ['-m', 'roundhouse', 'sandbox'], { encoding: 'utf8' });
 process.stdout.write(`== ${(sandbox.stdout || sandbox.stderr || 'sandbox: unknown').trim()}\n`);
 fs.rmSync(junit, { force: true });
-const tested = run('pytest', python, ['-m', 'pytest', '-q', `--junitxml=${junit}`], path.join(root, 'python'));
-const counts = fs.existsSync(junit) ? countsOf(junit) : { passed: 0, failed: 1, skipped: 0, skips: [] };
-fs.writeFileSync(countsFile, JSON.stringify(counts));
-process.stdout.write(`== python: ${counts.passed} passed, ${counts.failed} failed, ${counts.skipped} skipped\n`);
-process.exitCode = checks.every(Boolean) && tested && counts.failed === 0 ? 0 : 1;
+const started = Date.now();
+Promise.all([
+  run('ruff check', bin('ruff'), ['check', ...files]).then(
+    async (ok) => (await run('ruff format', bin('ruff'), ['format', '--check', ...files])) && ok,
+  ),
+  run('mypy', bin('mypy'), ['--cache-dir', path.join(stateDir, 'mypy-cache')], path.join(root, 'python')),
+  run('pytest', python, ['-m', 'pytest', '-q', `--junitxml=${junit}`], path.join(root, 'python')),
+]).then(([ruffOk, mypyOk, tested]) => {
+  process.stdout.write(held.join(''));
+  const counts = fs.existsSync(junit) ? countsOf(junit) : { passed: 0, failed: 1, skipped: 0, skips: [] };
+  fs.writeFileSync(countsFile, JSON.stringify(counts));
+  const seconds = ((Date.now() - started) / 1000).toFixed(1);
+  process.stdout.write(`== python: ${counts.passed} passed, ${counts.failed} failed, ${counts.skipped} skipped (${seconds} s)\n`);
+  process.exitCode = ruffOk && mypyOk && tested && counts.failed === 0 ? 0 : 1;
+});

@@ -14,7 +14,7 @@ export type GameDialect = 'together' | 'tinker';
 
 /**
  * A GRPO round of the number game over the arithmetic prompts: 4 prompts × 4 episodes a step, 3 model turns an
- * episode, episodes on the Python worker of task queue `<campaignId>-py`.
+ * episode, episodes on the Python worker of task queue `pythonTaskQueue` (default `<campaignId>-py`).
  */
 export function numberGameInput(options: {
   baseUrl: string;
@@ -26,6 +26,8 @@ export function numberGameInput(options: {
   environment?: string;
   /** Extra `round.grpo` fields, and the loss (default: importance_sampling). */
   grpo?: string;
+  /** The environment's task queue (a file's one Python worker may serve all its rounds). */
+  pythonTaskQueue?: string;
 }): RoundInput {
   const { baseUrl, kind, campaignId } = options;
   // Seeded turns (sampling.seed; Together sends none by default): the emulator counts a seeded draw made twice, so the
@@ -37,7 +39,7 @@ export function numberGameInput(options: {
     yaml: `training: { epochs: 1, batchSize: 4, learningRate: 0.02, loraRank: 8, maxSeqLen: 128, segmentSteps: 4 }
 sampling: { maxTokens: 3, temperature: 1, seed: 0 }
 ${options.advanced ?? ''}
-round: { kind: grpo, grpo: { groupSize: 4, ${options.grpo ?? 'loss: { type: importance_sampling }'}, environment: { ${options.environment ?? 'kind: verifiers, name: vf_number_game, args: { turns: 3 }'}, taskQueue: ${campaignId}-py, heartbeatTimeoutSeconds: 5, retry: { maxAttempts: 4, initialIntervalSeconds: 0.2 } } } }`,
+round: { kind: grpo, grpo: { groupSize: 4, ${options.grpo ?? 'loss: { type: importance_sampling }'}, environment: { ${options.environment ?? 'kind: verifiers, name: vf_number_game, args: { turns: 3 }'}, taskQueue: ${options.pythonTaskQueue ?? `${campaignId}-py`}, heartbeatTimeoutSeconds: 5, retry: { maxAttempts: 4, initialIntervalSeconds: 0.2 } } } }`,
   });
   input.spec.provider = { ...input.spec.provider, kind, baseUrl };
   return input;

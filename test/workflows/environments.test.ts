@@ -20,19 +20,21 @@ const { env, runRound } = roundTestEnvironment(
   { ...process.env, TOGETHER_API_KEY: 'tg-env-key', TINKER_API_KEY: 'tml-env-key' },
 );
 
-const workers: PythonWorker[] = [];
-afterEach(async () => {
-  for (const w of workers.splice(0)) await w.stop();
+// One Python worker serves every round of the file (loading verifiers takes it 5-10 s under load).
+const pythonTaskQueue = uniqueTaskQueue('env-py');
+let worker: PythonWorker | undefined;
+beforeAll(async () => {
+  worker = await startPythonWorker({ address: env.temporal.settings.address!, taskQueue: pythonTaskQueue, sources: [NUMBER_GAME] });
+});
+afterAll(async () => {
+  await worker?.stop();
 });
 
 test.each(['together', 'tinker'] as const)(
   'a verifiers multi-turn environment trains a GRPO round on %s: 3 model turns an episode, trained on the recorded tokens, reward rises',
   async (kind) => {
     const taskQueue = uniqueTaskQueue(`env-${kind}`);
-    const input = numberGameInput({ baseUrl: env.emulator.url, kind, campaignId: `env-${taskQueue}` });
-    workers.push(
-      await startPythonWorker({ address: env.temporal.settings.address!, taskQueue: `${input.campaignId}-py`, sources: [NUMBER_GAME] }),
-    );
+    const input = numberGameInput({ baseUrl: env.emulator.url, kind, campaignId: `env-${taskQueue}`, pythonTaskQueue });
     const before = repeatedDraws(await ledger(env.emulator));
     const result = await runRound(input, taskQueue);
     expect(result).toMatchObject({ status: 'completed', kind: 'grpo', stepsApplied: result.totalSteps });
@@ -77,10 +79,8 @@ test('a registered Python rollout (`kind: python`) over the OpenAI client trains
     campaignId: `env-${taskQueue}`,
     limit: 3,
     environment: 'kind: python, name: number_chat',
+    pythonTaskQueue,
   });
-  workers.push(
-    await startPythonWorker({ address: env.temporal.settings.address!, taskQueue: `${input.campaignId}-py`, sources: [NUMBER_GAME] }),
-  );
   const result = await runRound(input, taskQueue);
   expect(result).toMatchObject({ status: 'completed', kind: 'grpo', stepsApplied: result.totalSteps });
   const steps = episodeSteps(result);
@@ -98,10 +98,8 @@ test('off-policy episodes (maxStepsOffPolicy: 1, ppo): the next step plays while
     kind: 'together',
     campaignId: `env-${taskQueue}`,
     grpo: 'loss: { type: ppo }, maxStepsOffPolicy: 1',
+    pythonTaskQueue,
   });
-  workers.push(
-    await startPythonWorker({ address: env.temporal.settings.address!, taskQueue: `${input.campaignId}-py`, sources: [NUMBER_GAME] }),
-  );
   // An optimizer step that takes a trainer's time (1.5 s before its result is served): the next step's episodes run meanwhile.
   await setFaults(env.emulator, { rules: [{ kind: 'delay', method: 'GET', path: 'operations/optim-step/', delayMs: 1500, max: 200 }] });
   const result = await runRound(input, taskQueue).finally(() => setFaults(env.emulator, {}));

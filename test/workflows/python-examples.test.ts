@@ -6,7 +6,7 @@ import type { CampaignInput, CampaignResult } from '../../workflows/campaign/con
 import { campaignWorkflow } from '../../workflows';
 import { ledger } from '../helpers/emulator';
 import { readArtifact, testReportDir } from '../helpers/artifacts';
-import { startPythonWorker } from '../helpers/python-worker';
+import { startPythonWorker, type PythonWorker } from '../helpers/python-worker';
 import { roundTestEnvironment } from '../helpers/round';
 import { uniqueTaskQueue } from '../helpers/temporal';
 
@@ -14,6 +14,16 @@ import { uniqueTaskQueue } from '../helpers/temporal';
 // verifier and math-verify, in Python) on a real Python worker, on the emulator. Seeded: the figures repeat.
 const { env, withWorker } = roundTestEnvironment({ provisioningDelayMs: 50 });
 const REWARDS = path.resolve(__dirname, '../../examples/reasoning-gym/rewards.py');
+
+// One Python worker serves both examples' rewards and scorers (importing reasoning-gym and math-verify takes seconds).
+const pythonQueue = uniqueTaskQueue('py-example-rewards');
+let python: PythonWorker | undefined;
+beforeAll(async () => {
+  python = await startPythonWorker({ address: env.temporal.settings.address!, taskQueue: pythonQueue, sources: [REWARDS] });
+});
+afterAll(async () => {
+  await python?.stop();
+});
 
 interface Step {
   meanReward: number;
@@ -23,8 +33,7 @@ async function runExample(file: string): Promise<{ result: CampaignResult; steps
   const spec = loadCampaignSpec(path.resolve(__dirname, '../../examples/reasoning-gym', file));
   spec.provider.baseUrl = env.emulator.url;
   const taskQueue = uniqueTaskQueue('py-example');
-  // The spec's Python task queue, made unique to this run (the worker serves the example's own file).
-  const pythonQueue = `${taskQueue}-rewards`;
+  // The spec's Python task queue, made unique to this file's run (the worker serves the example's own file).
   const scorer = spec.evaluation.scorer as { taskQueue: string };
   scorer.taskQueue = pythonQueue;
   for (const stage of spec.stages!) {
@@ -32,18 +41,13 @@ async function runExample(file: string): Promise<{ result: CampaignResult; steps
     const reward = stage.round.grpo?.reward;
     if (reward?.kind === 'python') reward.taskQueue = pythonQueue;
   }
-  const python = await startPythonWorker({ address: env.temporal.settings.address!, taskQueue: pythonQueue, sources: [REWARDS] });
-  try {
-    const campaignId = `${spec.name}-${taskQueue}`;
-    const input: CampaignInput = { campaignId, spec, reportRoot: testReportDir(fs.mkdtempSync(path.join(os.tmpdir(), 'rh-py-example-'))) };
-    const result: CampaignResult = await withWorker(taskQueue, () =>
-      env.temporal.client.workflow.execute(campaignWorkflow, { taskQueue, workflowId: campaignId, args: [input] }),
-    );
-    const report = (await readArtifact(result.rounds[1]!.reportPath!)) as { steps: Step[] };
-    return { result, steps: report.steps };
-  } finally {
-    await python.stop();
-  }
+  const campaignId = `${spec.name}-${taskQueue}`;
+  const input: CampaignInput = { campaignId, spec, reportRoot: testReportDir(fs.mkdtempSync(path.join(os.tmpdir(), 'rh-py-example-'))) };
+  const result: CampaignResult = await withWorker(taskQueue, () =>
+    env.temporal.client.workflow.execute(campaignWorkflow, { taskQueue, workflowId: campaignId, args: [input] }),
+  );
+  const report = (await readArtifact(result.rounds[1]!.reportPath!)) as { steps: Step[] };
+  return { result, steps: report.steps };
 }
 
 const mean = (xs: number[]) => xs.reduce((a, x) => a + x, 0) / Math.max(1, xs.length);

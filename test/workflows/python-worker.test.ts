@@ -56,11 +56,13 @@ async function pythonWorker(taskQueue: string, extra: Record<string, string> = {
 
 type Kind = 'together' | 'tinker';
 
-function grpoInput(kind: Kind, campaignId: string, reward: string, extra = ''): RoundInput {
+/** A GRPO round rewarded by a Python function: 5 steps of 4 prompts × 4 samples (20 training sums), or with `limit: 8`
+ * 13 steps (51 sums, the last step of 3 prompts). */
+function grpoInput(kind: Kind, campaignId: string, reward: string, extra = '', limit = 5): RoundInput {
   const input = arithmeticRoundInput({
     baseUrl: env.emulator.url,
     campaignId,
-    limit: 8, // 51 training sums: 13 steps of 4 prompts × 4 samples
+    limit,
     yaml: `training: { epochs: 1, batchSize: 4, learningRate: 0.002, loraRank: 8, maxSeqLen: 64, segmentSteps: 4 }
 sampling: { maxTokens: 3, temperature: 1 }
 round: { kind: grpo, grpo: { groupSize: 4, loss: { type: importance_sampling }, reward: { kind: python, name: ${reward}, taskQueue: ${campaignId}-py, heartbeatTimeoutSeconds: 3, retry: { maxAttempts: 4, initialIntervalSeconds: 0.2 }${extra} } } }`,
@@ -186,7 +188,7 @@ test('long batches heartbeat: a batch three times the heartbeat timeout complete
 
 test('the Python worker SIGKILLed mid-batch: the retry on another Python worker computes only what was not recorded', async () => {
   const taskQueue = uniqueTaskQueue('py-kill');
-  const input = grpoInput('together', `py-${taskQueue}`, 'digits_reward', ', concurrency: 2');
+  const input = grpoInput('together', `py-${taskQueue}`, 'digits_reward', ', concurrency: 2', 8);
   const log = callsLog();
   const slow = { ROUNDHOUSE_TEST_CALLS: log, ROUNDHOUSE_TEST_REWARD_DELAY: '0.1' };
   const first = await pythonWorker(`${input.campaignId}-py`, slow);

@@ -19,8 +19,11 @@ export interface RoundKindSteps {
   referenceSession(input: RoundInput): boolean;
   baseline(trainer: RoundTrainer): Promise<BaselineFigures>;
   segment(activities: RoundActivities['segments'], trainer: RoundTrainer, segment: SegmentInput): Promise<SegmentOutcome>;
-  /** After the sampler weights are saved: sample, score and measure the trained weights. */
-  evaluate(trainer: RoundTrainer): Promise<EvaluationFigures>;
+  /**
+   * After the sampler weights are saved: sample, score and measure the trained weights. `measured` is told each figure
+   * as it is measured, so a round that fails later in its evaluation still reports what it measured before.
+   */
+  evaluate(trainer: RoundTrainer, measured: (figures: EvaluationFigures) => void): Promise<EvaluationFigures>;
 }
 
 /** What a kind measures of the starting weights. */
@@ -39,10 +42,10 @@ const sampled: Pick<RoundKindSteps, 'baseline' | 'evaluate'> = {
     trainer.state.addUsage(baseline.usage);
     return { baselineLoss: baseline.perToken };
   },
-  async evaluate(trainer) {
+  async evaluate(trainer, measured) {
     const { state, input } = trainer;
     // Eval loss only (an sft round's `evaluation.sampleAnswers: false`): its trainer has no generator to sample on.
-    const answers = input.spec.evaluation.sampleAnswers !== false ? await sampleAndScoreAll(trainer) : {};
+    const answers = input.spec.evaluation.sampleAnswers !== false ? await sampleAndScoreAll(trainer, measured) : {};
     await state.tell('evaluating');
     const trained = await trainer.activities.onTrainer.measureLoss({ ...trainer.phaseInput(), label: 'trained', which: 'eval' });
     state.addUsage(trained.usage);
@@ -51,9 +54,10 @@ const sampled: Pick<RoundKindSteps, 'baseline' | 'evaluate'> = {
 };
 
 /** The trained weights' sampled answers, scored: the eval set's (the round's accuracy), the pool's, the test set's. */
-async function sampleAndScoreAll(trainer: RoundTrainer): Promise<EvaluationFigures> {
+async function sampleAndScoreAll(trainer: RoundTrainer, measured: (figures: EvaluationFigures) => void): Promise<EvaluationFigures> {
   const { state, input } = trainer;
   const figures: EvaluationFigures = {};
+  const note = (more: EvaluationFigures) => measured(Object.assign(figures, more));
   await state.tell('sampling');
   const evaluationsPath = state.files.evaluations;
   const scored = await trainer.activities.onTrainer.sampleAndScore({
@@ -62,9 +66,7 @@ async function sampleAndScoreAll(trainer: RoundTrainer): Promise<EvaluationFigur
     label: 'sample',
   });
   state.addUsage(scored.usage);
-  figures.accuracy = scored.accuracy;
-  if (scored.passAtK) figures.passAtK = scored.passAtK;
-  figures.evaluationsPath = evaluationsPath;
+  note({ accuracy: scored.accuracy, ...(scored.passAtK ? { passAtK: scored.passAtK } : {}), evaluationsPath });
   if (input.pool) {
     const poolEvaluationsPath = state.files.poolEvaluations;
     const pool = await trainer.activities.onTrainer.sampleAndScore({
@@ -74,8 +76,7 @@ async function sampleAndScoreAll(trainer: RoundTrainer): Promise<EvaluationFigur
       dataset: input.pool,
     });
     state.addUsage(pool.usage);
-    figures.poolEvaluationsPath = poolEvaluationsPath;
-    figures.poolAccuracy = pool.accuracy;
+    note({ poolEvaluationsPath, poolAccuracy: pool.accuracy });
   }
   if (input.data.test) {
     // The final assessment: the same sampling and scorer as eval, on rows nothing was chosen by.
@@ -87,12 +88,14 @@ async function sampleAndScoreAll(trainer: RoundTrainer): Promise<EvaluationFigur
       which: 'test',
     });
     state.addUsage(test.usage);
-    figures.test = {
-      accuracy: test.accuracy,
-      rows: test.total,
-      ...(test.sha256 ? { sha256: test.sha256 } : {}),
-      evaluationsPath: testEvaluationsPath,
-    };
+    note({
+      test: {
+        accuracy: test.accuracy,
+        rows: test.total,
+        ...(test.sha256 ? { sha256: test.sha256 } : {}),
+        evaluationsPath: testEvaluationsPath,
+      },
+    });
   }
   return figures;
 }

@@ -15,7 +15,7 @@ import {
   type TrainingCursor,
 } from './contract';
 import { TRAINER_CREATED_SIGNAL } from '../../config/rules/trainer-registry';
-import { ROUND_KIND_STEPS, type RoundKindSteps } from './kinds';
+import { ROUND_KIND_STEPS, type EvaluationFigures, type RoundKindSteps } from './kinds';
 import { roundReport } from './report';
 import { RoundState } from './state';
 import { RoundTrainer } from './trainer';
@@ -73,7 +73,9 @@ export async function roundWorkflow(input: RoundInput): Promise<RoundResult> {
         const sampler = await activities.onTrainer.saveSamplerWeights({ spec: input.spec, sessionId: trainer.sessionId, key });
         result.samplerCheckpointId = sampler.checkpointId;
       });
-      Object.assign(result, await trainer.phase('evaluation', () => kind.evaluate(trainer)));
+      // Each figure goes on the result as it is measured: a later failure keeps what was measured before it.
+      const measured = (figures: EvaluationFigures) => void Object.assign(result, figures);
+      Object.assign(result, await trainer.phase('evaluation', () => kind.evaluate(trainer, measured)));
       result.status = 'completed';
     }
   } catch (err) {
