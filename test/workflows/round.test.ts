@@ -235,6 +235,29 @@ test('a round whose loss goes non-finite fails with that error type, releases th
   expect((await ledger(emulator)).active).not.toContain(report.resource_id);
 });
 
+test('a round that fails after sampling its answers (at the trained loss) still reports the accuracy it measured', async () => {
+  const taskQueue = uniqueTaskQueue('round-late-fail');
+  const input = ticketRoundInput({ baseUrl: emulator.url, campaignId: `late-${taskQueue}`, trainRows: 16, evalRows: 4 });
+  // Forward-backward passes: the baseline's 1 (4 eval rows, batch 8), 4 training steps, then the trained loss's:
+  // refused as invalid input, which no retry or recovery outlives.
+  await setFaults(emulator, {
+    rules: [{ kind: 'fail-operation', operation: 'forward-backward', errorCode: 'INVALID_INPUT', after: 5, max: 10 }],
+  });
+  try {
+    const err = await withWorker(taskQueue, async () => {
+      const handle = await temporal.client.workflow.start(roundWorkflow, { taskQueue, workflowId: `round-${taskQueue}`, args: [input] });
+      return handle.result().catch((e: unknown) => e);
+    });
+    expect(err).toBeInstanceOf(WorkflowFailedError);
+  } finally {
+    await setFaults(emulator, {});
+  }
+  const report = await readArtifact(joinLocation(input.reportDir, 'round-1.json'));
+  expect(report).toMatchObject({ status: 'failed', error_type: 'ProviderRejected', steps_applied: 4, trained_loss: null });
+  expect(report.accuracy).toEqual(expect.any(Number));
+  expect(report.evaluations).toHaveLength(4);
+});
+
 test('bad data fails before anything is provisioned, naming file, line and field', async () => {
   const taskQueue = uniqueTaskQueue('round-bad');
   const input = ticketRoundInput({ baseUrl: emulator.url, campaignId: `bad-${taskQueue}`, trainRows: 16, evalRows: 4 });

@@ -117,11 +117,14 @@ export class CampaignState {
     this.status = 'paused';
     if (this.child) {
       // A round that has just ended, whose result the campaign has not taken in yet (a message landing at the
-      // hand-off), is no longer there to signal: the campaign's own state, set above, decides what happens next.
+      // hand-off), is no longer there to signal: the campaign's own state, set above, decides what happens next, and
+      // the answer waits for the ended round to be recorded. (Inline, not a helper: the same awaits as before on the
+      // path every recorded history took.)
       try {
         await this.child.signal(pauseRoundSignal);
       } catch (err) {
         if (isCancellation(err)) throw err;
+        await condition(() => this.child === undefined);
       }
     }
     return this.progress();
@@ -131,12 +134,12 @@ export class CampaignState {
     this.carried.paused = false;
     this.status = 'running';
     if (this.child) {
-      // A round that has just ended, whose result the campaign has not taken in yet (a message landing at the
-      // hand-off), is no longer there to signal: the campaign's own state, set above, decides what happens next.
+      // As in pause(): a round that has just ended is no longer there to signal.
       try {
         await this.child.signal(resumeRoundSignal);
       } catch (err) {
         if (isCancellation(err)) throw err;
+        await condition(() => this.child === undefined);
       }
     }
     return this.progress();
@@ -153,12 +156,12 @@ export class CampaignState {
   async setLimits(limits: Partial<CampaignLimits>): Promise<CampaignProgress> {
     this.carried.limits = { ...this.carried.limits, ...limits };
     if (this.child) {
-      // A round that has just ended, whose result the campaign has not taken in yet (a message landing at the
-      // hand-off), is no longer there to signal: the campaign's own state, set above, decides what happens next.
+      // As in pause(): a round that has just ended is no longer there to signal.
       try {
         await this.child.signal(setRoundBudgetSignal, this.roundBudget());
       } catch (err) {
         if (isCancellation(err)) throw err;
+        await condition(() => this.child === undefined);
       }
     }
     return this.progress();
