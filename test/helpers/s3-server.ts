@@ -1,4 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
+import path from 'node:path';
 import { CreateBucketCommand, S3Client } from '@aws-sdk/client-s3';
 import { freePort } from './ports';
 import { ensureVenv } from './python-venv';
@@ -21,7 +22,8 @@ const CREDENTIALS = { AWS_ACCESS_KEY_ID: 'roundhouse-test', AWS_SECRET_ACCESS_KE
 export async function startS3Server(): Promise<RunningS3> {
   const python = ensureVenv('s3-server', S3_SERVER_REQUIREMENTS);
   const port = await freePort();
-  const child: ChildProcess = spawn(python, ['-m', 'moto.server', '-H', '127.0.0.1', '-p', String(port)], {
+  // moto's server with S3's atomic conditional writes (s3_server.py says why).
+  const child: ChildProcess = spawn(python, [path.join(__dirname, 's3_server.py'), '127.0.0.1', String(port)], {
     stdio: ['ignore', 'ignore', 'pipe'],
   });
   let stderr = '';
