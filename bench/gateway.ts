@@ -19,8 +19,8 @@ const MODEL = 'roundhouse/tiny-chat';
 export async function gatewayBenchmark(ctx: BenchContext, report: Report): Promise<void> {
   const latencyMs = ctx.quick ? 100 : 1000;
   // The emulator's sampler takes a session's requests one after another, so a completion costs a whole operation:
-  // 16 a variant, 4 variants, about 65 s (32 a variant took 130 s for the same figure on 2026-12-07).
-  const perRound = ctx.quick ? 8 : 16;
+  // 8 a variant, 4 variants, about 33 s (on 2026-12-07, 32 a variant took 130 s and measured 0.001; 16, 65 s, 0.005).
+  const perRound = 8;
   const emulator = await startBenchEmulator({ operationLatencyMs: latencyMs });
   const provider = togetherProvider(emulator, 'bench-gateway-key');
   const gateway = await SamplerGateway.start();

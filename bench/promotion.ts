@@ -36,7 +36,7 @@ export async function promotionBenchmark(ctx: BenchContext, report: Report): Pro
   await new Promise<void>((resolve) => receiver.listen(0, '127.0.0.1', resolve));
   const hook = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/hook`;
   const dir = fs.mkdtempSync(path.join(ctx.scratch, 'promotion-'));
-  writeTicketData(dir, 30, 10);
+  writeTicketData(dir, 10, 10); // one step of 10 rows: the training is not what is measured
   writeTicketTestSet(dir, 'test-a.jsonl', 12, 23);
   writeTicketTestSet(dir, 'test-b.jsonl', 12, 29);
   const taskQueue = `bench-promotion-${Date.now()}`;

@@ -154,11 +154,13 @@ async function scalePass(ctx: BenchContext, report: Report, pass: ScalePass): Pr
         report({ name: name(n, 'worker_peak_rss_mib'), value: rssMib, target: `≤ ${RSS_LIMIT_MIB}`, met: rssMib <= RSS_LIMIT_MIB });
         if (n === 1 || pass.control.includes(n)) {
           // The control: the same training as n pipelined direct loops at once, on the same emulator and machine.
+          const controlStarted = Date.now();
           const direct = await Promise.all(
             Array.from({ length: n }, (_v, i) =>
               runDirectLoop('pipelined', roundInput(`scale-direct-${n}-${i}-${taskQueue}`), `scale-${n}-${i}-${taskQueue}`),
             ),
           );
+          note(`scale ${pass.prefix}${n}: the control's ${n} loops took ${((Date.now() - controlStarted) / 1000).toFixed(1)} s in all`);
           const directMean = direct.reduce((a, d) => a + d.trainingMs / d.steps, 0) / n;
           if (n === 1) directSingle = directMean;
           else {
