@@ -136,7 +136,7 @@ export async function historyBenchmark(ctx: BenchContext, report: Report): Promi
  * 10 s and 30 s steps.
  */
 export async function hostedSpeedHistory(ctx: BenchContext, report: Report): Promise<void> {
-  const steps = ctx.quick ? 6 : 20; // 20 steps of ≥ 2 s: four or five 10 s segments, enough to divide by
+  const steps = ctx.quick ? 6 : 12; // 12 steps of ≥ 2 s: two or three 10 s segments, enough to divide by
   const segmentSeconds = ctx.quick ? 1 : 10;
   const emulator = await startBenchEmulator({ operationLatencyMs: ctx.quick ? 200 : 1000 });
   try {
