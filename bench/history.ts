@@ -146,6 +146,7 @@ export async function hostedSpeedHistory(ctx: BenchContext, report: Report): Pro
         baseUrl: emulator.url,
         campaignId: `history-hosted-${taskQueue}`,
         steps,
+        stepsPerEpoch: steps,
         batchSize: 2,
         segmentSeconds,
       });
