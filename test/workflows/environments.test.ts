@@ -105,8 +105,13 @@ test('off-policy episodes (maxStepsOffPolicy: 1, ppo): the next step plays while
   const result = await runRound(input, taskQueue).finally(() => setFaults(env.emulator, {}));
   expect(result).toMatchObject({ status: 'completed', kind: 'grpo', stepsApplied: result.totalSteps });
   const steps = episodeSteps(result) as (EpisodeStepRecord & { stepsOffPolicy: number; policyVersion: number })[];
-  // The first step samples the starting weights; every later one the weights a step before the ones it trains.
-  expect(steps.map((s) => s.stepsOffPolicy)).toEqual([0, ...Array(steps.length - 1).fill(1)]);
+  // The first step samples the starting weights; a later one the weights a step before the ones it trains, never more.
+  // Under load an episode's first turn can come after the previous step's weights sync (on-policy, 0): allowed, so
+  // the test asks that most later steps overlapped, not all (a CI run on 2 busy cores saw one at 0).
+  const offPolicy = steps.map((s) => s.stepsOffPolicy);
+  expect(offPolicy[0]).toBe(0);
+  expect(offPolicy.every((k) => k === 0 || k === 1)).toBe(true);
+  expect(offPolicy.slice(1).filter((k) => k === 1).length).toBeGreaterThanOrEqual(Math.ceil((steps.length - 1) / 2));
   const { trained, records } = await expectTrainedAsRecorded(result, env.emulator, input.campaignId);
   expect(trained).toBeGreaterThan(0);
   expect(trained).toBeLessThanOrEqual(records);
