@@ -139,7 +139,13 @@ def test_describe_says_what_is_missing_or_unfit(functions: Registry) -> None:
     assert [f.ok for f in result.functions] == [True, False, False]
     assert "cannot take (completion, answer, prompt, row)" in (result.functions[1].problem or "")
     assert result.functions[2].problem == "no data_policy named 'gone' is registered (registered: none)"
-    assert result.registered == {"reward": ["ok"], "scorer": ["short"], "data_policy": [], "environment": []}
+    assert result.registered == {
+        "reward": ["ok"],
+        "scorer": ["short"],
+        "data_policy": [],
+        "environment": [],
+        "loss": [],
+    }
     assert result.sandbox == isolation()  # the mode this worker runs, or "refused: <why>"
 
 

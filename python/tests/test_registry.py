@@ -104,6 +104,22 @@ async def game(client: Any, prompt: Any, answer: str, row: dict[str, Any]) -> fl
     return 0.0
 
 
+@roundhouse.loss
+def sft(batch: roundhouse.LossBatch) -> roundhouse.LossOutput:
+    tokens = sum(d.tokens for d in batch)
+    return roundhouse.LossOutput(-sum(d.completion_logprob() for d in batch) / tokens, [-d.weights for d in batch])
+
+
+@roundhouse.loss(name="pairs")
+def pairs(batch: roundhouse.LossBatch) -> tuple[float, list[Any], dict[str, float]]:
+    return 0.0, [d.weights * 0 for d in batch], {"rows": len(batch.by_row())}
+
+
+@roundhouse.loss.torch
+def torch_sft(batch: roundhouse.TorchLossBatch) -> Any:
+    return sum(d.completion_logprob() for d in batch)
+
+
 reveal_type(exact)
 
 
@@ -125,6 +141,11 @@ def sync_game(client: Any, prompt: Any, answer: str, row: dict[str, Any]) -> flo
 @roundhouse.data_policy
 def one_row(pool: list[dict[str, Any]], results: list[dict[str, Any] | None]) -> dict[str, Any]:  # unfit
     return {}
+
+
+@roundhouse.loss
+def two_batches(batch: roundhouse.LossBatch, other: roundhouse.LossBatch) -> roundhouse.LossOutput:  # unfit
+    return roundhouse.LossOutput(0.0, [])
 """
 
 

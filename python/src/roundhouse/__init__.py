@@ -1,4 +1,5 @@
-"""Roundhouse's Python side: the user's rewards, scorers and data policies as durable activities on a Python worker.
+"""Roundhouse's Python side: the user's rewards, scorers, data policies, environments and losses as durable activities
+on a Python worker.
 
 Register plain functions (sync or async) and start a worker on the task queue the campaign spec names::
 
@@ -13,6 +14,16 @@ Register plain functions (sync or async) and start a worker on the task queue th
 
 from __future__ import annotations
 
+from roundhouse.loss import (
+    LossBatch,
+    LossDatum,
+    LossFunction,
+    LossOutput,
+    TorchLossBatch,
+    TorchLossDatum,
+    TorchLossFunction,
+    loss,
+)
 from roundhouse.registry import (
     DataPolicyFunction,
     EnvironmentFunction,
@@ -31,12 +42,20 @@ __version__ = "0.1.0"
 __all__ = [
     "DataPolicyFunction",
     "EnvironmentFunction",
+    "LossBatch",
+    "LossDatum",
+    "LossFunction",
+    "LossOutput",
     "ScoringFunction",
+    "TorchLossBatch",
+    "TorchLossDatum",
+    "TorchLossFunction",
     "Unscorable",
     "__version__",
     "current_sample",
     "data_policy",
     "environment",
+    "loss",
     "registry",
     "reward",
     "scorer",

@@ -34,7 +34,7 @@ def _run(main_coroutine: Coroutine[Any, Any, None]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m roundhouse", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    worker = commands.add_parser("worker", help="serve the rewards, scorers and data policies these files register")
+    worker = commands.add_parser("worker", help="serve the functions these files register")
     worker.add_argument(
         "sources", nargs="*", help="Python files or modules that register functions (or verifiers environments)"
     )

@@ -8,6 +8,8 @@
   activity reads it back instead of calling the function again. A function that raises fails the activity (retried
   under the spec's policy), never a 0; `roundhouse.unscorable(reason)` takes a sample out explicitly.
 - `roundhouse.next_data`: a data policy picks the next round's rows from the pool and the last round's results.
+- `roundhouse.loss`: the user's loss over a step's datums (by store location): its loss, metrics and gradients are
+  recorded with a digest of the batch, and the TypeScript side reads the gradients from the record.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from roundhouse import __version__
-from roundhouse.batch import Item, RecordedBatch, read_items, run_recorded_batch, where
+from roundhouse.batch import Item, RecordedBatch, heartbeating, read_items, run_recorded_batch, where
 from roundhouse.episodes import (
     VERIFIERS_PREFIX,
     EpisodeRequest,
@@ -39,14 +41,16 @@ from roundhouse.episodes import (
     episode_function,
     verifiers_problem,
 )
+from roundhouse.loss import CheckedLoss, LossBatch, UnusableLoss, checked, loss_batch
 from roundhouse.registry import ROLES, Registered, Registry, Role, Unscorable, registry
-from roundhouse.store import read_json, read_text, write_text
+from roundhouse.store import read_json, read_text, write_json, write_text
 
 FAILURE_TYPES: dict[Role, str] = {
     "reward": "RewardFailed",
     "scorer": "ScorerFailed",
     "data_policy": "DataPolicyFailed",
     "environment": "EnvironmentFailed",
+    "loss": "LossFailed",
 }
 SECRET_NAME = ("KEY", "SECRET", "TOKEN", "PASSWORD", "CREDENTIAL")
 # An episode's reward and the ids of its turns.
@@ -125,6 +129,28 @@ class NextDataResult:
     reused: bool
 
 
+@dataclass
+class LossRequest:
+    """`batch`: the location of `{step, mode, rows, datums, context}`; `record`: where the function's result is kept.
+    `mode`: "train" (the record holds the gradients the trainer is sent) or "eval" (the loss and metrics only)."""
+
+    function: str
+    batch: str
+    record: str
+    mode: str = "train"
+
+
+@dataclass
+class LossResult:
+    """The loss and metrics; the gradients stay in the record at `record`, out of Temporal's history."""
+
+    record: str
+    loss: float
+    metrics: dict[str, float]
+    reused: bool
+    datums: int
+
+
 def masked(text: str) -> str:
     """The text with the values of secret-named environment variables replaced (errors go into Temporal's history)."""
     for name, value in os.environ.items():
@@ -188,7 +214,7 @@ class Activities:
         self.functions = functions
 
     def all(self) -> list[Any]:
-        return [self.describe, self.rewards, self.scores, self.next_data, self.episodes]
+        return [self.describe, self.rewards, self.scores, self.next_data, self.episodes, self.loss]
 
     @activity.defn(name="roundhouse.describe")
     async def describe(self, request: DescribeRequest) -> DescribeResult:
@@ -413,3 +439,60 @@ class Activities:
             reused=done.reused,
             unscorable=sum(1 for reward, _ in played if isinstance(reward, Unscorable)),
         )
+
+    @activity.defn(name="roundhouse.loss")
+    async def loss(self, request: LossRequest) -> LossResult:
+        """A step's loss, exactly once: a record whose digest matches the batch is returned without calling the
+        function; otherwise the function runs (heartbeating), its result is checked and recorded, then returned."""
+        function = self._function("loss", request.function)
+        document = await asyncio.to_thread(read_json, request.batch)
+        if document is None:
+            raise ApplicationError(
+                f"{request.batch}: the loss's batch is missing", type="InvalidInput", non_retryable=True
+            )
+        try:
+            batch = loss_batch(document, request.mode)
+        except (KeyError, TypeError, ValueError) as err:
+            raise ApplicationError(
+                f"{request.batch}: not a loss batch: {err!r}", type="InvalidInput", non_retryable=True
+            ) from None
+        digest = _digest(function.name, request.mode, document["rows"], document["datums"])
+        record = await asyncio.to_thread(read_json, request.record)
+        if record is not None and record.get("digest") == digest:
+            return LossResult(request.record, record["loss"], record["metrics"], reused=True, datums=len(batch))
+        context = document.get("context") or {}
+        step = context.get("step", None if batch.step is None else batch.step + 1)
+        try:
+            returned = await heartbeating(_call(function, batch), lambda: {"function": function.name, "step": step})
+            result = checked(returned, batch)
+        except Exception as err:
+            raise _loss_failed(function.name, step, err) from None
+        await asyncio.to_thread(write_json, request.record, _loss_record(digest, function.name, batch, result))
+        return LossResult(request.record, result.loss, result.metrics, reused=False, datums=len(batch))
+
+
+def _loss_record(digest: str, function: str, batch: LossBatch, result: CheckedLoss) -> dict[str, Any]:
+    record: dict[str, Any] = {
+        "digest": digest,
+        "function": function,
+        "mode": batch.mode,
+        "loss": result.loss,
+        "metrics": result.metrics,
+    }
+    if result.gradients is not None:
+        record["gradients"] = [gradient.tolist() for gradient in result.gradients]
+    return record
+
+
+def _loss_failed(function: str, step: int | None, err: Exception) -> ApplicationError:
+    """A loss that returned what the trainer cannot use fails for good (it would again); one that raised is retried."""
+    at = f"at step {step}" if step is not None else "in an evaluation"
+    unusable = isinstance(err, UnusableLoss)
+    error = masked(str(err)) if unusable else _error_text(err)
+    said = f"returned an unusable result {at}" if unusable else f"failed {at}"
+    return ApplicationError(
+        f"loss {function!r} {said}: {error}",
+        {"function": function, "step": step, "error": error},
+        type=FAILURE_TYPES["loss"],
+        non_retryable=unusable,
+    )

@@ -23,6 +23,7 @@ HEARTBEAT_SECONDS = 2.0
 
 Item = dict[str, Any]
 Outcome = TypeVar("Outcome")
+T = TypeVar("T")
 
 
 @dataclass
@@ -86,21 +87,24 @@ async def run_recorded_batch(
         result.outcomes[index] = outcome
         result.computed += 1
 
-    await _heartbeating(result, [one(i, item) for i, item in enumerate(items)])
+    def progress() -> dict[str, int]:
+        return {"computed": result.computed, "reused": result.reused, "of": len(items)}
+
+    await heartbeating(asyncio.gather(*(one(i, item) for i, item in enumerate(items))), progress)
     return result
 
 
-async def _heartbeating(result: BatchOutcome[Any], jobs: list[Awaitable[None]]) -> None:
-    """Runs a batch's jobs, heartbeating how many were computed and reused every HEARTBEAT_SECONDS."""
+async def heartbeating(work: Awaitable[T], details: Callable[[], Any]) -> T:
+    """Awaits the work, heartbeating `details()` every HEARTBEAT_SECONDS meanwhile."""
 
     async def beat() -> None:
         while True:
-            activity.heartbeat({"computed": result.computed, "reused": result.reused, "of": len(jobs)})
+            activity.heartbeat(details())
             await asyncio.sleep(HEARTBEAT_SECONDS)
 
     beating = asyncio.create_task(beat())
     try:
-        await asyncio.gather(*jobs)
+        return await work
     finally:
         beating.cancel()
 

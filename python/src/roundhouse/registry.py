@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
@@ -11,8 +12,8 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, overload
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
 
-Role = Literal["reward", "scorer", "data_policy", "environment"]
-ROLES: tuple[Role, ...] = ("reward", "scorer", "data_policy", "environment")
+Role = Literal["reward", "scorer", "data_policy", "environment", "loss"]
+ROLES: tuple[Role, ...] = ("reward", "scorer", "data_policy", "environment", "loss")
 
 # The positional arguments each role is called with, in order.
 PARAMETERS: dict[Role, tuple[str, ...]] = {
@@ -20,13 +21,26 @@ PARAMETERS: dict[Role, tuple[str, ...]] = {
     "scorer": ("completion", "answer", "prompt", "row"),
     "data_policy": ("pool", "results"),
     "environment": ("client", "prompt", "answer", "row"),
+    "loss": ("batch",),
 }
 RETURNS: dict[Role, str] = {
     "reward": "float (or roundhouse.unscorable(reason))",
     "scorer": "bool | float (or roundhouse.unscorable(reason))",
     "data_policy": "list of rows (dicts with prompt and answer, or messages)",
     "environment": "the episode's reward: float (or roundhouse.unscorable(reason))",
+    "loss": "roundhouse.LossOutput (loss, gradients per datum, metrics) or a (loss, gradients[, metrics]) tuple",
 }
+# The attribute a registered callable names a Requirement by (roundhouse.loss.torch's adapter: PyTorch).
+REQUIRES = "__roundhouse_requires__"
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """A module a registered function needs that the worker may lack: without it, `problem` is the function's problem,
+    so the workflow refuses it before any spend rather than failing at its first call."""
+
+    module: str
+    problem: str
 
 
 @dataclass(frozen=True)
@@ -119,6 +133,9 @@ class Registered:
 
     def problem(self) -> str | None:
         """Why the workflow could not call this function with its role's arguments, or None when it can."""
+        requires = getattr(self.function, REQUIRES, None)
+        if isinstance(requires, Requirement) and importlib.util.find_spec(requires.module) is None:
+            return requires.problem
         if self.role == "environment" and not self.is_async:
             return f"{self.signature()} must be async def: it drives the episode over an openai.AsyncOpenAI client"
         try:

@@ -83,7 +83,8 @@ def _is_environment(source: str) -> bool:
 
 
 def registered_summary() -> str:
-    return "; ".join(f"{role}s: {', '.join(registry.names(role)) or '-'}" for role in ROLES)
+    plural = {"loss": "losses"}
+    return "; ".join(f"{plural.get(role, role + 's')}: {', '.join(registry.names(role)) or '-'}" for role in ROLES)
 
 
 async def serve(settings: Settings, sources: list[str], max_concurrent_activities: int = 100) -> None:
@@ -91,7 +92,8 @@ async def serve(settings: Settings, sources: list[str], max_concurrent_activitie
         load(source)
     if sources and not any(registry.names(role) for role in ROLES) and not any(_is_environment(s) for s in sources):
         raise SystemExit(
-            f"{', '.join(sources)}: registers no reward, scorer, data policy or environment (use @roundhouse.reward …)"
+            f"{', '.join(sources)}: registers no reward, scorer, data policy, environment or loss "
+            "(use @roundhouse.reward …)"
         )
     client = await connect(settings)
     worker = Worker(
