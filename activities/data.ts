@@ -37,7 +37,7 @@ export interface Dataset {
 }
 
 /** A row's first schema problem as `file:line field: problem`; a missing field says which fields rows need. */
-function rowProblem(file: string, line: number, issue: z.core.$ZodIssue, needs: string): string {
+export function rowProblem(file: string, line: number, issue: z.core.$ZodIssue, needs: string): string {
   const field = issue.path.join('.') || '(row)';
   return `${file}:${line} ${field}: ${issue.code === 'invalid_type' && /undefined/.test(issue.message) ? `is required (${needs})` : issue.message}`;
 }
@@ -50,7 +50,7 @@ export function sha256File(file: string): string {
  * Reads a JSONL file: each non-blank line parsed and handed to `row` with its 1-based line number; unreadable
  * files and lines that are not JSON become problems. Returns the file's sha256 ('' if it could not be read).
  */
-function readJsonl(file: string, problems: string[], row: (json: unknown, line: number) => void): string {
+export function readJsonl(file: string, problems: string[], row: (json: unknown, line: number) => void): string {
   let bytes: Buffer;
   try {
     bytes = fs.readFileSync(file);
@@ -159,8 +159,8 @@ export function toDatum(row: Pick<TokenizedRow, 'promptTokens' | 'completionToke
 
 /** Eval rows must be held out: a prompt that is also in the training data is a problem, named by both lines. */
 export function heldOutProblems(
-  train: Dataset,
-  evalSet: Dataset,
+  train: { path: string; rows: { line: number; prompt: string }[] },
+  evalSet: { path: string; rows: { line: number; prompt: string }[] },
   names: { held: 'eval' | 'test'; from: 'training' | 'eval' } = { held: 'eval', from: 'training' },
 ): string[] {
   const trainPrompts = new Map(train.rows.map((r) => [r.prompt.trim(), r.line]));

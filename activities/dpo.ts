@@ -1,7 +1,6 @@
 import { meteredProvider, type TokenUsage } from './usage';
 import { Context } from '@temporalio/activity';
-import { RoundhouseFailure } from '../config/rules/failures';
-import { batchRows } from '../config/rules/schedule';
+import { accumulatedRows } from '../config/rules/schedule';
 import type { Datum, TrainingProvider } from '../providers/types';
 import type {
   DpoEvaluation,
@@ -15,12 +14,14 @@ import { toDatum, type TokenizedPair } from './data';
 import type { ActivityDeps } from './deps';
 import { dpoLossAndGradients } from './dpo-loss';
 import { atBoundary } from './failures';
-import { readJson, writeJsonAtomic } from './files';
+import { writeJsonAtomic } from './files';
+import { computeReferenceOnce, requireReference as requireRef, type ReferenceFile as RefFile } from './reference-file';
 import { lineageParts, roundKey } from '../config/rules/keys';
 import { lossPerToken } from '../config/rules/loss-units';
 import { ROUND_KIND } from '../config/rules/round-kinds';
 import { createPreparer, type PreparedPairs } from './prepare';
 import { trainSegmentOf, type SegmentContext, type StepKind } from './segment';
+import { customGradientStep, passKey } from './custom-steps';
 
 /**
  * DPO rounds through a custom loss: reference logprobs of every pair computed once, before the first step, and kept
@@ -30,13 +31,8 @@ import { trainSegmentOf, type SegmentContext, type StepKind } from './segment';
 
 type Which = 'train' | 'eval';
 
-interface ReferenceFile {
-  trainSha256: string;
-  evalSha256: string;
-  /** Summed reference logprob of [chosen, rejected] per pair, in file order. */
-  train: [number, number][];
-  eval: [number, number][];
-}
+/** Summed reference logprob of [chosen, rejected] per pair, in file order. */
+type ReferenceFile = RefFile<[number, number]>;
 
 export interface DpoStepRecord {
   step: number;
@@ -98,20 +94,8 @@ const pairLogprobs = async (
   return out;
 };
 
-const readReference = async (file: string, data: { trainSha256: string; evalSha256: string }): Promise<ReferenceFile | undefined> => {
-  const ref = await readJson<ReferenceFile>(file);
-  return ref && ref.trainSha256 === data.trainSha256 && ref.evalSha256 === data.evalSha256 ? ref : undefined;
-};
-
-const requireReference = async (file: string, data: { trainSha256: string; evalSha256: string }): Promise<ReferenceFile> => {
-  const ref = await readReference(file, data);
-  if (!ref)
-    throw new RoundhouseFailure(
-      'ReferenceLogprobsMissing',
-      `reference logprobs ${file} are missing or for other data; the round cannot compute its DPO loss`,
-    );
-  return ref;
-};
+const requireReference = (file: string, data: { trainSha256: string; evalSha256: string }): Promise<ReferenceFile> =>
+  requireRef<[number, number]>(file, data, 'the round cannot compute its DPO loss');
 
 const evaluate = (spec: RoundSpec, pairs: TokenizedPair[], reference: [number, number][], policy: { sums: [number, number] }[]) => {
   const beta = spec.round?.dpo?.beta ?? 0.1;
@@ -146,14 +130,6 @@ export function createDpoActivities(deps: ActivityDeps) {
       const provider = meter.provider;
       return atBoundary(async () => {
         const p = await preparedPairs(input.spec, input.data);
-        if (await readReference(input.outputPath, p)) return { path: input.outputPath, pairs: p.train.length + p.eval.length };
-        const session = await provider.getSession(input.sessionId);
-        if (session.step !== input.stepOffset) {
-          throw new RoundhouseFailure(
-            'ReferenceLogprobsMissing',
-            `reference logprobs ${input.outputPath} are missing and the session already trained ${session.step - input.stepOffset} steps`,
-          );
-        }
         const batch = Math.max(1, input.spec.training.batchSize);
         const of = async (which: Which) =>
           (
@@ -161,13 +137,7 @@ export function createDpoActivities(deps: ActivityDeps) {
               roundKey(input.campaignId, input.round, ...lineageParts(input.lineage), 'reference', which, `b${b}`),
             )
           ).map((r) => r.sums);
-        const reference: ReferenceFile = {
-          trainSha256: p.trainSha256,
-          evalSha256: p.evalSha256,
-          train: await of('train'),
-          eval: await of('eval'),
-        };
-        await writeJsonAtomic(input.outputPath, reference);
+        await computeReferenceOnce(input, provider, p, of);
         return { path: input.outputPath, pairs: p.train.length + p.eval.length, usage: meter.usage() };
       });
     },
@@ -218,71 +188,61 @@ function dpoStep(
   input: DpoSegmentInput,
   p: PreparedPairs,
   reference: ReferenceFile,
-  { provider, key }: SegmentContext,
+  ctx: SegmentContext,
 ): StepKind<DpoStepRecord, Record<string, never>> {
+  const { provider, key } = ctx;
   const t = input.spec.training;
   const beta = input.spec.round?.dpo?.beta ?? 0.1;
-  const computed = new Map<number, Promise<{ datums: Datum[]; gradients: number[][]; record: DpoStepRecord }>>();
+  const passes = t.accumulate ?? 1;
   const compute = async (step: number) => {
-    const { rows } = batchRows(step, p.train.length, t.batchSize, t.seed);
-    const pairs = rows.map((r) => p.train[r]!);
-    const policy = await pairLogprobs(
-      provider,
-      input.sessionId,
-      pairs,
-      pairs.length,
-      () => key(`s${step}`, 'forward'),
-      () => undefined, // the segment heartbeats its cursor itself
-    );
-    const datums: Datum[] = [];
-    const gradients: number[][] = [];
+    const chunks = accumulatedRows(step, p.train.length, t.batchSize, passes, t.seed);
+    const total = chunks.reduce((a, rows) => a + rows.length, 0);
     let loss = 0;
     let margin = 0;
     let preferred = 0;
-    policy.forEach((pol, i) => {
-      const [rc, rr] = reference.train[rows[i]!]!;
-      const dpo = dpoLossAndGradients(
-        {
-          chosen: { logprobs: pol.logprobs[0], weights: pol.datums[0].weights, referenceLogprob: rc },
-          rejected: { logprobs: pol.logprobs[1], weights: pol.datums[1].weights, referenceLogprob: rr },
-        },
-        beta,
+    const out: { datums: Datum[]; gradients: number[][] }[] = [];
+    for (const [pass, rows] of chunks.entries()) {
+      const pairs = rows.map((r) => p.train[r]!);
+      const policy = await pairLogprobs(
+        provider,
+        input.sessionId,
+        pairs,
+        pairs.length,
+        () => passKey(key, step, pass, 'forward'),
+        () => undefined, // the segment heartbeats its cursor itself
       );
-      datums.push(...pol.datums);
-      // The step's loss is the mean over its pairs: so is its gradient.
-      gradients.push(
-        dpo.chosen.map((g) => g / pairs.length),
-        dpo.rejected.map((g) => g / pairs.length),
-      );
-      loss += dpo.loss / pairs.length;
-      margin += dpo.margin / pairs.length;
-      if (dpo.margin > PREFERENCE_EPSILON) preferred += 1;
-    });
+      const datums: Datum[] = [];
+      const gradients: number[][] = [];
+      policy.forEach((pol, i) => {
+        const [rc, rr] = reference.train[rows[i]!]!;
+        const dpo = dpoLossAndGradients(
+          {
+            chosen: { logprobs: pol.logprobs[0], weights: pol.datums[0].weights, referenceLogprob: rc },
+            rejected: { logprobs: pol.logprobs[1], weights: pol.datums[1].weights, referenceLogprob: rr },
+          },
+          beta,
+        );
+        datums.push(...pol.datums);
+        // The step's loss is the mean over its pairs (of every pass): so is its gradient.
+        gradients.push(
+          dpo.chosen.map((g) => g / total),
+          dpo.rejected.map((g) => g / total),
+        );
+        loss += dpo.loss / total;
+        margin += dpo.margin / total;
+        if (dpo.margin > PREFERENCE_EPSILON) preferred += 1;
+      });
+      out.push({ datums, gradients });
+    }
     const record: DpoStepRecord = {
       step: step + 1,
       loss,
       tokens: 1,
       lossPerToken: lossPerToken(input.spec.provider.kind, ROUND_KIND.dpo.stepLoss(input.spec.round), loss, 1),
       margin,
-      accuracy: preferred / Math.max(1, pairs.length),
+      accuracy: preferred / Math.max(1, total),
     };
-    return { datums, gradients, record };
+    return { passes: out, record };
   };
-  const stepOf = (step: number) => {
-    let pending = computed.get(step);
-    if (!pending) computed.set(step, (pending = compute(step)));
-    return pending;
-  };
-  return {
-    depth: 1, // the next step's forward needs this step's weights
-    async submitForwardBackward(step) {
-      const { datums, gradients } = await stepOf(step);
-      return provider.submitCustomForwardBackward(input.sessionId, key(`s${step}`, 'custom-forward-backward'), datums, gradients);
-    },
-    async record(step) {
-      const { record } = await stepOf(step);
-      computed.delete(step);
-      return record;
-    },
-  };
+  return customGradientStep(ctx, input.sessionId, compute);
 }

@@ -3,7 +3,7 @@ import { RoundhouseFailure } from '../config/rules/failures';
 import { DEFAULT_GRPO_AGGREGATION, lossPerToken } from '../config/rules/loss-units';
 import { ROUND_KIND } from '../config/rules/round-kinds';
 import type { GrpoSpec } from '../config/io/spec';
-import type { PolicyLoss } from '../providers/types';
+import type { Datum, ForwardResult, OperationHandle, PolicyLoss } from '../providers/types';
 import type { ActivityDeps } from './deps';
 import { atBoundary } from './failures';
 import { createPreparer, type PreparedData } from './prepare';
@@ -11,7 +11,13 @@ import { rewardFunction } from './rewards';
 import type { GrpoSegmentInput, GrpoSegmentResult } from '../workflows/round/contract';
 import { trainSegmentOf, type SegmentContext, type StepKind } from './segment';
 import type { EpisodeSamples } from './episodes';
-import { drawSamples, entropyOf, groupCentred, logprobGapOf, policyDatums, type StepSamples } from './policy-batch';
+import { drawSamples, entropyOf, groupCentred, logprobGapOf, policyDatums, type DatumSource, type StepSamples } from './policy-batch';
+import { checkedGradients } from './custom';
+import { readJson } from './files';
+import { lossOnPython, type LossRecord } from './python';
+import { pythonLoss } from '../config/rules/python-calls';
+import { lossFiles } from '../config/rules/round-files';
+import { joinLocation } from '../config/io/artifacts';
 
 /**
  * GRPO: per step, a group of completions per prompt from the generators, a reward for each, group-centred
@@ -49,6 +55,8 @@ export interface GrpoStepRecord {
    * KL(sampler ‖ trainer), which grows when sampling runs off-policy or the two disagree. When the trainer reports logprobs.
    */
   logprobGap?: number;
+  /** `round.grpo.loss: { kind: python }`: the loss function's named metrics for the step. */
+  metrics?: Record<string, number>;
 }
 
 export function policyLossOf(grpo: GrpoSpec): PolicyLoss {
@@ -128,6 +136,8 @@ function grpoStep(
     if (!grpo.environment) return;
     for (let s = version; s <= version + grpo.maxStepsOffPolicy && s < input.totalSteps; s++) void samplesFor(s, synced);
   };
+  const python = pythonPolicyLoss(input, p, { provider, key, signal });
+  const pythonSteps = new Map<number, ReturnType<NonNullable<typeof python>['step']>>();
   const datumsOf = async (step: number) => {
     const samples = await samplesFor(step);
     return { samples, ...(await policyDatums(samples, advantages)) };
@@ -143,7 +153,7 @@ function grpoStep(
       await synced;
     },
     async submitForwardBackward(step) {
-      const { datums } = await datumsOf(step);
+      const { datums, samples, sources } = await datumsOf(step);
       if (datums.length === 0) throw new RoundhouseFailure('EmptySamples', `step ${step}: the generators returned only empty completions`);
       if (input.referenceSessionId) {
         const forward = datums.map(({ modelInput, targetTokens, weights }) => ({ modelInput, targetTokens, weights }));
@@ -155,6 +165,19 @@ function grpoStep(
           { signal },
         );
         datums.forEach((d, i) => (d.referenceLogprobs = ref.logprobs?.[i] ?? d.weights.map(() => 0)));
+      }
+      if (python) {
+        let pending = pythonSteps.get(step);
+        if (!pending) pythonSteps.set(step, (pending = python.step(step, samples, datums, sources)));
+        const { gradients } = await pending;
+        const plain = datums.map(({ modelInput, targetTokens, weights }) => ({ modelInput, targetTokens, weights }));
+        // The record reads the function's figures, not this handle's (a custom forward-backward reports no loss).
+        return (await provider.submitCustomForwardBackward(
+          input.sessionId,
+          key(`s${step}`, 'custom-forward-backward'),
+          plain,
+          gradients,
+        )) as unknown as OperationHandle<ForwardResult>;
       }
       return provider.submitForwardBackward(input.sessionId, key(`s${step}`, 'forward-backward'), datums, { loss: policyLossOf(grpo) });
     },
@@ -170,14 +193,18 @@ function grpoStep(
     async record(step, fb) {
       const { samples, datums, groupsKept } = await datumsOf(step);
       sampling.delete(step);
+      const own = python && (await pythonSteps.get(step));
+      pythonSteps.delete(step);
+      if (python && !own) throw new RoundhouseFailure('LossFailed', `step ${step + 1}: no loss call was made for it`);
+      const loss = own ? own.loss : fb.loss;
       const all = samples.groups.flatMap((g) => g.completions.map((c) => c.reward));
       const rewards = all.filter((r): r is number => r !== null);
       const tokens = datums.reduce((a, d) => a + d.weights.filter((w) => w !== 0).length, 0);
       return {
         step: step + 1,
-        loss: fb.loss,
+        loss,
         tokens,
-        lossPerToken: lossPerToken(input.spec.provider.kind, ROUND_KIND.grpo.stepLoss(input.spec.round), fb.loss, tokens),
+        lossPerToken: lossPerToken(input.spec.provider.kind, ROUND_KIND.grpo.stepLoss(input.spec.round), loss, tokens),
         meanReward: rewards.reduce((a, r) => a + r, 0) / Math.max(1, rewards.length),
         groupsKept,
         groups: samples.groups.length,
@@ -186,7 +213,8 @@ function grpoStep(
         ...(rewards.length < all.length ? { unscorable: all.length - rewards.length } : {}),
         ...episodeFigures(samples),
         entropy: entropyOf(samples),
-        logprobGap: logprobGapOf(datums, fb.logprobs),
+        logprobGap: logprobGapOf(datums, own ? own.logprobs : fb.logprobs),
+        ...(own && Object.keys(own.metrics).length ? { metrics: own.metrics } : {}),
       };
     },
     async end() {
@@ -205,5 +233,61 @@ function episodeFigures(samples: StepSamples): Partial<GrpoStepRecord> {
     turnsSampled: samples.turns?.sampled,
     turnsReplayed: samples.turns?.replayed,
     prefixBreaks: episodes.filter((e) => e.prefixBreaks > 0).length,
+  };
+}
+
+/**
+ * `round.grpo.loss: { kind: python }`: the user's policy loss instead of a built-in one. A step's datums (the sampled
+ * completions, their advantages and sampler logprobs) get a keyed forward for the trainer's logprobs, one call of the
+ * function (recorded under the step's identity, as a custom round's is), and its gradients go by custom
+ * forward-backward.
+ */
+function pythonPolicyLoss(input: GrpoSegmentInput, p: PreparedData, { provider, key, signal }: SegmentContext) {
+  const call = input.spec.round?.grpo?.loss.kind === 'python' ? pythonLoss(input.spec) : undefined;
+  if (!call) return undefined;
+  const lossDir = input.lossDir;
+  if (!lossDir) throw new RoundhouseFailure('InvalidInput', 'round.grpo.loss: a python loss needs the round to name its losses directory');
+  const rowsByLine = new Map(p.train.map((r) => [r.line, r]));
+  const lineage = input.lineage ?? 0;
+  return {
+    async step(step: number, samples: StepSamples, datums: Datum[], sources: DatumSource[]) {
+      const plain = datums.map(({ modelInput, targetTokens, weights }) => ({ modelInput, targetTokens, weights }));
+      const forward = await provider.awaitOperation(
+        await provider.submitForwardBackward(input.sessionId, key(`s${step}`, 'forward'), plain, {
+          forwardOnly: true,
+          returnLogprobs: true,
+        }),
+        { signal },
+      );
+      const logprobs = datums.map((d, i) => forward.logprobs?.[i] ?? d.weights.map(() => 0));
+      const rows = samples.groups.map((g) => {
+        const row = rowsByLine.get(g.line);
+        return row?.fields ?? { prompt: row?.prompt, answer: row?.answer };
+      });
+      const result = await lossOnPython({
+        call,
+        workflowId: `python:${key(`s${step}`, 'loss')}`,
+        batchLocation: lossFiles.stepBatch(lossDir, step, lineage, joinLocation),
+        recordLocation: lossFiles.stepRecord(lossDir, step, lineage, joinLocation),
+        batch: {
+          step,
+          mode: 'train',
+          rows,
+          datums: datums.map((d, i) => ({
+            row: sources[i]!.group,
+            completion: `c${sources[i]!.completion}`,
+            logprobs: logprobs[i]!,
+            weights: d.weights,
+            ...(d.advantages ? { advantages: d.advantages } : {}),
+            ...(d.logprobs ? { sampler_logprobs: d.logprobs } : {}),
+            ...(d.referenceLogprobs ? { reference_logprobs: d.referenceLogprobs } : {}),
+          })),
+          context: { step: step + 1, ...(lineage ? { lineage } : {}) },
+        },
+        signal,
+      });
+      const gradients = checkedGradients(await readJson<LossRecord>(result.record), datums, call.name, `at step ${step + 1}`);
+      return { loss: result.loss, metrics: result.metrics, logprobs, gradients };
+    },
   };
 }

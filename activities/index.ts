@@ -1,6 +1,7 @@
 // Every activity the worker registers. Activities that call providers get them from the worker's registry.
 import { createCampaignActivities } from './campaign';
 import type { ActivityDeps } from './deps';
+import { createCustomActivities } from './custom';
 import { createDpoActivities } from './dpo';
 import { createEvaluationActivities } from './evaluation';
 import { createGrpoActivities } from './grpo';
@@ -26,6 +27,7 @@ export function createActivities(deps: ActivityDeps) {
     ...createSftActivities(deps),
     ...createGrpoActivities(deps),
     ...dpo,
+    ...createCustomActivities(deps),
     ...createEvaluationActivities({ ...round, evaluateDpo: dpo.evaluateDpo }),
     ...createCampaignActivities(deps),
     ...createPromotionActivities(),

@@ -81,20 +81,27 @@ export function groupCentred(normalize: boolean): Advantages {
 }
 
 /** Datums of a step: each kept completion, trained on its own tokens with the sampler's logprobs and its advantage. */
-export async function policyDatums(samples: StepSamples, advantagesOf: Advantages): Promise<{ datums: Datum[]; groupsKept: number }> {
+export async function policyDatums(
+  samples: StepSamples,
+  advantagesOf: Advantages,
+): Promise<{ datums: Datum[]; groupsKept: number; sources: DatumSource[] }> {
   // Unscorable samples leave their group: the advantages are over the scored ones only.
   const scored = samples.groups.map((g) => g.completions.filter((c): c is StepCompletion & { reward: number } => c.reward !== null));
   const advantages = await advantagesOf(
     samples.groups.map((g, i) => ({ line: g.line, promptTokens: g.promptTokens, completions: scored[i]! })),
   );
   const datums: Datum[] = [];
-  const build = (promptTokens: number[], c: StepCompletion, advantage: CompletionAdvantage) => {
+  const sources: DatumSource[] = [];
+  const build = (promptTokens: number[], c: StepCompletion, advantage: CompletionAdvantage, source: DatumSource) => {
     if (c.episode) {
       if (typeof advantage !== 'number')
         throw new RoundhouseFailure('InvalidInput', 'per-token advantages are for single-turn samples: an episode takes one advantage');
-      return void datums.push(...episodeDatums(c.episode, advantage));
+      const turns = episodeDatums(c.episode, advantage);
+      datums.push(...turns);
+      return void sources.push(...turns.map(() => source));
     }
     if (c.tokens.length === 0) return;
+    sources.push(source);
     const full = [...promptTokens, ...c.tokens];
     const trained = (i: number) => i + 1 >= promptTokens.length;
     const at = (k: number) => (typeof advantage === 'number' ? advantage : (advantage[k] ?? 0));
@@ -108,12 +115,19 @@ export async function policyDatums(samples: StepSamples, advantagesOf: Advantage
   };
   samples.groups.forEach((g, i) => {
     const a = advantages[i];
-    if (a) scored[i]!.forEach((c, j) => build(g.promptTokens, c, a[j]!));
+    if (a) scored[i]!.forEach((c, j) => build(g.promptTokens, c, a[j]!, { group: i, completion: j }));
   });
   const groupsKept = advantages.filter((a) => a !== undefined).length;
   // Every group tied: the step still takes its optimizer step (a zero gradient), so the step count stays exact.
-  if (datums.length === 0) samples.groups.forEach((g) => g.completions.forEach((c) => build(g.promptTokens, c, 0)));
-  return { datums, groupsKept };
+  if (datums.length === 0)
+    samples.groups.forEach((g, i) => g.completions.forEach((c, j) => build(g.promptTokens, c, 0, { group: i, completion: j })));
+  return { datums, groupsKept, sources };
+}
+
+/** Where a datum came from: its group (prompt) in the step and its completion in the group (a turn's, for an episode). */
+export interface DatumSource {
+  group: number;
+  completion: number;
 }
 
 /** A step's samples: from its file when an earlier attempt drew them, else drawn now, scored, and written. */

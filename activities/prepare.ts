@@ -5,6 +5,7 @@ import { RoundhouseFailure } from '../config/rules/failures';
 import { tokenizerFor, type TextTokenizer } from '../config/io/tokenizer';
 import type { ModelInfo, TrainingProvider } from '../providers/types';
 import type { RoundInput, RoundSpec } from '../workflows/round/contract';
+import { loadCompletionData, type CompletionShape, type TokenizedCompletionRow } from './completion-data';
 import { loadPreferenceData, loadRoundData, readDataset, sha256File, tokenizeRow, type TokenizedPair, type TokenizedRow } from './data';
 import type { ActivityDeps } from './deps';
 
@@ -34,10 +35,21 @@ export interface PreparedPairs {
   evalSha256: string;
 }
 
+export interface PreparedCompletions {
+  tokenizer: TextTokenizer;
+  model: ModelInfo;
+  shape: CompletionShape;
+  train: TokenizedCompletionRow[];
+  eval: TokenizedCompletionRow[];
+  trainSha256: string;
+  evalSha256: string;
+}
+
 /** Datasets kept tokenised per worker, least recently used dropped first (a long-lived worker sees many). */
 const PREPARED_CACHE_ENTRIES = 32;
 const preparedCache = new Map<string, PreparedData>();
 const preparedPairsCache = new Map<string, PreparedPairs>();
+const preparedCompletionsCache = new Map<string, PreparedCompletions>();
 
 export function createPreparer(deps: ActivityDeps) {
   const modelInfo = async (provider: TrainingProvider, spec: ProviderSpec): Promise<ModelInfo> => {
@@ -64,6 +76,13 @@ export function createPreparer(deps: ActivityDeps) {
     cachedLoad(preparedPairsCache, spec, data, (tokenizer, limits, files) => {
       const loaded = loadPreferenceData(files.train, files.eval, tokenizer, limits);
       return { train: loaded.train, eval: loaded.eval };
+    });
+
+  /** A custom round's rows of named completions, checked and cached the same way. */
+  const preparedCompletions = async (spec: RoundSpec, data: RoundInput['data']): Promise<PreparedCompletions> =>
+    cachedLoad(preparedCompletionsCache, spec, data, (tokenizer, limits, files) => {
+      const loaded = loadCompletionData(files.train, files.eval, tokenizer, limits);
+      return { train: loaded.train, eval: loaded.eval, shape: loaded.shape };
     });
 
   async function cachedLoad<T extends { train: unknown[]; eval: unknown[] }>(
@@ -112,7 +131,7 @@ export function createPreparer(deps: ActivityDeps) {
     return result;
   }
 
-  return { modelInfo, prepared, preparedPairs };
+  return { modelInfo, prepared, preparedPairs, preparedCompletions };
 }
 
 function checkHashes(data: RoundInput['data']): { trainSha256: string; evalSha256: string } {

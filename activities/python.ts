@@ -122,3 +122,74 @@ export async function nextDataOnPython(
     request: { function: call.name, ...request },
   });
 }
+
+/** One datum of a loss batch as the Python side reads it (python/src/roundhouse/loss.py). */
+export interface LossBatchDatum {
+  /** Its row's index in the batch's `rows`. */
+  row: number;
+  /** Its completion's name: `answer`, `chosen`, `rejected`, or a key of the row's `completions`. */
+  completion: string;
+  /** The trainer's logprob of each target token (prompt tokens included), and 1 on the trained (completion) tokens. */
+  logprobs: number[];
+  weights: number[];
+  advantages?: number[];
+  sampler_logprobs?: number[];
+  /** `round.custom.reference: start`: the starting weights' logprob of each target token. */
+  reference_logprobs?: number[];
+}
+
+/** A loss call's batch, written to the store (the history carries its location). */
+export interface LossBatch {
+  /** The 0-based optimizer step (train), or null (an evaluation). */
+  step: number | null;
+  mode: 'train' | 'eval';
+  rows: Record<string, unknown>[];
+  datums: LossBatchDatum[];
+  /** For the failure's message: the 1-based step, the lineage, the evaluation's label. */
+  context: Record<string, number | string>;
+}
+
+/** What the `roundhouse.loss` activity returns: numbers and a location (the gradients stay in the store). */
+export interface LossCallResult {
+  record: string;
+  loss: number;
+  metrics: Record<string, number>;
+  reused: boolean;
+  datums: number;
+}
+
+/** A loss call's record in the store: what the function returned (train mode: with its gradients). */
+export interface LossRecord {
+  digest: string;
+  function: string;
+  mode: 'train' | 'eval';
+  loss: number;
+  metrics: Record<string, number>;
+  gradients?: number[][];
+}
+
+/**
+ * The user's loss function on a Python worker over one batch: the batch goes by store location, the result is recorded
+ * at `recordLocation` under the step's identity, so a retried segment, a replayed activity or a restarted call reads
+ * the recorded gradients back instead of calling the function again.
+ */
+export async function lossOnPython(options: {
+  call: PythonCall;
+  workflowId: string;
+  batchLocation: string;
+  recordLocation: string;
+  batch: LossBatch;
+  signal?: AbortSignal;
+}): Promise<LossCallResult> {
+  await writeJsonAtomic(options.batchLocation, options.batch);
+  return callPython<LossCallResult>(
+    options.workflowId,
+    {
+      call: options.call,
+      role: 'loss',
+      activity: PYTHON_ACTIVITIES.loss,
+      request: { function: options.call.name, batch: options.batchLocation, record: options.recordLocation, mode: options.batch.mode },
+    },
+    options.signal,
+  );
+}

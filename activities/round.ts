@@ -7,6 +7,7 @@ import type { ForwardResult, OperationHandle } from '../providers/types';
 import type { Rollback } from '../config/rules/lineage';
 import type { PhaseInput, RoundData, RoundInput, RoundPlan, RoundSpec } from '../workflows/round/contract';
 import { toDatum } from './data';
+import { checkCustomData } from './custom';
 import { joinLocation } from '../config/io/artifacts';
 import { scoreOnPython } from './python';
 import { pythonScorer } from '../config/rules/python-calls';
@@ -38,7 +39,7 @@ import { scoreFiles } from '../config/rules/round-files';
 const UNWRITABLE = new Set(['EISDIR', 'ENOTDIR', 'EACCES', 'EPERM', 'EROFS']);
 
 export function createRoundActivities(deps: ActivityDeps) {
-  const { modelInfo, prepared, preparedPairs } = createPreparer(deps);
+  const { modelInfo, prepared, preparedPairs, preparedCompletions } = createPreparer(deps);
   /** The round's data prepared as its kind reads it: rows, or preference pairs. */
   const preparedOfShape = (spec: RoundSpec, data: RoundInput['data']) => {
     const shape = descriptorOf(spec).data;
@@ -47,6 +48,11 @@ export function createRoundActivities(deps: ActivityDeps) {
         return prepared(spec, data);
       case 'pairs':
         return preparedPairs(spec, data);
+      case 'completions':
+        return preparedCompletions(spec, data).then((p) => {
+          checkCustomData(spec, p);
+          return p;
+        });
       default: {
         const unknown: never = shape;
         throw new Error(`no data of shape ${String(unknown)}`);
@@ -78,7 +84,8 @@ export function createRoundActivities(deps: ActivityDeps) {
         if (generatorProblem) throw new RoundhouseFailure('InvalidInput', `provider.generatorReplicas: ${generatorProblem}`);
         const batchProblem = stepBatchProblem(input.spec, p.model);
         if (batchProblem) throw new RoundhouseFailure('InvalidInput', batchProblem);
-        const plan = planSteps(p.train.length, input.spec.training.batchSize, input.spec.training.epochs);
+        const t = input.spec.training;
+        const plan = planSteps(p.train.length, t.batchSize * (t.accumulate ?? 1), t.epochs);
         const quote = await provider.estimateCost?.(input.spec.provider.model, generatorReplicasOf(input.spec)).catch(() => undefined);
         return {
           pricePerHour: quote?.currency === 'USD' ? quote.pricePerHour : undefined,

@@ -32,8 +32,11 @@ export interface StepKind<R extends StepRecord, F = ForwardResult> {
   depth: number;
   /** Before the first step, with the round step the trainer is at (GRPO: the generators get those weights). */
   begin?(applied: number): Promise<void>;
-  /** Submits a step's forward-backward under its business key: the same request on every attempt. */
-  submitForwardBackward(step: number): Promise<OperationHandle<F>>;
+  /**
+   * Submits a step's forward-backward under its business key: the same request on every attempt. With gradient
+   * accumulation (`training.accumulate`), its passes, in order: the optimizer step applies their summed gradients.
+   */
+  submitForwardBackward(step: number): Promise<OperationHandle<F> | OperationHandle<F>[]>;
   /** Right after a step's optimizer step is submitted (GRPO: draw the next steps' groups meanwhile). */
   submitted?(step: number): void;
   /**
@@ -41,8 +44,11 @@ export interface StepKind<R extends StepRecord, F = ForwardResult> {
    * segment is about to submit the next step (not at its end, stopping, or due a checkpoint).
    */
   confirmed?(step: number, continues: boolean): Promise<void>;
-  /** A confirmed step's record, from its forward-backward's result and the step's durable inputs. */
-  record(step: number, forwardBackward: F): Promise<R> | R;
+  /**
+   * A confirmed step's record, from its forward-backward's result and the step's durable inputs; `morePasses`: the
+   * results of its accumulated passes after the first.
+   */
+  record(step: number, forwardBackward: F, morePasses: F[]): Promise<R> | R;
   /** Before the segment returns (GRPO: let draws started ahead finish). */
   end?(): Promise<void>;
 }
@@ -64,7 +70,16 @@ interface SegmentHeartbeat<F> {
 interface InFlightStep<F> {
   step: number;
   fb: OperationHandle<F>;
+  /** Accumulated passes after the first (absent from heartbeats written before `training.accumulate`). */
+  more?: OperationHandle<F>[];
   opt: OperationHandle<OptimStepResult>;
+}
+
+/** A step's forward-backward passes as the first and the rest. */
+function passesOf<F>(handles: OperationHandle<F> | OperationHandle<F>[]): { fb: OperationHandle<F>; more?: OperationHandle<F>[] } {
+  if (!Array.isArray(handles)) return { fb: handles };
+  const [fb, ...more] = handles;
+  return more.length ? { fb: fb!, more } : { fb: fb! };
 }
 
 /** Trains one segment of a kind's steps; returns the cursor (for the workflow) and the confirmed steps' records. */
@@ -96,8 +111,10 @@ export async function trainSegmentOf<R extends StepRecord, F = ForwardResult>(
     // Steps the trainer applied whose attempt died before recording them: their keyed forward-backward returns the
     // original operation (nothing is applied twice), and its result completes the record.
     for (const step of records.missing(input.cursor.step, applied)) {
-      const fb = await provider.awaitOperation(await kind.submitForwardBackward(step), { signal: stopper.signal });
-      records.add(await kind.record(step, fb));
+      const passes = passesOf(await kind.submitForwardBackward(step));
+      const fb = await provider.awaitOperation(passes.fb, { signal: stopper.signal });
+      const more = await Promise.all((passes.more ?? []).map((h) => provider.awaitOperation(h, { signal: stopper.signal })));
+      records.add(await kind.record(step, fb, more));
     }
 
     confirmed = applied;
@@ -116,14 +133,14 @@ export async function trainSegmentOf<R extends StepRecord, F = ForwardResult>(
         // Past the deadline nothing more is submitted (the steps in flight land, then the segment ends), except a
         // segment's very first step: every segment makes progress.
         while (submitting() && (Date.now() < deadline || next === firstSubmission)) {
-          const fb = await kind.submitForwardBackward(next);
+          const passes = passesOf(await kind.submitForwardBackward(next));
           const opt = await provider.submitOptimStep(
             input.sessionId,
             key(`s${next}`, 'optim-step'),
             adamAt(t, learningRateAt(next, input.totalSteps, t.learningRate, t.lrSchedule)),
           );
           kind.submitted?.(next);
-          inFlight.push({ step: next, fb, opt });
+          inFlight.push({ step: next, ...passes, opt });
           next += 1;
           report();
         }
@@ -136,11 +153,12 @@ export async function trainSegmentOf<R extends StepRecord, F = ForwardResult>(
         }
         const head = inFlight[0]!;
         const fb = await provider.awaitOperation(head.fb, { signal: stopper.signal });
+        const more = await Promise.all((head.more ?? []).map((h) => provider.awaitOperation(h, { signal: stopper.signal })));
         checkOptimStep(await provider.awaitOperation(head.opt, { signal: stopper.signal }), head.step, input.stepOffset);
         inFlight.shift();
         confirmed = head.step + 1;
         await kind.confirmed?.(head.step, next < maxStep && Date.now() < deadline && !stopper.stopping() && !checkpoints.due(confirmed));
-        const record = records.add(await kind.record(head.step, fb));
+        const record = records.add(await kind.record(head.step, fb, more));
         if (records.due()) await trackSteps(input, await records.flush()); // long segments: records and tracker stay current
         report();
         recordOptimizerSteps(1, metricTags);

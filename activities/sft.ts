@@ -1,6 +1,6 @@
 import { lossPerToken } from '../config/rules/loss-units';
 import { ROUND_KIND } from '../config/rules/round-kinds';
-import { batchRows } from '../config/rules/schedule';
+import { accumulatedRows } from '../config/rules/schedule';
 import type { Datum } from '../providers/types';
 import { toDatum } from './data';
 import type { ActivityDeps } from './deps';
@@ -21,20 +21,33 @@ export function createSftActivities(deps: ActivityDeps) {
         const { result } = await trainSegmentOf<StepRecord>(deps, input, async ({ provider, key }) => {
           const p = await prepared(input.spec, input.data);
           const t = input.spec.training;
-          const rowsOf = (step: number) => batchRows(step, p.train.length, t.batchSize, t.seed).rows.map((r) => p.train[r]!);
+          const passes = t.accumulate ?? 1;
+          // A step's passes (one without accumulation): rows of `batchSize` each.
+          const passesOf = (step: number) =>
+            accumulatedRows(step, p.train.length, t.batchSize, passes, t.seed).map((rows) => rows.map((r) => p.train[r]!));
           return {
             depth: t.pipelineDepth,
-            submitForwardBackward: (step) => {
-              const data: Datum[] = rowsOf(step).map(toDatum);
-              return provider.submitForwardBackward(input.sessionId, key(`s${step}`, 'forward-backward'), data);
+            submitForwardBackward: async (step) => {
+              const handles = [];
+              for (const [pass, rows] of passesOf(step).entries()) {
+                const data: Datum[] = rows.map(toDatum);
+                // The first pass keeps the key a step always had.
+                const k = pass === 0 ? key(`s${step}`, 'forward-backward') : key(`s${step}`, `p${pass}`, 'forward-backward');
+                handles.push(await provider.submitForwardBackward(input.sessionId, k, data));
+              }
+              return handles.length === 1 ? handles[0]! : handles;
             },
-            record: (step, fb) => {
-              const tokens = rowsOf(step).reduce((a, r) => a + r.completionTokens.length, 0);
+            record: (step, fb, more) => {
+              const tokens = passesOf(step)
+                .flat()
+                .reduce((a, r) => a + r.completionTokens.length, 0);
+              // Cross-entropy is a sum on every dialect that has it: the passes' losses add up to the step's.
+              const loss = more.reduce((a, f) => a + f.loss, fb.loss);
               return {
                 step: step + 1,
-                loss: fb.loss,
+                loss,
                 tokens,
-                lossPerToken: lossPerToken(input.spec.provider.kind, ROUND_KIND.sft.stepLoss(input.spec.round), fb.loss, tokens),
+                lossPerToken: lossPerToken(input.spec.provider.kind, ROUND_KIND.sft.stepLoss(input.spec.round), loss, tokens),
               };
             },
           };

@@ -175,6 +175,9 @@ function stepMetrics(r: StepRecord & Record<string, unknown>, spec: RoundSpec, t
   add('train/loss_per_token', r.tokens > 0 ? lossPerTokenOf(r) : undefined);
   if (totalSteps > 0) add('train/learning_rate', learningRateOf(spec, r.step, totalSteps));
   for (const [key, field] of Object.entries(descriptorOf(spec).trackedSteps)) add(key, r[field]);
+  // A custom round's loss function names its own metrics.
+  const named = r.metrics;
+  if (named && typeof named === 'object') for (const [name, value] of Object.entries(named)) add(`train/${name}`, value);
   return out;
 }
 
@@ -274,6 +277,8 @@ export async function trackRoundEnd(
     add('eval/dpo_margin', report.baseline_margin, 0);
     add('eval/dpo_margin', report.trained_margin, measured);
     add('eval/metric', report.accuracy, measured);
+    for (const [name, value] of Object.entries(report.loss_metrics?.baseline ?? {})) add(`eval/${name}`, value, 0);
+    for (const [name, value] of Object.entries(report.loss_metrics?.trained ?? {})) add(`eval/${name}`, value, measured);
     const passAtK = report.pass_at_k;
     if (passAtK) add(`eval/pass_at_${passAtK.k}`, passAtK.value, measured);
     add('eval/pool_metric', report.pool_accuracy, measured);

@@ -11,6 +11,7 @@ import { pythonHopBenchmark } from './python-hop';
 import { gatewayBenchmark } from './gateway';
 import { environmentsBenchmark } from './environments';
 import { promotionBenchmark } from './promotion';
+import { customLossBenchmark } from './custom-loss';
 
 /**
  * `npm run bench` runs every benchmark; `npm run bench -- <name> [<name>…]` runs some; `--quick` uses tiny sizes
@@ -29,6 +30,7 @@ const BENCHMARKS: Record<string, (ctx: BenchContext, report: Report) => Promise<
   gateway: gatewayBenchmark,
   environments: environmentsBenchmark,
   promotion: promotionBenchmark,
+  'custom-loss': customLossBenchmark,
 };
 
 /**

@@ -114,8 +114,13 @@ export function renderProgress(p: CampaignProgress): string {
   ];
   const c = p.currentRound;
   if (c && !['completed', 'failed', 'cancelled', 'stopped'].includes(c.phase)) {
-    // GRPO rounds add the latest step's mean reward, DPO rounds its preference margin.
-    const policy = `${c.latestReward !== undefined ? `  reward ${num(c.latestReward)}` : ''}${c.latestMargin !== undefined ? `  margin ${num(c.latestMargin)}` : ''}`;
+    // GRPO rounds add the latest step's mean reward, DPO rounds its preference margin, custom rounds (the first
+    // three of) the loss function's metrics.
+    const metrics = Object.entries(c.latestMetrics ?? {})
+      .slice(0, 3)
+      .map(([name, value]) => `  ${name} ${num(value)}`)
+      .join('');
+    const policy = `${c.latestReward !== undefined ? `  reward ${num(c.latestReward)}` : ''}${c.latestMargin !== undefined ? `  margin ${num(c.latestMargin)}` : ''}${metrics}`;
     lines.push(
       `  ${String(c.round).padStart(5)}  ${stageColumn(p, p.stages?.at(-1))}${c.phase.padEnd(9)}  ${bar(c.step, c.totalSteps)} ${c.step}/${c.totalSteps}  loss ${num(c.latestLoss)}${policy}  GPU-min ${num(c.gpuMinutes, 2)}`,
     );

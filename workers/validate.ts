@@ -14,6 +14,7 @@ import {
   readPreferenceDataset,
   testSetProblems,
 } from '../activities/data';
+import { loadCompletionData, readCompletionDataset } from '../activities/completion-data';
 import { rewardFunction } from '../activities/rewards';
 import { findModel } from '../emulator/models';
 import { abilitiesOf } from '../config/rules/dialects';
@@ -59,7 +60,8 @@ export function validateCampaignLocally(spec: CampaignSpec): {
     }
     // Warnings after the errors: data that trains fine but may mislead (eval rows that repeat training sentences).
     const problems: string[] = [];
-    const read = ROUND_KIND[one.round.kind].data === 'pairs' ? readPreferenceDataset : readDataset;
+    const shape = ROUND_KIND[one.round.kind].data;
+    const read = shape === 'pairs' ? readPreferenceDataset : shape === 'completions' ? readCompletionDataset : readDataset;
     const train = read(one.data.train, problems);
     const warnings = [nearDuplicateWarning(train, read(one.data.eval, problems))];
     if (one.data.test) warnings.push(nearDuplicateWarning(train, read(one.data.test, problems), 'test'));
@@ -111,6 +113,27 @@ function checkCampaign(spec: CampaignSpec): { trainRows: number; evalRows: numbe
     const problems: string[] = [];
     const train = readPreferenceDataset(spec.data.train, problems);
     const evalSet = readPreferenceDataset(spec.data.eval, problems);
+    if (problems.length) throw new DataValidationError(problems);
+    return { trainRows: train.rows.length, evalRows: evalSet.rows.length, tokenized: false };
+  }
+  if (shape === 'completions') {
+    if (hasTokenizer) {
+      const data = loadCompletionData(
+        spec.data.train,
+        spec.data.eval,
+        tokenizerFor(spec.provider.model, undefined, spec.provider.tokenizer),
+        limits,
+      );
+      if (spec.evaluation.sampleAnswers === true && data.shape !== 'answer')
+        throw new DataValidationError([
+          `evaluation.sampleAnswers: true samples an answer for each eval row to score against its own, but ${spec.data.eval}'s rows are ${data.shape} (no answer)`,
+        ]);
+      return { trainRows: data.train.length, evalRows: data.eval.length, tokenized: true };
+    }
+    const problems: string[] = [];
+    const train = readCompletionDataset(spec.data.train, problems);
+    const evalSet = readCompletionDataset(spec.data.eval, problems);
+    problems.push(...heldOutProblems(train, evalSet));
     if (problems.length) throw new DataValidationError(problems);
     return { trainRows: train.rows.length, evalRows: evalSet.rows.length, tokenized: false };
   }

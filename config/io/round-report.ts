@@ -62,6 +62,8 @@ const StepRowSchema = z.object({
   meanReward: z.number().optional(),
   margin: z.number().optional(),
   accuracy: z.number().optional(),
+  /** Custom rounds: the loss function's named metrics for the step. */
+  metrics: z.record(z.string(), z.number()).optional(),
 });
 
 export const RoundReportSchema = z.object({
@@ -90,6 +92,10 @@ export const RoundReportSchema = z.object({
   baseline_margin: addedNullable(z.number()),
   trained_margin: addedNullable(z.number()),
   accuracy: nullableNumber,
+  /** Custom rounds: the loss function's named metrics on the eval set before and after training. */
+  loss_metrics: addedNullable(
+    z.object({ baseline: z.record(z.string(), z.number()).nullable(), trained: z.record(z.string(), z.number()).nullable() }),
+  ),
   /** Sampled rounds with evaluation.sampling.n > 1: pass@n beside `accuracy` (pass@1). */
   pass_at_k: addedNullable(z.object({ k: z.number(), value: z.number() })),
   pool_accuracy: addedNullable(z.number()),

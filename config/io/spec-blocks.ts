@@ -12,7 +12,14 @@ import {
 } from './spec-campaign';
 import { dialectProblems } from './spec-dialect-checks';
 import { EvaluationSpecSchema } from './spec-evaluation';
-import { checkpointTtlSeconds, fractionProblem, positiveInt, pythonCallBounds, pythonCallFields } from './spec-fields';
+import {
+  checkpointTtlSeconds,
+  fractionProblem,
+  positiveInt,
+  optionalPythonCallFields,
+  pythonCallBounds,
+  pythonCallFields,
+} from './spec-fields';
 import { ProviderSpecSchema } from './spec-provider';
 import { DataSpecSchema, SamplingSpecSchema, TrainingSpecSchema } from './spec-training';
 
@@ -41,6 +48,13 @@ export const RewardSpecSchema = z.discriminatedUnion('kind', [
 
 export const PolicyLossSpecSchema = z
   .object({
+    /**
+     * `python`: your own loss function (`@roundhouse.loss`, on a Python worker, named by `name` and `taskQueue`)
+     * instead of the built-in `type`, on the sampled completions with their advantages and sampler logprobs; trained
+     * through the dialect's custom-loss pass.
+     */
+    kind: z.enum(['builtin', 'python']).default('builtin'),
+    ...optionalPythonCallFields,
     type: z.enum(['grpo', 'ppo', 'importance_sampling']).default('grpo'),
     clipLow: z.number().min(0).max(1).optional(),
     clipHigh: z.number().min(1).optional(),
@@ -87,7 +101,7 @@ export const GrpoSpecSchema = z
     reward: RewardSpecSchema.optional(),
     /** Multi-turn: each group is `groupSize` episodes of this environment, on a Python worker. */
     environment: EnvironmentSpecSchema.optional(),
-    loss: PolicyLossSpecSchema.default({ type: 'grpo', beta: 0 }),
+    loss: PolicyLossSpecSchema.default({ kind: 'builtin', type: 'grpo', beta: 0 }),
     /** Divide each group's centred rewards by its standard deviation. */
     normalizeAdvantages: z.boolean().default(false),
     /**
@@ -107,12 +121,34 @@ export const DpoSpecSchema = z
   })
   .strict();
 
+/**
+ * A loss function the user wrote, registered on a Python worker with `@roundhouse.loss` (or `@roundhouse.loss.torch`):
+ * `(batch) → (loss, d loss / d logprob per token, metrics)`, trained through the dialect's custom-loss pass.
+ */
+export const PythonLossSpecSchema = z.object({ kind: z.literal('python'), ...pythonCallFields }).strict();
+
+export const CustomSpecSchema = z
+  .object({
+    /** The loss every step trains on, and the eval set is measured by (forward only). */
+    loss: PythonLossSpecSchema,
+    /**
+     * `start`: the starting weights' logprobs of every train and eval completion, computed once before the first step
+     * (kept beside the report), reach the loss function as each datum's `reference_logprobs` (DPO, KTO, a KL term).
+     */
+    reference: z.enum(['start']).optional(),
+  })
+  .strict();
+
 export const RoundKindSpecSchema = z
   .object({
-    /** sft: supervised (cross-entropy on answers); grpo: sampled groups + rewards + policy-gradient loss; dpo: preference pairs. */
+    /**
+     * sft: supervised (cross-entropy on answers); grpo: sampled groups + rewards + policy-gradient loss; dpo: preference
+     * pairs; custom: your own loss (Python) on rows of named completions.
+     */
     kind: z.enum(ROUND_KINDS).default(DEFAULT_ROUND_KIND),
     grpo: GrpoSpecSchema.optional(),
     dpo: DpoSpecSchema.optional(),
+    custom: CustomSpecSchema.optional(),
   })
   .strict();
 export type { GateMetric };
@@ -240,6 +276,7 @@ export type RoundKindSpec = z.infer<typeof RoundKindSpecSchema>;
 export type GrpoSpec = z.infer<typeof GrpoSpecSchema>;
 export type EnvironmentSpec = z.infer<typeof EnvironmentSpecSchema>;
 export type DpoSpec = z.infer<typeof DpoSpecSchema>;
+export type CustomSpec = z.infer<typeof CustomSpecSchema>;
 export type GateSpec = z.infer<typeof GateSpecSchema>;
 /** Input form (defaults optional): what `rewardFunction` takes. */
 export type RewardSpec = z.input<typeof RewardSpecSchema>;

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { durationMs, fractionProblem, positiveInt, pythonCallBounds } from './spec-fields';
+import { durationMs, fractionProblem, optionalPythonCallFields, positiveInt } from './spec-fields';
 
 /** The campaign-wide blocks: how rounds follow each other, budget, advanced settings, tracking, promotion, notify. */
 
@@ -22,12 +22,7 @@ export const RoundsSpecSchema = z
         /** Share of the next training set drawn from rows the last round got right. */
         replayShare: z.number().min(0).max(1).default(0.3),
         // `policy: python`: a data policy registered on a Python worker, `(pool rows, last round's results) → rows`.
-        name: pythonCallBounds.name.optional(),
-        taskQueue: pythonCallBounds.taskQueue.optional(),
-        retry: pythonCallBounds.retry.optional(),
-        timeoutSeconds: pythonCallBounds.timeoutSeconds.optional(),
-        heartbeatTimeoutSeconds: pythonCallBounds.heartbeatTimeoutSeconds.optional(),
-        workerWaitSeconds: pythonCallBounds.workerWaitSeconds.optional(),
+        ...optionalPythonCallFields,
       })
       .strict()
       .superRefine((n, ctx) => {

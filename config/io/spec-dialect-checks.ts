@@ -12,7 +12,7 @@ type Problem = (path: (string | number)[], message: string) => void;
 /** The parts of a campaign's spec the dialect's abilities bear on. */
 export interface DialectCheckedSpec {
   provider: { kind: Dialect; tokenPrices?: object; baseten?: object };
-  round: { kind: RoundKind; grpo?: { reference?: string; loss: { type: PolicyLoss } } };
+  round: { kind: RoundKind; grpo?: { reference?: string; loss: { kind?: 'builtin' | 'python'; type: PolicyLoss } } };
   tracking?: { wandb?: object };
   retention?: { ttl?: number };
 }
@@ -39,10 +39,16 @@ const REQUIREMENTS: DialectRequirement[] = [
   },
   {
     field: ['round', 'grpo', 'loss', 'type'],
-    appliesTo: (spec) => optionsOf(spec.round, 'grpo') !== undefined,
+    appliesTo: (spec) => optionsOf(spec.round, 'grpo') !== undefined && spec.round.grpo!.loss.kind !== 'python',
     has: (a, spec) => a.policyLosses.includes(spec.round.grpo!.loss.type),
     message: (a, spec) =>
       `${a.name} has no ${spec.round.grpo!.loss.type} loss: use ${a.policyLosses.join(' or ')} (advantages are group-centred either way)`,
+  },
+  {
+    field: ['round', 'grpo', 'loss', 'kind'],
+    appliesTo: (spec) => optionsOf(spec.round, 'grpo')?.loss.kind === 'python',
+    has: (a) => a.customLoss,
+    message: (a) => `python trains through a custom loss (forward, your function, custom_forward_backward), which ${a.name} does not offer`,
   },
   {
     field: ['tracking', 'wandb'],

@@ -49,6 +49,16 @@ export const pythonCallFields = {
   concurrency: pythonCallBounds.concurrency.default(PYTHON_CALL_DEFAULTS.concurrency),
 };
 
+/** A block that names a python function only in one of its modes (`policy: python`, `kind: python`): the call's fields, optional. */
+export const optionalPythonCallFields = {
+  name: pythonCallBounds.name.optional(),
+  taskQueue: pythonCallBounds.taskQueue.optional(),
+  retry: pythonCallBounds.retry.optional(),
+  timeoutSeconds: pythonCallBounds.timeoutSeconds.optional(),
+  heartbeatTimeoutSeconds: pythonCallBounds.heartbeatTimeoutSeconds.optional(),
+  workerWaitSeconds: pythonCallBounds.workerWaitSeconds.optional(),
+};
+
 const DURATION = /^\d+(\.\d+)?(s|m|h|d)$/;
 const SECONDS_PER_UNIT = { s: 1, m: 60, h: 3600, d: 86_400 };
 

@@ -49,6 +49,13 @@ export const TrainingSpecSchema = z
     segmentSteps: positiveInt.max(100_000).default(DEFAULT_SEGMENT_STEPS),
     /** …or this many seconds, whichever comes first. */
     segmentSeconds: positiveInt.max(3600).default(DEFAULT_SEGMENT_SECONDS),
+    /**
+     * Gradient accumulation: each optimizer step is this many forward-backward passes of `batchSize` rows (their
+     * gradients summed on the trainer) and one optim_step, so an effective batch of `batchSize × accumulate` rows fits
+     * the trainer's maximum batch size. Steps per epoch count effective batches. Not for grpo rounds (a step's batch is
+     * its sampled groups).
+     */
+    accumulate: positiveInt.max(64).optional(),
     /** Steps submitted ahead of the one being awaited (forward_backward + optim_step each). */
     pipelineDepth: positiveInt.max(8).default(2),
     /**

@@ -16,7 +16,9 @@ export type StepLoss =
   | { type: 'cross_entropy' | 'importance_sampling' | 'ppo' }
   | { type: 'grpo'; aggregation?: GrpoAggregation }
   /** The mean over the step's preference pairs of −log σ(β·margin), computed by the round (a custom loss). */
-  | { type: 'dpo' };
+  | { type: 'dpo' }
+  /** The user's loss function's figure (`@roundhouse.loss`), as it returns it: its unit is the function's. */
+  | { type: 'custom' };
 
 /**
  * What the loss figure the dialect's client returns is:
@@ -24,12 +26,13 @@ export type StepLoss =
  * - `token_mean`: that sum over the number of trained tokens (already per token);
  * - `sequence_mean`: the mean over sequences of each sequence's token mean;
  * - `fixed_horizon`: the sum over (sequences × a horizon the provider fixes);
- * - `pair_mean`: DPO's mean over pairs.
+ * - `pair_mean`: DPO's mean over pairs;
+ * - `as_returned`: a user's loss function's figure, reported as the function returns it.
  */
-export type LossUnit = 'sum' | GrpoAggregation | 'pair_mean';
+export type LossUnit = 'sum' | GrpoAggregation | 'pair_mean' | 'as_returned';
 
 /** Per wire: the unit of each provider loss's figure, as its client hands it to the round (a dialect's is its wire's). */
-const UNITS: Record<Wire, (loss: Exclude<StepLoss, { type: 'dpo' }>) => LossUnit> = {
+const UNITS: Record<Wire, (loss: Exclude<StepLoss, { type: 'dpo' | 'custom' }>) => LossUnit> = {
   // Together's guide: cross-entropy's `result.loss` is a sum over the batch's trained tokens. GRPO follows the
   // `agg_type` Roundhouse sends. IMPORTANCE_SAMPLING and PPO are not documented; we read them as sums (the SDK's
   // Tinker shim labels every loss `loss:sum`, and the emulator computes them so).
@@ -41,12 +44,14 @@ const UNITS: Record<Wire, (loss: Exclude<StepLoss, { type: 'dpo' }>) => LossUnit
   baseten: () => 'sum',
 };
 
-function togetherUnit(loss: Exclude<StepLoss, { type: 'dpo' }>): LossUnit {
+function togetherUnit(loss: Exclude<StepLoss, { type: 'dpo' | 'custom' }>): LossUnit {
   return loss.type === 'grpo' ? (loss.aggregation ?? DEFAULT_GRPO_AGGREGATION) : 'sum';
 }
 
 export function lossUnitOf(dialect: Dialect, loss: StepLoss): LossUnit {
-  return loss.type === 'dpo' ? 'pair_mean' : UNITS[abilitiesOf(dialect).speaks](loss);
+  if (loss.type === 'dpo') return 'pair_mean';
+  if (loss.type === 'custom') return 'as_returned';
+  return UNITS[abilitiesOf(dialect).speaks](loss);
 }
 
 /**

@@ -10,7 +10,7 @@ export { PYTHON_CALL_DEFAULTS } from './python-defaults';
  * activities call them, the spec's schema takes its defaults from here.
  */
 
-export type PythonRole = 'reward' | 'scorer' | 'data_policy' | 'environment';
+export type PythonRole = 'reward' | 'scorer' | 'data_policy' | 'environment' | 'loss';
 
 /** A call of one registered function: where it is served and how it is retried (the spec's fields, defaults filled). */
 export interface PythonCall {
@@ -39,6 +39,7 @@ export const PYTHON_ACTIVITIES = {
   scores: 'roundhouse.scores',
   nextData: 'roundhouse.next_data',
   episodes: 'roundhouse.episodes',
+  loss: 'roundhouse.loss',
 } as const;
 
 /** A spec block naming a python function (some fields optional): the call, with the defaults filled in. */
@@ -82,6 +83,16 @@ export function environmentName(environment: { kind: 'verifiers' | 'python'; nam
   return environment.kind === 'verifiers' ? `verifiers:${environment.name}` : environment.name;
 }
 
+/** The round's loss function: a custom round's, or a GRPO round's python loss. */
+export function pythonLoss(spec: { round?: CampaignSpec['round'] }): PythonCall | undefined {
+  const custom = optionsOf(spec.round, 'custom')?.loss;
+  if (custom) return pythonCallOf(custom);
+  const grpo = optionsOf(spec.round, 'grpo')?.loss;
+  return grpo?.kind === 'python' && grpo.name && grpo.taskQueue
+    ? pythonCallOf({ ...grpo, name: grpo.name, taskQueue: grpo.taskQueue })
+    : undefined;
+}
+
 /** The evaluation's scorer, when it is a python one. */
 export function pythonScorer(spec: Pick<CampaignSpec, 'evaluation'>): PythonCall | undefined {
   const scorer = spec.evaluation.scorer;
@@ -94,7 +105,11 @@ export function pythonChecksOf(spec: { round?: CampaignSpec['round']; evaluation
   const scorer = pythonScorer(spec);
   const environment = pythonEnvironment(spec);
   const args = optionsOf(spec.round, 'grpo')?.environment?.args;
+  const loss = pythonLoss(spec);
   return [
+    ...(loss
+      ? [{ field: optionsOf(spec.round, 'custom') ? 'round.custom.loss' : 'round.grpo.loss', role: 'loss' as const, call: loss }]
+      : []),
     ...(reward ? [{ field: 'round.grpo.reward', role: 'reward' as const, call: reward }] : []),
     ...(environment
       ? [{ field: 'round.grpo.environment', role: 'environment' as const, call: environment, ...(args ? { args } : {}) }]
@@ -104,7 +119,10 @@ export function pythonChecksOf(spec: { round?: CampaignSpec['round']; evaluation
 }
 
 /** The failure type a role's call ends with past its retries. */
-export function pythonFailureType(role: PythonRole): 'RewardFailed' | 'ScorerFailed' | 'DataPolicyFailed' | 'EnvironmentFailed' {
+export function pythonFailureType(
+  role: PythonRole,
+): 'RewardFailed' | 'ScorerFailed' | 'DataPolicyFailed' | 'EnvironmentFailed' | 'LossFailed' {
   if (role === 'environment') return 'EnvironmentFailed';
+  if (role === 'loss') return 'LossFailed';
   return role === 'reward' ? 'RewardFailed' : role === 'scorer' ? 'ScorerFailed' : 'DataPolicyFailed';
 }

@@ -52,6 +52,8 @@ export function roundFiles(dir: string, round: number, join: JoinLocation = slas
     rewards: beside('rewards'),
     /** GRPO with an environment: its episodes' batches, gateways and turn records, kept across lineages. */
     episodes: beside('episodes'),
+    /** A custom round: each step's loss batch and its recorded result (loss, gradients, metrics), and the evaluations'. */
+    losses: beside('losses'),
     /** `rounds.nextData: python`: the rows the policy wrote for this round. */
     pythonData: beside('python.jsonl'),
     /** `rounds.nextData`: this round's training set, when the policy chose rows. */
@@ -98,4 +100,19 @@ export const scoreFiles = {
   /** A pass's name in its batch file and item keys: `eval`, `eval.L2`. */
   pass: (label: string, lineage: number | undefined) => `${label}${lineageSuffix(lineage)}`,
   batch: (scoresDir: string, pass: string, join: JoinLocation) => join(scoresDir, 'batches', `${pass}.json`),
+};
+
+/**
+ * A custom round's loss calls in its `losses` folder: a training step's batch and record (the step's identity: its
+ * lineage and step), and an evaluation's (its label: `baseline`, `trained`).
+ */
+export const lossFiles = {
+  stepBatch: (dir: string, step: number, lineage: number | undefined, join: JoinLocation) =>
+    join(dir, 'batches', `${lineagePrefix(lineage)}${stepName(step)}.json`),
+  stepRecord: (dir: string, step: number, lineage: number | undefined, join: JoinLocation) =>
+    join(dir, `${lineagePrefix(lineage)}${stepName(step)}.json`),
+  evalBatch: (dir: string, label: string, lineage: number | undefined, join: JoinLocation) =>
+    join(dir, 'batches', `eval-${label}${lineageSuffix(lineage)}.json`),
+  evalRecord: (dir: string, label: string, lineage: number | undefined, join: JoinLocation) =>
+    join(dir, `eval-${label}${lineageSuffix(lineage)}.json`),
 };

@@ -44,19 +44,32 @@ export interface KindCheckedSpec {
   provider: { kind: Dialect };
   data: { test?: string };
   sampling: { temperature: number };
-  evaluation: { sampleAnswers?: boolean; sampleEvery?: number; sampling?: object };
-  rounds: { max: number; nextData: { policy: string } };
+  training: { accumulate?: number };
+  evaluation: { sampleAnswers?: boolean; sampleEvery?: number; sampling?: object; every?: number };
+  rounds: { max: number; target?: unknown; nextData: { policy: string } };
   promotion?: object;
   round: {
     kind: RoundKind;
     grpo?: {
       reward?: { kind: string; pattern?: string };
       environment?: object;
-      loss: { type: string; beta: number; allowUnclippedOffPolicy?: boolean };
+      loss: {
+        kind?: 'builtin' | 'python';
+        name?: string;
+        taskQueue?: string;
+        type: string;
+        beta: number;
+        clipLow?: number;
+        clipHigh?: number;
+        aggregation?: string;
+        ratio?: string;
+        allowUnclippedOffPolicy?: boolean;
+      };
       maxStepsOffPolicy: number;
       reference?: string;
     };
     dpo?: object;
+    custom?: object;
   };
 }
 
@@ -65,8 +78,11 @@ export type KindProblem = (path: (string | number)[], message: string) => void;
 
 /** What the round options of the spec say of the step's loss. */
 export interface LossOptions {
-  grpo?: { loss: { type: 'grpo' | 'ppo' | 'importance_sampling'; aggregation?: GrpoAggregation } };
+  grpo?: { loss: { kind?: 'builtin' | 'python'; type: 'grpo' | 'ppo' | 'importance_sampling'; aggregation?: GrpoAggregation } };
 }
+
+/** The options blocks round kinds have (`round.grpo`, `round.dpo`, `round.custom`). */
+export type KindOptions = 'grpo' | 'dpo' | 'custom';
 
 /** A round's summary figures, as its report file has them (for the campaign summary's per-kind line). */
 export interface SummaryFigures {
@@ -81,15 +97,18 @@ export interface SummaryFigures {
 export interface RoundKindDescriptor {
   /** A round of the kind in a message: `an sft round`. */
   aRound: string;
-  /** What a dataset row is: `rows` (prompt → answer) or `pairs` (prompt, chosen, rejected). */
-  data: 'rows' | 'pairs';
+  /**
+   * What a dataset row is: `rows` (prompt → answer), `pairs` (prompt, chosen, rejected), or `completions` (a prompt
+   * and its named completions: an answer, a chosen/rejected pair, or a `completions` map, with any other fields).
+   */
+  data: 'rows' | 'pairs' | 'completions';
   /**
    * Where the kind samples from the policy: `to-train` (its steps train on samples), `answers` (only the evaluation's
    * answers, which `evaluation.sampleAnswers: false` turns off), `never` (forward passes only).
    */
   samples: 'to-train' | 'answers' | 'never';
   /** The kind's own options block in the spec (`round.<options>`), if it has one. */
-  options?: 'grpo' | 'dpo';
+  options?: KindOptions;
   /** The metric that matters for the kind: what `status` and the reports show of a stage. */
   headline: GateMetric;
   /** What a gate can read of the kind's rounds (in GATE_METRIC_NAMES order). */
@@ -99,7 +118,7 @@ export interface RoundKindDescriptor {
   /** What the report's baseline and trained loss are (`loss_unit`). */
   evalLoss: string;
   /** The activity that trains one segment of the kind's steps. */
-  segmentActivity: 'trainSegment' | 'trainGrpoSegment' | 'trainDpoSegment';
+  segmentActivity: 'trainSegment' | 'trainGrpoSegment' | 'trainDpoSegment' | 'trainCustomSegment';
   /** The step record's fields the tracker logs (MLflow key → field), after the loss and learning rate. */
   trackedSteps: Readonly<Record<string, 'meanReward' | 'margin' | 'accuracy'>>;
   /** The tracker's key for an evaluation's metric during training. */
@@ -144,6 +163,7 @@ const GRPO = {
   gateMetrics: ['accuracy', 'meanReward', 'evalLoss'],
   stepLoss: (options) => {
     const loss = options?.grpo?.loss ?? { type: 'grpo' };
+    if (loss.kind === 'python') return { type: 'custom' };
     // Always an aggregation: the unit of the loss figure must not rest on the provider's undocumented default.
     return loss.type === 'grpo' ? { type: 'grpo', aggregation: loss.aggregation ?? DEFAULT_GRPO_AGGREGATION } : { type: loss.type };
   },
@@ -193,7 +213,32 @@ const DPO = {
       : undefined,
 } satisfies RoundKindDescriptor;
 
-const DESCRIPTORS = { sft: SFT, grpo: GRPO, dpo: DPO } as const satisfies Record<string, RoundKindDescriptor>;
+const CUSTOM = {
+  aRound: 'a custom round',
+  data: 'completions',
+  samples: 'answers',
+  options: 'custom',
+  headline: 'evalLoss',
+  gateMetrics: ['accuracy', 'evalLoss'],
+  stepLoss: () => ({ type: 'custom' }),
+  evalLoss: "the loss function's own loss on the eval set (forward only), as it returns it",
+  segmentActivity: 'trainCustomSegment',
+  trackedSteps: {},
+  trackedEvalMetric: 'eval/metric',
+  needs: { customLoss: 'trains through a custom loss (forward, your function, custom_forward_backward)' },
+  // Sampled answers are opt-in: the rows may have none (pairs, named completions).
+  generatorNeed: (spec) =>
+    spec.evaluation.sampleAnswers === true
+      ? 'a custom round with evaluation.sampleAnswers: true samples an answer for every eval row after training'
+      : undefined,
+  stepBatch: (spec) => ({
+    sequences: spec.training.batchSize,
+    from: `training.batchSize: ${spec.training.batchSize} rows (each row's completions are checked with the data)`,
+  }),
+  specProblems: customProblems,
+} satisfies RoundKindDescriptor;
+
+const DESCRIPTORS = { sft: SFT, grpo: GRPO, dpo: DPO, custom: CUSTOM } as const satisfies Record<string, RoundKindDescriptor>;
 
 export type RoundKind = keyof typeof DESCRIPTORS;
 /** Every round kind, in the table's order (the spec's enum, messages, summaries). */
@@ -222,7 +267,7 @@ export function descriptorOf(spec: { round?: { kind: RoundKind } }): RoundKindDe
 }
 
 /** A kind's options block (`round.grpo`, `round.dpo`) when the round's kind is the one that reads it. */
-export function optionsOf<O extends 'grpo' | 'dpo', R extends { kind: RoundKind } & Partial<Record<O, unknown>>>(
+export function optionsOf<O extends KindOptions, R extends { kind: RoundKind } & Partial<Record<O, unknown>>>(
   round: R | undefined,
   options: O,
 ): R[O] | undefined {
@@ -257,6 +302,12 @@ function grpoProblems(spec: KindCheckedSpec, problem: KindProblem): 'stop' | voi
       ['sampling', 'temperature'],
       'must be above 0 for a grpo round: a group of greedy completions is all alike and teaches nothing',
     );
+  if (grpo.loss.kind === 'python') return pythonPolicyLossProblems(grpo.loss, problem);
+  if (grpo.loss.name !== undefined || grpo.loss.taskQueue !== undefined)
+    problem(
+      ['round', 'grpo', 'loss', grpo.loss.name !== undefined ? 'name' : 'taskQueue'],
+      'is for a python loss: set kind: python, or remove it',
+    );
   if (grpo.loss.beta > 0 && grpo.loss.type !== 'grpo')
     problem(['round', 'grpo', 'loss', 'beta'], `the KL penalty is part of the grpo loss, not ${grpo.loss.type}`);
   if (grpo.loss.beta > 0 && !grpo.reference) {
@@ -273,6 +324,11 @@ function grpoProblems(spec: KindCheckedSpec, problem: KindProblem): 'stop' | voi
   }
   if (spec.evaluation.sampleAnswers === false)
     problem(['evaluation', 'sampleAnswers'], 'false is for sft rounds (this one is grpo): a grpo round samples to train');
+  if (spec.training.accumulate !== undefined && spec.training.accumulate > 1)
+    problem(
+      ['training', 'accumulate'],
+      "is for sft, dpo and custom rounds: a grpo step's batch is its sampled groups (training.batchSize × round.grpo.groupSize); make those smaller instead",
+    );
 }
 
 /** DPO's checks: nothing that needs sampled answers, which a dpo round has none of. */
@@ -297,4 +353,48 @@ function dpoProblems(spec: KindCheckedSpec, problem: KindProblem): void {
   if (spec.rounds.max > 1 && spec.rounds.nextData.policy === 'mistakes') {
     problem(['rounds', 'nextData', 'policy'], 'mistakes needs sampled answers to score, which a dpo round has none of: use all or static');
   }
+}
+
+/**
+ * A custom round's checks: its loss block, and that whatever needs sampled answers has them (they are opt-in:
+ * `evaluation.sampleAnswers: true`, on rows with answers).
+ */
+function customProblems(spec: KindCheckedSpec, problem: KindProblem): 'stop' | void {
+  if (!spec.round.custom) {
+    problem(
+      ['round', 'custom'],
+      'is required when round.kind is custom: the loss, e.g. custom: { loss: { kind: python, name: simpo, taskQueue: losses } }',
+    );
+    return 'stop';
+  }
+  if (spec.evaluation.every !== undefined)
+    problem(
+      ['evaluation', 'every'],
+      "is not supported for custom rounds yet: the loss function's eval loss is measured before and after training",
+    );
+  if (spec.evaluation.sampleAnswers === true) return;
+  const needs = (path: string[], what: string) =>
+    problem(path, `${what}; a custom round samples answers only with evaluation.sampleAnswers: true (on rows with answers)`);
+  if (spec.data.test) needs(['data', 'test'], 'is scored by sampled answers');
+  if (spec.evaluation.sampleEvery !== undefined) needs(['evaluation', 'sampleEvery'], 'samples the eval set during training');
+  if (spec.evaluation.sampling) needs(['evaluation', 'sampling'], 'is for sampled answers');
+  if (spec.rounds.target) needs(['rounds', 'target'], 'is an accuracy, measured from sampled answers');
+  const policy = spec.rounds.nextData.policy;
+  if (spec.rounds.max > 1 && (policy === 'mistakes' || policy === 'python'))
+    needs(['rounds', 'nextData', 'policy'], `${policy} chooses the next round's rows by the pool's sampled answers`);
+  if (spec.promotion) needs(['promotion'], 'compares the accuracy of sampled answers');
+}
+
+/** A GRPO round's python loss: named on a task queue, and none of the built-in losses' knobs (the function has its own). */
+function pythonPolicyLossProblems(loss: NonNullable<KindCheckedSpec['round']['grpo']>['loss'], problem: KindProblem): void {
+  const at = (field: string) => ['round', 'grpo', 'loss', field];
+  if (!loss.name) problem(at('name'), 'is required for a python loss: the name it is registered under (@roundhouse.loss)');
+  if (!loss.taskQueue) problem(at('taskQueue'), 'is required for a python loss: the task queue its Python worker polls');
+  const builtIn = (['clipLow', 'clipHigh', 'aggregation', 'ratio', 'allowUnclippedOffPolicy'] as const).find((f) => loss[f] !== undefined);
+  if (builtIn) problem(at(builtIn), 'is a setting of the built-in losses; a python loss computes its own');
+  if (loss.beta > 0)
+    problem(
+      at('beta'),
+      "is the built-in grpo loss's KL penalty; a python loss computes its own (round.grpo.reference gives it the reference logprobs)",
+    );
 }

@@ -49,3 +49,15 @@ export function batchRows(
   const order = permutation(trainRows, (seed * 1_000_003 + epoch) >>> 0);
   return { epoch, batch, rows: order.slice(batch * batchSize, (batch + 1) * batchSize) };
 }
+
+/**
+ * The rows of global step `step` with gradient accumulation (`training.accumulate`): the step's effective batch of
+ * `batchSize × passes` rows (epochs are of effective batches), as its passes of `batchSize` rows each.
+ */
+export function accumulatedRows(step: number, trainRows: number, batchSize: number, passes: number, seed: number): number[][] {
+  const { rows } = batchRows(step, trainRows, batchSize * passes, seed);
+  const out: number[][] = [];
+  for (let pass = 0; pass * batchSize < rows.length && pass < passes; pass++)
+    out.push(rows.slice(pass * batchSize, (pass + 1) * batchSize));
+  return out;
+}

@@ -60,6 +60,7 @@ function currentFields(campaignId: string, dir: string): RoundReportFields {
     trained_margin: null,
     accuracy: 0.75,
     pass_at_k: { k: 4, value: 0.9 },
+    loss_metrics: null,
     pool_accuracy: null,
     test_path: `${dir}/test.jsonl`,
     test: { accuracy: 0.7, rows: 10, sha256: 'c'.repeat(64), evaluations_path: roundFiles(dir, 2).testEvaluations },
@@ -126,7 +127,7 @@ describe('the round report schema', () => {
     const raw = oldReport(name);
     const report = parseRoundReport(name, raw);
     expect(report.kind).toBe(OLD[name as keyof typeof OLD].kind);
-    for (const added of ['pass_at_k', 'test', 'test_path', 'tokens', 'sandbox'] as const) expect(report[added]).toBeNull();
+    for (const added of ['pass_at_k', 'test', 'test_path', 'tokens', 'sandbox', 'loss_metrics'] as const) expect(report[added]).toBeNull();
     expect(report.checkpoints).toBeUndefined();
     expect(report.billing).toBeUndefined();
     expect(report.evaluations).toHaveLength(2);

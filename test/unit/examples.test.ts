@@ -18,7 +18,7 @@ test('there are example specs of every round kind (a staged spec counts each of 
     const spec = loadCampaignSpec(path.join(root, s));
     return spec.stages ? spec.stages.map((stage) => stage.round.kind) : [spec.round.kind];
   });
-  expect(new Set(kinds)).toEqual(new Set(['sft', 'grpo', 'dpo']));
+  expect(new Set(kinds)).toEqual(new Set(['sft', 'grpo', 'dpo', 'custom']));
   expect(specs.filter((s) => loadCampaignSpec(path.join(root, s)).stages)).toEqual([
     'arithmetic/pipeline.yaml',
     'reasoning-gym/campaign.yaml',

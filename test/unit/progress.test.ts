@@ -13,10 +13,15 @@ const progress = (current: Partial<RoundProgress>): CampaignProgress => ({
   summaryPath: '/tmp/c1/campaign.json',
 });
 
-test('the live line shows the loss, and the reward of a GRPO round or the margin of a DPO round', () => {
+test('the live line shows the loss, and the reward of a GRPO round, the margin of a DPO round or the metrics of a custom one', () => {
   expect(renderProgress(progress({}))).toMatch(/5\/20 {2}loss 1\.250 {2}GPU-min 0\.50/);
   expect(renderProgress(progress({ latestReward: 0.25 }))).toMatch(/loss 1\.250 {2}reward 0\.250 {2}GPU-min/);
   expect(renderProgress(progress({ latestMargin: 1.5 }))).toMatch(/loss 1\.250 {2}margin 1\.500 {2}GPU-min/);
+  // A custom round: the first three of its loss function's metrics, by name.
+  const metrics = { preference_accuracy: 0.75, margin: 1.5, tokens: 40, more: 1 };
+  expect(renderProgress(progress({ latestMetrics: metrics }))).toMatch(
+    /loss 1\.250 {2}preference_accuracy 0\.750 {2}margin 1\.500 {2}tokens 40\.000 {2}GPU-min/,
+  );
 });
 
 test("status names the code sandbox the latest round's Python worker runs, or why it refuses one", () => {

@@ -75,6 +75,16 @@ const cases: Case[] = [
     text: (k) => spec(k, { round: '  kind: dpo\n' }),
     refusal: (a) => new RegExp(`^dpo trains through a custom loss \\(custom_forward_backward\\), which ${a.name} does not offer$`),
   },
+  {
+    what: 'a custom round (a Python loss function)',
+    field: 'round.kind',
+    needs: (a) => a.customLoss,
+    text: (k) => spec(k, { round: '  kind: custom\n  custom: { loss: { kind: python, name: simpo, taskQueue: losses } }\n' }),
+    refusal: (a) =>
+      new RegExp(
+        `^custom trains through a custom loss \\(forward, your function, custom_forward_backward\\), which ${a.name} does not offer$`,
+      ),
+  },
 ];
 
 function refusal(text: string): SpecError | undefined {
@@ -105,7 +115,15 @@ test('what each dialect is refused, written out: the table as the checks read it
   expect(Object.fromEntries(DIALECTS.map((k) => [k, refusedOn(k)]))).toEqual({
     local: ['provider.tokenPrices', 'provider.baseten', 'retention.ttl'],
     together: ['provider.tokenPrices', 'provider.baseten', 'retention.ttl'],
-    baseten: ['round.grpo.reference', 'round.grpo.loss.type', 'tracking.wandb', 'provider.tokenPrices', 'retention.ttl', 'round.kind'],
+    baseten: [
+      'round.grpo.reference',
+      'round.grpo.loss.type',
+      'tracking.wandb',
+      'provider.tokenPrices',
+      'retention.ttl',
+      'round.kind',
+      'round.kind',
+    ],
     tinker: ['round.grpo.loss.type', 'tracking.wandb', 'provider.baseten'],
   });
 });

@@ -99,9 +99,20 @@ export interface EpisodesResult {
 }
 
 /** The input of `pythonCallWorkflow`: one activity on the Python worker's task queue. */
+/**
+ * A loss call (`roundhouse.loss`): `batch` is the location of the batch (activities/python.ts `LossBatch`), and the
+ * function's result is recorded at `record` (train mode: with the gradients the segment sends).
+ */
+export interface LossRequest {
+  function: string;
+  batch: string;
+  record: string;
+  mode: 'train' | 'eval';
+}
+
 export interface PythonCallInput {
   call: PythonCall;
   role: PythonRole;
-  activity: 'roundhouse.rewards' | 'roundhouse.scores' | 'roundhouse.next_data' | 'roundhouse.episodes';
-  request: ScoreRequest | NextDataRequest | EpisodesRequest;
+  activity: 'roundhouse.rewards' | 'roundhouse.scores' | 'roundhouse.next_data' | 'roundhouse.episodes' | 'roundhouse.loss';
+  request: ScoreRequest | NextDataRequest | EpisodesRequest | LossRequest;
 }

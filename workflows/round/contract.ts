@@ -99,6 +99,8 @@ export interface RoundProgress {
   latestReward?: number;
   /** DPO: mean preference margin (policy − reference, chosen − rejected) of the latest step's pairs, in nats. */
   latestMargin?: number;
+  /** Custom rounds: the loss function's metrics at the latest step. */
+  latestMetrics?: Record<string, number>;
   /** GPU-minutes held so far (wall time since the trainer became ready × its GPUs). */
   gpuMinutes: number;
   /** Estimated provider cost so far, when the provider quotes a price (or the spec prices tokens). */
@@ -196,6 +198,9 @@ export interface RoundResult {
   baselineAccuracy?: number;
   baselineMargin?: number;
   trainedMargin?: number;
+  /** Custom: the loss function's metrics on the eval set before and after training (`baselineLoss`/`trainedLoss` are its loss). */
+  baselineLossMetrics?: Record<string, number>;
+  trainedLossMetrics?: Record<string, number>;
   /** Evaluations during training (`evaluation.every`), in step order; after a rollback, the kept weights' only. */
   evaluationCurve?: EvaluationPoint[];
   earlyStop?: EarlyStop;
@@ -310,6 +315,8 @@ export interface SegmentOutcome {
   latestReward?: number;
   firstReward?: number;
   latestMargin?: number;
+  /** Custom rounds: the loss function's metrics at the segment's last step. */
+  latestMetrics?: Record<string, number>;
   usage?: TokenUsage;
 }
 
@@ -326,6 +333,8 @@ export interface GrpoSegmentInput extends SegmentInput {
    * (`s0000012/p3-c1/t2-<digest>.json`: prompt tokens, completion tokens, logprobs) and its result (`p3-c1.json`).
    */
   episodesDir?: string;
+  /** `round.grpo.loss: { kind: python }`: where each step's loss call is recorded (as a custom round's are). */
+  lossDir?: string;
 }
 
 export interface GrpoSegmentResult extends SegmentResult {
@@ -342,6 +351,26 @@ export interface DpoSegmentInput extends SegmentInput {
 export interface DpoSegmentResult extends SegmentResult {
   latestMargin?: number;
   latestAccuracy?: number;
+}
+
+/** A custom round's segment: where its loss calls are recorded. */
+export interface CustomSegmentInput extends SegmentInput {
+  lossDir: string;
+  /** `round.custom.reference: start`: the starting weights' logprobs of every completion (computeCustomReference). */
+  referencePath?: string;
+}
+
+export interface CustomSegmentResult extends SegmentResult {
+  /** The loss function's metrics at the segment's last step. */
+  latestMetrics?: Record<string, number>;
+}
+
+/** A custom round's measure of a session's weights: the loss function on the eval set, forward only. */
+export interface CustomLossEvaluation {
+  loss: number;
+  metrics: Record<string, number>;
+  rows: number;
+  usage?: TokenUsage;
 }
 
 /** DPO's reference logprobs, computed on the starting weights (`stepOffset`: the session's step then) into `outputPath`. */

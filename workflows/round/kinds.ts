@@ -12,6 +12,8 @@ import { segmentActivityOf, type RoundKind } from '../../config/rules/round-kind
  *         when the loss has a KL penalty; accuracy from sampled answers.
  *   dpo   reference logprobs of every pair first (kept in a file), then segments of forward → DPO gradients →
  *         custom forward-backward → optim step; baseline/trained = eval DPO loss; accuracy = preference accuracy.
+ *   custom segments of forward → the user's loss function (Python) → custom forward-backward → optim step;
+ *         baseline/trained = the function's loss and metrics on the eval set; accuracy from sampled answers, opt-in.
  * Each step returns the figures it measured; the round puts them on its result.
  */
 export interface RoundKindSteps {
@@ -27,12 +29,21 @@ export interface RoundKindSteps {
 }
 
 /** What a kind measures of the starting weights. */
-export type BaselineFigures = Required<Pick<RoundResult, 'baselineLoss'>> & Pick<RoundResult, 'baselineAccuracy' | 'baselineMargin'>;
+export type BaselineFigures = Required<Pick<RoundResult, 'baselineLoss'>> &
+  Pick<RoundResult, 'baselineAccuracy' | 'baselineMargin' | 'baselineLossMetrics'>;
 
 /** What a kind measures of the trained weights. */
 export type EvaluationFigures = Pick<
   RoundResult,
-  'accuracy' | 'passAtK' | 'evaluationsPath' | 'poolEvaluationsPath' | 'poolAccuracy' | 'test' | 'trainedMargin' | 'trainedLoss'
+  | 'accuracy'
+  | 'passAtK'
+  | 'evaluationsPath'
+  | 'poolEvaluationsPath'
+  | 'poolAccuracy'
+  | 'test'
+  | 'trainedMargin'
+  | 'trainedLoss'
+  | 'trainedLossMetrics'
 >;
 
 /** SFT and GRPO: loss of the eval answers before and after, accuracy of sampled answers (and of the pool). */
@@ -116,6 +127,7 @@ export const ROUND_KIND_STEPS: Record<RoundKind, RoundKindSteps> = {
         referenceSessionId: trainer.referenceSessionId,
         ...(trainer.input.spec.round?.grpo?.reward?.kind === 'python' ? { rewardsDir: trainer.state.files.rewards } : {}),
         ...(trainer.input.spec.round?.grpo?.environment ? { episodesDir: trainer.state.files.episodes } : {}),
+        ...(trainer.input.spec.round?.grpo?.loss.kind === 'python' ? { lossDir: trainer.state.files.losses } : {}),
       }),
   },
   dpo: {
@@ -147,4 +159,53 @@ export const ROUND_KIND_STEPS: Record<RoundKind, RoundKindSteps> = {
       return { evaluationsPath, accuracy: trained.accuracy, trainedMargin: trained.meanMargin, trainedLoss: trained.loss };
     },
   },
+  custom: {
+    referenceSession: () => false,
+    async baseline(trainer) {
+      const referencePath = customReferenceOf(trainer);
+      if (referencePath) {
+        const reference = await trainer.activities.onTrainer.computeCustomReference({
+          ...trainer.phaseInput(),
+          stepOffset: trainer.stepOffset,
+          outputPath: referencePath,
+        });
+        trainer.state.addUsage(reference.usage);
+      }
+      const baseline = await trainer.activities.onTrainer.evaluateCustomLoss({
+        ...trainer.phaseInput(),
+        label: 'baseline',
+        lossDir: trainer.state.files.losses,
+        ...(referencePath ? { referencePath } : {}),
+      });
+      trainer.state.addUsage(baseline.usage);
+      return { baselineLoss: baseline.loss, baselineLossMetrics: baseline.metrics };
+    },
+    segment: (segments, trainer, segment) => {
+      const referencePath = customReferenceOf(trainer);
+      return segments[segmentActivityOf('custom')]({
+        ...segment,
+        lossDir: trainer.state.files.losses,
+        ...(referencePath ? { referencePath } : {}),
+      });
+    },
+    async evaluate(trainer, measured) {
+      // Sampled answers are opt-in for a custom round (its rows may have none).
+      const answers = trainer.input.spec.evaluation.sampleAnswers === true ? await sampleAndScoreAll(trainer, measured) : {};
+      await trainer.state.tell('evaluating');
+      const referencePath = customReferenceOf(trainer);
+      const trained = await trainer.activities.onTrainer.evaluateCustomLoss({
+        ...trainer.phaseInput(),
+        label: 'trained',
+        lossDir: trainer.state.files.losses,
+        ...(referencePath ? { referencePath } : {}),
+      });
+      trainer.state.addUsage(trained.usage);
+      return { ...answers, trainedLoss: trained.loss, trainedLossMetrics: trained.metrics };
+    },
+  },
 };
+
+/** A custom round's reference logprobs file, when `round.custom.reference` asks for one. */
+function customReferenceOf(trainer: RoundTrainer): string | undefined {
+  return trainer.input.spec.round?.custom?.reference ? trainer.state.files.referenceLogprobs : undefined;
+}

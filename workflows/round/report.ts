@@ -39,6 +39,10 @@ export function roundReport(
     baseline_preference_accuracy: result.baselineAccuracy ?? null,
     baseline_margin: result.baselineMargin ?? null,
     trained_margin: result.trainedMargin ?? null,
+    loss_metrics:
+      result.baselineLossMetrics || result.trainedLossMetrics
+        ? { baseline: result.baselineLossMetrics ?? null, trained: result.trainedLossMetrics ?? null }
+        : null,
     accuracy: result.accuracy ?? null,
     // Sampled rounds: accuracy is pass@1; with evaluation.sampling.n > 1, pass@n beside it (k = n).
     pass_at_k: result.passAtK ? { k: result.passAtK.k, value: result.passAtK.value } : null,

@@ -94,6 +94,7 @@ export class RoundState {
       this.result.firstReward ??= segment.firstReward;
     }
     if (segment.latestMargin !== undefined) this.progress.latestMargin = segment.latestMargin;
+    if (segment.latestMetrics !== undefined) this.progress.latestMetrics = segment.latestMetrics;
   }
 
   /** The plan of the checks before provisioning: the steps to train and the trainer's price. */
