@@ -1,4 +1,5 @@
-"""Loss functions for Roundhouse's custom rounds (`round.kind: custom`), trained through the providers' custom-loss pass.
+"""Loss functions for Roundhouse's custom rounds (`round.kind: custom`), trained through the providers'
+custom-loss pass.
 
 Each function gets one step's batch: every datum's target-token logprobs from the trainer's `forward` (prompt tokens
 included, weight 0), its row (every field of the data row) and its completion's name. It returns the loss and
@@ -25,7 +26,8 @@ def _sigmoid(x: float) -> float:
 @roundhouse.loss
 def simpo(batch: roundhouse.LossBatch) -> roundhouse.LossOutput:
     """SimPO (Meng et al., 2024): no reference model; each answer's logprob averaged over its tokens, and a target
-    margin γ:  L = −log σ(β/|c|·log π(c) − β/|r|·log π(r) − γ), with β = 2, γ = 0.5 (a row may set its own `beta`)."""
+    margin gamma:  L = -log sigmoid(beta/|c|*log pi(c) - beta/|r|*log pi(r) - gamma), with beta = 2 and gamma = 0.5
+    (a row may set its own `beta`)."""
     gradients = [np.zeros_like(d.logprobs) for d in batch]
     index = {id(d): i for i, d in enumerate(batch)}
     loss = 0.0
@@ -55,9 +57,9 @@ def simpo(batch: roundhouse.LossBatch) -> roundhouse.LossOutput:
 
 @roundhouse.loss
 def dpo(batch: roundhouse.LossBatch) -> roundhouse.LossOutput:
-    """DPO (Rafailov et al., 2023), as Roundhouse's built-in `round.kind: dpo` computes it, with β = 0.5 (the
+    """DPO (Rafailov et al., 2023), as Roundhouse's built-in `round.kind: dpo` computes it, with beta = 0.5 (the
     support-ticket example's): needs `round.custom.reference: start`, whose logprobs are each datum's reference.
-    L = −log σ(β·((π_c − ref_c) − (π_r − ref_r))), averaged over the step's pairs."""
+    L = -log sigmoid(beta*((pi_c - ref_c) - (pi_r - ref_r))), averaged over the step's pairs."""
     beta = 0.5
     gradients = [np.zeros_like(d.logprobs) for d in batch]
     index = {id(d): i for i, d in enumerate(batch)}
@@ -66,7 +68,9 @@ def dpo(batch: roundhouse.LossBatch) -> roundhouse.LossOutput:
     margins = []
     for group in pairs:
         chosen, rejected = group["chosen"], group["rejected"]
-        assert chosen.reference_logprobs is not None and rejected.reference_logprobs is not None, "set round.custom.reference: start"
+        assert chosen.reference_logprobs is not None and rejected.reference_logprobs is not None, (
+            "set round.custom.reference: start"
+        )
         margin = (chosen.completion_logprob() - float(np.dot(chosen.reference_logprobs, chosen.weights))) - (
             rejected.completion_logprob() - float(np.dot(rejected.reference_logprobs, rejected.weights))
         )
@@ -103,7 +107,8 @@ def weighted_cross_entropy(batch: roundhouse.LossBatch) -> roundhouse.LossOutput
 def cispo(batch: roundhouse.LossBatch) -> roundhouse.LossOutput:
     """CISPO (MiniMax-M1, 2025) for a GRPO round (`round.grpo.loss: { kind: python, name: cispo, … }`): every sampled
     token keeps its gradient, weighted by its importance ratio clipped from above and held constant:
-    L = −Σ_t sg(min(r_t, 1 + ε)) · A_t · log π(t) / T, with r_t = π(t) / π_sampler(t), ε = 0.2, T the sampled tokens."""
+    L = -sum_t sg(min(r_t, 1 + eps)) * A_t * log pi(t) / T, with r_t = pi(t) / pi_sampler(t), eps = 0.2 and T the
+    sampled tokens."""
     epsilon = 0.2
     tokens = sum(d.tokens for d in batch)
     loss = 0.0

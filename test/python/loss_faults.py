@@ -24,7 +24,9 @@ def _log(event: str, batch: roundhouse.LossBatch) -> None:
 def _cross_entropy(batch: roundhouse.LossBatch) -> roundhouse.LossOutput:
     tokens = sum(d.tokens for d in batch)
     loss = -sum(d.completion_logprob() for d in batch) / tokens
-    return roundhouse.LossOutput(loss=float(loss), gradients=[-d.weights / tokens for d in batch], metrics={"tokens": float(tokens)})
+    return roundhouse.LossOutput(
+        loss=float(loss), gradients=[-d.weights / tokens for d in batch], metrics={"tokens": float(tokens)}
+    )
 
 
 @roundhouse.loss
