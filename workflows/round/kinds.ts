@@ -162,7 +162,7 @@ export const ROUND_KIND_STEPS: Record<RoundKind, RoundKindSteps> = {
   custom: {
     referenceSession: () => false,
     async baseline(trainer) {
-      const referencePath = customReferenceOf(trainer);
+      const { referencePath } = customFiles(trainer);
       if (referencePath) {
         const reference = await trainer.activities.onTrainer.computeCustomReference({
           ...trainer.phaseInput(),
@@ -171,41 +171,29 @@ export const ROUND_KIND_STEPS: Record<RoundKind, RoundKindSteps> = {
         });
         trainer.state.addUsage(reference.usage);
       }
-      const baseline = await trainer.activities.onTrainer.evaluateCustomLoss({
-        ...trainer.phaseInput(),
-        label: 'baseline',
-        lossDir: trainer.state.files.losses,
-        ...(referencePath ? { referencePath } : {}),
-      });
-      trainer.state.addUsage(baseline.usage);
+      const baseline = await evaluateCustomLoss(trainer, 'baseline');
       return { baselineLoss: baseline.loss, baselineLossMetrics: baseline.metrics };
     },
-    segment: (segments, trainer, segment) => {
-      const referencePath = customReferenceOf(trainer);
-      return segments[segmentActivityOf('custom')]({
-        ...segment,
-        lossDir: trainer.state.files.losses,
-        ...(referencePath ? { referencePath } : {}),
-      });
-    },
+    segment: (segments, trainer, segment) => segments[segmentActivityOf('custom')]({ ...segment, ...customFiles(trainer) }),
     async evaluate(trainer, measured) {
       // Sampled answers are opt-in for a custom round (its rows may have none).
       const answers = trainer.input.spec.evaluation.sampleAnswers === true ? await sampleAndScoreAll(trainer, measured) : {};
       await trainer.state.tell('evaluating');
-      const referencePath = customReferenceOf(trainer);
-      const trained = await trainer.activities.onTrainer.evaluateCustomLoss({
-        ...trainer.phaseInput(),
-        label: 'trained',
-        lossDir: trainer.state.files.losses,
-        ...(referencePath ? { referencePath } : {}),
-      });
-      trainer.state.addUsage(trained.usage);
+      const trained = await evaluateCustomLoss(trainer, 'trained');
       return { ...answers, trainedLoss: trained.loss, trainedLossMetrics: trained.metrics };
     },
   },
 };
 
-/** A custom round's reference logprobs file, when `round.custom.reference` asks for one. */
-function customReferenceOf(trainer: RoundTrainer): string | undefined {
-  return trainer.input.spec.round?.custom?.reference ? trainer.state.files.referenceLogprobs : undefined;
+/** Where a custom round's loss calls are recorded, and its reference logprobs when `round.custom.reference` asks for them. */
+function customFiles(trainer: RoundTrainer): { lossDir: string; referencePath?: string } {
+  const { files } = trainer.state;
+  return { lossDir: files.losses, ...(trainer.input.spec.round?.custom?.reference ? { referencePath: files.referenceLogprobs } : {}) };
+}
+
+/** The loss function's loss and metrics on the eval set under the session's current weights. */
+async function evaluateCustomLoss(trainer: RoundTrainer, label: 'baseline' | 'trained') {
+  const evaluation = await trainer.activities.onTrainer.evaluateCustomLoss({ ...trainer.phaseInput(), label, ...customFiles(trainer) });
+  trainer.state.addUsage(evaluation.usage);
+  return evaluation;
 }
