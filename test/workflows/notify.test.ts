@@ -56,7 +56,7 @@ interface Received {
   body: string;
 }
 
-/** A webhook receiver: records every request; `answer` decides each status (default 200); `hold` delays the answer. */
+/** A webhook receiver: records every request; `answer` decides each status on arrival (default 200); `hold` delays it. */
 async function receiver(answer: (r: Received, seen: number) => number = () => 200, holdMs = 0) {
   const received: Received[] = [];
   const server = http.createServer((req, res) => {
@@ -71,8 +71,10 @@ async function receiver(answer: (r: Received, seen: number) => number = () => 20
       };
       const seen = received.filter((x) => x.key === r.key).length;
       received.push(r);
+      // Decided on arrival (a test may kill the sender here), answered after the hold.
+      const status = answer(r, seen);
       setTimeout(() => {
-        res.statusCode = answer(r, seen);
+        res.statusCode = status;
         res.end();
       }, holdMs);
     });
