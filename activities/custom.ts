@@ -184,7 +184,7 @@ export function createCustomActivities(deps: ActivityDeps) {
      * rather than hand the function another reference). The forwards are chunked and keyed as DPO's reference is.
      */
     async computeCustomReference(input: DpoReferenceInput): Promise<{ path: string; rows: number; usage?: TokenUsage }> {
-      const meter = meteredProvider(await deps.providerFor(input.spec.provider));
+      const meter = meteredProvider(await deps.providerFor(input.spec.provider), input.spend);
       return atBoundary(async () => {
         const p = await preparedCompletions(input.spec, input.data);
         const signal = Context.current().cancellationSignal;
@@ -206,7 +206,7 @@ export function createCustomActivities(deps: ActivityDeps) {
 
     /** The loss function's loss and metrics on the eval set under the session's current weights (forward only). */
     async evaluateCustomLoss(input: PhaseInput & { lossDir: string; referencePath?: string }): Promise<CustomLossEvaluation> {
-      const meter = meteredProvider(await deps.providerFor(input.spec.provider));
+      const meter = meteredProvider(await deps.providerFor(input.spec.provider), input.spend);
       return atBoundary(async () => {
         const call = pythonLoss(input.spec);
         if (!call) throw new RoundhouseFailure('InvalidInput', 'round.custom.loss: is required when round.kind is custom');

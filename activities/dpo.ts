@@ -126,7 +126,7 @@ export function createDpoActivities(deps: ActivityDeps) {
      * lost (the starting weights are no longer the session's): that fails the round rather than compare to the wrong one.
      */
     async computeDpoReference(input: DpoReferenceInput): Promise<{ path: string; pairs: number; usage?: TokenUsage }> {
-      const meter = meteredProvider(await deps.providerFor(input.spec.provider));
+      const meter = meteredProvider(await deps.providerFor(input.spec.provider), input.spend);
       const provider = meter.provider;
       return atBoundary(async () => {
         const p = await preparedPairs(input.spec, input.data);
@@ -144,7 +144,7 @@ export function createDpoActivities(deps: ActivityDeps) {
 
     /** Preference accuracy, mean margin and DPO loss of the eval pairs under the current weights (forward only). */
     async evaluateDpo(input: PhaseInput & { referencePath: string; outputPath?: string }): Promise<DpoEvaluation> {
-      const meter = meteredProvider(await deps.providerFor(input.spec.provider));
+      const meter = meteredProvider(await deps.providerFor(input.spec.provider), input.spend);
       const provider = meter.provider;
       return atBoundary(async () => {
         const p = await preparedPairs(input.spec, input.data);

@@ -5,7 +5,7 @@ import { drawSeed, stopToSend } from '../config/rules/sampling';
 import { maskSecretsIn } from '../config/io/secrets';
 import type { ForwardResult, OperationHandle } from '../providers/types';
 import type { Rollback } from '../config/rules/lineage';
-import type { PhaseInput, RoundData, RoundInput, RoundPlan, RoundSpec } from '../workflows/round/contract';
+import type { PhaseInput, RoundData, RoundInput, RoundPlan, RoundSpec, SpendGuard } from '../workflows/round/contract';
 import { toDatum } from './data';
 import { checkCustomData } from './custom';
 import { joinLocation } from '../config/io/artifacts';
@@ -27,6 +27,7 @@ import { rewardFunction } from './rewards';
 import { evaluationSampling } from '../config/rules/evaluation-sampling';
 import { drawAnswers, evaluationsOf, type SampledAnswer } from './evaluation-draw';
 import { meteredProvider, type TokenUsage } from './usage';
+import { budgetPricing } from './budget';
 import { readStepRecords } from './step-records';
 import { scoreFiles } from '../config/rules/round-files';
 
@@ -62,7 +63,7 @@ export function createRoundActivities(deps: ActivityDeps) {
 
   return {
     /** Every check that can be made before provisioning: schema was checked by the caller; data, tokens, model here. */
-    async prepareRound(input: Pick<RoundInput, 'spec' | 'data'>): Promise<RoundPlan> {
+    async prepareRound(input: Pick<RoundInput, 'spec' | 'data' | 'budget'>): Promise<RoundPlan> {
       return atBoundary(async () => {
         const p = await preparedOfShape(input.spec, input.data);
         const provider = await deps.providerFor(input.spec.provider);
@@ -87,8 +88,17 @@ export function createRoundActivities(deps: ActivityDeps) {
         const t = input.spec.training;
         const plan = planSteps(p.train.length, t.batchSize * (t.accumulate ?? 1), t.epochs);
         const quote = await provider.estimateCost?.(input.spec.provider.model, generatorReplicasOf(input.spec)).catch(() => undefined);
+        const pricePerHour = quote?.currency === 'USD' ? quote.pricePerHour : undefined;
+        const pricing = budgetPricing({
+          spec: input.spec,
+          budget: input.budget,
+          gpuCount: p.model.gpuCount ?? 1,
+          quotePerHour: pricePerHour,
+          data: p,
+        });
         return {
-          pricePerHour: quote?.currency === 'USD' ? quote.pricePerHour : undefined,
+          pricePerHour,
+          ...(pricing ? { pricing } : {}),
           trainSha256: p.trainSha256,
           evalSha256: p.evalSha256,
           trainRows: p.train.length,
@@ -103,7 +113,7 @@ export function createRoundActivities(deps: ActivityDeps) {
     async measureLoss(
       input: PhaseInput & { which: 'train' | 'eval' },
     ): Promise<{ lossSum: number; tokens: number; perToken: number; usage: TokenUsage }> {
-      const meter = meteredProvider(await deps.providerFor(input.spec.provider));
+      const meter = meteredProvider(await deps.providerFor(input.spec.provider), input.spend);
       const provider = meter.provider;
       return atBoundary(async () => {
         const p = await prepared(input.spec, input.data);
@@ -172,6 +182,8 @@ export function createRoundActivities(deps: ActivityDeps) {
       dataset?: string;
       /** ...or the round's test set (`data.test`, checked with train and eval before the round provisioned). */
       which?: 'test';
+      /** A dollar budget on a provider that bills tokens: each sampling request is priced before it is sent. */
+      spend?: SpendGuard;
     }): Promise<{
       /** Right answers (of total × n). */
       correct: number;
@@ -185,7 +197,7 @@ export function createRoundActivities(deps: ActivityDeps) {
       usage: TokenUsage;
       sha256?: string;
     }> {
-      const meter = meteredProvider(await deps.providerFor(input.spec.provider));
+      const meter = meteredProvider(await deps.providerFor(input.spec.provider), input.spend);
       const provider = meter.provider;
       return atBoundary(async () => {
         const p = await prepared(input.spec, input.data);

@@ -88,7 +88,7 @@ export async function trainSegmentOf<R extends StepRecord, F = ForwardResult>(
   input: SegmentInput,
   kindFor: (ctx: SegmentContext) => Promise<StepKind<R, F>>,
 ): Promise<{ result: SegmentResult; records: R[] }> {
-  const meter = meteredProvider(await deps.providerFor(input.spec.provider));
+  const meter = meteredProvider(await deps.providerFor(input.spec.provider), input.spend);
   const provider = meter.provider;
   const t = input.spec.training;
   const lineage = input.lineage ?? 0;
@@ -122,6 +122,8 @@ export async function trainSegmentOf<R extends StepRecord, F = ForwardResult>(
     let next = inFlight.length ? inFlight[inFlight.length - 1]!.step + 1 : confirmed;
     const deadline = Date.now() + t.segmentSeconds * 1000;
     const firstSubmission = next;
+    /** Why no further step is submitted: the next one would cross the dollar budget (activities/usage.ts). */
+    let budgetReached: string | undefined;
     const report = () =>
       beat.report({ step: confirmed, inFlight: [...inFlight], checkpoints: checkpoints.saved } satisfies SegmentHeartbeat<F>);
     report();
@@ -129,11 +131,20 @@ export async function trainSegmentOf<R extends StepRecord, F = ForwardResult>(
     try {
       while (confirmed < maxStep) {
         // A checkpoint that is due waits for the pipeline to drain, so it holds only confirmed steps.
-        const submitting = () => next < maxStep && inFlight.length < kind.depth && !stopper.stopping() && !checkpoints.due(confirmed);
+        const submitting = () =>
+          next < maxStep && inFlight.length < kind.depth && !stopper.stopping() && !checkpoints.due(confirmed) && !budgetReached;
         // Past the deadline nothing more is submitted (the steps in flight land, then the segment ends), except a
         // segment's very first step: every segment makes progress.
         while (submitting() && (Date.now() < deadline || next === firstSubmission)) {
-          const passes = passesOf(await kind.submitForwardBackward(next));
+          let submitted: Awaited<ReturnType<typeof kind.submitForwardBackward>>;
+          try {
+            submitted = await kind.submitForwardBackward(next);
+          } catch (err) {
+            if (!(err instanceof RoundhouseFailure && err.type === 'BudgetReached')) throw err;
+            budgetReached = err.message; // the steps in flight land; the round stops at the last of them
+            break;
+          }
+          const passes = passesOf(submitted);
           const opt = await provider.submitOptimStep(
             input.sessionId,
             key(`s${next}`, 'optim-step'),
@@ -145,7 +156,7 @@ export async function trainSegmentOf<R extends StepRecord, F = ForwardResult>(
           report();
         }
         if (inFlight.length === 0) {
-          if (!checkpoints.due(confirmed) || stopper.stopping()) break; // out of time, interrupted, or draining
+          if (!checkpoints.due(confirmed) || stopper.stopping() || budgetReached) break; // out of time, interrupted, draining, or spent
           await checkpoints.save(confirmed, stopper.signal);
           report();
           if (Date.now() >= deadline) break;
@@ -157,7 +168,10 @@ export async function trainSegmentOf<R extends StepRecord, F = ForwardResult>(
         checkOptimStep(await provider.awaitOperation(head.opt, { signal: stopper.signal }), head.step, input.stepOffset);
         inFlight.shift();
         confirmed = head.step + 1;
-        await kind.confirmed?.(head.step, next < maxStep && Date.now() < deadline && !stopper.stopping() && !checkpoints.due(confirmed));
+        await kind.confirmed?.(
+          head.step,
+          next < maxStep && Date.now() < deadline && !stopper.stopping() && !checkpoints.due(confirmed) && !budgetReached,
+        );
         const record = records.add(await kind.record(head.step, fb, more));
         if (records.due()) await trackSteps(input, await records.flush()); // long segments: records and tracker stay current
         report();
@@ -173,7 +187,13 @@ export async function trainSegmentOf<R extends StepRecord, F = ForwardResult>(
     }
     const confirmedRecords = records.since(input.cursor.step);
     return {
-      result: { cursor: { step: confirmed }, ...lossSummary(confirmedRecords), checkpoints: checkpoints.saved, usage: meter.usage() },
+      result: {
+        cursor: { step: confirmed },
+        ...lossSummary(confirmedRecords),
+        checkpoints: checkpoints.saved,
+        usage: meter.usage(),
+        ...(budgetReached ? { budgetReached } : {}),
+      },
       records: confirmedRecords,
     };
   } catch (err) {

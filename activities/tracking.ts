@@ -304,6 +304,7 @@ export async function trackCampaign(
     status?: string;
     rounds?: (GatedRound & { round: number; stage?: number; gpuMinutes?: number; costUsd?: number; test?: { accuracy: number } })[];
     stages?: ShownStage[];
+    limits?: { maxUsd?: number };
   },
   artifacts: { name: string; body: Buffer | string; contentType: string }[],
 ): Promise<void> {
@@ -315,6 +316,7 @@ export async function trackCampaign(
     const runId = await campaignRun(client, experimentId, campaignId, { name: track.name });
     // Stable timestamps (one per round, from the round number) so that a summary written again logs nothing new.
     const metrics: MlflowMetric[] = [];
+    let spent = 0;
     for (const round of summary.rounds ?? []) {
       const add = (key: string, value: unknown) => {
         if (typeof value === 'number' && Number.isFinite(value)) metrics.push({ key, value, timestamp: round.round, step: round.round });
@@ -324,6 +326,12 @@ export async function trackCampaign(
       add('round/eval_loss', round.trainedLoss);
       add('round/gpu_minutes', round.gpuMinutes);
       add('round/cost_usd', round.costUsd);
+      // `budget.maxUsd`: the campaign's spend after each round, against its budget.
+      if (summary.limits?.maxUsd !== undefined) {
+        spent += round.costUsd ?? 0;
+        add('campaign/spent_usd', spent);
+        add('campaign/budget_usd', summary.limits.maxUsd);
+      }
     }
     await client.logBatch(runId, { metrics, tags: { 'roundhouse.status': String(summary.status) } });
     for (const a of artifacts) await client.uploadArtifact(runId, a.name, a.body, a.contentType);

@@ -86,6 +86,16 @@ function sandboxLines(p: CampaignProgress): string[] {
   return sandbox === undefined ? [] : [`  Python code sandbox: ${sandbox}`];
 }
 
+/** `budget.maxUsd`: the dollars spent (settled rounds and the running one's so far) against the budget. */
+function budgetLine(p: CampaignProgress): string[] {
+  if (p.limits.maxUsd === undefined) return [];
+  const spent = p.costUsd ?? 0;
+  const share = Math.round((100 * spent) / p.limits.maxUsd);
+  return [
+    `  spend $${spent.toFixed(4)} of $${p.limits.maxUsd.toFixed(2)} budget (${share} %), $${Math.max(0, p.limits.maxUsd - spent).toFixed(4)} left`,
+  ];
+}
+
 /** A campaign's progress as a small text table. */
 export function renderProgress(p: CampaignProgress): string {
   // `data.test`: its figures in their own column, and beside the best round (chosen by eval).
@@ -94,6 +104,7 @@ export function renderProgress(p: CampaignProgress): string {
     `campaign ${p.campaignId}: ${p.status}${p.stopReason ? ` (${p.stopReason})` : ''}`,
     `  GPU-minutes ${num(p.gpuMinutes, 2)}${p.costUsd !== undefined ? `, est. cost $${p.costUsd.toFixed(2)}` : ''}, wall ${num(p.wallMinutes, 1)} min, limits: ${p.limits.maxRounds} rounds${p.limits.targetAccuracy !== undefined ? `, target accuracy ${p.limits.targetAccuracy}` : ''}${p.limits.maxGpuMinutes !== undefined ? `, ${p.limits.maxGpuMinutes} GPU-min` : ''}`,
     ...tokensLine(p),
+    ...budgetLine(p),
     ...stageLines(p),
     `  round  ${p.stages ? 'stage    ' : ''}status     accuracy  ${tested ? 'test      ' : ''}eval loss (base → trained)  steps      GPU-min`,
     ...p.rounds.map(

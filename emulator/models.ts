@@ -10,7 +10,10 @@ export interface EmulatedModel {
   gpuType: 'H100-80GB' | 'B200-SXM';
   /** GPUs a resource of this model holds (billing is per GPU). */
   gpuCount: number;
+  /** USD per GPU-hour while a resource of it is ready: what the GPU-time dialects bill and Together's estimate-cost quotes. */
   pricePerGpuHour: number;
+  /** USD per million tokens: what the Tinker dialect bills instead of GPU time. */
+  tokenPrices: TokenPrices;
   contextLength: number;
   /** Hugging Face tokenizer repository the real model uses (clients tokenise with it). */
   tokenizer: string;
@@ -35,6 +38,20 @@ export interface EmulatedModel {
   stopStrings: boolean;
 }
 
+/** USD per million tokens: prefill (prompts, forward-only passes), sample (generated), train (forward-backward). */
+export interface TokenPrices {
+  prefill: number;
+  sample: number;
+  train: number;
+}
+
+/**
+ * Tinker's list price for Qwen3-8B, as third parties transcribed Tinker's pricing page (Jan 2026). Every other model's
+ * `tokenPrices` is the emulator's stand-in (no published price in our sources): this one scaled by parameter count, to
+ * the cent (2B a quarter, 4B a half, 20B 2.5×, 27B 27/8×; tiny-chat the smallest).
+ */
+const QWEN3_8B_TOKEN_PRICES: TokenPrices = { prefill: 0.13, sample: 0.4, train: 0.4 };
+
 /** Together's documented default of concurrent LoRA sessions per resource (docs.together.ai post-training/multi-lora). */
 export const DEFAULT_LORA_SESSION_CAP = 5;
 
@@ -48,7 +65,7 @@ function model(
 const QWEN3_TOKENIZER = { tokenizerFolder: 'qwen3', eosTokenIds: [151_645, 151_643] };
 
 /** A Qwen3.5-family model (248,320-id vocabulary, 262,144-token context) on H100s. */
-function qwen35(name: string, gpuCount: number, stopStrings = true): EmulatedModel {
+function qwen35(name: string, gpuCount: number, tokenPrices: TokenPrices, stopStrings = true): EmulatedModel {
   return model({
     stopStrings,
     name,
@@ -59,6 +76,7 @@ function qwen35(name: string, gpuCount: number, stopStrings = true): EmulatedMod
     gpuType: 'H100-80GB',
     gpuCount,
     pricePerGpuHour: 2.99,
+    tokenPrices,
     contextLength: 262_144,
     tokenizer: name,
     tokenizerFolder: 'qwen3.5',
@@ -76,6 +94,7 @@ export const EMULATED_MODELS: readonly EmulatedModel[] = [
     gpuType: 'H100-80GB',
     gpuCount: 1,
     pricePerGpuHour: 2.5,
+    tokenPrices: { prefill: 0.01, sample: 0.03, train: 0.03 },
     contextLength: 2048,
     tokenizer: 'roundhouse/tiny-chat',
     tokenizerFolder: 'tiny-chat',
@@ -90,13 +109,14 @@ export const EMULATED_MODELS: readonly EmulatedModel[] = [
     gpuType: 'H100-80GB',
     gpuCount: 8,
     pricePerGpuHour: 2.99,
+    tokenPrices: QWEN3_8B_TOKEN_PRICES,
     contextLength: 40_960,
     tokenizer: 'Qwen/Qwen3-8B',
     ...QWEN3_TOKENIZER,
   }),
   // The models the providers' own guides train: Together's "write a training loop" and Baseten's "programmatic training".
-  qwen35('Qwen/Qwen3.8-27B', 8),
-  qwen35('Qwen/Qwen3.5-2B', 1, false), // a model without stop-string support: `stop` is refused (400)
+  qwen35('Qwen/Qwen3.8-27B', 8, { prefill: 0.44, sample: 1.35, train: 1.35 }),
+  qwen35('Qwen/Qwen3.5-2B', 1, { prefill: 0.03, sample: 0.1, train: 0.1 }, false), // a model without stop-string support: `stop` is refused (400)
   model({
     name: 'Qwen/Qwen3-4B-Instruct-2507',
     vocabSize: 151_936,
@@ -106,6 +126,7 @@ export const EMULATED_MODELS: readonly EmulatedModel[] = [
     gpuType: 'H100-80GB',
     gpuCount: 4,
     pricePerGpuHour: 2.99,
+    tokenPrices: { prefill: 0.07, sample: 0.2, train: 0.2 },
     contextLength: 32_768,
     tokenizer: 'Qwen/Qwen3-4B-Instruct-2507',
     ...QWEN3_TOKENIZER,
@@ -119,6 +140,7 @@ export const EMULATED_MODELS: readonly EmulatedModel[] = [
     gpuType: 'H100-80GB',
     gpuCount: 8,
     pricePerGpuHour: 2.99,
+    tokenPrices: QWEN3_8B_TOKEN_PRICES, // the same size
     contextLength: 131_072,
     tokenizer: 'meta-llama/Llama-3.1-8B-Instruct',
   }),
@@ -131,6 +153,7 @@ export const EMULATED_MODELS: readonly EmulatedModel[] = [
     gpuType: 'B200-SXM',
     gpuCount: 8,
     pricePerGpuHour: 5.5,
+    tokenPrices: { prefill: 0.33, sample: 1, train: 1 },
     contextLength: 131_072,
     tokenizer: 'openai/gpt-oss-20b',
     // One of the "fewer for some models": our choice of model and figure, not a published one.

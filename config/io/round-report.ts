@@ -114,6 +114,22 @@ export const RoundReportSchema = z.object({
   /** Absent in reports written before billing was recorded. */
   billing: z.enum(['gpu-time', 'tokens']).optional(),
   estimated_cost_usd: addedNullable(z.number()),
+  /**
+   * `budget.maxUsd`: what the round could spend, what it spent (settled from the tokens processed or the GPU time
+   * held), the sum of the estimates its units of work were admitted on and their difference, and how it was priced.
+   */
+  budget: addedNullable(
+    z.object({
+      max_usd: z.number(),
+      spent_usd: z.number(),
+      estimated_usd: z.number(),
+      estimate_error_usd: z.number(),
+      billing: z.enum(['gpu-time', 'tokens']),
+      price_source: z.string(),
+      usd_per_hour: z.number().nullable(),
+      usd_per_million_tokens: z.object({ prefill: z.number(), sample: z.number(), train: z.number() }).nullable(),
+    }),
+  ),
   status: z.string(),
   stop_reason: addedNullable(z.string()),
   error_type: z.string().nullable(),

@@ -49,10 +49,28 @@ export const RoundsSpecSchema = z
   })
   .strict();
 
+const TokenPricesSchema = z
+  .object({ prefill: z.number().min(0).max(1000), sample: z.number().min(0).max(1000), train: z.number().min(0).max(1000) })
+  .strict();
+
 export const BudgetSpecSchema = z
   .object({
     maxGpuMinutes: z.number().positive().optional(),
     maxWallMinutes: z.number().positive().optional(),
+    /**
+     * Dollars the campaign may spend, checked before each unit of work is issued (docs/design/budget.md): a round
+     * that would cross it stops cleanly (`stopped`, "dollar budget reached"), and a campaign whose cheapest round
+     * costs more is refused before anything is provisioned.
+     */
+    maxUsd: z.number().positive().max(10_000_000).optional(),
+    /**
+     * Negotiated rates over the documented defaults (config/rules/prices.ts): `gpuHour` (USD per GPU-hour) where the
+     * provider bills GPU time, `tokens` (USD per million) where it bills tokens.
+     */
+    prices: z
+      .object({ gpuHour: z.number().positive().max(10_000).optional(), tokens: TokenPricesSchema.optional() })
+      .strict()
+      .optional(),
   })
   .strict();
 

@@ -12,6 +12,7 @@ type Problem = (path: (string | number)[], message: string) => void;
 /** The parts of a campaign's spec the dialect's abilities bear on. */
 export interface DialectCheckedSpec {
   provider: { kind: Dialect; tokenPrices?: object; baseten?: object };
+  budget?: { prices?: { gpuHour?: number; tokens?: object } };
   round: { kind: RoundKind; grpo?: { reference?: string; loss: { kind?: 'builtin' | 'python'; type: PolicyLoss } } };
   tracking?: { wandb?: object };
   retention?: { ttl?: number };
@@ -63,6 +64,20 @@ const REQUIREMENTS: DialectRequirement[] = [
     has: (a) => a.billing === 'tokens',
     message: (_a, spec) =>
       `is for a provider that bills tokens (${dialectsWith((a) => a.billing === 'tokens').join(', ')}); ${spec.provider.kind} bills GPU time, whose price the provider quotes`,
+  },
+  {
+    field: ['budget', 'prices', 'tokens'],
+    appliesTo: (spec) => Boolean(spec.budget?.prices?.tokens),
+    has: (a) => a.billing === 'tokens',
+    message: (_a, spec) =>
+      `is for a provider that bills tokens (${dialectsWith((a) => a.billing === 'tokens').join(', ')}); ${spec.provider.kind} bills GPU time: set budget.prices.gpuHour`,
+  },
+  {
+    field: ['budget', 'prices', 'gpuHour'],
+    appliesTo: (spec) => spec.budget?.prices?.gpuHour !== undefined,
+    has: (a) => a.billing === 'gpu-time',
+    message: (_a, spec) =>
+      `is for a provider that bills GPU time (${dialectsWith((a) => a.billing === 'gpu-time').join(', ')}); ${spec.provider.kind} bills tokens: set budget.prices.tokens`,
   },
   {
     field: ['provider', 'baseten'],

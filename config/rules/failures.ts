@@ -29,6 +29,8 @@ export const FAILURE_TYPES = {
     "the user's environment (on a Python worker) raised past the spec's retry policy, hit an infrastructure error, or returned what is not a reward; never scored 0",
   LossFailed:
     "the user's loss function (on a Python worker) raised past the spec's retry policy, or returned a non-finite loss or gradients of the wrong shape (never sent to the trainer)",
+  BudgetReached:
+    'the next unit of work would have taken the spend past budget.maxUsd: it was not issued, and the round stopped (status stopped, not failed)',
   PythonWorkerUnavailable: 'no Python worker polled the task queue the spec names within its workerWaitSeconds',
   WorkerEnvironmentMissing:
     "a variable the spec names (notify.webhookEnv, notify.secretEnv) is not set on the worker; found before the campaign's first round",

@@ -6,6 +6,11 @@ export interface TokenUsage {
   prefill: number;
   sample: number;
   train: number;
+  /**
+   * With a dollar budget: the generated tokens the samples were admitted on (their bound, `n × maxTokens` per prompt),
+   * beside `sample`, what they generated. The difference is the estimate's error.
+   */
+  sampleBound?: number;
 }
 
 export function emptyUsage(): TokenUsage {
@@ -15,7 +20,11 @@ export function emptyUsage(): TokenUsage {
 export function addUsage(a: TokenUsage | undefined, b: TokenUsage | undefined): TokenUsage | undefined {
   if (!a) return b && { ...b };
   if (!b) return a;
-  return { prefill: a.prefill + b.prefill, sample: a.sample + b.sample, train: a.train + b.train };
+  const bound =
+    a.sampleBound === undefined && b.sampleBound === undefined
+      ? {}
+      : { sampleBound: (a.sampleBound ?? a.sample) + (b.sampleBound ?? b.sample) };
+  return { prefill: a.prefill + b.prefill, sample: a.sample + b.sample, train: a.train + b.train, ...bound };
 }
 
 /** What tokens cost at prices in USD per million tokens. */

@@ -10,7 +10,7 @@ import type {
   SessionRecord,
 } from './records';
 import { Checkpoints, type CheckpointFilter } from './checkpoints';
-import { ledgerOf, type Ledger } from './ledger';
+import { ledgerOf, roundUsd, type Ledger } from './ledger';
 import { Lifecycle } from './lifecycle';
 import { Operations, type SubmitOptions } from './operations';
 import { Resources, expiresAt, gpuSeconds, queuePosition, type ResourceFilter, type ResourceInput } from './resources';
@@ -133,6 +133,11 @@ export class Engine {
 
   gpuSeconds(r: ResourceRecord): number {
     return gpuSeconds(r, this.state.now());
+  }
+
+  /** What a resource of `model` costs per hour here, all its GPUs (USD): the price the ledger bills and estimate-cost quotes. */
+  resourcePricePerHour(model: EmulatedModel): number {
+    return roundUsd(model.gpuCount * this.state.gpuHourPrice(model));
   }
 
   // ── sessions ─────────────────────────────────────────────────────────────────────────────────────

@@ -138,9 +138,14 @@ export function expiresAt(r: ResourceRecord): number | undefined {
   return r.status === 'READY' ? r.lastActivityAt + r.inactiveTimeoutMs : undefined;
 }
 
-/** Billing: GPU-seconds while READY, per GPU the model holds. */
+/** Whether the resource's dialect bills the tokens its sessions process (Tinker) instead of GPU time. */
+export function billsTokens(r: ResourceRecord): boolean {
+  return r.dialect === 'tinker';
+}
+
+/** Billing: GPU-seconds while READY, per GPU the model holds (none where the dialect bills tokens). */
 export function gpuSeconds(r: ResourceRecord, now: number): number {
-  if (now < r.readyAt || r.dialect === 'tinker') return 0; // Tinker bills tokens (the ledger's sessions count them), not GPU time
+  if (now < r.readyAt || billsTokens(r)) return 0;
   const end = r.leftReadyAt ?? (r.status === 'READY' ? now : r.readyAt);
   return (Math.max(0, end - r.readyAt) / 1000) * r.model.gpuCount;
 }

@@ -1,7 +1,7 @@
 import { notFound } from '../errors';
 import { LEARNER_MODELS, type LearnerOptions, type TrainerModel, type TrainerModels } from '../learner';
 import { ZERO_COMPUTE_MODELS } from '../learner/zero-compute';
-import type { EmulatedModel } from '../models';
+import type { EmulatedModel, TokenPrices } from '../models';
 import type {
   CheckpointRecord,
   LoraSettings,
@@ -38,6 +38,11 @@ export interface EngineOptions {
   compute?: 'learner' | 'none';
   /** How many training passes per session the trained-datums listing keeps (emulator/engine/trained.ts); 0 (default): none. */
   trainedBatches?: number;
+  /**
+   * Prices for every model, instead of each model's `pricePerGpuHour` and `tokenPrices` (emulator/models.ts): USD per
+   * GPU-hour and per million tokens, so a test can spend a dollar in seconds. What the ledger bills and estimate-cost quotes.
+   */
+  prices?: { gpuHour?: number; tokens?: TokenPrices };
   now?: () => number;
 }
 
@@ -61,7 +66,7 @@ export interface SessionRuntime {
  * Only the engine's own modules hold it; dialects go through the `Engine` facade.
  */
 export class EngineState {
-  readonly options: Required<Omit<EngineOptions, 'now' | 'sessionCap'>> & Pick<EngineOptions, 'sessionCap'>;
+  readonly options: Required<Omit<EngineOptions, 'now' | 'sessionCap' | 'prices'>> & Pick<EngineOptions, 'sessionCap' | 'prices'>;
   readonly now: () => number;
   readonly resources = new Map<string, ResourceRecord>();
   readonly sessions = new Map<string, SessionRecord>();
@@ -90,6 +95,7 @@ export class EngineState {
       defaultInactiveTimeoutMs: options.defaultInactiveTimeoutMs ?? 60 * 60 * 1000,
       compute: options.compute ?? 'learner',
       trainedBatches: options.trainedBatches ?? 0,
+      prices: options.prices,
     };
     this.trained = new TrainedLog(this.options.trainedBatches);
     this.models = this.options.compute === 'none' ? ZERO_COMPUTE_MODELS : LEARNER_MODELS;
@@ -143,6 +149,16 @@ export class EngineState {
   /** Concurrent sessions a LoRA resource of `model` accepts. */
   loraSessionCap(model: EmulatedModel): number {
     return this.options.sessionCap ?? model.loraSessionCap;
+  }
+
+  /** USD per GPU-hour of `model` here (its `pricePerGpuHour`, unless the options override it). */
+  gpuHourPrice(model: EmulatedModel): number {
+    return this.options.prices?.gpuHour ?? model.pricePerGpuHour;
+  }
+
+  /** USD per million tokens of `model` here (its `tokenPrices`, unless the options override them). */
+  tokenPrices(model: EmulatedModel): TokenPrices {
+    return this.options.prices?.tokens ?? model.tokenPrices;
   }
 
   /** Sessions on a resource that are not over yet. */

@@ -299,7 +299,7 @@ export function addTogetherRoutes(router: Router, engine: Engine, ownerOf: Owner
     const b = parseBody(ResourceCreateBody, req.body, 'estimate-cost');
     const m = findModel(b.base_model);
     if (!m) throw badRequest(`base_model '${b.base_model}' is not supported`);
-    return { body: { currency: 'USD', price_per_hour: Math.round(m.gpuCount * m.pricePerGpuHour * 100) / 100 } };
+    return { body: { currency: 'USD', price_per_hour: engine.resourcePricePerHour(m) } };
   });
 
   router.add('POST', `${P}/model-resources`, (req) => {

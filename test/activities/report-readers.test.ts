@@ -72,6 +72,7 @@ function currentFields(campaignId: string, dir: string): RoundReportFields {
     tokens: { prefill: 100, sample: 50, train: 200 },
     billing: 'gpu-time',
     estimated_cost_usd: 0.02,
+    budget: null,
     status: 'completed',
     stop_reason: null,
     error_type: null,

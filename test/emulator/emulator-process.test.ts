@@ -28,7 +28,7 @@ test('`roundhouse emulator --port 0` prints the loopback URL it listens on and s
       sessions: [],
       checkpoints: [],
       active: [],
-      totals: { gpuSeconds: 0, optimizerSteps: 0, emptyOptimizerSteps: 0, operationsSubmitted: 0, duplicatesAbsorbed: 0 },
+      totals: { gpuSeconds: 0, usd: 0, optimizerSteps: 0, emptyOptimizerSteps: 0, operationsSubmitted: 0, duplicatesAbsorbed: 0 },
     });
   } finally {
     child.kill('SIGTERM');

@@ -55,6 +55,21 @@ const cases: Case[] = [
     refusal: (_a, k) => new RegExp(`^is for a provider that bills tokens \\(tinker\\); ${k} bills GPU time`),
   },
   {
+    what: 'negotiated token prices',
+    field: 'budget.prices.tokens',
+    needs: (a) => a.billing === 'tokens',
+    text: (k) => spec(k, { top: 'budget: { maxUsd: 10, prices: { tokens: { prefill: 1, sample: 1, train: 1 } } }\n' }),
+    refusal: (_a, k) => new RegExp(`^is for a provider that bills tokens \\(tinker\\); ${k} bills GPU time: set budget\\.prices\\.gpuHour`),
+  },
+  {
+    what: 'a negotiated GPU-hour price',
+    field: 'budget.prices.gpuHour',
+    needs: (a) => a.billing === 'gpu-time',
+    text: (k) => spec(k, { top: 'budget: { maxUsd: 10, prices: { gpuHour: 3 } }\n' }),
+    refusal: (_a, k) =>
+      new RegExp(`^is for a provider that bills GPU time \\(local, together, baseten\\); ${k} bills tokens: set budget\\.prices\\.tokens`),
+  },
+  {
     what: "Baseten's run settings",
     field: 'provider.baseten',
     needs: (a) => a.runSettings,
@@ -113,17 +128,18 @@ describe.each(cases)('$what ($field)', ({ field, needs, text, refusal: expected 
 test('what each dialect is refused, written out: the table as the checks read it', () => {
   const refusedOn = (kind: Dialect) => cases.filter((c) => !c.needs(abilitiesOf(kind))).map((c) => c.field);
   expect(Object.fromEntries(DIALECTS.map((k) => [k, refusedOn(k)]))).toEqual({
-    local: ['provider.tokenPrices', 'provider.baseten', 'retention.ttl'],
-    together: ['provider.tokenPrices', 'provider.baseten', 'retention.ttl'],
+    local: ['provider.tokenPrices', 'budget.prices.tokens', 'provider.baseten', 'retention.ttl'],
+    together: ['provider.tokenPrices', 'budget.prices.tokens', 'provider.baseten', 'retention.ttl'],
     baseten: [
       'round.grpo.reference',
       'round.grpo.loss.type',
       'tracking.wandb',
       'provider.tokenPrices',
+      'budget.prices.tokens',
       'retention.ttl',
       'round.kind',
       'round.kind',
     ],
-    tinker: ['round.grpo.loss.type', 'tracking.wandb', 'provider.baseten'],
+    tinker: ['round.grpo.loss.type', 'tracking.wandb', 'budget.prices.gpuHour', 'provider.baseten'],
   });
 });

@@ -10,6 +10,8 @@ export interface CampaignLimits {
   maxRounds: number;
   maxGpuMinutes?: number;
   maxWallMinutes?: number;
+  /** `budget.maxUsd`: dollars the campaign may spend (set by the spec only). */
+  maxUsd?: number;
   /** Stop once a round's eval accuracy reaches this. */
   targetAccuracy?: number;
 }
@@ -164,6 +166,10 @@ export const setCampaignLimitsUpdate = defineUpdate<CampaignProgress, [Partial<C
 export function validateCampaignLimits(limits: Partial<CampaignLimits>): void {
   const allowed: (keyof CampaignLimits)[] = ['maxRounds', 'maxGpuMinutes', 'maxWallMinutes', 'targetAccuracy'];
   for (const [field, value] of Object.entries(limits ?? {})) {
+    if (field === 'maxUsd')
+      throw new Error(
+        'limits.maxUsd: a dollar budget is the spec’s (budget.maxUsd): its prices are resolved before the first round provisions',
+      );
     if (!allowed.includes(field as keyof CampaignLimits)) throw new Error(`limits.${field}: unknown limit; known: ${allowed.join(', ')}`);
     if (value === undefined) continue;
     if (typeof value !== 'number' || !Number.isFinite(value) || value < 0)

@@ -84,6 +84,7 @@ export class CampaignState {
         maxRounds: CampaignStages.maxRounds(spec),
         maxGpuMinutes: spec.budget.maxGpuMinutes,
         maxWallMinutes: spec.budget.maxWallMinutes,
+        ...(spec.budget.maxUsd !== undefined ? { maxUsd: spec.budget.maxUsd } : {}),
         targetAccuracy: spec.stages ? undefined : spec.rounds.target?.atLeast,
       },
       rounds: [],
@@ -207,6 +208,7 @@ export class CampaignState {
     const budget = this.roundBudget();
     if (budget.maxGpuMinutes !== undefined && budget.maxGpuMinutes <= 0) return 'GPU-minute budget reached';
     if (budget.deadlineMs !== undefined && Date.now() >= budget.deadlineMs) return 'wall-time budget reached';
+    if (budget.maxUsd !== undefined && budget.maxUsd <= 0) return 'dollar budget reached';
     return undefined;
   }
 
@@ -353,6 +355,13 @@ export class CampaignState {
       deadlineMs: limits.maxWallMinutes !== undefined ? startedAtMs + limits.maxWallMinutes * 60_000 : undefined,
       maxGpuMinutes:
         limits.maxGpuMinutes !== undefined ? Math.max(0, limits.maxGpuMinutes - rounds.reduce((a, r) => a + r.gpuMinutes, 0)) : undefined,
+      // A dollar budget: what the rounds so far left of it, and the spec's negotiated prices.
+      ...(limits.maxUsd !== undefined
+        ? {
+            maxUsd: Math.max(0, limits.maxUsd - rounds.reduce((a, r) => a + (r.costUsd ?? 0), 0)),
+            ...(this.spec.budget.prices ? { prices: this.spec.budget.prices } : {}),
+          }
+        : {}),
     };
   }
 

@@ -4,6 +4,7 @@ import type { CampaignSpec } from '../../config/io/spec';
 import { ROUND_WAITING_SIGNAL, type ProvisioningWait } from '../../config/rules/capacity';
 import type { Rollback } from '../../config/rules/lineage';
 import type { TokenUsage } from '../../config/rules/usage';
+import type { PriceOverrides, RoundPricing } from '../../config/rules/prices';
 import type { RoundKind } from '../../config/rules/round-kinds';
 
 /**
@@ -69,6 +70,10 @@ export interface RoundBudget {
   deadlineMs?: number;
   /** GPU-minutes this round may still use. */
   maxGpuMinutes?: number;
+  /** Dollars this round may still spend (docs/design/budget.md). */
+  maxUsd?: number;
+  /** `budget.prices`: negotiated rates over the documented defaults. */
+  prices?: PriceOverrides;
 }
 
 export type RoundPhase =
@@ -106,7 +111,7 @@ export interface RoundProgress {
   /** Estimated provider cost so far, when the provider quotes a price (or the spec prices tokens). */
   costUsd?: number;
   /** Tokens processed so far, where activities counted them (what Tinker bills): prefill, sample, train. */
-  tokens?: { prefill: number; sample: number; train: number };
+  tokens?: TokenUsage;
   resourceId?: string;
   sessionId?: string;
   paused?: boolean;
@@ -173,8 +178,13 @@ export interface RoundResult {
   totalSteps: number;
   gpuMinutes: number;
   costUsd?: number;
+  /**
+   * With a dollar budget: what the round could spend, what it spent (settled from the tokens processed or the GPU time
+   * held), how it was priced, and the sum of the estimates its units of work were admitted on.
+   */
+  budget?: { maxUsd: number; spentUsd: number; pricing: RoundPricing; estimatedUsd: number };
   /** Tokens the round processed (what Tinker bills), counted by its activities: prefill, sample, train. */
-  tokens?: { prefill: number; sample: number; train: number };
+  tokens?: TokenUsage;
   errorType?: string;
   /** Why a `failed` round failed (its error's message, e.g. the model the provider does not support). */
   errorMessage?: string;
@@ -240,6 +250,17 @@ export interface RoundPlan {
   gpuCount: number;
   /** The provider's quoted price of the trainer resource per hour (USD), when it quotes one. */
   pricePerHour?: number;
+  /** How the round's spend is priced, with a dollar budget (config/rules/prices.ts). */
+  pricing?: RoundPricing;
+}
+
+/**
+ * A dollar budget on a provider that bills tokens, as an activity gets it: what the round may still spend, and the
+ * prices. The activity prices each operation before submitting it (activities/usage.ts).
+ */
+export interface SpendGuard {
+  leftUsd: number;
+  prices: TokenUsage;
 }
 
 /** What a forward-only pass over the round's data needs: whose keys (`label`, and the lineage after a rollback). */
@@ -252,6 +273,8 @@ export interface PhaseInput {
   spec: RoundSpec;
   data: RoundData;
   sessionId: string;
+  /** A dollar budget on a provider that bills tokens: operations are priced before they are submitted. */
+  spend?: SpendGuard;
 }
 
 /** A provisioned trainer (`provisionTrainer`). */
@@ -284,6 +307,8 @@ export interface SegmentInput {
   lineage?: number;
   /** The round's latest training checkpoint (or where training started): rolling checkpoints count from it. */
   lastCheckpoint?: { step: number; savedAtMs: number };
+  /** A dollar budget on a provider that bills tokens: a step that would cross it is not submitted. */
+  spend?: SpendGuard;
 }
 
 export interface SegmentResult {
@@ -295,6 +320,8 @@ export interface SegmentResult {
   checkpoints?: TrainingCheckpoint[];
   /** Tokens this segment had processed (what a per-token biller charges). */
   usage?: TokenUsage;
+  /** The segment stopped because its next step would have crossed the dollar budget. */
+  budgetReached?: string;
 }
 
 /** A rolling training checkpoint a segment saved: the trainer's full state at a confirmed round step. */

@@ -38,6 +38,7 @@ export async function evaluateDuring(trainer: RoundTrainer, step: number, totalS
     spec: input.spec,
     data: trainer.data,
     sessionId: trainer.sessionId,
+    ...state.spendGuard(),
     step,
     at: Date.now(),
     samplesPath: sample && kind.samples !== 'never' ? state.files.evaluationsAt(step, trainer.lineage) : undefined,

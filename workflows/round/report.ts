@@ -66,6 +66,18 @@ export function roundReport(
     tokens: result.tokens ?? null,
     billing: billingOf(input.spec.provider.kind),
     estimated_cost_usd: result.costUsd ?? null,
+    budget: result.budget
+      ? {
+          max_usd: result.budget.maxUsd,
+          spent_usd: result.budget.spentUsd,
+          estimated_usd: result.budget.estimatedUsd,
+          estimate_error_usd: result.budget.estimatedUsd - result.budget.spentUsd,
+          billing: result.budget.pricing.billing,
+          price_source: result.budget.pricing.source,
+          usd_per_hour: result.budget.pricing.billing === 'gpu-time' ? result.budget.pricing.perHour : null,
+          usd_per_million_tokens: result.budget.pricing.billing === 'tokens' ? result.budget.pricing.tokens : null,
+        }
+      : null,
     status: result.status,
     stop_reason: result.stopReason ?? null,
     error_type: result.errorType ?? null,

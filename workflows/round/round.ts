@@ -1,6 +1,7 @@
 import { ApplicationFailure, CancellationScope, defineSignal, log, patched, setHandler } from '@temporalio/workflow';
 import { evaluateDuring, evaluationDue, restoreBest } from './evaluation';
-import { failureMessageOf, failureReasonOf, failureTypeOf, isCancellation, recoverable } from '../failures';
+import { failureDetail, failureMessageOf, failureReasonOf, failureTypeOf, isCancellation, recoverable } from '../failures';
+import type { TokenUsage } from '../../config/rules/usage';
 import { untilInterrupted } from '../interrupt';
 import { roundActivities } from './activities';
 import {
@@ -56,7 +57,9 @@ export async function roundWorkflow(input: RoundInput): Promise<RoundResult> {
     state.planned(plan);
     await trainer.acquire();
     await state.tell('baseline');
+    const baselineStartedMs = Date.now();
     const baseline = await trainer.phase('baseline', () => kind.baseline(trainer));
+    state.baselineMs = Date.now() - baselineStartedMs;
     Object.assign(result, baseline);
     state.progress.baselineLoss = baseline.baselineLoss;
 
@@ -65,6 +68,7 @@ export async function roundWorkflow(input: RoundInput): Promise<RoundResult> {
     if (budgetInterrupts) state.setStep(trainer.trainerStep(checkpoint.step, cursor, plan.totalSteps).step);
     result.trainingCheckpointId = checkpoint.checkpointId;
     trainer.checkpointed(checkpoint.checkpointId, state.progress.step);
+    if (!result.stopReason && !state.affords(state.baselineMs)) result.stopReason = 'dollar budget reached before evaluation';
     if (result.stopReason) {
       result.status = 'stopped'; // over budget: keep the checkpoint, skip sampling, release the GPU now
     } else {
@@ -79,11 +83,17 @@ export async function roundWorkflow(input: RoundInput): Promise<RoundResult> {
       result.status = 'completed';
     }
   } catch (err) {
-    state.failure = err instanceof Error ? err : new Error(String(err));
-    result.status = isCancellation(err) ? 'cancelled' : 'failed';
-    result.errorType = failureTypeOf(err);
-    if (!isCancellation(err)) result.errorMessage = failureReasonOf(err);
-    log.warn('round did not complete', { status: result.status, errorType: result.errorType });
+    if (budgetRefusal(err, state)) {
+      // An activity found its next operation would cross the dollar budget (tokens): nothing past it was submitted.
+      result.status = 'stopped';
+      result.stopReason = result.trainingCheckpointId ? 'dollar budget reached before evaluation' : 'dollar budget reached';
+    } else {
+      state.failure = err instanceof Error ? err : new Error(String(err));
+      result.status = isCancellation(err) ? 'cancelled' : 'failed';
+      result.errorType = failureTypeOf(err);
+      if (!isCancellation(err)) result.errorMessage = failureReasonOf(err);
+      log.warn('round did not complete', { status: result.status, errorType: result.errorType });
+    }
   } finally {
     state.trainingOver = true;
     state.progress.phase = 'cleanup';
@@ -157,7 +167,14 @@ async function trainAllSteps(
     state.result.stopReason = state.overBudget();
     if (state.result.stopReason) break;
     if (state.pauseRequested) cursor = await trainer.pauseAt(cursor, totalSteps, { trainerCounts: interruptible });
+    // A dollar budget on GPU time: the next segment starts only if a step of it, and closing, still fit.
+    const steps = Math.min(totalSteps - cursor.step, trainer.input.spec.training.segmentSteps);
+    if (!state.affords(state.stepMs, steps * state.stepMs)) {
+      state.result.stopReason = 'dollar budget reached';
+      break;
+    }
     const segmentInput = trainer.segmentInput(cursor, totalSteps);
+    const startedMs = Date.now();
     const train = () => kind.segment(interruptible ? activities.segments : activities.onTrainer, trainer, segmentInput);
     let segment: SegmentOutcome | undefined;
     try {
@@ -169,6 +186,7 @@ async function trainAllSteps(
     }
     if (!segment) continue; // interrupted without an answer: the next checkpoint says where the trainer is
     for (const checkpoint of segment.checkpoints ?? []) trainer.noteCheckpoint(checkpoint);
+    state.noteSegmentTime(segment.cursor.step - cursor.step, Date.now() - startedMs);
     cursor = segment.cursor;
     state.segmentEnded(segment);
     await state.tell('training', { segmentEnd: true });
@@ -176,6 +194,7 @@ async function trainAllSteps(
       try {
         await evaluateDuring(trainer, cursor.step, totalSteps);
       } catch (err) {
+        if (budgetRefusal(err, state)) continue; // the loop's next turn stops training
         if (!recoverable(err)) throw err;
         cursor = await trainer.recover('evaluation', err);
         continue;
@@ -184,6 +203,14 @@ async function trainAllSteps(
     }
   }
   return cursor;
+}
+
+/** A BudgetReached failure (an activity refused to cross the dollar budget), noted on the state; false otherwise. */
+function budgetRefusal(err: unknown, state: RoundState): boolean {
+  if (failureTypeOf(err) !== 'BudgetReached') return false;
+  state.addUsage(failureDetail<TokenUsage>(err, 'usage'));
+  state.budgetRefused(failureReasonOf(err));
+  return true;
 }
 
 /** Releases what the round holds and writes the report; the reaper finds a trainer whose release failed. */

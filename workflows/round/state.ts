@@ -8,11 +8,13 @@ import {
   type RoundRecovery,
   type RoundResult,
   type SegmentOutcome,
+  type SpendGuard,
 } from './contract';
-import { addUsage, tokenCostUsd, type TokenUsage } from '../../config/rules/usage';
+import { addUsage, emptyUsage, tokenCostUsd, type TokenUsage } from '../../config/rules/usage';
 import { kindOf, type RoundKind } from '../../config/rules/round-kinds';
 import { TRAINERS_MEMO, type RegisteredTrainer } from '../../config/rules/trainer-registry';
 import { roundFiles, type RoundFiles } from '../../config/rules/round-files';
+import { closingReserveMs, heldUsd, tokensUsd, type RoundPricing } from '../../config/rules/prices';
 
 /**
  * What a round knows while it runs: its progress (answered to queries, told to the parent), the GPU time it has
@@ -42,6 +44,15 @@ export class RoundState {
   private readyAtMs: number | undefined;
   private gpuCount = 1;
   private pricePerHour: number | undefined;
+  /** With a dollar budget: how the round's spend is priced (the plan's). */
+  private pricing: RoundPricing | undefined;
+  /** The slowest training step seen (ms): what closing a GPU-billed round is estimated from. */
+  private slowestStepMs = 0;
+  /** An activity found the next unit of work would cross the dollar budget: why training stops. */
+  private spentOut: string | undefined;
+  /** GPU time: the admitted segments' estimates, summed, and what those segments cost (the report's `budget`). */
+  private estimatedUsd = 0;
+  private segmentsUsd = 0;
   /** Tokens processed so far, as activities report them (a per-token biller's bill: Tinker). */
   private usage: TokenUsage | undefined;
   private segmentEndToldMs: number | undefined;
@@ -85,8 +96,9 @@ export class RoundState {
   }
 
   /** A segment ended: its step, tokens and latest figures. */
-  segmentEnded(segment: SegmentOutcome): void {
+  segmentEnded(segment: SegmentOutcome & { budgetReached?: string }): void {
     this.addUsage(segment.usage);
+    if (segment.budgetReached) this.spentOut = segment.budgetReached;
     this.setStep(segment.cursor.step);
     if (segment.latestLoss !== undefined) this.progress.latestLoss = segment.latestLoss;
     if (segment.latestReward !== undefined) {
@@ -98,10 +110,52 @@ export class RoundState {
   }
 
   /** The plan of the checks before provisioning: the steps to train and the trainer's price. */
-  planned(plan: { totalSteps: number; gpuCount: number; pricePerHour?: number }): void {
+  planned(plan: { totalSteps: number; gpuCount: number; pricePerHour?: number; pricing?: RoundPricing }): void {
     this.progress.totalSteps = this.result.totalSteps = plan.totalSteps;
     this.gpuCount = plan.gpuCount;
     this.pricePerHour = plan.pricePerHour;
+    this.pricing = plan.pricing;
+  }
+
+  /** A segment trained `steps` steps in `ms`: the slowest step so far sizes the reserve for closing. */
+  noteSegmentTime(steps: number, ms: number): void {
+    if (steps > 0) this.slowestStepMs = Math.max(this.slowestStepMs, ms / steps);
+    if (this.pricing) this.segmentsUsd += heldUsd(this.pricing, ms);
+  }
+
+  /** An activity refused a unit of work that would have crossed the dollar budget (BudgetReached). */
+  budgetRefused(message: string): void {
+    this.spentOut = message;
+  }
+
+  /**
+   * What an activity that spends tokens is given, with a dollar budget on a provider that bills them: what is left,
+   * and the prices; it prices each operation before submitting it. Nothing without one.
+   */
+  spendGuard(): { spend?: SpendGuard } {
+    if (this.budget.maxUsd === undefined || this.pricing?.billing !== 'tokens') return {};
+    const leftUsd = Math.max(0, this.budget.maxUsd - (this.costUsd() ?? 0));
+    return { spend: { leftUsd, prices: this.pricing.tokens } };
+  }
+
+  /**
+   * With a dollar budget on GPU time: whether a unit of work that cannot take less than `ms` may start now (that time
+   * and the reserve for closing within what is left). Its estimate (`estimateMs`) is summed for the report.
+   */
+  affords(ms: number, estimateMs = ms): boolean {
+    if (this.budget.maxUsd === undefined || this.pricing?.billing !== 'gpu-time') return true;
+    const reserve = heldUsd(this.pricing, closingReserveMs(this.slowestStepMs));
+    if ((this.costUsd() ?? 0) + heldUsd(this.pricing, ms) + reserve > this.budget.maxUsd) return false;
+    this.estimatedUsd += heldUsd(this.pricing, estimateMs);
+    return true;
+  }
+
+  /** How long the baseline took: an evaluation of the final weights is estimated from it. */
+  baselineMs = 0;
+
+  /** How long one training step is expected to take (the slowest seen so far). */
+  get stepMs(): number {
+    return this.slowestStepMs;
   }
 
   /** The confirmed step (progress and result move together). */
@@ -154,6 +208,21 @@ export class RoundState {
     this.result.gpuMinutes = this.gpuMinutes();
     this.result.costUsd = this.costUsd();
     if (this.usage) this.result.tokens = { ...this.usage };
+    if (this.budget.maxUsd !== undefined && this.pricing) {
+      const spentUsd = this.result.costUsd ?? 0;
+      // The estimate: GPU time, each training segment at the slowest step seen before it (the first one blind), the rest
+      // as held; tokens, each operation as admitted (a sample's generated tokens at their bound, n × maxTokens). The
+      // settled figure counts what was processed.
+      this.result.budget = {
+        maxUsd: this.budget.maxUsd,
+        spentUsd,
+        pricing: this.pricing,
+        estimatedUsd:
+          this.pricing.billing === 'gpu-time'
+            ? spentUsd - this.segmentsUsd + this.estimatedUsd
+            : tokensUsd(this.pricing, { ...(this.usage ?? emptyUsage()), sample: this.usage?.sampleBound ?? this.usage?.sample ?? 0 }),
+      };
+    }
   }
 
   /** GPU-minutes held since a moment (capped at what is held now): what a rollback discards. */
@@ -194,7 +263,18 @@ export class RoundState {
   overBudget(): string | undefined {
     if (this.budget.deadlineMs !== undefined && Date.now() >= this.budget.deadlineMs) return 'wall-time budget reached';
     if (this.budget.maxGpuMinutes !== undefined && this.gpuMinutes() >= this.budget.maxGpuMinutes) return 'GPU-minute budget reached';
+    if (this.budget.maxUsd !== undefined) {
+      if (this.spentOut) return 'dollar budget reached';
+      if (this.pricing?.billing === 'gpu-time' && this.msUntilDollars() <= 0) return 'dollar budget reached';
+    }
     return undefined;
+  }
+
+  /** GPU time: how long the held resource may run before what is left of maxUsd is only the reserve for closing. */
+  private msUntilDollars(): number {
+    if (this.budget.maxUsd === undefined || this.pricing?.billing !== 'gpu-time') return Infinity;
+    const left = this.budget.maxUsd - (this.costUsd() ?? 0) - heldUsd(this.pricing, closingReserveMs(this.slowestStepMs));
+    return this.readyAtMs === undefined && left > 0 ? Infinity : (left / this.pricing.perHour) * 3_600_000;
   }
 
   /**
@@ -220,6 +300,8 @@ export class RoundState {
     if (this.budget.deadlineMs !== undefined) waits.push(this.budget.deadlineMs - Date.now());
     if (this.budget.maxGpuMinutes !== undefined && this.readyAtMs !== undefined)
       waits.push(((this.budget.maxGpuMinutes - this.gpuMinutes()) * 60_000) / this.gpuCount);
+    if (this.budget.maxUsd !== undefined && this.readyAtMs !== undefined && this.pricing?.billing === 'gpu-time')
+      waits.push(this.msUntilDollars());
     return waits.length ? Math.max(0, Math.min(...waits)) : undefined;
   }
 
@@ -234,6 +316,8 @@ export class RoundState {
 
   /** GPU time at the quoted hourly price, plus tokens at the spec's token prices (USD per million), where given. */
   private costUsd(): number | undefined {
+    if (this.pricing)
+      return heldUsd(this.pricing, this.heldNowMs()) + tokensUsd(this.pricing, this.usage ?? { prefill: 0, sample: 0, train: 0 });
     const prices = this.input.spec.provider.tokenPrices;
     const gpu = this.pricePerHour === undefined ? undefined : (this.heldNowMs() / 3_600_000) * this.pricePerHour;
     if (!prices) return gpu;

@@ -95,23 +95,25 @@ export class RoundTrainer {
   /** What a pass on the current session names: the round, its data, the session and the lineage its keys carry. */
   phaseInput(): Omit<PhaseInput, 'label'> {
     const { campaignId, round, spec } = this.input;
-    return { campaignId, round, spec, data: this.data, sessionId: this.sessionId, lineage: this.lineage || undefined };
-  }
-
-  /** A training segment from the cursor on the current session. */
-  segmentInput(cursor: TrainingCursor, totalSteps: number): SegmentInput {
-    const { campaignId, round, spec } = this.input;
     return {
       campaignId,
       round,
       spec,
       data: this.data,
       sessionId: this.sessionId,
+      lineage: this.lineage || undefined,
+      ...this.state.spendGuard(),
+    };
+  }
+
+  /** A training segment from the cursor on the current session. */
+  segmentInput(cursor: TrainingCursor, totalSteps: number): SegmentInput {
+    return {
+      ...this.phaseInput(),
       stepOffset: this.offset,
       cursor,
       totalSteps,
       stepsDir: this.state.files.steps,
-      lineage: this.lineage || undefined,
       lastCheckpoint: { step: this.restore.step, savedAtMs: Math.max(this.restore.savedAtMs, this.phaseStartedAtMs) },
     };
   }
@@ -125,7 +127,11 @@ export class RoundTrainer {
   /** Every check that needs no trainer (data, tokens, model, prices): the plan, and the data's hashes from now on. */
   async prepare(): Promise<RoundPlan> {
     const { input } = this;
-    const plan = await this.activities.checks.prepareRound({ spec: input.spec, data: input.data });
+    const plan = await this.activities.checks.prepareRound({
+      spec: input.spec,
+      data: input.data,
+      ...(input.budget?.maxUsd !== undefined ? { budget: input.budget } : {}),
+    });
     this.data = { ...input.data, trainSha256: plan.trainSha256, evalSha256: plan.evalSha256 };
     // The user's Python functions: registered and fit for their role on a live worker, or the round ends here.
     const python = [...pythonChecksOf(input.spec), ...(input.pythonChecks ?? [])];
