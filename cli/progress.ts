@@ -1,3 +1,4 @@
+import { describeAssignment } from '../config/rules/sweep';
 import { describeWait } from '../config/rules/capacity';
 import { SEGMENT_ACTIVITIES } from '../config/rules/round-kinds';
 import { stageFacts } from '../config/rules/stages';
@@ -86,6 +87,22 @@ function sandboxLines(p: CampaignProgress): string[] {
   return sandbox === undefined ? [] : [`  Python code sandbox: ${sandbox}`];
 }
 
+/** A sweep (the first round, with `sweep`): its arms side by side, their figure at each rung, the winner. */
+function sweepLines(p: CampaignProgress): string[] {
+  const sweep = p.rounds[0]?.sweep ?? (p.currentRound?.round === 1 ? p.currentRound.sweep : undefined);
+  if (!sweep) return [];
+  const rungs = Math.max(0, ...sweep.arms.map((a) => a.rungs.length));
+  const head = `  sweep: ${sweep.arms.length} arms, ${sweep.metric} every ${sweep.rungSteps} steps, keep 1/${sweep.eta}${sweep.winner ? `; winner arm ${sweep.winner.arm}` : ''}`;
+  const rows = sweep.arms.map((a) => {
+    const figures = Array.from({ length: rungs }, (_, i) => (a.rungs[i] ? a.rungs[i]!.value.toFixed(4) : '-').padEnd(9)).join('');
+    const final = a.final !== undefined ? a.final.toFixed(4) : '-';
+    const mark = sweep.winner?.arm === a.arm ? ' *' : '';
+    return `    arm ${String(a.arm).padEnd(3)} ${a.status.padEnd(10)} step ${String(a.step).padEnd(5)} ${figures}${final.padEnd(9)}${describeAssignment(a.assign)}${mark}`;
+  });
+  const labels = Array.from({ length: rungs }, (_, i) => `rung ${i + 1}`.padEnd(9)).join('');
+  return [head, `    arm     status     step       ${labels}final    fields`, ...rows];
+}
+
 /** `budget.maxUsd`: the dollars spent (settled rounds and the running one's so far) against the budget. */
 function budgetLine(p: CampaignProgress): string[] {
   if (p.limits.maxUsd === undefined) return [];
@@ -105,6 +122,7 @@ export function renderProgress(p: CampaignProgress): string {
     `  GPU-minutes ${num(p.gpuMinutes, 2)}${p.costUsd !== undefined ? `, est. cost $${p.costUsd.toFixed(2)}` : ''}, wall ${num(p.wallMinutes, 1)} min, limits: ${p.limits.maxRounds} rounds${p.limits.targetAccuracy !== undefined ? `, target accuracy ${p.limits.targetAccuracy}` : ''}${p.limits.maxGpuMinutes !== undefined ? `, ${p.limits.maxGpuMinutes} GPU-min` : ''}`,
     ...tokensLine(p),
     ...budgetLine(p),
+    ...sweepLines(p),
     ...stageLines(p),
     `  round  ${p.stages ? 'stage    ' : ''}status     accuracy  ${tested ? 'test      ' : ''}eval loss (base → trained)  steps      GPU-min`,
     ...p.rounds.map(

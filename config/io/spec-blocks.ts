@@ -11,6 +11,7 @@ import {
   TrackingSpecSchema,
 } from './spec-campaign';
 import { dialectProblems } from './spec-dialect-checks';
+import { SweepSpecSchema } from './spec-sweep';
 import { EvaluationSpecSchema } from './spec-evaluation';
 import {
   checkpointTtlSeconds,
@@ -216,6 +217,7 @@ const CampaignSpecBase = z
       .optional(),
     promotion: PromotionSpecSchema.optional(),
     notify: NotifySpecSchema.optional(),
+    sweep: SweepSpecSchema.optional(),
   })
   .strict();
 

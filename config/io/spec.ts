@@ -2,6 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { LineCounter, parseDocument, isNode } from 'yaml';
 import { z } from 'zod';
+import { describeAssignment, withAssignment } from '../rules/sweep';
 import { ConfigError } from '../rules/errors';
 import { ROUND_KIND } from '../rules/round-kinds';
 import { CampaignSpecSchema, GateSpecSchema, type GateSpec, type RoundKindSpec } from './spec-blocks';
@@ -102,7 +103,31 @@ export function parseCampaignSpec(text: string, file: string): CampaignSpec {
     return parseStaged(raw as Record<string, unknown>, dir, fail);
   const parsed = CampaignSpecSchema.safeParse(raw);
   if (!parsed.success) return failOn(parsed.error.issues, fail);
+  if (parsed.data.sweep) checkSweepArms(raw as Record<string, unknown>, parsed.data, fail);
   return resolvePaths(parsed.data, dir);
+}
+
+/**
+ * Every arm of a sweep is a whole spec, checked before anything starts: an arm's value a field refuses is named with
+ * the arm. The arms are evaluated at every rung (`evaluation.every` is the rung).
+ */
+function checkSweepArms(raw: Record<string, unknown>, spec: CampaignSpec, fail: (p: FieldPath, m: string) => never): void {
+  const sweep = spec.sweep!;
+  const every = spec.evaluation.every;
+  if (every !== undefined && every !== sweep.select.rungs)
+    fail(['evaluation', 'every'], `is the sweep's rung (sweep.select.rungs: ${sweep.select.rungs}): leave it unset or make them equal`);
+  if (spec.evaluation.earlyStop) fail(['evaluation', 'earlyStop'], 'is not for a sweep: its rungs stop the arms (sweep.select)');
+  const rest = Object.fromEntries(Object.entries(raw).filter(([k]) => k !== 'sweep'));
+  for (const arm of sweep.arms) {
+    const parsed = CampaignSpecSchema.safeParse(withAssignment(rest, arm.assign));
+    if (parsed.success) continue;
+    const issue = parsed.error.issues[0]!;
+    const field = issue.path.join('.');
+    const set =
+      Object.keys(arm.assign).find((f) => field === f || field.startsWith(`${f}.`) || f.startsWith(`${field}.`)) ??
+      Object.keys(arm.assign)[0]!;
+    fail(['sweep', 'over', set], `arm ${arm.arm} (${describeAssignment(arm.assign)}): ${field || '(spec)'}: ${issue.message}`);
+  }
 }
 
 /** The first issue zod found, reported as a SpecError; `where` maps its path to the field in the file. */
@@ -132,6 +157,8 @@ function failOn(
  */
 function parseStaged(raw: Record<string, unknown>, dir: string, fail: (p: FieldPath, m: string) => never): CampaignSpec {
   const { stages: rawStages, ...campaign } = raw;
+  if (campaign.sweep !== undefined)
+    fail(['sweep'], 'is not yet available with stages: sweep a one-stage campaign, then start the stages from its winner');
   if (Array.isArray(rawStages)) {
     rawStages.forEach((entry, i) => {
       const own = entry && typeof entry === 'object' ? Object.keys(entry as object) : [];

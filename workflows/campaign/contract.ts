@@ -5,6 +5,7 @@ import type { GateVerdict } from '../../config/rules/stages';
 import type { RoundProgress, RoundStatus } from '../round/contract';
 import type { PromotionState } from './promotion-contract';
 import type { RoundKind } from '../../config/rules/round-kinds';
+import type { SweepRecord } from '../sweep/record';
 
 export interface CampaignLimits {
   maxRounds: number;
@@ -50,6 +51,8 @@ export interface RoundSummary {
   stopReason?: string;
   /** The code sandbox mode its Python worker(s) said they run, when the round called one. */
   sandbox?: string;
+  /** A sweep's round (the campaign's first, with `sweep`): its arms, the decision at each rung, and the winner. */
+  sweep?: SweepRecord;
 }
 
 /** A stage of a staged campaign, as the campaign records it: where it started from, how it ended, what it passed on. */

@@ -35,6 +35,8 @@ import {
   roundSpecOf,
 } from '../round/contract';
 import { roundWorkflow } from '../round/round';
+import { sweepWorkflow } from '../sweep/sweep';
+import { withAssignment } from '../../config/rules/sweep';
 import { bestOf } from './best-round';
 import { CampaignStages } from './stages';
 import { roundFiles } from '../../config/rules/round-files';
@@ -239,12 +241,21 @@ export class CampaignState {
       result = await this.childScope.run(async () => {
         // The checkpoint the round starts from is in its memo: retention (any campaign's) never deletes it meanwhile.
         const memo = patched('checkpoint-refs-memo') ? checkpointRefsMemo([roundInput.startFrom?.checkpointId]) : undefined;
-        this.child = await startChild(roundWorkflow, {
-          workflowId,
-          args: [roundInput],
-          parentClosePolicy: ParentClosePolicy.REQUEST_CANCEL,
-          ...(memo ? { memo } : {}),
-        });
+        const sweep = round === 1 ? this.spec.sweep : undefined;
+        // `sweep`: the first round is a sweep of arms (workflows/sweep/), whose result is its winner's; the same messages.
+        this.child = sweep
+          ? ((await startChild(sweepWorkflow, {
+              workflowId,
+              args: [{ round: roundInput, arms: sweep.arms, select: sweep.select }],
+              parentClosePolicy: ParentClosePolicy.REQUEST_CANCEL,
+              ...(memo ? { memo } : {}),
+            })) as unknown as ChildWorkflowHandle<typeof roundWorkflow>)
+          : await startChild(roundWorkflow, {
+              workflowId,
+              args: [roundInput],
+              parentClosePolicy: ParentClosePolicy.REQUEST_CANCEL,
+              ...(memo ? { memo } : {}),
+            });
         if (state.paused) await this.child.signal(pauseRoundSignal);
         let over = false;
         void this.notifier
@@ -373,7 +384,9 @@ export class CampaignState {
   /** Round N+1 starts from round N's training checkpoint (or the spec's start) and trains on the data chosen for it. */
   private roundInput(round: number): RoundInput {
     const { carried: state } = this;
-    const spec = this.stages.runningSpec();
+    // After a sweep, the campaign goes on with its winner's fields.
+    const winner = state.rounds[0]?.sweep?.winner;
+    const spec = winner ? withAssignment(this.stages.runningSpec(), winner.assign) : this.stages.runningSpec();
     const stage = this.stages.current;
     return {
       campaignId: this.campaignId,
@@ -433,6 +446,7 @@ function roundSummary(started: RoundSummary, result: RoundResult): RoundSummary 
     stopReason: result.stopReason,
     recoveries: result.recoveries?.length,
     ...(result.sandbox !== undefined ? { sandbox: result.sandbox } : {}),
+    ...(result.sweep ? { sweep: result.sweep } : {}),
   };
 }
 

@@ -5,6 +5,7 @@ import { ROUND_WAITING_SIGNAL, type ProvisioningWait } from '../../config/rules/
 import type { Rollback } from '../../config/rules/lineage';
 import type { TokenUsage } from '../../config/rules/usage';
 import type { PriceOverrides, RoundPricing } from '../../config/rules/prices';
+import type { ArmOfSweep, SweepRecord } from '../sweep/record';
 import type { RoundKind } from '../../config/rules/round-kinds';
 
 /**
@@ -63,6 +64,8 @@ export interface RoundInput {
   pool?: string;
   /** Python functions the campaign will call after this round (its data policy): checked with the round's own. */
   pythonChecks?: PythonCheck[];
+  /** An arm of a sweep (workflows/sweep/): at each rung it reports its eval figure to the sweep and waits to go on. */
+  arm?: ArmOfSweep;
 }
 
 export interface RoundBudget {
@@ -122,6 +125,8 @@ export interface RoundProgress {
   waiting?: ProvisioningWait;
   /** The latest evaluations during training (`evaluation.every`): the curve `watch` draws. */
   evaluations?: { step: number; loss: number; metric?: number }[];
+  /** A sweep's round: its arms side by side, and the decision at each rung. */
+  sweep?: SweepRecord;
 }
 
 /** Why and where a round stopped early (`evaluation.earlyStop`): it finished from the best evaluated weights. */
@@ -183,6 +188,8 @@ export interface RoundResult {
    * held), how it was priced, and the sum of the estimates its units of work were admitted on.
    */
   budget?: { maxUsd: number; spentUsd: number; pricing: RoundPricing; estimatedUsd: number };
+  /** A sweep's round: the winner's result, with the sweep's record (its arms, the decision at each rung). */
+  sweep?: SweepRecord;
   /** Tokens the round processed (what Tinker bills), counted by its activities: prefill, sample, train. */
   tokens?: TokenUsage;
   errorType?: string;

@@ -1,4 +1,15 @@
-import { ApplicationFailure, CancellationScope, defineSignal, log, patched, setHandler } from '@temporalio/workflow';
+import {
+  ApplicationFailure,
+  CancellationScope,
+  condition,
+  defineSignal,
+  getExternalWorkflowHandle,
+  log,
+  patched,
+  setHandler,
+  workflowInfo,
+} from '@temporalio/workflow';
+import { armDecisionSignal, armRungSignal } from '../sweep/record';
 import { evaluateDuring, evaluationDue, restoreBest } from './evaluation';
 import { failureDetail, failureMessageOf, failureReasonOf, failureTypeOf, isCancellation, recoverable } from '../failures';
 import type { TokenUsage } from '../../config/rules/usage';
@@ -45,6 +56,7 @@ export async function roundWorkflow(input: RoundInput): Promise<RoundResult> {
   setHandler(defineSignal<[{ resourceId: string }]>(TRAINER_CREATED_SIGNAL), ({ resourceId }) => state.registerTrainer(resourceId));
   setHandler(roundWaitingSignal, (wait) => state.waiting(wait));
   setHandler(setRoundBudgetSignal, (budget) => state.setBudget(budget));
+  setHandler(armDecisionSignal, ({ rung, keep }) => void state.armDecisions.set(rung, keep));
 
   const { result } = state;
   const kind = ROUND_KIND_STEPS[state.kind];
@@ -200,9 +212,31 @@ async function trainAllSteps(
         continue;
       }
       if (state.result.earlyStop) break;
+      if (await stoppedAtRung(trainer, cursor.step, totalSteps)) break;
     }
   }
   return cursor;
+}
+
+/**
+ * An arm of a sweep at a rung (a multiple of its rung steps, before its end): it tells the sweep its eval figure and
+ * waits for the decision; stopped, training ends here (the round checkpoints and releases its trainer).
+ */
+async function stoppedAtRung(trainer: RoundTrainer, step: number, totalSteps: number): Promise<boolean> {
+  const { input, state } = trainer;
+  const arm = input.arm;
+  if (!arm || step % arm.rungSteps !== 0 || step >= totalSteps) return false;
+  const rung = step / arm.rungSteps;
+  if (!state.armDecisions.has(rung)) {
+    const point = trainer.evaluations[trainer.evaluations.length - 1];
+    const value = (arm.metric === 'eval_loss' ? point?.loss : point?.metric) ?? Number.NaN;
+    const parent = workflowInfo().parent;
+    if (parent) await getExternalWorkflowHandle(parent.workflowId, parent.runId).signal(armRungSignal, { arm: arm.arm, rung, step, value });
+    await condition(() => state.armDecisions.has(rung));
+  }
+  if (state.armDecisions.get(rung)) return false;
+  state.result.stopReason = `sweep: stopped at rung ${rung} (step ${step})`;
+  return true;
 }
 
 /** A BudgetReached failure (an activity refused to cross the dollar budget), noted on the state; false otherwise. */

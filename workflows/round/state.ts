@@ -37,6 +37,8 @@ export class RoundState {
   trainingOver = false;
   /** True while the budget is spent (set by the budget watch). */
   budgetHit = false;
+  /** An arm of a sweep: the sweep's decision at each rung (true: go on). */
+  readonly armDecisions = new Map<number, boolean>();
 
   private budget: RoundBudget;
   private budgetVersion = 0;
