@@ -145,10 +145,14 @@ export async function reapOrphans(
           resource.ownerTag !== undefined
             ? [resource.ownerTag]
             : (await provider.listSessions(resource.id)).flatMap((s) => (s.displayName ? [s.displayName] : []));
-        const owner = tags.map(ownerOfTag).find((o) => o !== undefined);
-        if (owner) {
+        // A trainer shared by a sweep's arms has a session per arm: it is reaped only when every owner is closed.
+        const owners = [...new Set(tags.map(ownerOfTag).filter((o): o is string => o !== undefined))];
+        if (owners.length) {
+          const statuses = await Promise.all(owners.map((o) => workflowStatus(client, o)));
+          const open = statuses.findIndex((st) => !CLOSED.has(st));
+          const owner = owners[open >= 0 ? open : 0]!;
           entry.owner = owner;
-          entry.ownerStatus = await workflowStatus(client, owner);
+          entry.ownerStatus = statuses[open >= 0 ? open : 0]!;
           if (CLOSED.has(entry.ownerStatus)) await reap(provider, { ...entry, reason: `its owner is ${entry.ownerStatus.toLowerCase()}` });
           else
             result.kept.push({
@@ -223,13 +227,14 @@ interface RoundRecord {
 }
 
 /**
- * The deployment's rounds (its task queue: the reaper runs beside the rounds it looks after) that are open (running
+ * The deployment's rounds and sweeps (its task queue: the reaper runs beside the rounds it looks after) that are open (running
  * or paused), or closed within the lookback, with the trainers their memo lists.
  */
 async function roundRecords(client: Client, taskQueue: string, lookbackHours: number): Promise<RoundRecord[]> {
   const since = new Date(Date.now() - lookbackHours * 3_600_000).toISOString();
   // Open rounds by `CloseTime IS NULL`, not `ExecutionStatus = 'Running'`: a paused round (Temporal's PAUSED) is open too.
-  const query = `WorkflowType = 'roundWorkflow' AND TaskQueue = '${taskQueue.replace(/'/g, "''")}' AND (CloseTime IS NULL OR CloseTime > '${since}')`;
+  // A sweep holds the trainers its arms share: its memo lists them as a round's does.
+  const query = `(WorkflowType = 'roundWorkflow' OR WorkflowType = 'sweepWorkflow') AND TaskQueue = '${taskQueue.replace(/'/g, "''")}' AND (CloseTime IS NULL OR CloseTime > '${since}')`;
   const out: RoundRecord[] = [];
   for await (const w of client.workflow.list({ query })) {
     const trainers = registeredTrainers(w.memo);

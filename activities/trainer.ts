@@ -14,6 +14,10 @@ import { ProvisionGateHold } from './provision-gate';
 import { recordResource } from './metrics';
 import { CapacityWatch } from './capacity';
 import { generatorReplicasOf } from '../config/rules/trainer-shape';
+import { abilitiesOf } from '../config/rules/dialects';
+
+/** Together's documented default of concurrent LoRA sessions per resource (docs.together.ai post-training/multi-lora). */
+const DEFAULT_LORA_SESSIONS = 5;
 
 /**
  * The trainer's lifecycle: provisioned (an unanswered create is adopted by listing, only if provably this round's;
@@ -184,13 +188,48 @@ export function createTrainerActivities(deps: ActivityDeps) {
       });
     },
 
-    /** Releases the trainer; idempotent, and fine with a resource that already stopped or failed. */
+    /**
+     * How many arms of a sweep one trainer takes (their sessions side by side: several LoRA adapters for the price of
+     * one base model), and the trainer's quoted price. Only where the dialect publishes a per-model session limit
+     * (its abilities table): the model's `adapter_capacity`, else Together's documented default of 5; a round with a
+     * frozen reference opens two sessions. Undefined where nothing says how many: one trainer per arm.
+     */
+    async armsPerTrainer(input: { spec: RoundSpec }): Promise<{ armsPerTrainer?: number; pricePerHour?: number; gpuCount: number }> {
+      const provider = await deps.providerFor(input.spec.provider);
+      return atBoundary(async () => {
+        const model = (await provider.supportedModels()).find((m) => m.name === input.spec.provider.model);
+        const gpuCount = model?.gpuCount ?? 1;
+        if (abilitiesOf(input.spec.provider.kind).loraSessionsPerResource !== 'per-model') return { gpuCount };
+        const sessions = model?.adapterCapacity ?? DEFAULT_LORA_SESSIONS;
+        const perArm = input.spec.round?.grpo?.reference ? 2 : 1;
+        const quote = await provider.estimateCost?.(input.spec.provider.model, generatorReplicasOf(input.spec)).catch(() => undefined);
+        return {
+          gpuCount,
+          ...(Math.floor(sessions / perArm) >= 2 ? { armsPerTrainer: Math.floor(sessions / perArm) } : {}),
+          ...(quote?.currency === 'USD' ? { pricePerHour: quote.pricePerHour } : {}),
+        };
+      });
+    },
+
+    /**
+     * Releases the trainer; idempotent, and fine with a resource that already stopped or failed. `sessionOnly`: the
+     * trainer is shared (a sweep's arms side by side): only the round's sessions end, the trainer stays for the others.
+     */
     async releaseTrainer(input: {
       spec: RoundSpec;
       resourceId: string;
       sessionId?: string;
+      sessionOnly?: { sessionIds: string[] };
     }): Promise<{ status: string; resourceId: string }> {
       const provider = await deps.providerFor(input.spec.provider);
+      const only = input.sessionOnly;
+      if (only)
+        return keepingAlive(() =>
+          atBoundary(async () => {
+            for (const id of only.sessionIds) await provider.closeSession(id);
+            return { status: 'session-ended', resourceId: input.resourceId };
+          }),
+        );
       return keepingAlive(() =>
         atBoundary(async () => {
           // Deactivate first: it stops the GPUs and the sessions on them. Closing the session as well is a courtesy that

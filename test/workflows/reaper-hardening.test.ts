@@ -3,7 +3,7 @@ import { roundProgressQuery } from '../../workflows/round/contract';
 import type { ReaperInput, ReaperResult } from '../../activities/reaper';
 import { registeredTrainers } from '../../config/rules/trainer-registry';
 import { ownerTagFor } from '../../config/rules/owner-tag';
-import { ledger, raw, setFaults } from '../helpers/emulator';
+import { ledger, raw, setFaults, togetherProvider } from '../helpers/emulator';
 import { roundTestEnvironment, ticketRoundInput } from '../helpers/round';
 import { uniqueTaskQueue } from '../helpers/temporal';
 import { BasetenProvider } from '../../providers/baseten/client';
@@ -284,4 +284,37 @@ test("Tinker: a training round's session is kept through the pass; a terminated 
   } finally {
     await tinker.close();
   }
+});
+
+test("a trainer shared by a sweep's arms (a session per arm, each tagged with its arm): kept while any arm is open, reaped once all are closed", async () => {
+  const taskQueue = uniqueTaskQueue('reap-shared');
+  await setFaults(env.emulator, { rules: [{ kind: 'capacity-queue', max: 1, durationMs: 120_000, queuePosition: 2 }] });
+  const waiting = ticketRoundInput({ baseUrl: env.emulator.url, campaignId: `reap-shared-${taskQueue}`, trainRows: 16, evalRows: 2 });
+  const provider = togetherProvider(env.emulator, 'tg-reaper-key');
+  await withWorker(taskQueue, async () => {
+    // An open arm: a round waiting for capacity (running); a closed arm: a workflow that has completed.
+    const open = await env.temporal.client.workflow.start(roundWorkflow, {
+      taskQueue,
+      workflowId: `open-arm-${taskQueue}`,
+      args: [waiting],
+    });
+    await until('the open arm to record its trainer', async () => (await trainersOf(open)).length === 1);
+    const closed = await completedOwner(taskQueue, `closed-arm-${taskQueue}`);
+    const shared = await provider.provision({ model: 'roundhouse/tiny-chat', ownerTag: ownerTagFor(`sweep-${taskQueue}`) });
+    await provider.waitReady(shared.id);
+    for (const owner of [closed, open.workflowId])
+      await provider.openSession({ resourceId: shared.id, loraRank: 8, displayName: ownerTagFor(owner) });
+    const reaper = { providers: [{ kind: 'together' as const, baseUrl: env.emulator.url }], graceSeconds: 0 };
+
+    const first = await pass(taskQueue, reaper);
+    expect(first.kept).toEqual(
+      expect.arrayContaining([expect.objectContaining({ resourceId: shared.id, owner: open.workflowId, ownerStatus: 'RUNNING' })]),
+    );
+    expect((await ledger(env.emulator)).active).toContain(shared.id);
+
+    await open.terminate('test: the last arm closes');
+    const second = await pass(taskQueue, reaper);
+    expect(second.reaped).toEqual(expect.arrayContaining([expect.objectContaining({ resourceId: shared.id, action: 'deactivated' })]));
+    expect((await ledger(env.emulator)).active).not.toContain(shared.id);
+  });
 });

@@ -71,14 +71,26 @@ test.each([
     const armSteps = await Promise.all(
       sweep.arms.map(async (a) => {
         const report = RoundReportSchema.parse(await readArtifact(a.reportPath!));
+        // A packed arm released its sessions (the trainer is the sweep's); an unpacked one its trainer.
         const ours = (id: string) => report.deactivated_ids.some((d) => id === d || id.startsWith(`${d}:`));
         return l.sessions
-          .filter((s) => ours(s.resourceId) && !s.displayName?.includes('reference'))
+          .filter((s) => (ours(s.resourceId) || ours(s.id)) && !s.displayName?.includes('reference'))
           .reduce((n, s) => n + s.optimizerSteps, 0);
       }),
     );
     expect(armSteps).toEqual(sweep.arms.map((a) => a.step));
     expect(l.active.filter((id) => l.resources.find((r) => r.id === id)?.ownerTag?.includes(campaignId))).toEqual([]);
+    if (!tinker) {
+      // Packed: the four arms' sessions side by side on one trainer of the sweep's (the model takes 5), billed once.
+      expect(sweep.trainers).toHaveLength(1);
+      expect(sweep.trainers![0]!.arms).toEqual([1, 2, 3, 4]);
+      const shared = l.resources.find((r) => r.id === sweep.trainers![0]!.resourceId)!;
+      expect(l.sessions.filter((s) => s.resourceId === shared.id && !s.displayName?.includes('reference'))).toHaveLength(4);
+      expect(shared.status).not.toBe('READY'); // released by the sweep once its last arm ended
+      // No arm made a trainer of its own: the campaign's resources are the shared one and round 2's.
+      const owned = l.resources.filter((r) => l.sessions.some((s) => s.resourceId === r.id && s.displayName?.includes(campaignId)));
+      expect(owned).toHaveLength(2);
+    } else expect(sweep.trainers).toBeUndefined(); // Tinker publishes no session limit: an arm, a session of its own
     // Round 2 goes on from the winner's checkpoint, with the winner's learning rate.
     const round2 = await env.temporal.client.workflow.getHandle(`${campaignId}-round-2`).fetchHistory();
     const started = round2.events![0]!.workflowExecutionStartedEventAttributes!;

@@ -66,6 +66,11 @@ export interface RoundInput {
   pythonChecks?: PythonCheck[];
   /** An arm of a sweep (workflows/sweep/): at each rung it reports its eval figure to the sweep and waits to go on. */
   arm?: ArmOfSweep;
+  /**
+   * A trainer the sweep holds for several arms (their sessions side by side): the round opens its sessions there and
+   * ends only them; the sweep bills and releases the trainer. Gone (released, dead), the round provisions its own.
+   */
+  sharedTrainer?: { resourceId: string };
 }
 
 export interface RoundBudget {
@@ -77,6 +82,8 @@ export interface RoundBudget {
   maxUsd?: number;
   /** `budget.prices`: negotiated rates over the documented defaults. */
   prices?: PriceOverrides;
+  /** Spent elsewhere (a sweep's shared trainers): training stops now, for this reason. */
+  exhausted?: string;
 }
 
 export type RoundPhase =

@@ -263,6 +263,7 @@ export class RoundState {
 
   /** Why training must stop now, if a limit is reached. */
   overBudget(): string | undefined {
+    if (this.budget.exhausted) return this.budget.exhausted;
     if (this.budget.deadlineMs !== undefined && Date.now() >= this.budget.deadlineMs) return 'wall-time budget reached';
     if (this.budget.maxGpuMinutes !== undefined && this.gpuMinutes() >= this.budget.maxGpuMinutes) return 'GPU-minute budget reached';
     if (this.budget.maxUsd !== undefined) {
@@ -299,6 +300,7 @@ export class RoundState {
   /** How long until a limit is reached at the current rate (GPU time runs only while a trainer is held). */
   private msUntilOverBudget(): number | undefined {
     const waits: number[] = [];
+    if (this.budget.exhausted) waits.push(0);
     if (this.budget.deadlineMs !== undefined) waits.push(this.budget.deadlineMs - Date.now());
     if (this.budget.maxGpuMinutes !== undefined && this.readyAtMs !== undefined)
       waits.push(((this.budget.maxGpuMinutes - this.gpuMinutes()) * 60_000) / this.gpuCount);

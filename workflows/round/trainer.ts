@@ -46,6 +46,10 @@ export interface RestorePoint extends Checkpoint {
 export class RoundTrainer {
   /** What cleanup must release: set before provisioning, filled in as soon as an id is known. */
   readonly lease: { resourceId?: string; sessionId?: string } = {};
+  /** The lease is a sweep's shared trainer (RoundInput.sharedTrainer): only the round's sessions are its to end. */
+  private onShared = false;
+  /** The sweep's shared trainer was not up when the round looked: from then on it provisions its own. */
+  private sharedGone = false;
   /** The round's datasets, with the hashes the checks found. */
   data: RoundData;
   sessionId = '';
@@ -193,6 +197,7 @@ export class RoundTrainer {
   async release(): Promise<void> {
     const { lease } = this;
     if (!lease.resourceId) return;
+    if (this.onShared) return void (await this.endSharedSessions());
     await this.activities.cleanup.releaseTrainer({ spec: this.input.spec, resourceId: lease.resourceId, sessionId: lease.sessionId });
     this.state.trainerReleased(lease.resourceId);
     lease.resourceId = lease.sessionId = undefined;
@@ -220,7 +225,14 @@ export class RoundTrainer {
   async releaseAll(): Promise<string> {
     const { state, lease } = this;
     let status = state.released.length ? 'deactivated' : 'nothing-to-release';
-    if (lease.resourceId) {
+    if (lease.resourceId && this.onShared) {
+      try {
+        await this.endSharedSessions();
+        status = 'session-ended';
+      } catch (err) {
+        status = `failed: ${failureTypeOf(err)}`;
+      }
+    } else if (lease.resourceId) {
       try {
         const resourceId = lease.resourceId;
         status = (await this.activities.cleanup.releaseTrainer({ spec: this.input.spec, resourceId, sessionId: lease.sessionId })).status;
@@ -358,10 +370,34 @@ export class RoundTrainer {
     state.progress.paused = false;
   }
 
+  /**
+   * The round's sessions end on the sweep's shared trainer, which stays for the other arms (the sweep releases it):
+   * what the report lists as released is the sessions.
+   */
+  private async endSharedSessions(): Promise<void> {
+    const { lease, state } = this;
+    const sessionIds = [lease.sessionId, this.referenceSessionId].filter((id): id is string => Boolean(id));
+    await this.activities.cleanup.releaseTrainer({ spec: this.input.spec, resourceId: lease.resourceId!, sessionOnly: { sessionIds } });
+    state.released.push(...sessionIds);
+    lease.resourceId = lease.sessionId = undefined;
+    this.onShared = false;
+  }
+
   /** Provisions a trainer (lease first) and opens the round's session(s) on it, fresh or from a checkpoint. */
   private async provision(startFrom: RoundInput['startFrom'], fromStep: number): Promise<void> {
     const { input, state, lease } = this;
     await state.tell('provisioning');
+    const shared = input.sharedTrainer?.resourceId;
+    if (shared && !this.sharedGone) {
+      // An arm of a sweep: its sessions on the sweep's trainer while it is up; gone, a trainer of its own.
+      const trainer = await this.activities.onTrainer.prepareRecovery({ spec: input.spec, resourceId: shared, sessionIds: [] });
+      if (trainer.trainerReady) {
+        lease.resourceId = state.progress.resourceId = shared;
+        this.onShared = true;
+        return this.openSessions(startFrom, fromStep);
+      }
+      this.sharedGone = true;
+    }
     try {
       const trainer = await this.activities.provisioning.provisionTrainer({
         spec: input.spec,

@@ -50,6 +50,8 @@ export interface SweepRecord {
   arms: SweepArmRecord[];
   decisions: RungDecisionRecord[];
   winner?: { arm: number; assign: Record<string, SweepValue>; value?: number };
+  /** Packed: the trainers the arms shared, and which arms each held. */
+  trainers?: { resourceId: string; arms: number[] }[];
 }
 
 /** An arm at a rung: its eval figure, told to the sweep (its parent). */

@@ -22,6 +22,7 @@ import {
   type RoundResult,
 } from '../round/contract';
 import { roundWorkflow } from '../round/round';
+import { SweepTrainers } from './trainers';
 import { armDecisionSignal, armRungSignal, type SweepArmRecord, type SweepInput, type SweepRecord, type SweepResult } from './contract';
 
 /**
@@ -40,6 +41,7 @@ export async function sweepWorkflow(input: SweepInput): Promise<SweepResult> {
   /** Each arm's round result, once it ended with one. */
   const results = new Map<number, RoundResult>();
   let paused = false;
+  const trainers = new SweepTrainers(round.spec);
   // Its messages, before the first await: the arms' rung figures and progress; pause, resume and the budget, from the
   // campaign (passed on to every running arm); the progress query (the arms side by side).
   setHandler(armRungSignal, ({ arm, rung, step, value }) => void reported.set(`${arm}/${rung}`, { step, value }));
@@ -78,8 +80,11 @@ export async function sweepWorkflow(input: SweepInput): Promise<SweepResult> {
       phase: running[0]?.phase ?? 'training',
       step: Math.max(0, ...arms.map((p) => p.step)),
       totalSteps: Math.max(0, ...arms.map((p) => p.totalSteps)),
-      gpuMinutes: sum((p) => p.gpuMinutes),
-      costUsd: arms.some((p) => p.costUsd !== undefined) ? sum((p) => p.costUsd) : undefined,
+      gpuMinutes: sum((p) => p.gpuMinutes) + trainers.gpuMinutes(),
+      costUsd:
+        arms.some((p) => p.costUsd !== undefined) || trainers.costUsd() !== undefined
+          ? sum((p) => p.costUsd) + (trainers.costUsd() ?? 0)
+          : undefined,
       ...(paused ? { paused } : {}),
       sweep: { ...record, arms: record.arms.map((a) => ({ ...a, step: progress.get(a.arm)?.step ?? a.step })) },
     };
@@ -92,73 +97,112 @@ export async function sweepWorkflow(input: SweepInput): Promise<SweepResult> {
         .catch(() => undefined);
   }
 
-  // Every arm starts at once: each is a round of its own, under its own business identity and report folder.
-  const running = input.arms.map(async (arm): Promise<void> => {
-    const armInput = armRoundInput(round, arm, select, armCampaignId(arm.arm), input.arms.length);
-    const workflowId = `${workflowInfo().workflowId}-arm-${arm.arm}`;
-    const entry: SweepArmRecord = { arm: arm.arm, assign: arm.assign, workflowId, status: 'running', rungs: [], step: 0 };
-    record.arms.push(entry);
-    let result: RoundResult | undefined;
-    try {
-      const child = await startChild(roundWorkflow, { workflowId, args: [armInput], parentClosePolicy: ParentClosePolicy.REQUEST_CANCEL });
-      children.set(arm.arm, child);
-      if (paused) await child.signal(pauseRoundSignal);
-      result = await child.result();
-    } catch (err) {
-      if (isCancellation(err)) throw err;
-      result = childRoundResultOf<RoundResult>(err);
-      if (!result) entry.status = 'failed';
-    }
-    if (result) settle(entry, result, select.metric);
-    void tellCampaign();
-  });
-  record.arms.sort((a, b) => a.arm - b.arm);
-  const ended = Promise.all(running);
-  let allEnded = false;
-  void ended.then(() => void (allEnded = true)).catch(() => void (allEnded = true));
-
-  // Rung by rung: when every running arm has reported the rung (or ended), decide once and tell each.
-  for (let rung = 1; !allEnded; rung++) {
-    const waiting = () => record.arms.filter((a) => live(a) && !reported.has(`${a.arm}/${rung}`));
-    await condition(() => allEnded || waiting().length === 0);
-    const reporters = record.arms.filter((a) => live(a) && reported.has(`${a.arm}/${rung}`));
-    if (!reporters.length) {
-      if (allEnded) break;
-      continue;
-    }
-    const figures = reporters.map((a) => ({ arm: a.arm, value: reported.get(`${a.arm}/${rung}`)!.value }));
-    const decision = rungDecision(figures, select.metric, select.eta);
-    const step = reported.get(`${reporters[0]!.arm}/${rung}`)!.step;
-    record.decisions.push({ rung, step, figures, ...decision });
-    for (const a of reporters) {
-      a.rungs.push({ rung, step, value: reported.get(`${a.arm}/${rung}`)!.value });
-      const keep = decision.kept.includes(a.arm);
-      if (!keep) a.stoppedAtRung = rung;
-      await children.get(a.arm)!.signal(armDecisionSignal, { rung, keep });
-    }
-    void tellCampaign();
+  try {
+    return await runArms();
+  } finally {
+    await trainers.releaseAll();
   }
-  await ended;
 
-  const completed = record.arms.filter((a) => a.status === 'completed' && a.final !== undefined);
-  const sign = lowerIsBetter(select.metric) ? 1 : -1;
-  const best = completed.sort((a, b) => sign * (a.final! - b.final!) || a.arm - b.arm)[0];
-  const total = (f: (a: SweepArmRecord) => number | undefined) => record.arms.reduce((s, a) => s + (f(a) ?? 0), 0);
-  if (!best)
-    throw ApplicationFailure.create({
-      type: 'SweepFailed',
-      message: `no arm of the sweep completed: ${record.arms.map((a) => `arm ${a.arm} (${describeAssignment(a.assign)}) ${a.status}`).join('; ')}`,
-      nonRetryable: true,
+  async function runArms(): Promise<SweepResult> {
+    // Where the dialect says how many sessions a trainer takes, the arms go side by side on shared trainers.
+    const packed = await trainers.provision(input.arms.map((a) => a.arm));
+    // Every arm starts at once: each is a round of its own, under its own business identity and report folder.
+    const running = input.arms.map(async (arm): Promise<void> => {
+      const armInput = armRoundInput(
+        round,
+        arm,
+        select,
+        armCampaignId(arm.arm),
+        input.arms.length,
+        packed ? trainers.of(arm.arm) : undefined,
+      );
+      const workflowId = `${workflowInfo().workflowId}-arm-${arm.arm}`;
+      const entry: SweepArmRecord = { arm: arm.arm, assign: arm.assign, workflowId, status: 'running', rungs: [], step: 0 };
+      record.arms.push(entry);
+      let result: RoundResult | undefined;
+      try {
+        const child = await startChild(roundWorkflow, {
+          workflowId,
+          args: [armInput],
+          parentClosePolicy: ParentClosePolicy.REQUEST_CANCEL,
+        });
+        children.set(arm.arm, child);
+        if (paused) await child.signal(pauseRoundSignal);
+        result = await child.result();
+      } catch (err) {
+        if (isCancellation(err)) throw err;
+        result = childRoundResultOf<RoundResult>(err);
+        if (!result) entry.status = 'failed';
+      }
+      if (result) settle(entry, result, select.metric);
+      void tellCampaign();
     });
-  record.winner = { arm: best.arm, assign: best.assign, value: best.final };
-  const winner = results.get(best.arm)!;
-  return {
-    ...winner,
-    // The round's cost is the sweep's: every arm's.
-    gpuMinutes: total((a) => a.gpuMinutes),
-    ...(record.arms.some((a) => a.costUsd !== undefined) ? { costUsd: total((a) => a.costUsd) } : {}),
-    sweep: record,
-  };
+    record.arms.sort((a, b) => a.arm - b.arm);
+    const ended = Promise.all(running);
+    let allEnded = false;
+    void ended.then(() => void (allEnded = true)).catch(() => void (allEnded = true));
+    if (packed) {
+      // A shared trainer goes once its last arm has ended (or every arm on it is paused); the budget is the trainers'.
+      const done = (arm: number) => {
+        const a = record.arms.find((x) => x.arm === arm);
+        return !a || a.status !== 'running' || (paused && progress.get(arm)?.phase === 'paused');
+      };
+      void trainers.releaseWhenDone(done).catch(() => undefined);
+      void trainers
+        .watchBudget(
+          round.budget,
+          (reason) => forward((c) => c.signal(setRoundBudgetSignal, { exhausted: reason })),
+          () => allEnded,
+        )
+        .catch(() => undefined);
+    }
+
+    // Rung by rung: when every running arm has reported the rung (or ended), decide once and tell each.
+    for (let rung = 1; !allEnded; rung++) {
+      const waiting = () => record.arms.filter((a) => live(a) && !reported.has(`${a.arm}/${rung}`));
+      await condition(() => allEnded || waiting().length === 0);
+      const reporters = record.arms.filter((a) => live(a) && reported.has(`${a.arm}/${rung}`));
+      if (!reporters.length) {
+        if (allEnded) break;
+        continue;
+      }
+      const figures = reporters.map((a) => ({ arm: a.arm, value: reported.get(`${a.arm}/${rung}`)!.value }));
+      const decision = rungDecision(figures, select.metric, select.eta);
+      const step = reported.get(`${reporters[0]!.arm}/${rung}`)!.step;
+      record.decisions.push({ rung, step, figures, ...decision });
+      for (const a of reporters) {
+        a.rungs.push({ rung, step, value: reported.get(`${a.arm}/${rung}`)!.value });
+        const keep = decision.kept.includes(a.arm);
+        if (!keep) a.stoppedAtRung = rung;
+        await children.get(a.arm)!.signal(armDecisionSignal, { rung, keep });
+      }
+      void tellCampaign();
+    }
+    await ended;
+
+    const completed = record.arms.filter((a) => a.status === 'completed' && a.final !== undefined);
+    const sign = lowerIsBetter(select.metric) ? 1 : -1;
+    const best = completed.sort((a, b) => sign * (a.final! - b.final!) || a.arm - b.arm)[0];
+    const total = (f: (a: SweepArmRecord) => number | undefined) => record.arms.reduce((s, a) => s + (f(a) ?? 0), 0);
+    await trainers.releaseAll();
+    if (!best)
+      throw ApplicationFailure.create({
+        type: 'SweepFailed',
+        message: `no arm of the sweep completed: ${record.arms.map((a) => `arm ${a.arm} (${describeAssignment(a.assign)}) ${a.status}`).join('; ')}`,
+        nonRetryable: true,
+      });
+    record.winner = { arm: best.arm, assign: best.assign, value: best.final };
+    const winner = results.get(best.arm)!;
+    return {
+      ...winner,
+      // The round's cost is the sweep's: every arm's, and its shared trainers' (billed per trainer, not per session).
+      gpuMinutes: total((a) => a.gpuMinutes) + trainers.gpuMinutes(),
+      ...(record.arms.some((a) => a.costUsd !== undefined) || trainers.costUsd() !== undefined
+        ? { costUsd: total((a) => a.costUsd) + (trainers.costUsd() ?? 0) }
+        : {}),
+      sweep: { ...record, ...(packed ? { trainers: trainers.held.map((t) => ({ resourceId: t.resourceId, arms: t.arms })) } : {}) },
+    };
+  }
 
   function settle(entry: SweepArmRecord, result: RoundResult, metric: SweepInput['select']['metric']): void {
     entry.status = result.status;
@@ -182,16 +226,21 @@ export function armRoundInput(
   select: SweepInput['select'],
   campaignId: string,
   arms: number,
+  sharedTrainer: string | undefined,
 ): RoundInput {
   const spec = withAssignment(round.spec, arm.assign);
   spec.evaluation = { ...spec.evaluation, every: select.rungs, ...(select.metric === 'accuracy' ? { sampleEvery: 1 } : {}) };
+  // On a shared trainer the sweep watches the spend (the trainers bill, not the sessions): the arm keeps the deadline.
+  const deadline = round.budget?.deadlineMs !== undefined ? { deadlineMs: round.budget.deadlineMs } : {};
+  const budget = round.budget && (sharedTrainer ? deadline : armBudget(round.budget, arms));
   return {
     ...round,
     campaignId,
     spec,
     reportDir: `${round.reportDir}/sweep-r${round.round}/arm-${arm.arm}`,
-    ...(round.budget ? { budget: armBudget(round.budget, arms) } : {}),
+    ...(budget ? { budget } : {}),
     arm: { arm: arm.arm, rungSteps: select.rungs, metric: select.metric },
+    ...(sharedTrainer ? { sharedTrainer: { resourceId: sharedTrainer } } : {}),
   };
 }
 
