@@ -136,3 +136,33 @@ test('a budget below the cheapest round is refused before anything is provisione
   const l = await ledger(env.emulator);
   expect(l.resources.filter((r) => r.ownerTag?.includes(campaignId))).toEqual([]);
 }, 120_000);
+
+test('a packed sweep: its shared trainer is billed once, and when its spend reaches maxUsd every arm stops; the ledger bills no more', async () => {
+  const maxUsd = 0.3;
+  const { result } = await runCampaign(
+    'sweep',
+    `rounds: { max: 2 }
+budget: { maxUsd: ${maxUsd} }
+sweep:
+  over: { training.learningRate: [0.0005, 0.002, 0.008, 0.03] }
+  select: { metric: eval_loss, rungs: 2, eta: 2 }`,
+  );
+  expect(result.status).toBe('stopped');
+  expect(result.stopReason).toMatch(/dollar budget reached in round 1/);
+  const sweep = result.rounds[0]!.sweep!;
+  expect(sweep.trainers).toHaveLength(1);
+  // Halved to one arm at the rungs; the budget stopped that one, which keeps its weights and wins.
+  const winner = sweep.arms.find((a) => a.arm === sweep.winner!.arm)!;
+  expect(winner).toMatchObject({ status: 'stopped' });
+  expect(winner.stoppedAtRung).toBeUndefined();
+  expect(winner.step).toBeLessThan(40);
+  const l = await ledger(env.emulator);
+  const shared = l.resources.find((r) => r.id === sweep.trainers![0]!.resourceId)!;
+  expect(shared.usd).toBeGreaterThan(0);
+  expect(shared.usd).toBeLessThanOrEqual(maxUsd);
+  expect(l.active).not.toContain(shared.id);
+  expect(result.rounds[0]!.costUsd).toBeCloseTo(shared.usd, 2); // the sweep's settled spend: the trainer's time
+  process.stderr.write(
+    `[budget sweep] winner arm ${winner.arm} at step ${winner.step}; shared trainer $${shared.usd.toFixed(4)} (settled $${result.rounds[0]!.costUsd!.toFixed(4)}) of $${maxUsd}\n`,
+  );
+}, 180_000);

@@ -182,16 +182,22 @@ export async function sweepWorkflow(input: SweepInput): Promise<SweepResult> {
 
     const completed = record.arms.filter((a) => a.status === 'completed' && a.final !== undefined);
     const sign = lowerIsBetter(select.metric) ? 1 : -1;
-    const best = completed.sort((a, b) => sign * (a.final! - b.final!) || a.arm - b.arm)[0];
+    // The best arm that completed; none (a budget stopped the survivors), the best survivor by its latest rung: its
+    // round is `stopped`, and so is the campaign.
+    const latest = (a: SweepArmRecord) => a.rungs[a.rungs.length - 1]?.value ?? Number.NaN;
+    const survivors = record.arms.filter((a) => a.status === 'stopped' && a.stoppedAtRung === undefined && Number.isFinite(latest(a)));
+    const best =
+      completed.sort((a, b) => sign * (a.final! - b.final!) || a.arm - b.arm)[0] ??
+      survivors.sort((a, b) => sign * (latest(a) - latest(b)) || a.arm - b.arm)[0];
     const total = (f: (a: SweepArmRecord) => number | undefined) => record.arms.reduce((s, a) => s + (f(a) ?? 0), 0);
     await trainers.releaseAll();
     if (!best)
       throw ApplicationFailure.create({
         type: 'SweepFailed',
-        message: `no arm of the sweep completed: ${record.arms.map((a) => `arm ${a.arm} (${describeAssignment(a.assign)}) ${a.status}`).join('; ')}`,
+        message: `no arm of the sweep completed or kept weights: ${record.arms.map((a) => `arm ${a.arm} (${describeAssignment(a.assign)}) ${a.status}`).join('; ')}`,
         nonRetryable: true,
       });
-    record.winner = { arm: best.arm, assign: best.assign, value: best.final };
+    record.winner = { arm: best.arm, assign: best.assign, value: best.final ?? latest(best) };
     const winner = results.get(best.arm)!;
     return {
       ...winner,
