@@ -12,6 +12,7 @@ import { gatewayBenchmark } from './gateway';
 import { environmentsBenchmark } from './environments';
 import { promotionBenchmark } from './promotion';
 import { customLossBenchmark } from './custom-loss';
+import { sweepBenchmark } from './sweep';
 
 /**
  * `npm run bench` runs every benchmark; `npm run bench -- <name> [<name>…]` runs some; `--quick` uses tiny sizes
@@ -31,6 +32,7 @@ const BENCHMARKS: Record<string, (ctx: BenchContext, report: Report) => Promise<
   environments: environmentsBenchmark,
   promotion: promotionBenchmark,
   'custom-loss': customLossBenchmark,
+  sweep: sweepBenchmark,
 };
 
 /**
