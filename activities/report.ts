@@ -7,6 +7,9 @@ import { stageFacts, type ShownStage } from '../config/rules/stages';
 import { lossPerTokenOf } from './step-records';
 import { ROUND_KIND, ROUND_KINDS } from '../config/rules/round-kinds';
 import { readRoundReport, type RoundReport } from '../config/io/round-report';
+import type { SweepRecord } from '../workflows/sweep/record';
+import { escapeHtml, fmt, pct } from './report-text';
+import { sweepHtml, sweepMarkdown, type ShownSweep } from './report-sweep';
 
 /**
  * The campaign report people look at: `report.html` (self-contained: Chart.js and the data inlined, no network)
@@ -22,6 +25,8 @@ export interface CampaignReportData {
   stages?: ShownStage[];
   /** `promotion`: the challenger's decision against its line's champion. */
   promotion?: PromotionShown;
+  /** `sweep`: the round run as arms (the first), from campaign.json. */
+  sweep?: ShownSweep;
   flips: { from: number; to: number; fixed: Flip[]; regressed: Flip[] }[];
   gpuMinutes: number;
   costUsd?: number;
@@ -66,7 +71,7 @@ export async function loadCampaignReportData(
     stopReason?: string;
     gpuMinutes: number;
     costUsd?: number;
-    rounds: { round: number; reportPath: string }[];
+    rounds: { round: number; reportPath: string; sweep?: SweepRecord }[];
     stages?: ShownStage[];
     promotion?: PromotionShown;
   }>(summaryFile);
@@ -88,12 +93,14 @@ export async function loadCampaignReportData(
     }
     return { from: before.round, to: after.round, fixed, regressed };
   });
+  const swept = summary.rounds.find((r) => r.sweep);
   return {
     campaignId: summary.campaignId,
     status: summary.status,
     stopReason: summary.stopReason,
     rounds,
     ...(summary.stages ? { stages: summary.stages } : {}),
+    ...(swept ? { sweep: { round: swept.round, ...swept.sweep! } } : {}),
     ...(summary.promotion ? { promotion: summary.promotion } : {}),
     flips,
     gpuMinutes: summary.gpuMinutes,
@@ -102,10 +109,6 @@ export async function loadCampaignReportData(
   };
 }
 
-const escapeHtml = (text: string) =>
-  text.replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!);
-const fmt = (v: number | null | undefined, digits = 3) => (v === null || v === undefined ? '–' : v.toFixed(digits));
-const pct = (v: number | null | undefined) => (v === null || v === undefined ? '–' : `${(v * 100).toFixed(1)}%`);
 /** Beside a round's accuracy (pass@1), its pass@n when evaluation drew n > 1 answers per prompt. */
 const passAtKNote = (r: Pick<RoundReport, 'pass_at_k'>) => (r.pass_at_k ? ` (pass@${r.pass_at_k.k} ${pct(r.pass_at_k.value)})` : '');
 
@@ -181,7 +184,7 @@ body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2rem;color:#
 h1{font-size:1.5rem} .meta{color:#57606a} table{border-collapse:collapse;margin:.5rem 0 1.5rem;font-size:.9rem}
 td,th{border:1px solid #d0d7de;padding:.3rem .6rem;text-align:left;vertical-align:top} th{background:#f6f8fa}
 .completed{color:#1a7f37}.failed{color:#cf222e}.cancelled,.stopped{color:#9a6700} .charts{display:grid;grid-template-columns:1fr 1fr;gap:2rem}
-.chart{position:relative;height:300px} .none{color:#57606a}
+.chart{position:relative;height:300px} .none{color:#57606a} tr.winner td{background:#dafbe1} td.cut{color:#9a6700}
 </style></head><body>
 <h1>Campaign ${escapeHtml(data.campaignId)}</h1>
 <p class="meta">Status <b>${escapeHtml(data.status)}</b>${data.stopReason ? ` — ${escapeHtml(data.stopReason)}` : ''}; ${data.rounds.length} rounds; ${fmt(data.gpuMinutes, 2)} GPU-minutes${data.costUsd !== undefined && data.costUsd !== null ? `; estimated cost $${data.costUsd.toFixed(2)}` : ''}. <a href="${escapeHtml(uiLink(data, data.campaignId))}">Campaign in the Temporal UI</a></p>
@@ -198,7 +201,7 @@ ${policyCharts ? `<div class="charts">${policyCharts}</div>` : ''}
 <h2>Rounds</h2>
 <table><tr><th>round</th><th>status</th><th>accuracy</th>${tested ? '<th>test (held out)</th>' : ''}<th>eval loss (baseline → trained)</th><th>steps</th><th>GPU-min</th><th>est. cost</th><th>workflow</th><th>train sha256</th></tr>
 ${rows}</table>
-<h2>Recoveries from provider failures</h2>
+${sweepHtml(data.sweep)}<h2>Recoveries from provider failures</h2>
 ${recoveryRows ? `<table><tr><th>round</th><th>phase</th><th>failure</th><th>step → resumed from</th><th>on</th><th>GPU-min lost</th></tr>\n${recoveryRows}</table>` : '<p class="none">none</p>'}
 <h2>Per-example flips between rounds</h2>
 ${flipSections || '<p class="none">one round only</p>'}
@@ -340,6 +343,7 @@ export function renderCampaignMarkdown(data: CampaignReportData): string {
         (r) =>
           `- round ${r.round}: stopped early at step ${r.early_stop!.stopped_at_step} (no better eval ${r.early_stop!.on} since step ${r.early_stop!.best_step}); finished from the step-${r.early_stop!.best_step} checkpoint \`${r.early_stop!.best_checkpoint_id}\``,
       ),
+    ...sweepMarkdown(data.sweep),
     ...data.flips.map((f) => `- round ${f.from} → ${f.to}: ${f.fixed.length} examples fixed, ${f.regressed.length} regressed`),
     ...bestLine(data.rounds),
     ...promotionLine(data.promotion),

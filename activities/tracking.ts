@@ -1,10 +1,9 @@
 import { Context } from '@temporalio/activity';
-import { descriptorOf, kindOf } from '../config/rules/round-kinds';
+import { descriptorOf } from '../config/rules/round-kinds';
 import { joinLocation } from '../config/io/artifacts';
 import { learningRateAt } from '../config/rules/schedule';
 import { maskSecrets } from '../config/io/secrets';
-import type { CampaignSpec } from '../config/io/spec';
-import { credentialsFromEnv, MlflowClient, type MlflowMetric } from '../providers/mlflow/client';
+import type { MlflowClient, MlflowMetric } from '../providers/mlflow/client';
 import type { RoundSpec } from '../workflows/round/contract';
 import { readJson, writeJsonAtomic } from './files';
 import type { Rollback } from '../config/rules/lineage';
@@ -12,11 +11,28 @@ import { lossPerTokenOf, readStepRecords, type StepRecord } from './step-records
 import { metricOf, stageFacts, type GatedRound, type ShownStage } from '../config/rules/stages';
 import { stepsFolder } from '../config/rules/round-files';
 import type { RoundReportFields } from '../config/io/round-report';
+import type { SweepRecord } from '../workflows/sweep/record';
+import {
+  campaignRun,
+  clientFor,
+  experimentOf,
+  FINAL_STATUS,
+  roundRun,
+  specParams,
+  stageRun,
+  trackingTarget,
+  type RoundTracking,
+  type Tracked,
+} from './tracking-runs';
+import { trackSweep } from './tracking-sweep';
+
+export { trackingTarget, type RoundTracking } from './tracking-runs';
 
 /**
  * Experiment tracking in MLflow, logged from the durable records only: a campaign is a run, each round a nested run
- * (found again by tag, never made twice); a staged campaign's rounds nest under a run per stage, nested under the
- * campaign's, to which the campaign's summaries add the stage's verdict (gate, headline metric, checkpoints). A
+ * (found again by tag, never made twice: tracking-runs.ts); a staged campaign's rounds nest under a run per stage, nested
+ * under the campaign's, to which the campaign's summaries add the stage's verdict (gate, headline metric, checkpoints);
+ * a sweep's arms nest under its round's run, to which they add its decisions (tracking-sweep.ts). A
  * round's per-step metrics are logged when a segment has flushed its step records, from those records, with the
  * records' own step numbers and timestamps. A cursor in the round's steps directory (`tracked.json`) says how far
  * the run holds them: an attempt that dies after logging but before moving the cursor logs the same (key, step,
@@ -24,147 +40,6 @@ import type { RoundReportFields } from '../config/io/round-report';
  * next segment (or the round's report) logs the gap from the store.
  * Tracking never fails a round: an unreachable server is a warning, and the next segment catches up.
  */
-
-type Tracked = Pick<CampaignSpec, 'name' | 'tracking'>;
-
-const clients = new Map<string, MlflowClient>();
-const runIds = new Map<string, string>();
-const experiments = new Map<string, string>();
-
-/** The tracking server and experiment for a spec, or undefined when the campaign is not tracked. */
-export function trackingTarget(spec: Tracked, env: NodeJS.ProcessEnv = process.env): { uri: string; experiment: string } | undefined {
-  const uri = spec.tracking?.mlflow?.uri ?? env.MLFLOW_TRACKING_URI;
-  if (!uri) return undefined;
-  return { uri, experiment: spec.tracking?.mlflow?.experiment ?? spec.name };
-}
-
-function clientFor(uri: string): MlflowClient {
-  let client = clients.get(uri);
-  if (!client) clients.set(uri, (client = new MlflowClient(uri, credentialsFromEnv(process.env))));
-  return client;
-}
-
-async function experimentOf(client: MlflowClient, name: string): Promise<string> {
-  const key = `${client.uri} ${name}`;
-  let id = experiments.get(key);
-  if (!id) experiments.set(key, (id = await client.experimentId(name)));
-  return id;
-}
-
-const TAG_KEY = 'roundhouse.key';
-
-/** The run tagged with `key` in the experiment, made (with `create`'s tags and params) when there is none. */
-async function ensureRun(
-  client: MlflowClient,
-  experimentId: string,
-  key: string,
-  create: () => { name: string; tags: Record<string, string>; params: Record<string, string> },
-): Promise<string> {
-  const cacheKey = `${client.uri} ${experimentId} ${key}`;
-  const cached = runIds.get(cacheKey);
-  if (cached) return cached;
-  let runId = await client.findRun(experimentId, TAG_KEY, key);
-  if (!runId) {
-    const { name, tags, params } = create();
-    runId = await client.createRun(experimentId, { name, startTime: Date.now(), tags: { ...tags, [TAG_KEY]: key } });
-    await client.logBatch(runId, { params });
-    // Two creators racing (not one round's attempts, which run one at a time): the oldest run is the one kept.
-    const oldest = await client.findRun(experimentId, TAG_KEY, key);
-    if (oldest && oldest !== runId) {
-      await client.setStatus(runId, 'KILLED', Date.now());
-      runId = oldest;
-    }
-  }
-  runIds.set(cacheKey, runId);
-  return runId;
-}
-
-/** The spec as MLflow params (dotted keys, scalar values); it holds no secrets (keys live in the worker's env). */
-export function specParams(spec: object, prefix = ''): Record<string, string> {
-  const out: Record<string, string> = {};
-  for (const [key, value] of Object.entries(spec)) {
-    const name = prefix ? `${prefix}.${key}` : key;
-    if (value === undefined || value === null) continue;
-    if (Array.isArray(value)) out[name] = JSON.stringify(value);
-    else if (typeof value === 'object') Object.assign(out, specParams(value as object, name));
-    else out[name] = String(value);
-  }
-  return out;
-}
-
-function uiLink(workflowId: string): string {
-  const ui = (process.env.ROUNDHOUSE_UI_URL ?? 'http://127.0.0.1:8233').replace(/\/+$/, '');
-  const namespace = Context.current().info.workflowNamespace ?? 'default';
-  return `${ui}/namespaces/${encodeURIComponent(namespace)}/workflows/${encodeURIComponent(workflowId)}`;
-}
-
-async function campaignRun(client: MlflowClient, experimentId: string, campaignId: string, spec: object): Promise<string> {
-  return ensureRun(client, experimentId, `campaign/${campaignId}`, () => ({
-    name: campaignId,
-    tags: {
-      'roundhouse.campaign_id': campaignId,
-      'roundhouse.workflow_id': campaignId,
-      'roundhouse.temporal_ui': uiLink(campaignId),
-      'mlflow.source.name': 'roundhouse',
-    },
-    params: { campaign_id: campaignId, ...specParams(spec) },
-  }));
-}
-
-export interface RoundTracking {
-  campaignId: string;
-  round: number;
-  spec: RoundSpec;
-}
-
-/** A staged campaign's stage: a run nested under the campaign's, made by its first round or the campaign's summary. */
-async function stageRun(
-  client: MlflowClient,
-  experimentId: string,
-  campaignId: string,
-  stage: { stage: number; name: string; kind: string },
-  spec: object,
-): Promise<string> {
-  const parent = await campaignRun(client, experimentId, campaignId, spec);
-  return ensureRun(client, experimentId, `stage/${campaignId}/${stage.stage}`, () => ({
-    name: `stage-${stage.stage}-${stage.name}`,
-    tags: {
-      'mlflow.parentRunId': parent,
-      'roundhouse.campaign_id': campaignId,
-      'roundhouse.workflow_id': campaignId,
-      'roundhouse.stage': String(stage.stage),
-      'roundhouse.stage_name': stage.name,
-      'roundhouse.kind': stage.kind,
-    },
-    params: { stage: String(stage.stage), stage_name: stage.name, kind: stage.kind },
-  }));
-}
-
-async function roundRun(target: { uri: string; experiment: string }, r: RoundTracking): Promise<{ client: MlflowClient; runId: string }> {
-  const client = clientFor(target.uri);
-  const experimentId = await experimentOf(client, target.experiment);
-  const kind = kindOf(r.spec);
-  // A staged campaign's first round makes the campaign's run: its stage is no param of the campaign.
-  const { stage, ...spec } = r.spec;
-  const parent = stage
-    ? await stageRun(client, experimentId, r.campaignId, { ...stage, kind }, spec)
-    : await campaignRun(client, experimentId, r.campaignId, spec);
-  const workflowId = `${r.campaignId}-round-${r.round}`;
-  const runId = await ensureRun(client, experimentId, `round/${r.campaignId}/${r.round}`, () => ({
-    name: `round-${r.round}`,
-    tags: {
-      'mlflow.parentRunId': parent,
-      'roundhouse.campaign_id': r.campaignId,
-      'roundhouse.round': String(r.round),
-      'roundhouse.workflow_id': workflowId,
-      'roundhouse.temporal_ui': uiLink(workflowId),
-      'roundhouse.kind': kind,
-      ...(stage ? { 'roundhouse.stage': String(stage.stage) } : {}),
-    },
-    params: specParams(r.spec),
-  }));
-  return { client, runId };
-}
 
 /** A step record's metrics: the loss and learning rate, and its round kind's own (config/rules/round-kinds.ts). */
 function stepMetrics(r: StepRecord & Record<string, unknown>, spec: RoundSpec, totalSteps: number, at: number): MlflowMetric[] {
@@ -296,13 +171,27 @@ export async function trackRoundEnd(
   }
 }
 
-/** At each campaign summary: per-round figures on the campaign run, its reports as artifacts, and its status at the end. */
+/** A round as the campaign's summary shows it (RoundSummary). */
+type SummaryRound = GatedRound & {
+  round: number;
+  status?: string;
+  stage?: number;
+  gpuMinutes?: number;
+  costUsd?: number;
+  test?: { accuracy: number };
+  sweep?: SweepRecord;
+};
+
+/**
+ * At each campaign summary: per-round figures on the campaign run, its reports as artifacts, its stages' and its sweep's
+ * runs (tracking-sweep.ts), and its status at the end.
+ */
 export async function trackCampaign(
   track: Tracked,
   campaignId: string,
   summary: {
     status?: string;
-    rounds?: (GatedRound & { round: number; stage?: number; gpuMinutes?: number; costUsd?: number; test?: { accuracy: number } })[];
+    rounds?: SummaryRound[];
     stages?: ShownStage[];
     limits?: { maxUsd?: number };
   },
@@ -313,7 +202,7 @@ export async function trackCampaign(
   try {
     const client = clientFor(target.uri);
     const experimentId = await experimentOf(client, target.experiment);
-    const runId = await campaignRun(client, experimentId, campaignId, { name: track.name });
+    const runId = await campaignRun(client, experimentId, campaignId, specParams({ name: track.name }));
     // Stable timestamps (one per round, from the round number) so that a summary written again logs nothing new.
     const metrics: MlflowMetric[] = [];
     let spent = 0;
@@ -337,18 +226,21 @@ export async function trackCampaign(
     for (const a of artifacts) await client.uploadArtifact(runId, a.name, a.body, a.contentType);
     const final = summary.status ? FINAL_STATUS[summary.status] : undefined;
     for (const stage of summary.stages ?? []) await trackStage(client, experimentId, campaignId, stage, summary.rounds ?? [], final);
+    for (const round of summary.rounds ?? []) {
+      if (!round.sweep) continue;
+      const stage = summary.stages?.find((s) => s.stage === round.stage);
+      const parent = stage ? await stageRun(client, experimentId, campaignId, stage, {}) : runId;
+      // Its status once, in the summary written after it (and again at the campaign's end).
+      const ended = round.status ? FINAL_STATUS[round.status] : undefined;
+      const endsHere = summary.rounds!.at(-1)?.round === round.round;
+      const sweep = { campaignId, round: round.round, kind: round.kind, stage: round.stage, parent, sweep: round.sweep };
+      await trackSweep(client, experimentId, sweep, endsHere || final ? ended : undefined);
+    }
     if (final) await client.setStatus(runId, final, Date.now());
   } catch (err) {
     warn(`MLflow: could not log campaign ${campaignId}: ${(err as Error).message}`);
   }
 }
-
-const FINAL_STATUS: Record<string, 'FINISHED' | 'FAILED' | 'KILLED'> = {
-  completed: 'FINISHED',
-  failed: 'FAILED',
-  stopped: 'KILLED',
-  cancelled: 'KILLED',
-};
 
 /**
  * A stage's run, from the campaign's summary: its verdict and checkpoints as tags, the metric that matters for its kind
@@ -421,7 +313,7 @@ export async function registerChampion(
   if (!target) return undefined;
   const client = clientFor(target.uri);
   const experimentId = await experimentOf(client, target.experiment);
-  const runId = await campaignRun(client, experimentId, record.campaignId, track);
+  const runId = await campaignRun(client, experimentId, record.campaignId, specParams(track));
   await client.ensureRegisteredModel(record.line, `Roundhouse model line ${record.line}: its champion is the alias @${CHAMPION_ALIAS}`);
   let version = (await client.modelVersions(record.line)).find((v) => v.tags[DECISION_TAG] === record.decisionId)?.version;
   version ??= await client.createModelVersion(record.line, {

@@ -30,7 +30,7 @@ beforeAll(async () => {
   temporal = await connectTestTemporal();
   bundleFile = await bundleToFile();
   // GPU time at $36 per GPU-hour (a cent a second), steps of some tens of ms, a trainer ready in half a second.
-  emulator = await startTestEmulator({ provisioningDelayMs: 500, operationLatencyMs: 30, prices: { gpuHour: 36 } });
+  emulator = await startTestEmulator({ provisioningDelayMs: 500, operationLatencyMs: 80, prices: { gpuHour: 36 } });
 });
 
 afterAll(async () => {
@@ -79,14 +79,15 @@ sweep:
     const arm1 = temporal.client.workflow.getHandle(`${campaignId}-round-1-arm-1`);
     const ended = ['completed', 'failed', 'cancelled', 'stopped', 'cleanup'];
 
-    // Mid-rung: inside arm 1's training segment, past its second step.
+    // Mid-rung: inside arm 1's first training segment (before its first rung).
     await killAt<RoundProgress>(
-      { name: 'arm 1 training ≥ step 2', when: (p) => p.phase === 'training', inside: { activity: TRAINING_ACTIVITY, fromStep: 2 } },
+      { name: 'arm 1 inside a training segment', when: (p) => p.phase === 'training', inside: { activity: TRAINING_ACTIVITY } },
       {
         progress: () => progressOf(arm1),
         workflow: arm1,
         describe: (p) => `arm 1 phase ${p.phase}, step ${p.step}`,
         beyond: (p) => p.step >= 4 || ended.includes(p.phase),
+        jitterMs: () => 40, // land inside a step
       },
     );
     // At a rung decision: the first one made, an arm it stopped not yet ended.

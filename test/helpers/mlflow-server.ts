@@ -79,3 +79,25 @@ export async function startMlflowServer(): Promise<RunningMlflow> {
     },
   };
 }
+
+/** A run as MLflow's `runs/search` answers it. */
+export interface SearchedRun {
+  info: { run_id: string; run_name: string; status: string };
+  data: { tags?: { key: string; value: string }[]; params?: { key: string; value: string }[] };
+}
+
+/** Every run of an experiment (up to 100), read through MLflow's REST API. */
+export async function runsOf(uri: string, experimentName: string): Promise<SearchedRun[]> {
+  const exp = (await (
+    await fetch(`${uri}/api/2.0/mlflow/experiments/get-by-name?experiment_name=${encodeURIComponent(experimentName)}`)
+  ).json()) as { experiment: { experiment_id: string } };
+  const res = await fetch(`${uri}/api/2.0/mlflow/runs/search`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ experiment_ids: [exp.experiment.experiment_id], max_results: 100 }),
+  });
+  return ((await res.json()) as { runs: SearchedRun[] }).runs;
+}
+
+export const tagOf = (run: SearchedRun, key: string) => run.data.tags?.find((t) => t.key === key)?.value;
+export const paramOf = (run: SearchedRun, key: string) => run.data.params?.find((p) => p.key === key)?.value;

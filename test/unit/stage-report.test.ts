@@ -2,7 +2,8 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { writeCampaignReports } from '../../activities/report';
-import type { CampaignProgress, RoundSummary, StageProgress } from '../../workflows/campaign/contract';
+import type { RoundSummary, StageProgress } from '../../workflows/campaign/contract';
+import { roundReportOf, writeCampaignSummary } from '../helpers/round-report';
 
 // summary.md and report.html of a staged campaign (SFT, then DPO), written from campaign.json and the round reports
 // as the campaign leaves them: a Stages section with the facts `status` shows; a campaign without stages has none.
@@ -26,55 +27,17 @@ function campaignDir(stages?: StageProgress[]): string {
     trainingCheckpointId: `ckpt-${kind}-final`,
     train: { path: 'train.jsonl' },
   }));
-  for (const r of rounds)
-    fs.writeFileSync(
-      r.reportPath,
-      JSON.stringify({
-        campaign_id: 'c1',
-        round: r.round,
-        name: `c1-round-${r.round}`,
-        workflow_id: r.workflowId,
-        run_id: 'run-1',
-        provider: 'local',
-        base_model: 'roundhouse/tiny-chat',
-        resource_id: null,
-        session_id: null,
-        eval_path: 'eval.jsonl',
-        eval_sha256: 'cd'.repeat(32),
-        started_from_checkpoint: null,
-        loss_unit: 'sum',
-        sampler_checkpoint_id: null,
-        error_message: null,
-        cleanup_status: 'deactivated',
-        deactivated_ids: [],
-        status: 'completed',
-        kind: r.kind ?? 'sft',
-        accuracy: r.accuracy,
-        baseline_loss: 2,
-        trained_loss: 1,
-        steps_applied: 4,
-        steps_planned: 4,
-        gpu_minutes: 0.1,
-        estimated_cost_usd: null,
-        error_type: null,
-        train_path: 'train.jsonl',
-        train_sha256: 'ab'.repeat(32),
-        evaluations: [],
-        steps: [],
-        training_checkpoint_id: r.trainingCheckpointId,
-      }),
-    );
-  const summary: CampaignProgress = {
-    campaignId: 'c1',
-    status: 'completed',
-    rounds,
-    ...(stages ? { stages } : {}),
-    limits: { maxRounds: 2 },
-    gpuMinutes: 0.2,
-    wallMinutes: 1,
-    summaryPath: path.join(dir, 'campaign.json'),
-  };
-  fs.writeFileSync(summary.summaryPath, JSON.stringify(summary));
+  for (const r of rounds) {
+    const report = roundReportOf({
+      campaign_id: 'c1',
+      round: r.round,
+      kind: r.kind ?? 'sft',
+      accuracy: r.accuracy!,
+      training_checkpoint_id: r.trainingCheckpointId!,
+    });
+    fs.writeFileSync(r.reportPath, JSON.stringify(report));
+  }
+  writeCampaignSummary(dir, rounds, stages ? { stages } : {});
   return dir;
 }
 

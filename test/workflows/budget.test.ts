@@ -166,3 +166,18 @@ sweep:
     `[budget sweep] winner arm ${winner.arm} at step ${winner.step}; shared trainer $${shared.usd.toFixed(4)} (settled $${result.rounds[0]!.costUsd!.toFixed(4)}) of $${maxUsd}\n`,
   );
 }, 180_000);
+
+test('a sweep whose budget is below the cheapest round is refused before any trainer is provisioned', async () => {
+  const before = (await ledger(env.emulator)).resources.length;
+  const { result } = await runCampaign(
+    'sweep-refused',
+    `budget: { maxUsd: 0.01 }
+sweep:
+  over: { training.learningRate: [0.0005, 0.002] }
+  select: { metric: eval_loss, rungs: 2 }`,
+  );
+  expect(result.status).toBe('failed');
+  expect(result.rounds[0]).toMatchObject({ status: 'failed', errorType: 'InvalidInput' });
+  expect(result.rounds[0]!.errorMessage).toMatch(/budget\.maxUsd: \$0\.01 left is below the cheapest round/);
+  expect((await ledger(env.emulator)).resources).toHaveLength(before);
+}, 120_000);

@@ -6,7 +6,14 @@ import { campaignProgressQuery } from '../../workflows/campaign/contract';
 import { readArtifact, testReportDir } from '../helpers/artifacts';
 import { ticketCampaignSpec } from '../helpers/campaign';
 import { ledger, startTestEmulator, type RunningEmulator } from '../helpers/emulator';
-import { startMlflowServer, type RunningMlflow } from '../helpers/mlflow-server';
+import {
+  paramOf as param,
+  runsOf as mlflowRuns,
+  startMlflowServer,
+  tagOf as tag,
+  type RunningMlflow,
+  type SearchedRun,
+} from '../helpers/mlflow-server';
 import { connectTestTemporal, uniqueTaskQueue, type TestTemporal } from '../helpers/temporal';
 import { bundleToFile, crashTestWorkerEnv, startWorkerProcess, type WorkerProcess } from '../helpers/worker-process';
 
@@ -30,32 +37,28 @@ afterAll(async () => {
   await temporal?.close();
 });
 
-interface SearchedRun {
-  info: { run_id: string; run_name: string; status: string };
-  data: { tags?: { key: string; value: string }[]; params?: { key: string; value: string }[] };
-}
-
-async function runsOf(experimentName: string): Promise<SearchedRun[]> {
-  const exp = (await (
-    await fetch(`${mlflow.uri}/api/2.0/mlflow/experiments/get-by-name?experiment_name=${encodeURIComponent(experimentName)}`)
-  ).json()) as {
-    experiment: { experiment_id: string };
-  };
-  const res = await fetch(`${mlflow.uri}/api/2.0/mlflow/runs/search`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ experiment_ids: [exp.experiment.experiment_id], max_results: 100 }),
-  });
-  return ((await res.json()) as { runs: SearchedRun[] }).runs;
-}
+const runsOf = (experimentName: string) => mlflowRuns(mlflow.uri, experimentName);
 
 async function artifactsOf(runId: string): Promise<string[]> {
   const res = await fetch(`${mlflow.uri}/api/2.0/mlflow/artifacts/list?run_id=${runId}`);
   return (((await res.json()) as { files?: { path: string }[] }).files ?? []).map((f) => f.path);
 }
 
-const tag = (run: SearchedRun, key: string) => run.data.tags?.find((t) => t.key === key)?.value;
-const param = (run: SearchedRun, key: string) => run.data.params?.find((p) => p.key === key)?.value;
+/** A campaign run to its end on a worker process of its own. */
+async function runOn(
+  worker: WorkerProcess,
+  taskQueue: string,
+  campaignId: string,
+  spec: CampaignInput['spec'],
+  dir: string,
+): Promise<CampaignResult> {
+  await worker.ready;
+  return temporal.client.workflow.execute(campaignWorkflow, {
+    taskQueue,
+    workflowId: campaignId,
+    args: [{ campaignId, spec, reportRoot: testReportDir(dir) } satisfies CampaignInput],
+  });
+}
 
 test('a two-round campaign with a SIGKILL mid-segment: one nested run per round, every step logged exactly once, params, tags and artifacts', async () => {
   const taskQueue = uniqueTaskQueue('mlflow');
@@ -161,12 +164,7 @@ stages:
   const campaignId = `mlflow-stages-${taskQueue}`;
   const worker = startWorkerProcess(crashTestWorkerEnv(taskQueue, bundleFile));
   try {
-    await worker.ready;
-    const result: CampaignResult = await temporal.client.workflow.execute(campaignWorkflow, {
-      taskQueue,
-      workflowId: campaignId,
-      args: [{ campaignId, spec, reportRoot: testReportDir(dir) } satisfies CampaignInput],
-    });
+    const result = await runOn(worker, taskQueue, campaignId, spec, dir);
     expect(result.status).toBe('completed');
     const [r1, r2] = result.rounds;
     expect([r1, r2].map((r) => [r!.stage, r!.status])).toEqual([
@@ -211,6 +209,44 @@ stages:
     expect(await runsOf(experiment)).toHaveLength(5);
     expect(await headline(stage2)).toEqual([[2, r2!.accuracy]]);
     expect((await ledger(emulator)).active).toEqual([]);
+  } finally {
+    await worker.stop();
+  }
+}, 300_000);
+
+test('a sweep: the campaign run, the sweep as round 1 under it, one nested run per arm with its own fields; the spend against the budget on the campaign run', async () => {
+  const taskQueue = uniqueTaskQueue('mlflow-sweep');
+  const experiment = `roundhouse-${taskQueue}`;
+  // 20 rows / 10 × 2 epochs = 4 steps; 3 arms halved at step 2 (3 → 2).
+  const { spec, dir } = ticketCampaignSpec({
+    baseUrl: emulator.url,
+    trainRows: 20,
+    evalRows: 5,
+    yaml: `tracking: { mlflow: { uri: "${mlflow.uri}", experiment: "${experiment}" } }
+rounds: { max: 1 }
+budget: { maxUsd: 5 }
+sweep:
+  over: { training.learningRate: [0.001, 0.005, 0.02] }
+  select: { metric: eval_loss, rungs: 2 }`,
+  });
+  const campaignId = `mlflow-sweep-${taskQueue}`;
+  const worker = startWorkerProcess(crashTestWorkerEnv(taskQueue, bundleFile));
+  try {
+    const result = await runOn(worker, taskQueue, campaignId, spec, dir);
+    expect(result.status).toBe('completed');
+    const sweep = result.rounds[0]!.sweep!;
+    const runs = await mlflowRuns(mlflow.uri, experiment);
+    const byName = (name: string) => runs.find((r) => r.info.run_name === name)!;
+    const campaign = byName(campaignId);
+    const round = byName('round-1');
+    expect(tag(round, 'mlflow.parentRunId')).toBe(campaign.info.run_id);
+    const arms = [1, 2, 3].map((k) => byName(`arm-${k}`));
+    expect(arms.map((a) => tag(a, 'mlflow.parentRunId'))).toEqual([round.info.run_id, round.info.run_id, round.info.run_id]);
+    expect(arms.map((a) => Number(param(a, 'training.learningRate')))).toEqual([0.001, 0.005, 0.02]);
+    expect(runs).toHaveLength(5); // the campaign, the sweep, three arms: none made twice
+    const spent = await new MlflowClient(mlflow.uri).metricHistory(campaign.info.run_id, 'campaign/spent_usd');
+    expect(spent.map((m) => [m.step, m.value])).toEqual([[1, result.rounds[0]!.costUsd]]);
+    expect(tag(arms[sweep.winner!.arm - 1]!, 'roundhouse.sweep_outcome')).toBe('winner');
   } finally {
     await worker.stop();
   }

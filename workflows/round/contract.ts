@@ -6,6 +6,7 @@ import type { Rollback } from '../../config/rules/lineage';
 import type { TokenUsage } from '../../config/rules/usage';
 import type { PriceOverrides, RoundPricing } from '../../config/rules/prices';
 import type { ArmOfSweep, SweepRecord } from '../sweep/record';
+import type { SweepValue } from '../../config/rules/sweep';
 import type { RoundKind } from '../../config/rules/round-kinds';
 
 /**
@@ -20,6 +21,8 @@ export type RoundSpec = Pick<CampaignSpec, 'name' | 'provider' | 'training' | 's
     stage?: RoundStage;
     /** The checkpoints' TTL at the provider (Tinker), where the campaign's `retention.ttl` sets one. */
     retention?: { ttl?: number };
+    /** An arm of a sweep: the tracker nests its run under the sweep's (the campaign's own id, the arm, its fields). */
+    sweepArm?: { campaignId: string; arm: number; assign: Record<string, SweepValue> };
   };
 
 export interface RoundStage {

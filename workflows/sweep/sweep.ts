@@ -9,7 +9,7 @@ import {
 } from '@temporalio/workflow';
 import type { ChildWorkflowHandle } from '@temporalio/workflow';
 import { describeAssignment, lowerIsBetter, rungDecision, withAssignment, type SweepArm } from '../../config/rules/sweep';
-import { childRoundResultOf, isCancellation } from '../failures';
+import { childRoundResultOf, failureReasonOf, failureTypeOf, isCancellation } from '../failures';
 import {
   pauseRoundSignal,
   resumeRoundSignal,
@@ -23,6 +23,7 @@ import {
 } from '../round/contract';
 import { roundWorkflow } from '../round/round';
 import { SweepTrainers } from './trainers';
+import { roundActivities } from '../round/activities';
 import { armDecisionSignal, armRungSignal, type SweepArmRecord, type SweepInput, type SweepRecord, type SweepResult } from './contract';
 
 /**
@@ -99,11 +100,21 @@ export async function sweepWorkflow(input: SweepInput): Promise<SweepResult> {
 
   try {
     return await runArms();
+  } catch (err) {
+    // A check or a provisioning that failed fails the sweep under its own type (InvalidInput, CapacityUnavailable…).
+    if (isCancellation(err) || err instanceof ApplicationFailure) throw err;
+    throw ApplicationFailure.create({ type: failureTypeOf(err), message: failureReasonOf(err), nonRetryable: true, cause: err as Error });
   } finally {
     await trainers.releaseAll();
   }
 
   async function runArms(): Promise<SweepResult> {
+    // The round's data, model and budget checked once before any trainer is provisioned (each arm checks again).
+    await roundActivities(round.spec.advanced.heartbeatTimeoutSeconds).checks.prepareRound({
+      spec: round.spec,
+      data: round.data,
+      ...(round.budget?.maxUsd !== undefined ? { budget: round.budget } : {}),
+    });
     // Where the dialect says how many sessions a trainer takes, the arms go side by side on shared trainers.
     const packed = await trainers.provision(input.arms.map((a) => a.arm));
     // Every arm starts at once: each is a round of its own, under its own business identity and report folder.
@@ -235,6 +246,7 @@ export function armRoundInput(
   sharedTrainer: string | undefined,
 ): RoundInput {
   const spec = withAssignment(round.spec, arm.assign);
+  spec.sweepArm = { campaignId: round.campaignId, arm: arm.arm, assign: arm.assign };
   spec.evaluation = { ...spec.evaluation, every: select.rungs, ...(select.metric === 'accuracy' ? { sampleEvery: 1 } : {}) };
   // On a shared trainer the sweep watches the spend (the trainers bill, not the sessions): the arm keeps the deadline.
   const deadline = round.budget?.deadlineMs !== undefined ? { deadlineMs: round.budget.deadlineMs } : {};
