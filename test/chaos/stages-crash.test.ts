@@ -14,14 +14,7 @@ import { ledger, setFaults, startTestEmulator, type RunningEmulator } from '../h
 import { progressOf } from '../helpers/round';
 import { TRAINING_ACTIVITY } from '../helpers/running-activities';
 import { connectTestTemporal, uniqueTaskQueue, type TestTemporal } from '../helpers/temporal';
-import {
-  bundleToFile,
-  crashTestWorkerEnv,
-  killAtPoints,
-  startWorkerProcess,
-  type KillPoint,
-  type WorkerProcess,
-} from '../helpers/worker-process';
+import { bundleToFile, crashTestWorkerEnv, KillSequence, startWorkerProcess } from '../helpers/worker-process';
 
 // A staged campaign (SFT, then GRPO from the SFT stage's final checkpoint) under SIGKILLs of real worker processes at
 // the stage boundary and inside the GRPO stage's training: every round applies exactly its planned steps, once, the
@@ -38,8 +31,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await temporal?.close();
 });
-
-type KillOptions<P> = Parameters<typeof killAtPoints<P>>[0];
 
 /** 80 training sums: SFT 4 epochs (40 steps, enough to earn GRPO some reward), then GRPO 2 epochs (20 steps). */
 const PLANNED = { sft: 40, grpo: 20 };
@@ -87,18 +78,9 @@ test('SFT → GRPO: SIGKILL of the worker as the SFT round releases its trainer,
   const random = seededRandom(20261205); // seeded, so a failing run can be replayed
   const startedAt = Date.now();
   const log = (line: string) => process.stderr.write(`[crash stages +${((Date.now() - startedAt) / 1000).toFixed(1)} s] ${line}\n`);
-  let worker: WorkerProcess = startWorkerProcess(env);
-  const kills: string[] = [];
-  const missed: string[] = [];
-  /** Walks one workflow to one kill point and kills the worker running now there; the next worker carries on. */
-  const killAt = async <P>(point: KillPoint<P>, options: Omit<KillOptions<P>, 'points' | 'worker' | 'env' | 'log'>) => {
-    const killed = await killAtPoints({ ...options, points: [point], worker, env, log, perPointMs: 90_000 });
-    worker = killed.worker;
-    kills.push(...killed.kills);
-    missed.push(...killed.missed);
-  };
+  const sequence = new KillSequence(startWorkerProcess(env), env, log);
   try {
-    await worker.ready;
+    await sequence.worker.ready;
     const handle = await temporal.client.workflow.start(campaignWorkflow, {
       taskQueue,
       workflowId: campaignId,
@@ -109,7 +91,7 @@ test('SFT → GRPO: SIGKILL of the worker as the SFT round releases its trainer,
 
     // The SFT round finishing: releasing its trainer, its result not yet the campaign's. The round's own query shows
     // its cleanup (the campaign hears of the round again only once it is over).
-    await killAt<RoundProgress>(
+    await sequence.at<RoundProgress>(
       { name: 'SFT round releasing its trainer', when: (p) => p.phase === 'cleanup', inside: { activity: /^releaseTrainer$/ } },
       {
         progress: () => progressOf(sftRound),
@@ -121,10 +103,10 @@ test('SFT → GRPO: SIGKILL of the worker as the SFT round releases its trainer,
     // The stage boundary: the SFT round recorded and the GRPO stage's record made, its round not yet trained (the
     // campaign continuing as new, starting the round, or the round provisioning a trainer from the SFT checkpoint).
     // When the worker killed there died, proven below against the histories.
-    const atBoundary = worker;
+    const atBoundary = sequence.worker;
     let boundaryKilledAt: number | undefined;
     atBoundary.child.once('exit', () => (boundaryKilledAt ??= Date.now()));
-    await killAt<CampaignProgress>(
+    await sequence.at<CampaignProgress>(
       {
         name: 'GRPO stage recorded, its round not yet trained',
         when: (p) =>
@@ -140,7 +122,7 @@ test('SFT → GRPO: SIGKILL of the worker as the SFT round releases its trainer,
       },
     );
     // Inside the GRPO round's training, after the hand-off: in its second segment or later.
-    await killAt<RoundProgress>(
+    await sequence.at<RoundProgress>(
       { name: 'GRPO training ≥ step 5', when: (p) => p.phase === 'training', inside: { activity: TRAINING_ACTIVITY, fromStep: 5 } },
       {
         progress: () => progressOf(grpoRound),
@@ -151,8 +133,8 @@ test('SFT → GRPO: SIGKILL of the worker as the SFT round releases its trainer,
       },
     );
     const result: CampaignResult = await handle.result();
-    log(`campaign done; ${kills.length} kills: ${kills.join('; ')}`);
-    expect(missed).toEqual([]);
+    log(`campaign done; ${sequence.kills.length} kills: ${sequence.kills.join('; ')}`);
+    expect(sequence.missed).toEqual([]);
 
     expect(result.status).toBe('completed');
     expect(result.rounds).toHaveLength(2);
@@ -207,7 +189,7 @@ test('SFT → GRPO: SIGKILL of the worker as the SFT round releases its trainer,
     );
     expect(rewarded).toBeGreaterThan(0);
   } finally {
-    await worker.stop();
+    await sequence.worker.stop();
     await emulator.close();
   }
 }, 300_000);

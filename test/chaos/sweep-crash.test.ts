@@ -8,14 +8,7 @@ import { progressOf } from '../helpers/round';
 import { TRAINING_ACTIVITY } from '../helpers/running-activities';
 import { testReportDir } from '../helpers/artifacts';
 import { connectTestTemporal, uniqueTaskQueue, type TestTemporal } from '../helpers/temporal';
-import {
-  bundleToFile,
-  crashTestWorkerEnv,
-  killAtPoints,
-  startWorkerProcess,
-  type KillPoint,
-  type WorkerProcess,
-} from '../helpers/worker-process';
+import { bundleToFile, crashTestWorkerEnv, KillSequence, startWorkerProcess } from '../helpers/worker-process';
 
 // A packed sweep (4 arms side by side on one shared trainer, successive halving at every 4 steps) under SIGKILLs of the
 // real worker process: inside an arm's training segment, and right at a rung decision (made, its stopped arms not yet
@@ -38,8 +31,6 @@ afterAll(async () => {
   await temporal?.close();
 });
 
-type KillOptions<P> = Parameters<typeof killAtPoints<P>>[0];
-
 test('a packed sweep, SIGKILLed inside an arm’s training and at a rung decision: exact steps per arm, stopped arms’ sessions ended, each decision once, the ledger within maxUsd', async () => {
   const taskQueue = uniqueTaskQueue('crash-sweep');
   const campaignId = `crash-sweep-${taskQueue}`;
@@ -59,17 +50,9 @@ sweep:
   const env = crashTestWorkerEnv(taskQueue, bundleFile);
   const startedAt = Date.now();
   const log = (line: string) => process.stderr.write(`[crash sweep +${((Date.now() - startedAt) / 1000).toFixed(1)} s] ${line}\n`);
-  let worker: WorkerProcess = startWorkerProcess(env);
-  const kills: string[] = [];
-  const missed: string[] = [];
-  const killAt = async <P>(point: KillPoint<P>, options: Omit<KillOptions<P>, 'points' | 'worker' | 'env' | 'log'>) => {
-    const killed = await killAtPoints({ ...options, points: [point], worker, env, log, perPointMs: 90_000 });
-    worker = killed.worker;
-    kills.push(...killed.kills);
-    missed.push(...killed.missed);
-  };
+  const sequence = new KillSequence(startWorkerProcess(env), env, log);
   try {
-    await worker.ready;
+    await sequence.worker.ready;
     const handle = await temporal.client.workflow.start(campaignWorkflow, {
       taskQueue,
       workflowId: campaignId,
@@ -80,7 +63,7 @@ sweep:
     const ended = ['completed', 'failed', 'cancelled', 'stopped', 'cleanup'];
 
     // Mid-rung: inside arm 1's first training segment (before its first rung).
-    await killAt<RoundProgress>(
+    await sequence.at<RoundProgress>(
       { name: 'arm 1 inside a training segment', when: (p) => p.phase === 'training', inside: { activity: TRAINING_ACTIVITY } },
       {
         progress: () => progressOf(arm1),
@@ -91,7 +74,7 @@ sweep:
       },
     );
     // At a rung decision: the first one made, an arm it stopped not yet ended.
-    await killAt<RoundProgress>(
+    await sequence.at<RoundProgress>(
       {
         name: 'rung 1 decided, its stopped arms still ending',
         when: (p) =>
@@ -107,8 +90,8 @@ sweep:
       },
     );
     const result: CampaignResult = await handle.result();
-    log(`campaign done; ${kills.length} kills: ${kills.join('; ')}`);
-    expect(missed).toEqual([]);
+    log(`campaign done; ${sequence.kills.length} kills: ${sequence.kills.join('; ')}`);
+    expect(sequence.missed).toEqual([]);
     expect(result.status).toBe('completed');
     const record = result.rounds[0]!.sweep!;
     expect(record.decisions.map((d) => [d.rung, d.figures.length, d.kept.length])).toEqual([
@@ -141,6 +124,6 @@ sweep:
       `winner arm ${record.winner!.arm}; shared trainer ${shared.gpuSeconds} GPU-s, $${shared.usd}; sweep cost $${result.rounds[0]!.costUsd?.toFixed(4)}`,
     );
   } finally {
-    await worker.kill();
+    await sequence.worker.kill();
   }
 }, 300_000);

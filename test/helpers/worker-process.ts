@@ -220,3 +220,36 @@ export async function killAtPoints<P>(options: {
   }
   return { worker, kills, outcomes, missed: outcomes.filter((o) => !o.hit).map((o) => `${o.point}: ${o.detail}`) };
 }
+
+/**
+ * Kill points walked one at a time, each on the worker running then (killAtPoints starts the next one): the worker
+ * now running, every kill made and every point no kill hit (a test requires `missed` empty).
+ */
+export class KillSequence {
+  readonly kills: string[] = [];
+  readonly missed: string[] = [];
+
+  constructor(
+    public worker: WorkerProcess,
+    private readonly env: Record<string, string>,
+    private readonly log: (line: string) => void,
+  ) {}
+
+  /** Walks one workflow to one kill point and kills the worker running there; the next worker carries on. */
+  async at<P>(
+    point: KillPoint<P>,
+    options: Omit<Parameters<typeof killAtPoints<P>>[0], 'points' | 'worker' | 'env' | 'log'>,
+  ): Promise<void> {
+    const killed = await killAtPoints({
+      ...options,
+      points: [point],
+      worker: this.worker,
+      env: this.env,
+      log: this.log,
+      perPointMs: 90_000,
+    });
+    this.worker = killed.worker;
+    this.kills.push(...killed.kills);
+    this.missed.push(...killed.missed);
+  }
+}
