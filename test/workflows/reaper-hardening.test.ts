@@ -300,9 +300,11 @@ test("a trainer shared by a sweep's arms (a session per arm, each tagged with it
     });
     await until('the open arm to record its trainer', async () => (await trainersOf(open)).length === 1);
     const closed = await completedOwner(taskQueue, `closed-arm-${taskQueue}`);
+    const closedToo = await completedOwner(taskQueue, `closed-arm-2-${taskQueue}`);
     const shared = await provider.provision({ model: 'roundhouse/tiny-chat', ownerTag: ownerTagFor(`sweep-${taskQueue}`) });
     await provider.waitReady(shared.id);
-    for (const owner of [closed, open.workflowId])
+    // The open arm's session between two closed arms': whichever way the provider lists them, a closed one comes first.
+    for (const owner of [closed, open.workflowId, closedToo])
       await provider.openSession({ resourceId: shared.id, loraRank: 8, displayName: ownerTagFor(owner) });
     const reaper = { providers: [{ kind: 'together' as const, baseUrl: env.emulator.url }], graceSeconds: 0 };
 
